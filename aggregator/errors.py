@@ -1,0 +1,17 @@
+"""Typed errors raised by the aggregator, so callers can tell user mistakes from bugs."""
+
+
+class LdpError(Exception):
+    """Base class of every error the aggregator raises on purpose."""
+
+
+class InvalidInputError(LdpError, ValueError):
+    """The input is malformed: wrong shape, non-finite numbers, counts that do not add up."""
+
+
+class IncompatibleHistogramsError(InvalidInputError):
+    """Two histograms of different mechanisms or parameters cannot be merged."""
+
+
+class InsufficientDataError(LdpError):
+    """Too few reports to compute the requested estimate or test."""

@@ -1,0 +1,131 @@
+"""Mechanism-specific algebra, expressed in de-biased units.
+
+Every mechanism's average report is ``c0 + c1 * p``, so the de-biased estimate
+``p_hat = (values / n - c0) / c1`` is unbiased for p. The tests are quadratic forms in
+``p_hat - p`` with a metric W(p) per report:
+
+* randomized response: ``W = a1^2 Diag(1 / (a0 + a1 p))`` (Pearson on the privatized counts);
+* Gaussian, Laplace and flip components: ``Cov(p_hat) * n = S_b(p) = Diag p - p p^T + b I`` with
+  b the per-report noise variance (flip components: ``b = s (1 - s) / (1 - 2 s)^2``), and
+  ``W = S_b^{-1}`` or, projected onto sum-zero vectors, ``Pi S_b^{-1} Pi``.
+
+Writing flip components this way shows that T_FC (spec section 4.8) is the projected
+additive-noise statistic with ``b = A / (A - 1)^2``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aggregator.errors import InvalidInputError
+from aggregator.histogram import Histogram
+from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse
+
+
+def is_randomized_response(mechanism: Mechanism) -> bool:
+    return isinstance(mechanism, RandomizedResponse)
+
+
+def extra_variance(mechanism: Mechanism) -> float:
+    """b in ``n Cov(p_hat) = Diag p - p p^T + b I`` (not defined for randomized response)."""
+    if isinstance(mechanism, FlipComponents):
+        s = mechanism.flip_probability
+        return s * (1 - s) / mechanism.slope**2
+    if is_randomized_response(mechanism):
+        raise TypeError("randomized response has no additive covariance form")
+    return mechanism.noise_variance  # type: ignore[attr-defined]
+
+
+def debiased(values: np.ndarray, n: int, mechanism: Mechanism) -> np.ndarray:
+    """Unbiased frequency estimate(s) from sufficient statistics (rows of ``values``)."""
+    return (np.asarray(values, dtype=float) / n - mechanism.offset) / mechanism.slope
+
+
+def debiased_histogram(hist: Histogram) -> np.ndarray:
+    return debiased(hist.values, hist.n, hist.mechanism)
+
+
+def rough_distribution(values: np.ndarray, n: int, mechanism: Mechanism) -> np.ndarray:
+    """A consistent rough estimate of p for plugging into metrics (rows of ``values``).
+
+    De-biased estimate, normalised to sum 1 where the mechanism does not guarantee it (for
+    additive noise: the noisy table over its noisy total, falling back to n when that total
+    is not positive, spec section 4.7). The result may still have negative entries; callers
+    project onto the simplex.
+    """
+    p_hat = debiased(values, n, mechanism)
+    if is_randomized_response(mechanism):
+        return p_hat
+    total = p_hat.sum(axis=-1, keepdims=True)
+    return np.where(total > 0, p_hat / np.where(total > 0, total, 1.0), p_hat)
+
+
+def project_simplex(v: np.ndarray, total: float = 1.0) -> np.ndarray:
+    """Euclidean projection of each row of ``v`` onto ``{h >= 0, sum h = total}`` (spec 2.4)."""
+    v = np.asarray(v, dtype=float)
+    u = -np.sort(-v, axis=-1)
+    css = np.cumsum(u, axis=-1) - total
+    idx = np.arange(1, v.shape[-1] + 1)
+    feasible = u > css / idx
+    rho = v.shape[-1] - 1 - np.argmax(feasible[..., ::-1], axis=-1)
+    tau = np.take_along_axis(css, rho[..., None], axis=-1) / (rho[..., None] + 1)
+    return np.maximum(v - tau, 0.0)
+
+
+def additive_form(y: np.ndarray, p: np.ndarray, b: float, projected: bool) -> np.ndarray:
+    """``y^T Pi S_b(p)^{-1} Pi y`` (or without Pi) for each row, by the closed form of spec 2.1.
+
+    Needs no matrix inverse, is stable as b -> 0, and allows zero cells in p when b > 0.
+    """
+    y = np.asarray(y, dtype=float)
+    p = np.asarray(p, dtype=float)
+    total = y.sum(axis=-1, keepdims=True)
+    centred = y - total / y.shape[-1]
+    _check_noise(b)
+    w = p + b
+    cross = np.sum(centred / w, axis=-1)
+    value = np.sum(centred**2 / w, axis=-1) + b * cross**2 / np.sum(p / w, axis=-1)
+    if not projected:
+        value = value + total[..., 0] ** 2 / (b * y.shape[-1])
+    return value
+
+
+def randomized_response_form(y: np.ndarray, p: np.ndarray, mechanism: RandomizedResponse):
+    """``a1^2 sum_j y_j^2 / (a0 + a1 p_j)`` for each row (Pearson on privatized counts)."""
+    q = mechanism.a0 + mechanism.a1 * np.asarray(p, dtype=float)
+    return mechanism.a1**2 * np.sum(np.asarray(y) ** 2 / q, axis=-1)
+
+
+def quadratic_form(
+    mechanism: Mechanism, y: np.ndarray, p: np.ndarray, projected: bool = True
+) -> np.ndarray:
+    """``y^T W(p) y`` per row for the mechanism's test metric, y in de-biased units."""
+    if is_randomized_response(mechanism):
+        return randomized_response_form(y, p, mechanism)  # type: ignore[arg-type]
+    return additive_form(y, p, extra_variance(mechanism), projected)
+
+
+def metric_matrix(mechanism: Mechanism, p: np.ndarray, projected: bool = True) -> np.ndarray:
+    """The dense metric W(p) (k x k), batched over leading axes of ``p``."""
+    p = np.asarray(p, dtype=float)
+    k = p.shape[-1]
+    if is_randomized_response(mechanism):
+        q = mechanism.a0 + mechanism.a1 * p  # type: ignore[attr-defined]
+        return mechanism.a1**2 * (np.eye(k) / q[..., None, :])  # type: ignore[attr-defined]
+    b = extra_variance(mechanism)
+    _check_noise(b)
+    w = p + b
+    omega = p / w
+    inverse = np.eye(k) / w[..., None, :] + (
+        omega[..., :, None] * omega[..., None, :] / (b * omega.sum(-1))[..., None, None]
+    )
+    if projected:
+        inverse = inverse - 1.0 / (b * k)
+    return inverse
+
+
+def _check_noise(b: float) -> None:
+    if not b > 0:
+        raise InvalidInputError(
+            "the mechanism's noise variance underflows to zero; lower rho or epsilon"
+        )

@@ -1,0 +1,35 @@
+"""Family-wise error control for a family of tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from aggregator.errors import InvalidInputError
+from aggregator.stats.validate import check_alpha
+
+
+@dataclass(frozen=True)
+class HolmResult:
+    """Holm step-down adjusted p-values and decisions, in the input order."""
+
+    adjusted: np.ndarray
+    reject: np.ndarray
+    alpha: float
+
+
+def holm(pvalues: np.ndarray, alpha: float = 0.05) -> HolmResult:
+    """Holm (1979): controls the family-wise error rate at alpha under any dependence."""
+    alpha = check_alpha(alpha)
+    p = np.asarray(pvalues, dtype=float)
+    if p.ndim != 1 or p.size == 0:
+        raise InvalidInputError("pvalues must be a non-empty vector")
+    if not np.isfinite(p).all() or (p < 0).any() or (p > 1).any():
+        raise InvalidInputError("p-values must lie in [0, 1]")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.minimum(stepped, 1.0)
+    return HolmResult(adjusted=adjusted, reject=adjusted <= alpha, alpha=alpha)

@@ -1,0 +1,219 @@
+"""Power and sample size of every local test from its noncentral chi-square (spec section 5),
+and an advisor that ranks mechanisms by power for a planned study.
+
+For a fixed alternative p1 the statistics are asymptotically noncentral chi-square with
+noncentrality ``nu = n * (p1 - p0)^T W(p0) (p1 - p0)`` (goodness of fit) or
+``nu = n * min_theta (p1 - p(theta))^T W(phi) (p1 - p(theta))`` (composite nulls), W being the
+test's metric in de-biased units. The Laplace Monte Carlo and bootstrap tests use the same
+Gaussian-limit approximation; the Gaussian ``imhof`` method uses a weighted noncentral sum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+from aggregator.errors import InvalidInputError
+from aggregator.stats.channel import extra_variance, metric_matrix, quadratic_form
+from aggregator.stats.composite import COMPOSITE_METHODS
+from aggregator.stats.gof import GOF_METHODS, imhof_matrix
+from aggregator.stats.imhof import weighted_chi2_isf, weighted_chi2_sf
+from aggregator.stats.minchisq import fit_minimum_chi_square
+from aggregator.stats.models import IndependenceModel, ParametricModel
+from aggregator.stats.validate import check_alpha, check_distribution, check_method
+from client.mechanisms import (
+    FlipComponents,
+    GaussianNoise,
+    LaplaceNoise,
+    Mechanism,
+    RandomizedResponse,
+)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the power of one test depends on, per unit of n."""
+
+    mechanism: Mechanism
+    method: str
+    dof: int
+    nu_per_n: float
+    imhof: tuple[np.ndarray, np.ndarray] | None = None  # weights, per-n noncentralities
+
+
+def _plan(
+    mechanism: Mechanism,
+    alternative: np.ndarray,
+    null: np.ndarray | None,
+    shape: tuple[int, int] | None,
+    model: ParametricModel | None,
+    method: str | None,
+) -> _Plan:
+    if not isinstance(mechanism, Mechanism):
+        raise InvalidInputError("mechanism must be a client.mechanisms.Mechanism")
+    k = mechanism.k
+    p1 = check_distribution(alternative, k, "alternative")
+    chosen = [x is not None for x in (null, shape, model)]
+    if sum(chosen) != 1:
+        raise InvalidInputError("give exactly one of null (GOF), shape (independence) or model")
+    if shape is not None:
+        model = IndependenceModel(*shape)
+        if model.k != k:
+            raise InvalidInputError(f"shape {shape} does not match k={k}")
+    if model is not None:
+        return _composite_plan(mechanism, p1, model, method)
+    p0 = check_distribution(null, k, "null")
+    method = check_method(method, GOF_METHODS[type(mechanism)], mechanism.name)
+    delta = p1 - p0
+    if method == "imhof":
+        if (p0 <= 0).any():
+            raise InvalidInputError("the imhof method needs every null cell > 0")
+        lam, vectors = np.linalg.eigh(imhof_matrix(p0, extra_variance(mechanism)))
+        mu = delta / np.sqrt(p0)
+        return _Plan(mechanism, method, k, 0.0, (lam, (vectors.T @ mu) ** 2 / lam))
+    projected = method != "nonprojected"
+    nu = float(quadratic_form(mechanism, delta, p0, projected))
+    return _Plan(mechanism, method, k - 1 if projected else k, nu)
+
+
+def _composite_plan(mechanism: Mechanism, p1: np.ndarray, model: ParametricModel, method):
+    method = check_method(method, COMPOSITE_METHODS[type(mechanism)], mechanism.name)
+    projected = method != "nonprojected"
+    rough_theta = model.initial(p1[None, :])
+    weights = metric_matrix(mechanism, model.probabilities(rough_theta), projected)
+    theta = fit_minimum_chi_square(model, p1[None, :], weights, rough_theta)
+    residual = p1 - model.probabilities(theta)[0]
+    nu = float(residual @ weights[0] @ residual)
+    dof = mechanism.k - model.n_params - (1 if projected else 0)
+    return _Plan(mechanism, method, dof, nu)
+
+
+def _power(plan: _Plan, n: float, alpha: float) -> float:
+    if plan.imhof is not None:
+        lam, per_n = plan.imhof
+        tau = weighted_chi2_isf(alpha, lam)
+        return weighted_chi2_sf(tau, lam, n * per_n)
+    critical = stats.chi2.isf(alpha, plan.dof)
+    return float(stats.ncx2.sf(critical, plan.dof, n * plan.nu_per_n))
+
+
+def noncentrality(
+    mechanism: Mechanism,
+    alternative: np.ndarray,
+    n: int,
+    *,
+    null: np.ndarray | None = None,
+    shape: tuple[int, int] | None = None,
+    model: ParametricModel | None = None,
+    method: str | None = None,
+) -> float:
+    """Noncentrality nu of the test's limiting chi-square at sample size n."""
+    plan = _plan(mechanism, alternative, null, shape, model, method)
+    if plan.imhof is not None:
+        return float(n * np.sum(plan.imhof[1] * plan.imhof[0]))
+    return n * plan.nu_per_n
+
+
+def power(
+    mechanism: Mechanism,
+    alternative: np.ndarray,
+    n: int,
+    *,
+    null: np.ndarray | None = None,
+    shape: tuple[int, int] | None = None,
+    model: ParametricModel | None = None,
+    alpha: float = 0.05,
+    method: str | None = None,
+) -> float:
+    """Asymptotic power at level alpha against the fixed alternative p1 with n reports.
+
+    Give ``null`` for goodness of fit, ``shape`` for independence or ``model`` for a composite
+    null; ``method`` as in the corresponding test.
+    """
+    alpha = check_alpha(alpha)
+    if n < 1:
+        raise InvalidInputError(f"n must be a positive number of reports, got {n}")
+    return _power(_plan(mechanism, alternative, null, shape, model, method), n, alpha)
+
+
+def sample_size(
+    mechanism: Mechanism,
+    alternative: np.ndarray,
+    *,
+    null: np.ndarray | None = None,
+    shape: tuple[int, int] | None = None,
+    model: ParametricModel | None = None,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    method: str | None = None,
+) -> int:
+    """Smallest n whose asymptotic power reaches ``power``."""
+    alpha = check_alpha(alpha)
+    if not alpha < power < 1:
+        raise InvalidInputError(f"power must be in (alpha, 1), got {power!r}")
+    plan = _plan(mechanism, alternative, null, shape, model, method)
+    per_n = plan.nu_per_n if plan.imhof is None else float(np.sum(plan.imhof[1]))
+    if not per_n > 0:
+        raise InvalidInputError("the alternative satisfies the null: no sample size has power")
+    if plan.imhof is None:
+        critical = stats.chi2.isf(alpha, plan.dof)
+        target = optimize.brentq(
+            lambda nu: stats.ncx2.sf(critical, plan.dof, nu) - power, 1e-9, 1e9
+        )
+        n = max(1, math.ceil(target / per_n))
+        while n > 1 and _power(plan, n - 1, alpha) >= power:
+            n -= 1
+        while _power(plan, n, alpha) < power:
+            n += 1
+        return n
+    hi = 1
+    while _power(plan, hi, alpha) < power:
+        hi *= 2
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _power(plan, mid, alpha) >= power else (mid, hi)
+    return hi
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One mechanism's predicted power for a planned study."""
+
+    mechanism: Mechanism
+    method: str
+    power: float
+    noncentrality: float
+    note: str = ""
+
+
+def advise(
+    k: int,
+    epsilon: float,
+    alternative: np.ndarray,
+    n: int,
+    *,
+    null: np.ndarray | None = None,
+    shape: tuple[int, int] | None = None,
+    alpha: float = 0.05,
+) -> list[Advice]:
+    """Rank the mechanisms by asymptotic power for (k, epsilon, null or shape, alternative, n).
+
+    Gaussian noise is compared at rho = epsilon^2 / 2, a weaker guarantee than epsilon-LDP.
+    """
+    candidates: list[tuple[Mechanism, str]] = [
+        (RandomizedResponse(k, epsilon), ""),
+        (FlipComponents(k, epsilon), ""),
+        (LaplaceNoise(k, epsilon), "Monte Carlo level; power from the Gaussian limit"),
+        (GaussianNoise(k, epsilon**2 / 2), "rho = eps^2/2 zCDP: weaker than eps-LDP"),
+    ]
+    advice = []
+    for mech, note in candidates:
+        plan = _plan(mech, alternative, null, shape, None, None)
+        advice.append(
+            Advice(mech, plan.method, _power(plan, n, check_alpha(alpha)), n * plan.nu_per_n, note)
+        )
+    return sorted(advice, key=lambda a: -a.power)

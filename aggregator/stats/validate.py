@@ -1,0 +1,60 @@
+"""Input checks shared by the estimators and tests; each raises a typed error."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.histogram import Histogram
+
+
+def check_histogram(hist: object, minimum_n: int = 1) -> Histogram:
+    if not isinstance(hist, Histogram):
+        raise InvalidInputError(f"expected an aggregator.histogram.Histogram, got {type(hist)}")
+    if hist.n < minimum_n:
+        raise InsufficientDataError(f"need at least {minimum_n} report(s), got n = {hist.n}")
+    return hist
+
+
+def check_alpha(alpha: object) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise InvalidInputError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    if not 0 < alpha < 1:
+        raise InvalidInputError(f"alpha must be in (0, 1), got {alpha!r}")
+    return float(alpha)
+
+
+def check_distribution(p: object, k: int, name: str = "p0") -> np.ndarray:
+    """A probability vector of length k: finite, non-negative, summing to 1 (to 1e-8)."""
+    try:
+        arr = np.array(p, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{name} must be a vector of probabilities") from exc
+    if arr.shape != (k,):
+        raise InvalidInputError(f"{name} must have length {k}, got shape {arr.shape}")
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        raise InvalidInputError(f"{name} must be finite and non-negative")
+    total = arr.sum()
+    if not math.isclose(total, 1.0, rel_tol=0, abs_tol=1e-8):
+        raise InvalidInputError(f"{name} must sum to 1, sums to {total:.10g}")
+    return arr / total
+
+
+def check_method(method: str | None, allowed: tuple[str, ...], mechanism_name: str) -> str:
+    """Resolve ``method`` (None means the first, recommended one)."""
+    if method is None:
+        return allowed[0]
+    if method not in allowed:
+        raise InvalidInputError(
+            f"method {method!r} is not available for {mechanism_name}; choose from {allowed}"
+        )
+    return method
+
+
+def make_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
+    if isinstance(rng, np.random.Generator):
+        return rng
+    return np.random.default_rng(rng)

@@ -1,0 +1,1 @@
+"""Everything a device runs: mechanisms (and, later, ledger, outbox, transport, CLI)."""

@@ -1,0 +1,138 @@
+"""Flip components / symmetric unary encoding (MFC, dissertation Alg. 20): epsilon-LDP, k bits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal, localcontext
+from functools import cached_property
+
+import numpy as np
+
+from client.mechanisms.base import (
+    Mechanism,
+    PrivacyCost,
+    check_categories,
+    check_privacy_parameter,
+    check_value,
+    check_values,
+)
+from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
+
+_PRECISION = 80
+
+
+@dataclass(frozen=True)
+class FlipComponents(Mechanism):
+    """Send the one-hot vector of the answer with every bit flipped independently with
+    probability s = 1 / (e^(eps/2) + 1).
+
+    Privacy: two answers differ in two bits, each an (eps/2)-randomized response, so one report
+    is epsilon-LDP. On devices every bit compares a uniform 64-bit integer with a flip threshold
+    rounded *up* from the exact s (80-digit decimal), so each bit's likelihood ratio stays at most
+    e^(eps/2) (``realized_epsilon <= epsilon``).
+    """
+
+    name = "flip_components"
+    k: int
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k", check_categories(self.k))
+        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
+
+    @property
+    def parameter(self) -> float:
+        return self.epsilon
+
+    @property
+    def cost(self) -> PrivacyCost:
+        return PrivacyCost("pure", self.epsilon)
+
+    @cached_property
+    def flip_probability(self) -> float:
+        """s = 1 / (e^(eps/2) + 1), computed as expit(-eps/2) without overflow."""
+        return float(0.5 * (1 - np.tanh(self.epsilon / 4)))
+
+    @cached_property
+    def keep_ratio(self) -> float:
+        """A = e^(eps/2), the likelihood ratio of one bit."""
+        return float(np.exp(self.epsilon / 2))
+
+    @property
+    def offset(self) -> float:
+        return self.flip_probability
+
+    @property
+    def slope(self) -> float:
+        return float(np.tanh(self.epsilon / 4))  # 1 - 2s, stable for every epsilon
+
+    @cached_property
+    def _flip_threshold(self) -> int:
+        """ceil(s * 2**64) + 1, capped at 2**63: flip iff a uniform 64-bit integer is below it."""
+        with localcontext() as ctx:
+            ctx.prec = _PRECISION
+            s = 1 / ((Decimal(self.epsilon) / 2).exp() + 1)
+            threshold = int((s * 2**64).to_integral_value(rounding=ROUND_CEILING))
+        return min(threshold + 1, 2**63)
+
+    @property
+    def realized_epsilon(self) -> float:
+        """2 ln((1 - s') / s') for the realised flip probability s' (<= epsilon)."""
+        s = Decimal(self._flip_threshold) / 2**64
+        with localcontext() as ctx:
+            ctx.prec = _PRECISION
+            return float(2 * ((1 - s) / s).ln())
+
+    # --- device side -------------------------------------------------------------------------
+    def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
+        value = check_value(value, self.k)
+        uniforms = np.frombuffer(source.bytes(8 * self.k), dtype="<u8")
+        bits = (uniforms < self._flip_threshold).astype(np.uint8)
+        bits[value] ^= 1
+        return bits
+
+    @property
+    def payload_size(self) -> int:
+        return (self.k + 7) // 8
+
+    def encode(self, report: np.ndarray | int) -> bytes:
+        bits = np.asarray(report)
+        if bits.shape != (self.k,) or not np.isin(bits, (0, 1)).all():
+            raise ValueError(f"a flip-components report is {self.k} bits")
+        return np.packbits(bits.astype(np.uint8), bitorder="little").tobytes()
+
+    def decode(self, payload: bytes) -> np.ndarray:
+        if len(payload) != self.payload_size:
+            raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")
+        bits = np.unpackbits(np.frombuffer(payload, dtype=np.uint8), bitorder="little")
+        if bits[self.k :].any():
+            raise ValueError("padding bits beyond k must be zero")
+        return bits[: self.k]
+
+    # --- studies ---------------------------------------------------------------------------------
+    def simulate(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        values = check_values(values, self.k)
+        bits = (rng.random((values.size, self.k)) < self.flip_probability).astype(np.uint8)
+        bits[np.arange(values.size), values] ^= 1
+        return bits
+
+    def aggregate(self, reports: np.ndarray) -> np.ndarray:
+        reports = np.asarray(reports)
+        if reports.ndim != 2 or reports.shape[1] != self.k:
+            raise ValueError(f"reports must have shape (n, {self.k})")
+        return reports.sum(axis=0, dtype=np.int64).astype(np.float64)
+
+    def simulate_histogram(
+        self, n: int, p: np.ndarray, rng: np.random.Generator, size: int | None = None
+    ) -> np.ndarray:
+        p = np.asarray(p, dtype=float)
+        counts = rng.multinomial(n, p / p.sum(), size=size)
+        s = self.flip_probability
+        kept = rng.binomial(counts, 1 - s)
+        flipped_on = rng.binomial(n - counts, s)
+        return (kept + flipped_on).astype(np.float64)
+
+    def report_covariance(self, p: np.ndarray) -> np.ndarray:
+        p = np.asarray(p, dtype=float)
+        s = self.flip_probability
+        return self.slope**2 * (np.diag(p) - np.outer(p, p)) + s * (1 - s) * np.eye(self.k)

@@ -1,0 +1,136 @@
+"""k-ary randomized response (MEXP, dissertation Alg. 17): epsilon-LDP, one category per report."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal, localcontext
+from functools import cached_property
+
+import numpy as np
+
+from client.mechanisms.base import (
+    Mechanism,
+    PrivacyCost,
+    check_categories,
+    check_privacy_parameter,
+    check_value,
+    check_values,
+)
+from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
+
+_PRECISION = 80  # decimal digits for the keep threshold; far beyond the 2**-64 grid
+
+
+@dataclass(frozen=True)
+class RandomizedResponse(Mechanism):
+    """Report the true category with probability e^eps / (e^eps + k - 1), otherwise a category
+    drawn uniformly from the k - 1 others.
+
+    Privacy: the ratio of output probabilities across inputs is at most e^eps, so one report is
+    epsilon-LDP. On devices the keep decision compares a uniform integer below ``k * 2**64`` with
+    a threshold rounded down from the exact probability (80-digit decimal), so the realised
+    ratio never exceeds e^eps (``realized_epsilon <= epsilon``).
+    """
+
+    name = "randomized_response"
+    k: int
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k", check_categories(self.k))
+        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
+
+    # --- parameters ------------------------------------------------------------------------------
+    @property
+    def parameter(self) -> float:
+        return self.epsilon
+
+    @property
+    def cost(self) -> PrivacyCost:
+        return PrivacyCost("pure", self.epsilon)
+
+    @cached_property
+    def a0(self) -> float:
+        """Probability of reporting one specific other category: 1 / (e^eps + k - 1)."""
+        t = np.exp(-self.epsilon)
+        return float(t / (1 + (self.k - 1) * t))
+
+    @cached_property
+    def a1(self) -> float:
+        """Signal slope (e^eps - 1) / (e^eps + k - 1); p_report = a0 + a1 * p."""
+        t = np.exp(-self.epsilon)
+        return float(-np.expm1(-self.epsilon) / (1 + (self.k - 1) * t))
+
+    @property
+    def offset(self) -> float:
+        return self.a0
+
+    @property
+    def slope(self) -> float:
+        return self.a1
+
+    @cached_property
+    def _keep_threshold(self) -> int:
+        """floor(P(keep) * k * 2**64): keep iff a uniform integer below k * 2**64 is below it."""
+        with localcontext() as ctx:
+            ctx.prec = _PRECISION
+            t = (-Decimal(self.epsilon)).exp()
+            keep = 1 / (1 + (self.k - 1) * t)
+            scaled = keep * self.k * 2**64
+            threshold = int(scaled.to_integral_value(rounding=ROUND_FLOOR))
+        # Safety margin against the last decimal digit, never below uniform (k * 2**64 / k).
+        return max(threshold - 1, 2**64)
+
+    @property
+    def realized_epsilon(self) -> float:
+        """ln of the realised likelihood ratio of the secure sampler (<= epsilon)."""
+        keep = Decimal(self._keep_threshold) / (self.k * 2**64)
+        with localcontext() as ctx:
+            ctx.prec = _PRECISION
+            return float((keep * (self.k - 1) / (1 - keep)).ln())
+
+    # --- device side -------------------------------------------------------------------------
+    def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> int:
+        value = check_value(value, self.k)
+        if source.below(self.k * 2**64) < self._keep_threshold:
+            return value
+        other = source.below(self.k - 1)
+        return other + (other >= value)
+
+    @property
+    def payload_size(self) -> int:
+        return 4
+
+    def encode(self, report: np.ndarray | int) -> bytes:
+        return struct.pack("<I", check_value(int(report), self.k))
+
+    def decode(self, payload: bytes) -> int:
+        if len(payload) != self.payload_size:
+            raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")
+        (index,) = struct.unpack("<I", payload)
+        if index >= self.k:
+            raise ValueError(f"category {index} is outside 0..{self.k - 1}")
+        return index
+
+    # --- studies ---------------------------------------------------------------------------------
+    def simulate(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        values = check_values(values, self.k)
+        keep = rng.random(values.size) < self.a0 + self.a1
+        other = rng.integers(0, self.k - 1, size=values.size)
+        other += other >= values
+        return np.where(keep, values, other)
+
+    def aggregate(self, reports: np.ndarray) -> np.ndarray:
+        reports = check_values(reports, self.k)
+        return np.bincount(reports, minlength=self.k).astype(np.float64)
+
+    def simulate_histogram(
+        self, n: int, p: np.ndarray, rng: np.random.Generator, size: int | None = None
+    ) -> np.ndarray:
+        p_report = self.report_mean(p)
+        return rng.multinomial(n, p_report / p_report.sum(), size=size).astype(np.float64)
+
+    def report_covariance(self, p: np.ndarray) -> np.ndarray:
+        q = self.report_mean(p)
+        return np.diag(q) - np.outer(q, q)
