@@ -114,14 +114,22 @@ def metric_matrix(mechanism: Mechanism, p: np.ndarray, projected: bool = True) -
         return mechanism.a1**2 * (np.eye(k) / q[..., None, :])  # type: ignore[attr-defined]
     b = extra_variance(mechanism)
     _check_noise(b)
-    w = p + b
-    omega = p / w
-    inverse = np.eye(k) / w[..., None, :] + (
-        omega[..., :, None] * omega[..., None, :] / (b * omega.sum(-1))[..., None, None]
+    # Pi S_b^{-1} Pi = Pi Diag(w)^{-1} Pi + b u u^T / sum(p / w), with u = Pi (1 / w): the
+    # Sherman-Morrison term written without the cancellation of order 1 / b (spec 2.1).
+    inv_w = 1.0 / (p + b)
+    u = inv_w - inv_w.mean(axis=-1, keepdims=True)
+    diag = np.eye(k) * inv_w[..., None, :]
+    centred = (
+        diag
+        - (inv_w[..., None, :] + inv_w[..., :, None]) / k
+        + inv_w.sum(axis=-1)[..., None, None] / k**2
     )
+    projected_inverse = centred + b * u[..., :, None] * u[..., None, :] / np.sum(
+        p * inv_w, axis=-1
+    )[..., None, None]
     if projected:
-        inverse = inverse - 1.0 / (b * k)
-    return inverse
+        return projected_inverse
+    return projected_inverse + 1.0 / (b * k)
 
 
 def _check_noise(b: float) -> None:

@@ -50,8 +50,9 @@ class FlipComponents(Mechanism):
 
     @cached_property
     def flip_probability(self) -> float:
-        """s = 1 / (e^(eps/2) + 1), computed as expit(-eps/2) without overflow."""
-        return float(0.5 * (1 - np.tanh(self.epsilon / 4)))
+        """s = 1 / (e^(eps/2) + 1), computed as expit(-eps/2) without overflow or underflow."""
+        t = np.exp(-self.epsilon / 2)
+        return float(t / (1 + t))
 
     @cached_property
     def keep_ratio(self) -> float:

@@ -1,0 +1,118 @@
+"""Simulation studies of a test's rejection rate (Type I error and power), for validation.
+
+Histograms are drawn with the mechanism's exact aggregate sampler (``simulate_histogram``), or
+through the per-user randomizers when ``per_user=True``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from aggregator.histogram import Histogram
+from aggregator.stats.composite import independence
+from aggregator.stats.gof import goodness_of_fit
+from aggregator.stats.result import TestResult
+from client.mechanisms import (
+    FlipComponents,
+    GaussianNoise,
+    LaplaceNoise,
+    Mechanism,
+    RandomizedResponse,
+)
+
+TestRunner = Callable[[Histogram, np.random.Generator], TestResult]
+
+
+@dataclass(frozen=True)
+class RejectionRate:
+    """How often a test rejected in ``trials`` simulated studies."""
+
+    rejections: int
+    trials: int
+
+    @property
+    def rate(self) -> float:
+        return self.rejections / self.trials
+
+    @property
+    def standard_error(self) -> float:
+        return math.sqrt(max(self.rate * (1 - self.rate), 1e-12) / self.trials)
+
+    def within_band(self, alpha: float, level: float = 0.99) -> bool:
+        """Is the count inside the central ``level`` binomial band around ``alpha``?"""
+        low, high = stats.binom.interval(level, self.trials, alpha)
+        return bool(low <= self.rejections <= high)
+
+    def close_to(self, target: float, points: float = 0.03, standard_errors: float = 3.0) -> bool:
+        """Within ``points`` (absolute) or ``standard_errors`` s.e. of ``target``."""
+        se = math.sqrt(max(target * (1 - target), 1e-12) / self.trials)
+        return abs(self.rate - target) <= max(points, standard_errors * se)
+
+
+def draw_histogram(
+    mechanism: Mechanism,
+    p: np.ndarray,
+    n: int,
+    rng: np.random.Generator,
+    per_user: bool = False,
+) -> Histogram:
+    """One simulated study: n answers iid from p, randomized, aggregated."""
+    if per_user:
+        answers = rng.choice(mechanism.k, size=n, p=p)
+        return Histogram.from_reports(mechanism, mechanism.simulate(answers, rng))
+    return Histogram(mechanism, n, mechanism.simulate_histogram(n, p, rng))
+
+
+def rejection_rate(
+    mechanism: Mechanism,
+    p: np.ndarray,
+    n: int,
+    run_test: TestRunner,
+    trials: int,
+    seed: int,
+    per_user: bool = False,
+) -> RejectionRate:
+    """Rejections of ``run_test`` over ``trials`` independent studies with true distribution p."""
+    rng = np.random.default_rng(seed)
+    rejections = 0
+    for _ in range(trials):
+        hist = draw_histogram(mechanism, p, n, rng, per_user)
+        rejections += bool(run_test(hist, rng).reject)
+    return RejectionRate(rejections, trials)
+
+
+MechanismFactory = Callable[[int, float], Mechanism]
+
+#: The goodness-of-fit tests compared in the validation tables: label -> (mechanism at (k, eps),
+#: method). Gaussian noise runs at rho = eps^2 / 2, as in the source's comparisons.
+GOF_TESTS: dict[str, tuple[MechanismFactory, str]] = {
+    "LocalGOF (RR)": (lambda k, eps: RandomizedResponse(k, eps), "pearson"),
+    "Gauss proj": (lambda k, eps: GaussianNoise(k, eps * eps / 2), "projected"),
+    "Gauss nonproj": (lambda k, eps: GaussianNoise(k, eps * eps / 2), "nonprojected"),
+    "Gauss T (Imhof)": (lambda k, eps: GaussianNoise(k, eps * eps / 2), "imhof"),
+    "Laplace MC": (lambda k, eps: LaplaceNoise(k, eps), "monte-carlo"),
+    "MFC T_FC": (lambda k, eps: FlipComponents(k, eps), "projected"),
+}
+
+#: The independence tests compared in the validation tables.
+INDEPENDENCE_TESTS: dict[str, tuple[MechanismFactory, str]] = {
+    "LocalGeneral (RR)": (lambda k, eps: RandomizedResponse(k, eps), "min-chi-square"),
+    "Gauss proj": (lambda k, eps: GaussianNoise(k, eps * eps / 2), "projected"),
+    "Laplace bootstrap": (lambda k, eps: LaplaceNoise(k, eps), "bootstrap"),
+    "MFC proj": (lambda k, eps: FlipComponents(k, eps), "projected"),
+}
+
+
+def gof_runner(p0: np.ndarray, method: str, n_draws: int = 999) -> TestRunner:
+    """A TestRunner for goodness of fit against p0."""
+    return lambda hist, rng: goodness_of_fit(hist, p0, method=method, rng=rng, n_draws=n_draws)
+
+
+def independence_runner(shape: tuple[int, int], method: str, n_draws: int = 199) -> TestRunner:
+    """A TestRunner for independence of an r x c table."""
+    return lambda hist, rng: independence(hist, shape, method=method, rng=rng, n_draws=n_draws)
