@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Run the demo. Creates a virtual environment (.venv, or $LDP_VENV) if it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${LDP_VENV:-.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet -e ".[dev]"
+exec "$venv/bin/python" scripts/demo.py "$@"
