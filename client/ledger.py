@@ -1,0 +1,324 @@
+"""The device's privacy budget ledger: the two-bucket filter of privacy-accounting spec §A.2.
+
+A budget ``(eps_g, delta)`` is split once, at enrollment, into a pointwise cap ``Xi_g`` for pure
+reports and a concentrated (zCDP) cap ``rho_g = rho_cap(eps_g - Xi_g, delta)``. Every request is
+admitted or refused *before* anything is randomized, from the ledger state and the requested cost
+only (the ledger never sees an answer), so the whole transcript of the device is
+``(eps_g, delta)``-DP however adaptively the server chooses its questions; with ``Xi_g = eps_g`` it
+is pure ``eps_g``-LDP.
+
+The ledger is an append-only charge log in SQLite (WAL, ``synchronous=FULL``); the spent totals are
+derived from the log, charges are never refunded (§A.4), and each admission runs inside
+``BEGIN IMMEDIATE`` so that processes sharing the file cannot both pass the test and overspend.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from client.mechanisms.base import PrivacyCost
+
+#: Relative slack in admission tests, so that e.g. ten charges of 0.1 fit a budget of 1.0.
+TOLERANCE = 1e-12
+
+POINTWISE = "pointwise"
+CONCENTRATED = "concentrated"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledger_budget (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    epsilon REAL NOT NULL,
+    delta REAL NOT NULL,
+    pointwise REAL NOT NULL,
+    enrolled_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger_charges (
+    sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+    request_id TEXT NOT NULL,
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('pure', 'zcdp')),
+    cost REAL NOT NULL CHECK (cost > 0),
+    bucket TEXT NOT NULL CHECK (bucket IN ('pointwise', 'concentrated')),
+    charged REAL NOT NULL CHECK (charged > 0),
+    timestamp REAL NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS ledger_budget_fixed BEFORE UPDATE ON ledger_budget
+BEGIN SELECT RAISE(ABORT, 'the budget is fixed at enrollment'); END;
+CREATE TRIGGER IF NOT EXISTS ledger_budget_kept BEFORE DELETE ON ledger_budget
+BEGIN SELECT RAISE(ABORT, 'the budget is fixed at enrollment'); END;
+CREATE TRIGGER IF NOT EXISTS ledger_charges_no_update BEFORE UPDATE ON ledger_charges
+BEGIN SELECT RAISE(ABORT, 'the charge log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS ledger_charges_no_delete BEFORE DELETE ON ledger_charges
+BEGIN SELECT RAISE(ABORT, 'the charge log is append-only'); END;
+"""
+
+
+class LedgerError(Exception):
+    """Base class of ledger errors."""
+
+
+class BudgetExceeded(LedgerError):  # noqa: N818 (public name fixed by the design)
+    """The charge would overspend the budget; nothing was charged."""
+
+
+class LedgerConfigError(LedgerError):
+    """An invalid budget, or a budget that differs from the one stored at enrollment."""
+
+
+def _positive_finite(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise LedgerConfigError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise LedgerConfigError(f"{name} must be positive and finite, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A device's lifetime budget and its split, fixed at enrollment (§A.2).
+
+    ``pointwise`` is the cap ``Xi_g`` of the pure bucket; ``None`` means ``epsilon`` (a pure-LDP
+    deployment with ``rho_g = 0``) and is normalized to that value, so ``Budget(3)`` equals
+    ``Budget(3, pointwise=3)``. ``delta`` only matters for the concentrated bucket.
+    """
+
+    epsilon: float
+    delta: float = 1e-6
+    pointwise: float | None = None
+
+    def __post_init__(self) -> None:
+        epsilon = _positive_finite("epsilon", self.epsilon)
+        delta = _positive_finite("delta", self.delta)
+        if delta >= 1:
+            raise LedgerConfigError(f"delta must lie in (0, 1), got {delta!r}")
+        pointwise = epsilon if self.pointwise is None else self.pointwise
+        if isinstance(pointwise, bool) or not isinstance(pointwise, numbers.Real):
+            raise LedgerConfigError(f"pointwise must be a real number, got {pointwise!r}")
+        pointwise = float(pointwise)
+        if not 0 <= pointwise <= epsilon:
+            raise LedgerConfigError(f"pointwise must lie in [0, {epsilon!r}], got {pointwise!r}")
+        object.__setattr__(self, "epsilon", epsilon)
+        object.__setattr__(self, "delta", delta)
+        object.__setattr__(self, "pointwise", pointwise)
+
+    @property
+    def rho_cap(self) -> float:
+        """``rho_g``: the largest rho with ``Xi_g + rho + 2 sqrt(rho ln(1/delta)) <= eps_g``.
+
+        Computed as ``E^2 / (sqrt(L + E) + sqrt(L))^2``, the cancellation-free form of
+        ``(sqrt(L + E) - sqrt(L))^2`` with ``E = eps_g - Xi_g`` and ``L = ln(1/delta)``.
+        """
+        excess = self.epsilon - self.pointwise
+        log_term = -math.log(self.delta)
+        return (excess / (math.sqrt(log_term + excess) + math.sqrt(log_term))) ** 2
+
+    def guarantee(self) -> str:
+        """The guarantee the filter gives for the device's whole transcript."""
+        if self.rho_cap == 0:
+            return f"pure {self.epsilon:.6g}-LDP"
+        return f"({self.epsilon:.6g}, {self.delta:.6g})-DP"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One entry of the append-only charge log.
+
+    ``cost`` is the request's epsilon or rho; ``charged`` is what was added to ``bucket``: epsilon
+    (pointwise), rho, or epsilon^2 / 2 for a pure report in the concentrated bucket.
+    """
+
+    sequence: int
+    request_id: str
+    survey_id: str
+    question_id: str
+    mechanism: str
+    kind: str
+    cost: float
+    bucket: str
+    charged: float
+    timestamp: float
+
+
+def _connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open the device database: autocommit (explicit transactions), WAL, fsync on commit."""
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction that takes the database's write lock before reading anything."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _check_cost(cost: object) -> PrivacyCost:
+    """Re-validate a cost: a negative or non-finite charge would silently grow the budget."""
+    if not isinstance(cost, PrivacyCost):
+        raise ValueError(f"cost must be a PrivacyCost, got {cost!r}")
+    value = cost.value
+    valid_value = (
+        not isinstance(value, bool)
+        and isinstance(value, numbers.Real)
+        and math.isfinite(value)
+        and value > 0
+    )
+    if cost.kind not in ("pure", "zcdp") or not valid_value:
+        raise ValueError(f"invalid privacy cost {cost!r}")
+    return cost
+
+
+def _fits(total: float, cap: float) -> bool:
+    return total <= cap + TOLERANCE * cap
+
+
+class Ledger:
+    """The two-bucket privacy filter of one device, persisted in SQLite at ``path``.
+
+    The first open of a database enrolls ``budget``; later opens may pass ``None`` (use the stored
+    budget) or the same budget, anything else raises ``LedgerConfigError``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], budget: Budget | None = None) -> None:
+        self._conn = _connect(path)
+        try:
+            self._budget = self._enroll(budget)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _enroll(self, budget: Budget | None) -> Budget:
+        self._conn.executescript(_SCHEMA)
+        with _immediate(self._conn):
+            row = self._conn.execute(
+                "SELECT epsilon, delta, pointwise FROM ledger_budget WHERE id = 1"
+            ).fetchone()
+            if row is None:
+                if budget is None:
+                    raise LedgerConfigError("no budget is enrolled in this ledger; pass one")
+                self._conn.execute(
+                    "INSERT INTO ledger_budget VALUES (1, ?, ?, ?, ?)",
+                    (budget.epsilon, budget.delta, budget.pointwise, time.time()),
+                )
+                return budget
+        stored = Budget(*row)
+        if budget is not None and budget != stored:
+            raise LedgerConfigError(f"this ledger was enrolled with {stored}, not {budget}")
+        return stored
+
+    @property
+    def budget(self) -> Budget:
+        """The budget fixed at enrollment."""
+        return self._budget
+
+    def spent(self) -> tuple[float, float]:
+        """``(S, R)``: the pointwise and concentrated totals, summed exactly from the log."""
+        sums: dict[str, list[float]] = {POINTWISE: [], CONCENTRATED: []}
+        for bucket, charged in self._conn.execute("SELECT bucket, charged FROM ledger_charges"):
+            sums[bucket].append(charged)
+        return math.fsum(sums[POINTWISE]), math.fsum(sums[CONCENTRATED])
+
+    def _admit(self, cost: PrivacyCost, spent: tuple[float, float]) -> tuple[str, float] | None:
+        """The admission test of §A.2: ``(bucket, amount)`` to charge, or ``None`` to refuse."""
+        pointwise, concentrated = spent
+        value = float(cost.value)
+        if cost.kind == "zcdp":
+            rho = value
+        elif _fits(pointwise + value, self._budget.pointwise):
+            return POINTWISE, value
+        else:
+            rho = value * value / 2  # a pure report is (eps^2 / 2)-zCDP; inf if it overflows
+        return (CONCENTRATED, rho) if _fits(concentrated + rho, self._budget.rho_cap) else None
+
+    def can_afford(self, cost: PrivacyCost) -> bool:
+        """Whether ``charge`` would accept ``cost`` now (without charging it)."""
+        return self._admit(_check_cost(cost), self.spent()) is not None
+
+    def charge(
+        self,
+        cost: PrivacyCost,
+        *,
+        request_id: str,
+        survey_id: str,
+        question_id: str,
+        mechanism: str,
+    ) -> Charge:
+        """Admit and record one report's cost, or raise ``BudgetExceeded`` and record nothing.
+
+        Call it before randomizing: once it returns, the cost is spent for good, whether or not
+        the report is ever produced or delivered. Every call is a separate charge (each licenses
+        one fresh randomization); ``request_id`` is recorded for audit, not deduplicated.
+        """
+        cost = _check_cost(cost)
+        with _immediate(self._conn):
+            admitted = self._admit(cost, self.spent())
+            if admitted is None:
+                raise BudgetExceeded(f"{cost.kind} cost {cost.value:g} refused: {self.guarantee()}")
+            bucket, charged = admitted
+            row = (
+                request_id,
+                survey_id,
+                question_id,
+                mechanism,
+                cost.kind,
+                float(cost.value),
+                bucket,
+                charged,
+                time.time(),
+            )
+            cursor = self._conn.execute(
+                "INSERT INTO ledger_charges (request_id, survey_id, question_id, mechanism, kind,"
+                " cost, bucket, charged, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        return Charge(cursor.lastrowid, *row)
+
+    def charges(self) -> list[Charge]:
+        """The whole charge log, oldest first."""
+        rows = self._conn.execute("SELECT * FROM ledger_charges ORDER BY sequence")
+        return [Charge(*row) for row in rows]
+
+    def remaining(self) -> tuple[float, float]:
+        """``(Xi_g - S, rho_g - R)``, floored at zero."""
+        pointwise, concentrated = self.spent()
+        return (
+            max(0.0, self._budget.pointwise - pointwise),
+            max(0.0, self._budget.rho_cap - concentrated),
+        )
+
+    def guarantee(self) -> str:
+        """The preset guarantee and how much of each bucket is used (spec §B.4 UI rule)."""
+        pointwise, concentrated = self.spent()
+        budget = self._budget
+        text = f"{budget.guarantee()}: used {pointwise:.6g} of {budget.pointwise:.6g} (pointwise)"
+        if budget.rho_cap == 0:
+            return text
+        return f"{text} and {concentrated:.6g} of {budget.rho_cap:.6g} (zCDP)"
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,276 @@
+"""The device's durable outbox: randomized reports waiting to be delivered, in SQLite.
+
+A report is randomized once, stored here with its random 16-byte id, and resent byte for byte until
+the server acknowledges it (accepted or duplicate); a permanent refusal moves it to a dead-letter
+table instead of dropping it. Every write commits with WAL and ``synchronous=FULL``, so a report is
+durable once ``add`` returns. The file may be the ledger's database (separate tables).
+
+The outbox also memoizes reports (privacy-accounting §A.4 rule 4): the same question asked again,
+with the same randomizer and the same true answer, replays the stored report at no new cost. Memo
+entries are keyed by an HMAC under a device secret, so the true answer never reaches the disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+REPORT_ID_SIZE = 16
+SECRET_SIZE = 32
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+    report_id BLOB NOT NULL UNIQUE CHECK (length(report_id) = 16),
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS rejected (
+    report_id BLOB PRIMARY KEY CHECK (length(report_id) = 16),
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    attempts INTEGER NOT NULL,
+    code TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    rejected_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memo (
+    memo_key BLOB PRIMARY KEY CHECK (length(memo_key) = 32),
+    report_id BLOB NOT NULL,
+    payload BLOB NOT NULL
+);
+"""
+
+_ITEM_COLUMNS = "report_id, survey_id, question_id, payload, created_at, attempts"
+
+
+class OutboxError(Exception):
+    """A report id already stored with different content, or a conflicting memo entry."""
+
+
+@dataclass(frozen=True)
+class OutboxItem:
+    """One stored report; ``payload`` is exactly what is (re)sent."""
+
+    report_id: bytes
+    survey_id: str
+    question_id: str
+    payload: bytes
+    created_at: float
+    attempts: int
+
+
+def _connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open the device database: autocommit (explicit transactions), WAL, fsync on commit."""
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction that takes the database's write lock before reading anything."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _check_report_id(report_id: object) -> bytes:
+    if not isinstance(report_id, bytes) or len(report_id) != REPORT_ID_SIZE:
+        raise ValueError(f"report_id must be {REPORT_ID_SIZE} bytes, got {report_id!r}")
+    return report_id
+
+
+def _check_ids(report_ids: Iterable[bytes]) -> list[tuple[bytes]]:
+    return [(_check_report_id(report_id),) for report_id in report_ids]
+
+
+def _length_prefixed(*fields: bytes) -> bytes:
+    return b"".join(len(field).to_bytes(8, "big") + field for field in fields)
+
+
+def memo_key(
+    secret: bytes, survey_id: str, question_id: str, mechanism_description: str, answer: int
+) -> bytes:
+    """HMAC-SHA256 naming one (question, randomizer, true answer) under the device secret.
+
+    Fields are length-prefixed so that distinct tuples never encode alike; without the secret the
+    key cannot be tested against guessed answers.
+    """
+    if not isinstance(secret, bytes) or len(secret) < 16:
+        raise ValueError("secret must be at least 16 bytes")
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        raise ValueError(f"answer must be an integer category index, got {answer!r}")
+    message = _length_prefixed(
+        b"ldp-survey memo v1",
+        survey_id.encode(),
+        question_id.encode(),
+        mechanism_description.encode(),
+        str(answer).encode(),
+    )
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+def load_or_create_secret(path: str | os.PathLike[str]) -> bytes:
+    """The device's 32-byte random secret, created once in the ``device_secret`` table."""
+    conn = _connect(path)
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS device_secret ("
+            " id INTEGER PRIMARY KEY CHECK (id = 1),"
+            " secret BLOB NOT NULL CHECK (length(secret) = 32))"
+        )
+        with _immediate(conn):
+            row = conn.execute("SELECT secret FROM device_secret WHERE id = 1").fetchone()
+            if row is not None:
+                return row[0]
+            secret = os.urandom(SECRET_SIZE)
+            conn.execute("INSERT INTO device_secret VALUES (1, ?)", (secret,))
+        return secret
+    finally:
+        conn.close()
+
+
+class Outbox:
+    """Durable queue of randomized reports, a dead-letter table and the memo, at ``path``."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._conn = _connect(path)
+        try:
+            self._conn.executescript(_SCHEMA)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def add(
+        self,
+        report_id: bytes,
+        survey_id: str,
+        question_id: str,
+        payload: bytes,
+        *,
+        memo_key: bytes | None = None,
+    ) -> None:
+        """Store one report (and its memo entry) in one committed transaction.
+
+        Adding a report id again is a no-op if the content is identical (pending or rejected),
+        an ``OutboxError`` otherwise; so is a memo key already bound to another report.
+        """
+        _check_report_id(report_id)
+        if not isinstance(payload, bytes):
+            raise ValueError("payload must be bytes")
+        if memo_key is not None and (not isinstance(memo_key, bytes) or len(memo_key) != 32):
+            raise ValueError("memo_key must be 32 bytes")
+        content = (survey_id, question_id, payload)
+        with _immediate(self._conn):
+            if memo_key is not None:
+                memo = self._conn.execute(
+                    "SELECT report_id, payload FROM memo WHERE memo_key = ?", (memo_key,)
+                ).fetchone()
+                if memo is None:
+                    self._conn.execute(
+                        "INSERT INTO memo VALUES (?, ?, ?)", (memo_key, report_id, payload)
+                    )
+                elif memo != (report_id, payload):
+                    raise OutboxError("memo_key is already bound to another report")
+            for table in ("outbox", "rejected"):
+                stored = self._conn.execute(
+                    f"SELECT survey_id, question_id, payload FROM {table} WHERE report_id = ?",
+                    (report_id,),
+                ).fetchone()
+                if stored is not None:
+                    if stored != content:
+                        raise OutboxError(f"report {report_id.hex()} is stored with other content")
+                    return
+            self._conn.execute(
+                "INSERT INTO outbox (report_id, survey_id, question_id, payload, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (report_id, *content, time.time()),
+            )
+
+    def pending(self, limit: int = 1000) -> list[OutboxItem]:
+        """Up to ``limit`` undelivered reports, oldest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive integer, got {limit!r}")
+        rows = self._conn.execute(
+            f"SELECT {_ITEM_COLUMNS} FROM outbox ORDER BY sequence LIMIT ?", (limit,)
+        )
+        return [OutboxItem(*row) for row in rows]
+
+    def mark_attempt(self, report_ids: Iterable[bytes]) -> None:
+        """Count one more delivery attempt for each of these pending reports."""
+        params = _check_ids(report_ids)
+        with _immediate(self._conn):
+            self._conn.executemany(
+                "UPDATE outbox SET attempts = attempts + 1 WHERE report_id = ?", params
+            )
+
+    def acknowledge(self, report_ids: Iterable[bytes]) -> None:
+        """Delete reports the server accepted or already had (memo entries are kept)."""
+        params = _check_ids(report_ids)
+        with _immediate(self._conn):
+            self._conn.executemany("DELETE FROM outbox WHERE report_id = ?", params)
+
+    def reject(self, report_id: bytes, code: str, reason: str) -> None:
+        """Move a pending report the server permanently refused to the ``rejected`` table.
+
+        Idempotent for a report already rejected; ``KeyError`` for an unknown id.
+        """
+        _check_report_id(report_id)
+        with _immediate(self._conn):
+            moved = self._conn.execute(
+                f"INSERT INTO rejected SELECT {_ITEM_COLUMNS}, ?, ?, ? FROM outbox"
+                " WHERE report_id = ?",
+                (code, reason, time.time(), report_id),
+            ).rowcount
+            if moved:
+                self._conn.execute("DELETE FROM outbox WHERE report_id = ?", (report_id,))
+            elif not self._conn.execute(
+                "SELECT 1 FROM rejected WHERE report_id = ?", (report_id,)
+            ).fetchone():
+                raise KeyError(report_id.hex())
+
+    def rejected(self) -> list[tuple[OutboxItem, str, str]]:
+        """Dead letters as ``(item, code, reason)``, in the order they were rejected."""
+        rows = self._conn.execute(
+            f"SELECT {_ITEM_COLUMNS}, code, reason FROM rejected ORDER BY rowid"
+        )
+        return [(OutboxItem(*row[:6]), row[6], row[7]) for row in rows]
+
+    def __len__(self) -> int:
+        """Number of pending reports."""
+        return self._conn.execute("SELECT count(*) FROM outbox").fetchone()[0]
+
+    def memo_lookup(self, memo_key: bytes) -> tuple[bytes, bytes] | None:
+        """``(report_id, payload)`` of the report stored under ``memo_key``, if any."""
+        row = self._conn.execute(
+            "SELECT report_id, payload FROM memo WHERE memo_key = ?", (memo_key,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._conn.close()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
