@@ -124,9 +124,10 @@ def metric_matrix(mechanism: Mechanism, p: np.ndarray, projected: bool = True) -
         - (inv_w[..., None, :] + inv_w[..., :, None]) / k
         + inv_w.sum(axis=-1)[..., None, None] / k**2
     )
-    projected_inverse = centred + b * u[..., :, None] * u[..., None, :] / np.sum(
-        p * inv_w, axis=-1
-    )[..., None, None]
+    projected_inverse = (
+        centred
+        + b * u[..., :, None] * u[..., None, :] / np.sum(p * inv_w, axis=-1)[..., None, None]
+    )
     if projected:
         return projected_inverse
     return projected_inverse + 1.0 / (b * k)

@@ -51,13 +51,20 @@ class Estimate:
             "projected": self.projected().tolist(),
         }
 
-    def summary(self) -> str:
+    def summary(self, labels: list[str] | None = None) -> str:
+        """A readable table, one row per category (labelled by index unless ``labels``)."""
+        names = [str(j) for j in range(self.frequencies.size)] if labels is None else labels
+        width = max(8, *(len(name) for name in names))
         level = f"{100 * self.confidence:g}% CI"
-        lines = [f"estimate [{self.mechanism}], n = {self.n}", f"  cat  estimate   s.e.   {level}"]
-        for j, (f, se, lo, hi) in enumerate(
-            zip(self.frequencies, self.standard_errors, self.ci_low, self.ci_high, strict=True)
-        ):
-            lines.append(f"  {j:>3}  {f:8.4f}  {se:6.4f}   [{lo:.4f}, {hi:.4f}]")
+        lines = [
+            f"estimate [{self.mechanism}], n = {self.n}",
+            f"  {'category':<{width}}  estimate    s.e.   {level}",
+        ]
+        rows = zip(
+            names, self.frequencies, self.standard_errors, self.ci_low, self.ci_high, strict=True
+        )
+        for name, f, se, lo, hi in rows:
+            lines.append(f"  {name:<{width}}  {f:8.4f}  {se:6.4f}   [{lo:.4f}, {hi:.4f}]")
         return "\n".join(lines)
 
 

@@ -1,16 +1,18 @@
 """Local randomizers: each knows its parameters, privacy cost, secure per-record randomization,
 fast numpy simulation, fixed-length encoding, and its channel for the aggregator."""
 
-from client.mechanisms.additive import GaussianNoise, LaplaceNoise
-from client.mechanisms.base import Mechanism, PrivacyCost
+from client.mechanisms.additive import DEFAULT_GRANULARITY_BITS, GaussianNoise, LaplaceNoise
+from client.mechanisms.base import Mechanism, PrivacyCost, ReportRangeError
 from client.mechanisms.flip_components import FlipComponents
 from client.mechanisms.randomized_response import RandomizedResponse
 
 __all__ = [
+    "DEFAULT_GRANULARITY_BITS",
     "FlipComponents",
     "GaussianNoise",
     "LaplaceNoise",
     "Mechanism",
     "PrivacyCost",
     "RandomizedResponse",
+    "ReportRangeError",
 ]

@@ -20,6 +20,7 @@ import numpy as np
 from client.mechanisms.base import (
     Mechanism,
     PrivacyCost,
+    ReportRangeError,
     check_categories,
     check_privacy_parameter,
     check_value,
@@ -90,10 +91,19 @@ class _AdditiveNoise(Mechanism):
             raise ValueError(f"an additive-noise report is {self.k} integer grid values")
         return grid.astype("<i8").tobytes()
 
+    @property
+    @abstractmethod
+    def noise_bound(self) -> int:
+        """Grid magnitude the noise exceeds with probability below 1e-26: larger values are
+        rejected as impossible (they can only come from a faulty or malicious device)."""
+
     def decode(self, payload: bytes) -> np.ndarray:
         if len(payload) != self.payload_size:
             raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")
-        return np.frombuffer(payload, dtype="<i8").astype(np.int64)
+        grid = np.frombuffer(payload, dtype="<i8").astype(np.int64)
+        if np.abs(grid).max() > self.scale + self.noise_bound:
+            raise ReportRangeError("a coordinate is outside the range the noise can produce")
+        return grid
 
     def to_real(self, report: np.ndarray) -> np.ndarray:
         """The real-valued report vector e_x + noise."""
@@ -159,6 +169,11 @@ class GaussianNoise(_AdditiveNoise):
     def noise_variance(self) -> float:
         return discrete_gaussian_variance(float(self._sigma2_grid)) / self.scale**2
 
+    @cached_property
+    def noise_bound(self) -> int:
+        """12 standard deviations: P(|Z| > bound) < 2 exp(-72)."""
+        return math.isqrt(int(144 * self._sigma2_grid)) + 1
+
     def _secure_noise(self, source: SecureRandom) -> int:
         return source.discrete_gaussian(self._sigma2_grid)
 
@@ -218,6 +233,11 @@ class LaplaceNoise(_AdditiveNoise):
     def noise_variance(self) -> float:
         one_minus_r = -math.expm1(-self.epsilon / (2 * self.scale))
         return 2 * self._ratio / one_minus_r**2 / self.scale**2
+
+    @cached_property
+    def noise_bound(self) -> int:
+        """60 scale units: P(|Z| > bound) < 2 exp(-60)."""
+        return math.ceil(60 * self._scale_grid) + 1
 
     def _secure_noise(self, source: SecureRandom) -> int:
         return source.discrete_laplace(self._scale_grid)

@@ -19,6 +19,10 @@ import numpy as np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 
 
+class ReportRangeError(ValueError):
+    """A well-formed payload whose values lie outside what the mechanism can produce."""
+
+
 @dataclass(frozen=True)
 class PrivacyCost:
     """The cost one report charges to a device's ledger.
@@ -120,7 +124,8 @@ class Mechanism(ABC):
 
     @abstractmethod
     def decode(self, payload: bytes) -> np.ndarray | int:
-        """Parse and range-check one payload; raise ``ValueError`` if it is malformed."""
+        """Parse and range-check one payload: ``ValueError`` if malformed, ``ReportRangeError``
+        if a value is outside what the mechanism can produce."""
 
     @property
     @abstractmethod

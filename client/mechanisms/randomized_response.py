@@ -12,6 +12,7 @@ import numpy as np
 from client.mechanisms.base import (
     Mechanism,
     PrivacyCost,
+    ReportRangeError,
     check_categories,
     check_privacy_parameter,
     check_value,
@@ -110,7 +111,7 @@ class RandomizedResponse(Mechanism):
             raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")
         (index,) = struct.unpack("<I", payload)
         if index >= self.k:
-            raise ValueError(f"category {index} is outside 0..{self.k - 1}")
+            raise ReportRangeError(f"category {index} is outside 0..{self.k - 1}")
         return index
 
     # --- studies ---------------------------------------------------------------------------------

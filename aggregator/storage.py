@@ -1,0 +1,457 @@
+"""Durable embedded store of randomized reports: an append-only SQLite log of reports plus each
+question's integer sufficient statistic, updated in the same transaction.
+
+Why this shape (notes/service-conventions.md §3):
+
+* One writer thread owns the only write connection and does group commit: it takes everything
+  queued (up to ``max_batch`` reports, waiting at most ``max_delay`` seconds for more) into ONE
+  transaction and resolves the callers' futures only after COMMIT. With WAL and
+  ``synchronous=FULL`` an acknowledged report survives a process kill and a power loss.
+* ``report_id`` (16 random bytes chosen by the device) is the primary key, so a resend is reported
+  as a duplicate and counted once. No device identity is ever stored.
+* The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
+
+Threading: :meth:`ReportStore.submit` never blocks (it validates and enqueues), so an asyncio server
+calls it on the event loop and awaits ``asyncio.wrap_future(store.submit(reports))``. Every other
+method does blocking I/O: call it through ``asyncio.to_thread``. Reads open their own connection per
+call and never wait for the writer (WAL readers see the last committed state). Use one ReportStore
+per database file (it caches the registered questions).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aggregator.errors import LdpError
+
+SCHEMA_VERSION = 1
+REPORT_ID_BYTES = 16
+_IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
+_INT64 = np.dtype(np.int64)
+_WRITER_CACHE_KIB = 64 * 1024
+_WAL_AUTOCHECKPOINT_PAGES = 10_000  # about 40 MB of WAL between checkpoints (default 1,000)
+
+_SCHEMA = f"""
+BEGIN IMMEDIATE;
+CREATE TABLE IF NOT EXISTS reports (
+    report_id BLOB PRIMARY KEY,
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    received_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS statistics (
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    k INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    sums BLOB NOT NULL,
+    PRIMARY KEY (survey_id, question_id)
+);
+PRAGMA user_version = {SCHEMA_VERSION};
+COMMIT;
+"""
+
+
+class StoreError(LdpError):
+    """The store refused an operation: closed, unknown question, malformed report, failed commit."""
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    """One validated randomized report, as the store keeps it."""
+
+    report_id: bytes
+    survey_id: str
+    question_id: str
+    payload: bytes
+    contribution: np.ndarray  # int64, length k: what the report adds to the question's sums
+
+
+@dataclass(slots=True)
+class _Submit:
+    reports: list[StoredReport]
+    future: Future[list[bool]]
+
+
+@dataclass(slots=True)
+class _Call:
+    fn: Callable[[sqlite3.Connection], Any]
+    future: Future[Any]
+
+
+class ReportStore:
+    """Reports and statistics in one SQLite file; see the module docstring for the guarantees."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_batch: int = 2000, max_delay: float = 0.002
+    ) -> None:
+        if max_batch < 1 or max_delay < 0:
+            raise ValueError("max_batch must be >= 1 and max_delay >= 0")
+        self._path = os.fspath(path)
+        self._max_batch = max_batch
+        self._max_delay = max_delay
+        conn = _connect(self._path)
+        try:
+            # A bigger page cache and fewer, larger checkpoints: random 16-byte keys dirty about
+            # one B-tree page per inserted report, and a checkpoint writes each page only once.
+            conn.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT_PAGES}")
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise StoreError(f"cannot put {self._path} in WAL mode (got {mode!r})")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                conn.executescript(_SCHEMA)
+            elif version != SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
+                )
+            rows = conn.execute("SELECT survey_id, question_id, k FROM statistics")
+            self._k = {(s, q): k for s, q, k in rows}
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn  # used only by the writer thread from here on
+        self._queue: queue.SimpleQueue[_Submit | _Call | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # orders "closed" against enqueueing
+        self._closed = False
+        self._writer = threading.Thread(target=self._run, name="report-store-writer", daemon=True)
+        self._writer.start()
+
+    def __enter__(self) -> ReportStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def register_question(self, survey_id: str, question_id: str, k: int) -> None:
+        """Create the question's statistics row (n = 0, zero sums) if missing. Idempotent; a
+        different k for an existing question is a StoreError."""
+        k = operator.index(k)
+        if k < 1:
+            raise StoreError(f"k must be >= 1, got {k}")
+
+        def create(conn: sqlite3.Connection) -> None:
+            row = conn.execute(
+                "SELECT k FROM statistics WHERE survey_id = ? AND question_id = ?",
+                (survey_id, question_id),
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO statistics VALUES (?, ?, ?, 0, ?)",
+                    (survey_id, question_id, k, bytes(8 * k)),
+                )
+            elif row[0] != k:
+                raise StoreError(
+                    f"question {survey_id}/{question_id} is registered with k={row[0]}, not {k}"
+                )
+
+        self._call(create)
+        self._k[(survey_id, question_id)] = k
+
+    def submit(self, reports: Sequence[StoredReport]) -> Future[list[bool]]:
+        """Queue reports for the next group commit without blocking. The future resolves after
+        their transaction committed, with one flag per report: True = newly stored, False =
+        duplicate report_id (stored earlier or repeated in the same transaction; the first
+        occurrence wins). A malformed report raises StoreError here and nothing is queued.
+        A future cancelled before the writer takes it up is not written."""
+        batch = list(reports)
+        for report in batch:
+            self._check(report)
+        item = _Submit(batch, Future())
+        self._enqueue(item)
+        return item.future
+
+    def put(self, reports: Sequence[StoredReport]) -> list[bool]:
+        """Blocking submit: returns the flags once the reports are durable."""
+        return self.submit(reports).result()
+
+    def rebuild(
+        self, contribution: Callable[[str, str, bytes], np.ndarray]
+    ) -> dict[tuple[str, str], tuple[int, np.ndarray]]:
+        """Recompute every registered question's (n, sums) from the report log, using
+        ``contribution(survey_id, question_id, payload)``, and store them in one transaction.
+
+        It runs on the writer thread, so it is atomic with respect to submits: reports submitted
+        meanwhile wait and are committed after it (ingestion pauses for the whole scan)."""
+
+        def recompute(conn: sqlite3.Connection) -> dict[tuple[str, str], tuple[int, np.ndarray]]:
+            registered = conn.execute("SELECT survey_id, question_id, k FROM statistics")
+            ks = {(survey_id, question_id): k for survey_id, question_id, k in registered}
+            totals = {key: (0, [0] * k) for key, k in ks.items()}
+            cursor = conn.execute("SELECT survey_id, question_id, payload FROM reports")
+            while rows := cursor.fetchmany(10000):
+                pending: dict[tuple[str, str], list[np.ndarray]] = {}
+                for survey_id, question_id, payload in rows:
+                    key = (survey_id, question_id)
+                    if key not in ks:
+                        raise StoreError(
+                            f"log holds unregistered question {survey_id}/{question_id}"
+                        )
+                    vector = contribution(survey_id, question_id, payload)
+                    _check_contribution(vector, ks[key])
+                    pending.setdefault(key, []).append(vector)
+                for key, vectors in pending.items():
+                    totals[key] = _accumulate(*totals[key], vectors)
+            for (survey_id, question_id), (n, sums) in totals.items():
+                _write_statistics(conn, survey_id, question_id, n, sums)
+            return {key: (n, np.array(sums, dtype=np.int64)) for key, (n, sums) in totals.items()}
+
+        return self._call(recompute)
+
+    def close(self) -> None:
+        """Stop accepting, commit everything already submitted, stop the writer, checkpoint and
+        truncate the WAL. Idempotent. Do not call it from a future's done-callback (those run on
+        the writer thread)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._queue.put(None)
+        self._writer.join()
+
+    # -- reads (own connection per call, never the writer's) -----------------------------------
+
+    def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]:
+        """The question's committed (n, int64 sums)."""
+        with closing(self._reader()) as conn:
+            n, sums = _read_statistics(conn, survey_id, question_id)
+        return n, np.array(sums, dtype=np.int64)
+
+    def count_reports(self, survey_id: str | None = None) -> int:
+        """Reports in the log (one survey's, or all); a scan of the log."""
+        with closing(self._reader()) as conn:
+            if survey_id is None:
+                return conn.execute("SELECT count(*) FROM reports").fetchone()[0]
+            sql = "SELECT count(*) FROM reports WHERE survey_id = ?"
+            return conn.execute(sql, (survey_id,)).fetchone()[0]
+
+    def iter_reports(
+        self, survey_id: str, question_id: str | None = None, batch: int = 10000
+    ) -> Iterator[tuple[bytes, str, bytes]]:
+        """Stream (report_id, question_id, payload) in report_id order, ``batch`` rows at a time,
+        from one consistent snapshot (a single read statement)."""
+        sql = "SELECT report_id, question_id, payload FROM reports WHERE survey_id = ?"
+        params: tuple[str, ...] = (survey_id,)
+        if question_id is not None:
+            sql += " AND question_id = ?"
+            params += (question_id,)
+        with closing(self._reader()) as conn:
+            cursor = conn.execute(sql + " ORDER BY report_id", params)
+            while rows := cursor.fetchmany(batch):
+                yield from rows
+
+    def integrity_check(self) -> str:
+        """``PRAGMA integrity_check``: "ok" for a sound database file."""
+        with closing(self._reader()) as conn:
+            return "\n".join(row[0] for row in conn.execute("PRAGMA integrity_check"))
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _check(self, report: StoredReport) -> None:
+        key = (report.survey_id, report.question_id)
+        k = self._k.get(key)
+        if k is None:
+            raise StoreError(f"unknown question {key[0]}/{key[1]}")
+        rid = report.report_id
+        if not isinstance(rid, bytes) or len(rid) != REPORT_ID_BYTES:
+            raise StoreError(f"report_id must be {REPORT_ID_BYTES} bytes")
+        if not isinstance(report.payload, bytes):
+            raise StoreError("payload must be bytes")
+        _check_contribution(report.contribution, k)
+
+    def _enqueue(self, item: _Submit | _Call) -> None:
+        with self._lock:
+            if self._closed:
+                raise StoreError("store is closed")
+            self._queue.put(item)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run fn(write connection) in one transaction on the writer thread; wait for it."""
+        item = _Call(fn, Future())
+        self._enqueue(item)
+        return item.future.result()
+
+    def _reader(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("store is closed")
+        conn = _connect(self._path)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    def _run(self) -> None:
+        """The writer thread: group submits into transactions until the stop marker (None)."""
+        carry: _Submit | _Call | None = None
+        while True:
+            item = carry if carry is not None else self._queue.get()
+            carry = None
+            if item is None:
+                break
+            if isinstance(item, _Call):
+                self._run_call(item)
+                continue
+            group, size = [item], len(item.reports)
+            deadline = time.monotonic() + self._max_delay
+            while size < self._max_batch:
+                try:
+                    nxt = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if not isinstance(nxt, _Submit) or size + len(nxt.reports) > self._max_batch:
+                    carry = (
+                        nxt  # a stop marker, a call or an overflowing submit starts the next round
+                    )
+                    break
+                group.append(nxt)
+                size += len(nxt.reports)
+            self._commit([s for s in group if s.future.set_running_or_notify_cancel()])
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self._conn.close()
+
+    def _run_call(self, item: _Call) -> None:
+        if not item.future.set_running_or_notify_cancel():
+            return
+        try:
+            with _transaction(self._conn):
+                result = item.fn(self._conn)
+        except Exception as exc:
+            item.future.set_exception(exc)
+        else:
+            item.future.set_result(result)
+
+    def _commit(self, group: list[_Submit]) -> None:
+        """Write a group in one transaction, then resolve its futures. If it fails, retry each
+        submit alone, so one caller's failure does not fail the other callers' reports."""
+        if not group:
+            return
+        try:
+            flags = self._write(group)
+        except Exception as exc:
+            if len(group) > 1:
+                for submit in group:
+                    self._commit([submit])
+            elif isinstance(exc, StoreError):
+                group[0].future.set_exception(exc)
+            else:
+                error = StoreError(f"commit failed: {exc}")
+                error.__cause__ = exc
+                group[0].future.set_exception(error)
+            return
+        for submit, submit_flags in zip(group, flags, strict=True):
+            submit.future.set_result(submit_flags)
+
+    def _write(self, group: list[_Submit]) -> list[list[bool]]:
+        """One transaction: dedup against the log and within the group, insert the new reports,
+        add their contributions to each touched question's statistics row."""
+        conn = self._conn
+        reports = [r for submit in group for r in submit.reports]
+        with _transaction(conn):
+            ids = list({r.report_id for r in reports})
+            seen: set[bytes] = set()
+            for start in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[start : start + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT report_id FROM reports WHERE report_id IN ({marks})"
+                seen.update(row[0] for row in conn.execute(sql, chunk))
+            flags: list[bool] = []
+            fresh: list[StoredReport] = []
+            for r in reports:
+                is_new = r.report_id not in seen
+                flags.append(is_new)
+                if is_new:
+                    seen.add(r.report_id)
+                    fresh.append(r)
+            now = int(time.time())
+            conn.executemany(
+                "INSERT INTO reports VALUES (?, ?, ?, ?, ?)",
+                [(r.report_id, r.survey_id, r.question_id, r.payload, now) for r in fresh],
+            )
+            by_question: dict[tuple[str, str], list[np.ndarray]] = {}
+            for r in fresh:
+                by_question.setdefault((r.survey_id, r.question_id), []).append(r.contribution)
+            for (survey_id, question_id), vectors in by_question.items():
+                n, sums = _read_statistics(conn, survey_id, question_id)
+                n, sums = _accumulate(n, sums, vectors)
+                _write_statistics(conn, survey_id, question_id, n, sums)
+        out, start = [], 0
+        for submit in group:
+            out.append(flags[start : start + len(submit.reports)])
+            start += len(submit.reports)
+        return out
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT; on any error ROLLBACK, so nothing is half-written."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _check_contribution(vector: object, k: int) -> None:
+    if not isinstance(vector, np.ndarray) or vector.dtype != _INT64 or vector.shape != (k,):
+        raise StoreError(f"contribution must be an int64 vector of length {k}")
+
+
+def _read_statistics(
+    conn: sqlite3.Connection, survey_id: str, question_id: str
+) -> tuple[int, list[int]]:
+    row = conn.execute(
+        "SELECT n, sums FROM statistics WHERE survey_id = ? AND question_id = ?",
+        (survey_id, question_id),
+    ).fetchone()
+    if row is None:
+        raise StoreError(f"unknown question {survey_id}/{question_id}")
+    return row[0], np.frombuffer(row[1], dtype="<i8").tolist()
+
+
+def _write_statistics(
+    conn: sqlite3.Connection, survey_id: str, question_id: str, n: int, sums: list[int]
+) -> None:
+    try:
+        blob = np.array(sums, dtype="<i8").tobytes()
+    except OverflowError:
+        raise StoreError(f"sums of {survey_id}/{question_id} overflow int64") from None
+    conn.execute(
+        "UPDATE statistics SET n = ?, sums = ? WHERE survey_id = ? AND question_id = ?",
+        (n, blob, survey_id, question_id),
+    )
+
+
+def _accumulate(n: int, sums: list[int], vectors: list[np.ndarray]) -> tuple[int, list[int]]:
+    """(n, sums) plus the vectors, exactly: numpy's int64 sums would wrap silently on overflow,
+    so huge values are summed as Python ints (and _write_statistics rejects out-of-range sums)."""
+    rows = np.stack(vectors)
+    if float(np.abs(rows.astype(np.float64)).max()) * len(rows) < 2.0**62:
+        delta = rows.sum(axis=0).tolist()
+    else:
+        delta = [int(x) for x in rows.astype(object).sum(axis=0)]
+    return n + len(rows), [a + b for a, b in zip(sums, delta, strict=True)]

@@ -1,0 +1,146 @@
+"""The device-side flow of one answer: charge the budget, randomize securely, store in the
+durable outbox, and upload later in batches.
+
+Order matters for privacy and durability: the ledger is charged before the report exists, the
+report is committed to the outbox before it is ever sent, and a retry resends the same bytes with
+the same report id, so no answer is ever randomized twice and none is counted twice.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from client.ledger import Budget, Ledger
+from client.outbox import Outbox, load_or_create_secret, memo_key
+from client.survey import SurveySpec
+from client.transport import Transport, TransportError
+from protos.ldp.v1 import ldp_pb2
+
+REPORT_ID_BYTES = 16
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    """What one flush achieved."""
+
+    accepted: int
+    duplicate: int
+    rejected: int
+    pending: int
+    error: str = ""
+
+
+class Reporter:
+    """One device: its survey cache, budget ledger and outbox (all in one SQLite file)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        state_path: str | os.PathLike,
+        budget: Budget | None = None,
+        *,
+        memoize: bool = True,
+    ) -> None:
+        self._transport = transport
+        self._path = Path(state_path)
+        self.ledger = Ledger(self._path, budget)
+        self.outbox = Outbox(self._path)
+        self._secret = load_or_create_secret(self._path)
+        self._memoize = memoize
+        self._surveys: dict[str, SurveySpec] = {}
+
+    def survey(self, survey_id: str) -> SurveySpec:
+        """The survey definition, fetched once from the aggregator."""
+        if survey_id not in self._surveys:
+            self._surveys[survey_id] = self._transport.get_survey(survey_id)
+        return self._surveys[survey_id]
+
+    def answer(self, survey_id: str, question_id: str, answer: object) -> bytes:
+        """Randomize one answer and queue it; returns the report id.
+
+        Raises ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
+        question's privacy cost. With memoization, asking the same question again with the same
+        answer re-queues the stored report at no new cost.
+        """
+        survey = self.survey(survey_id)
+        try:
+            question = survey.question(question_id)
+        except KeyError:
+            raise KeyError(f"survey {survey_id!r} has no question {question_id!r}") from None
+        index = question.index(answer)  # type: ignore[arg-type]
+        mech = question.mechanism
+        key = memo_key(self._secret, survey_id, question_id, mech.describe(), index)
+        if self._memoize:
+            stored = self.outbox.memo_lookup(key)
+            if stored is not None:
+                report_id, payload = stored
+                self.outbox.add(report_id, survey_id, question_id, payload)
+                return report_id
+        report_id = os.urandom(REPORT_ID_BYTES)
+        self.ledger.charge(
+            mech.cost,
+            request_id=report_id.hex(),
+            survey_id=survey_id,
+            question_id=question_id,
+            mechanism=mech.describe(),
+        )
+        payload = mech.encode(mech.randomize(index))
+        memo = key if self._memoize else None
+        self.outbox.add(report_id, survey_id, question_id, payload, memo_key=memo)
+        return report_id
+
+    def flush(self, batch_size: int = 500) -> FlushResult:
+        """Upload everything pending, oldest first, in batches.
+
+        Accepted and duplicate reports leave the outbox. A batch the server refuses for good is
+        split until the offending report is isolated and moved to the dead-letter table. An
+        unreachable or overloaded server stops the flush; the rest stays pending.
+        """
+        totals = {"accepted": 0, "duplicate": 0, "rejected": 0}
+        error = ""
+        while True:
+            batch = self.outbox.pending(batch_size)
+            if not batch:
+                break
+            try:
+                self._send(batch, totals)
+            except TransportError as exc:
+                error = str(exc)
+                break
+        return FlushResult(pending=len(self.outbox), error=error, **totals)
+
+    def _send(self, batch, totals: dict[str, int]) -> None:
+        reports = [
+            ldp_pb2.Report(
+                report_id=item.report_id,
+                survey_id=item.survey_id,
+                question_id=item.question_id,
+                payload=item.payload,
+            )
+            for item in batch
+        ]
+        self.outbox.mark_attempt([item.report_id for item in batch])
+        try:
+            results = self._transport.upload(reports)
+        except TransportError as exc:
+            if exc.retryable or exc.code == grpc.StatusCode.UNKNOWN:
+                raise
+            if len(batch) == 1:
+                self.outbox.reject(batch[0].report_id, exc.code.name, exc.details)
+                totals["rejected"] += 1
+                return
+            middle = len(batch) // 2
+            self._send(batch[:middle], totals)
+            self._send(batch[middle:], totals)
+            return
+        for result in results:
+            totals["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
+        self.outbox.acknowledge([item.report_id for item in batch])
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.outbox.close()

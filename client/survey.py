@@ -1,0 +1,215 @@
+"""Survey and question definitions, shared by devices (from the wire) and the aggregator (from
+TOML). A question's mechanism is built from its declared parameters, so a device's privacy cost
+always comes from the numbers it will actually randomize with."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from client.mechanisms import (
+    DEFAULT_GRANULARITY_BITS,
+    FlipComponents,
+    GaussianNoise,
+    LaplaceNoise,
+    Mechanism,
+    RandomizedResponse,
+)
+from protos.ldp.v1 import ldp_pb2
+
+MECHANISM_NAMES = {
+    "randomized_response": ldp_pb2.RANDOMIZED_RESPONSE,
+    "flip_components": ldp_pb2.FLIP_COMPONENTS,
+    "gaussian": ldp_pb2.GAUSSIAN,
+    "laplace": ldp_pb2.LAPLACE,
+}
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class SurveyError(ValueError):
+    """A survey or question definition is invalid."""
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    categories: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class QuestionSpec:
+    """One question: its attributes (one, or several for a contingency table) and mechanism."""
+
+    id: str
+    text: str
+    attributes: tuple[Attribute, ...]
+    mechanism: Mechanism
+
+    @property
+    def k(self) -> int:
+        return self.mechanism.k
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(a.categories) for a in self.attributes)
+
+    @property
+    def labels(self) -> list[str]:
+        """Category labels in joint (row-major) order, attributes joined by '|'."""
+        labels = [""]
+        for attribute in self.attributes:
+            labels = [f"{p}|{c}" if p else c for p in labels for c in attribute.categories]
+        return labels
+
+    def index(self, answer: int | str | Sequence[int | str]) -> int:
+        """The joint category index of an answer: a category index or label, or for several
+        attributes the joint index, labels joined by '|', or one label or index per attribute."""
+        if len(self.attributes) == 1:
+            return _category(answer, self.attributes[0])  # type: ignore[arg-type]
+        if isinstance(answer, int):
+            return _category(answer, Attribute(self.id, tuple(self.labels)))
+        parts = answer.split("|") if isinstance(answer, str) else list(answer)
+        if len(parts) != len(self.attributes):
+            raise SurveyError(f"question {self.id} needs one answer per attribute")
+        index = 0
+        for part, attribute in zip(parts, self.attributes, strict=True):
+            index = index * len(attribute.categories) + _category(part, attribute)
+        return index
+
+    def to_proto(self) -> ldp_pb2.Question:
+        mech = self.mechanism
+        message = ldp_pb2.Question(
+            id=self.id,
+            text=self.text,
+            attributes=[
+                ldp_pb2.Attribute(name=a.name, categories=list(a.categories))
+                for a in self.attributes
+            ],
+            mechanism=MECHANISM_NAMES[mech.name],
+        )
+        if isinstance(mech, GaussianNoise):
+            message.rho = mech.rho
+        else:
+            message.epsilon = mech.parameter
+        if isinstance(mech, GaussianNoise | LaplaceNoise):
+            message.granularity_bits = mech.granularity_bits
+        return message
+
+    @classmethod
+    def from_proto(cls, message: ldp_pb2.Question) -> QuestionSpec:
+        attributes = tuple(Attribute(a.name, tuple(a.categories)) for a in message.attributes)
+        names = {v: k for k, v in MECHANISM_NAMES.items()}
+        if message.mechanism not in names:
+            raise SurveyError(f"question {message.id!r} has no known mechanism")
+        parameter = message.rho if message.mechanism == ldp_pb2.GAUSSIAN else message.epsilon
+        return build_question(
+            message.id,
+            message.text,
+            attributes,
+            names[message.mechanism],
+            parameter,
+            message.granularity_bits or DEFAULT_GRANULARITY_BITS,
+        )
+
+
+def _category(part: int | str, attribute: Attribute) -> int:
+    if isinstance(part, str):
+        if part in attribute.categories:
+            return attribute.categories.index(part)
+        raise SurveyError(f"{part!r} is not a category of {attribute.name}")
+    if isinstance(part, bool) or not isinstance(part, int):
+        raise SurveyError(f"{part!r} is not a category of {attribute.name}")
+    if not 0 <= part < len(attribute.categories):
+        raise SurveyError(f"{part!r} is not a category index of {attribute.name}")
+    return part
+
+
+def build_question(
+    question_id: str,
+    text: str,
+    attributes: Sequence[Attribute],
+    mechanism: str,
+    parameter: float,
+    granularity_bits: int = DEFAULT_GRANULARITY_BITS,
+) -> QuestionSpec:
+    """Validate a question definition and build its mechanism."""
+    check_id("question", question_id)
+    if not attributes:
+        raise SurveyError(f"question {question_id}: needs categories or attributes")
+    for attribute in attributes:
+        if len(attribute.categories) < 2 or len(set(attribute.categories)) != len(
+            attribute.categories
+        ):
+            raise SurveyError(
+                f"question {question_id}: attribute {attribute.name!r} needs >= 2 distinct "
+                "categories"
+            )
+    k = math.prod(len(a.categories) for a in attributes)
+    if mechanism not in MECHANISM_NAMES:
+        raise SurveyError(
+            f"question {question_id}: unknown mechanism {mechanism!r}; "
+            f"choose from {sorted(MECHANISM_NAMES)}"
+        )
+    try:
+        if mechanism == "randomized_response":
+            mech: Mechanism = RandomizedResponse(k, parameter)
+        elif mechanism == "flip_components":
+            mech = FlipComponents(k, parameter)
+        elif mechanism == "gaussian":
+            mech = GaussianNoise(k, parameter, granularity_bits=granularity_bits)
+        else:
+            mech = LaplaceNoise(k, parameter, granularity_bits=granularity_bits)
+    except ValueError as exc:
+        raise SurveyError(f"question {question_id}: {exc}") from exc
+    return QuestionSpec(question_id, text, tuple(attributes), mech)
+
+
+def check_id(kind: str, value: object) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise SurveyError(
+            f"{kind} id {value!r} must be 1-64 letters, digits, '_', '.', '-' (not leading)"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class SurveySpec:
+    id: str
+    title: str
+    questions: tuple[QuestionSpec, ...]
+    min_batch_size: int
+
+    def __post_init__(self) -> None:
+        check_id("survey", self.id)
+        ids = [q.id for q in self.questions]
+        if not ids:
+            raise SurveyError(f"survey {self.id}: has no questions")
+        if len(set(ids)) != len(ids):
+            raise SurveyError(f"survey {self.id}: question ids must be unique")
+        if not isinstance(self.min_batch_size, int) or self.min_batch_size < 1:
+            raise SurveyError(f"survey {self.id}: min_batch_size must be a positive integer")
+
+    def question(self, question_id: str) -> QuestionSpec:
+        for question in self.questions:
+            if question.id == question_id:
+                return question
+        raise KeyError(question_id)
+
+    def to_proto(self) -> ldp_pb2.Survey:
+        return ldp_pb2.Survey(
+            id=self.id,
+            title=self.title,
+            questions=[q.to_proto() for q in self.questions],
+            min_batch_size=self.min_batch_size,
+        )
+
+    @classmethod
+    def from_proto(cls, message: ldp_pb2.Survey) -> SurveySpec:
+        return cls(
+            message.id,
+            message.title,
+            tuple(QuestionSpec.from_proto(q) for q in message.questions),
+            int(message.min_batch_size),
+        )

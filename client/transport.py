@@ -1,0 +1,90 @@
+"""The device's gRPC connection to the aggregator: deadlines on every call, and retries with
+exponential backoff and jitter on UNAVAILABLE only (uploads are idempotent thanks to report ids,
+every other failure is final)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+
+import grpc
+
+from client.survey import SurveySpec
+from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+
+class TransportError(Exception):
+    """A call failed for good (or ran out of retries); ``code`` is the gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+    @property
+    def retryable(self) -> bool:
+        """Whether trying again later may succeed (the server was unreachable or overloaded)."""
+        return self.code in RETRYABLE or self.code in (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+        )
+
+
+class Transport:
+    """Synchronous client of the Collector service."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float = 10.0,
+        max_attempts: int = 5,
+        initial_backoff: float = 0.1,
+        max_backoff: float = 2.0,
+    ) -> None:
+        options = [("grpc.max_receive_message_length", 4 * 1024 * 1024)]
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        self._stub = ldp_pb2_grpc.CollectorStub(self._channel)
+        self._timeout = timeout
+        self._max_attempts = max_attempts
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+
+    def _call(self, method, request):
+        delay = self._initial_backoff
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return method(request, timeout=self._timeout)
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code not in RETRYABLE or attempt == self._max_attempts:
+                    raise TransportError(code, exc.details() or "") from None
+            time.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, self._max_backoff)
+        raise AssertionError("unreachable")
+
+    def get_survey(self, survey_id: str) -> SurveySpec:
+        """Fetch and validate a survey definition."""
+        message = self._call(self._stub.GetSurvey, ldp_pb2.GetSurveyRequest(survey_id=survey_id))
+        return SurveySpec.from_proto(message)
+
+    def upload(self, reports: Sequence[ldp_pb2.Report]) -> list[ldp_pb2.ReportResult]:
+        """Upload a batch (all-or-nothing on the server); per-report accepted/duplicate."""
+        response = self._call(self._stub.Upload, ldp_pb2.UploadRequest(reports=reports))
+        return list(response.results)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,208 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Mechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MECHANISM_UNSPECIFIED: _ClassVar[Mechanism]
+    RANDOMIZED_RESPONSE: _ClassVar[Mechanism]
+    FLIP_COMPONENTS: _ClassVar[Mechanism]
+    GAUSSIAN: _ClassVar[Mechanism]
+    LAPLACE: _ClassVar[Mechanism]
+
+class ReportStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPORT_STATUS_UNSPECIFIED: _ClassVar[ReportStatus]
+    ACCEPTED: _ClassVar[ReportStatus]
+    DUPLICATE: _ClassVar[ReportStatus]
+    REJECTED: _ClassVar[ReportStatus]
+MECHANISM_UNSPECIFIED: Mechanism
+RANDOMIZED_RESPONSE: Mechanism
+FLIP_COMPONENTS: Mechanism
+GAUSSIAN: Mechanism
+LAPLACE: Mechanism
+REPORT_STATUS_UNSPECIFIED: ReportStatus
+ACCEPTED: ReportStatus
+DUPLICATE: ReportStatus
+REJECTED: ReportStatus
+
+class Attribute(_message.Message):
+    __slots__ = ("name", "categories")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CATEGORIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    categories: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Question(_message.Message):
+    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    RHO_FIELD_NUMBER: _ClassVar[int]
+    GRANULARITY_BITS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    text: str
+    attributes: _containers.RepeatedCompositeFieldContainer[Attribute]
+    mechanism: Mechanism
+    epsilon: float
+    rho: float
+    granularity_bits: int
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ...) -> None: ...
+
+class Survey(_message.Message):
+    __slots__ = ("id", "title", "questions", "min_batch_size")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    MIN_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    questions: _containers.RepeatedCompositeFieldContainer[Question]
+    min_batch_size: int
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ...) -> None: ...
+
+class Report(_message.Message):
+    __slots__ = ("report_id", "survey_id", "question_id", "payload")
+    REPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    report_id: bytes
+    survey_id: str
+    question_id: str
+    payload: bytes
+    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class ReportResult(_message.Message):
+    __slots__ = ("report_id", "status", "code", "reason")
+    REPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    report_id: bytes
+    status: ReportStatus
+    code: str
+    reason: str
+    def __init__(self, report_id: _Optional[bytes] = ..., status: _Optional[_Union[ReportStatus, str]] = ..., code: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class UploadRequest(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[Report]
+    def __init__(self, reports: _Optional[_Iterable[_Union[Report, _Mapping]]] = ...) -> None: ...
+
+class UploadResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReportResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ...) -> None: ...
+
+class GetSurveyRequest(_message.Message):
+    __slots__ = ("survey_id",)
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    def __init__(self, survey_id: _Optional[str] = ...) -> None: ...
+
+class ListSurveysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSurveysResponse(_message.Message):
+    __slots__ = ("surveys",)
+    SURVEYS_FIELD_NUMBER: _ClassVar[int]
+    surveys: _containers.RepeatedCompositeFieldContainer[Survey]
+    def __init__(self, surveys: _Optional[_Iterable[_Union[Survey, _Mapping]]] = ...) -> None: ...
+
+class EstimateRequest(_message.Message):
+    __slots__ = ("survey_id", "question_id", "confidence")
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    question_id: str
+    confidence: float
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ...) -> None: ...
+
+class EstimateResponse(_message.Message):
+    __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected")
+    N_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCIES_FIELD_NUMBER: _ClassVar[int]
+    STANDARD_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    CI_LOW_FIELD_NUMBER: _ClassVar[int]
+    CI_HIGH_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    PROJECTED_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    frequencies: _containers.RepeatedScalarFieldContainer[float]
+    standard_errors: _containers.RepeatedScalarFieldContainer[float]
+    ci_low: _containers.RepeatedScalarFieldContainer[float]
+    ci_high: _containers.RepeatedScalarFieldContainer[float]
+    confidence: float
+    mechanism: str
+    projected: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class GoodnessOfFitRequest(_message.Message):
+    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method")
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    P0_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    question_id: str
+    p0: _containers.RepeatedScalarFieldContainer[float]
+    alpha: float
+    method: str
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ...) -> None: ...
+
+class IndependenceRequest(_message.Message):
+    __slots__ = ("survey_id", "question_id", "alpha", "method")
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    question_id: str
+    alpha: float
+    method: str
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ...) -> None: ...
+
+class TestResponse(_message.Message):
+    __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism")
+    STATISTIC_FIELD_NUMBER: _ClassVar[int]
+    PVALUE_FIELD_NUMBER: _ClassVar[int]
+    DOF_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    N_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    REJECT_FIELD_NUMBER: _ClassVar[int]
+    INCONCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    statistic: float
+    pvalue: float
+    dof: int
+    method: str
+    n: int
+    alpha: float
+    reject: bool
+    inconclusive: bool
+    reason: str
+    expected: _containers.RepeatedScalarFieldContainer[float]
+    observed: _containers.RepeatedScalarFieldContainer[float]
+    mechanism: str
+    def __init__(self, statistic: _Optional[float] = ..., pvalue: _Optional[float] = ..., dof: _Optional[int] = ..., method: _Optional[str] = ..., n: _Optional[int] = ..., alpha: _Optional[float] = ..., reject: _Optional[bool] = ..., inconclusive: _Optional[bool] = ..., reason: _Optional[str] = ..., expected: _Optional[_Iterable[float]] = ..., observed: _Optional[_Iterable[float]] = ..., mechanism: _Optional[str] = ...) -> None: ...
