@@ -24,7 +24,6 @@ from client.reporter import Reporter
 from client.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
-
 # Room for pure reports and for Gaussian (zCDP) reports.
 MIXED_BUDGET = Budget(20.0, pointwise=5.0)  # rho cap 2.72
 
