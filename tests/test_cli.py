@@ -1,0 +1,317 @@
+"""The command-line tools as a user runs them: real processes, a real server on loopback.
+User mistakes give one line on stderr and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def run(tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    module = {"agg": "aggregator.cli", "client": "client.cli"}[tool]
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120
+    )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def assert_user_error(done: subprocess.CompletedProcess, status: int, fragment: str) -> None:
+    assert done.returncode == status, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], done.stderr
+
+
+@pytest.fixture
+def live_server(tmp_path: Path, survey_file: Path):
+    port_file = tmp_path / "port"
+    db = tmp_path / "store.sqlite"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aggregator.cli",
+            "serve",
+            "--config",
+            str(survey_file),
+            "--db",
+            str(db),
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--insecure",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 20
+    while not (port_file.exists() and port_file.read_text().strip()):
+        assert process.poll() is None and time.time() < deadline, process.stderr.read()
+        time.sleep(0.05)
+    yield f"127.0.0.1:{port_file.read_text().strip()}", db, process
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+
+
+def test_full_flow_through_the_cli(live_server, tmp_path, survey_file):
+    server, db, process = live_server
+    state = tmp_path / "device.sqlite"
+    common = ["--server", server, "--state", str(state)]
+    first = run(
+        "client",
+        "submit",
+        *common,
+        "--survey",
+        "s1",
+        "--question",
+        "rr",
+        "--answer",
+        "b",
+        "--budget",
+        "3",
+        "--json",
+    )
+    assert json.loads(first.stdout)["flush"]["accepted"] == 1
+    run(
+        "client",
+        "submit",
+        *common,
+        "--survey",
+        "s1",
+        "--question",
+        "joint",
+        "--answer",
+        "x1|y2",
+        "--no-flush",
+    )
+    flushed = json.loads(run("client", "flush", *common, "--json").stdout)
+    assert (flushed["accepted"], flushed["pending"]) == (1, 0)
+    budget = json.loads(run("client", "budget", "--state", str(state), "--json").stdout)
+    assert budget["spent_pointwise"] == pytest.approx(3.0) and budget["charges"] == 2
+    refused = run(
+        "client",
+        "submit",
+        *common,
+        "--survey",
+        "s1",
+        "--question",
+        "rr",
+        "--answer",
+        "a",
+        check=False,
+    )
+    assert_user_error(refused, 2, "refused")
+
+    sim = json.loads(
+        run(
+            "client",
+            "simulate",
+            "--server",
+            server,
+            "--survey",
+            "s1",
+            "--devices",
+            "300",
+            "--seed",
+            "1",
+            "--json",
+        ).stdout
+    )
+    assert sim["accepted"] == 1500 and sim["duplicate"] == 0
+
+    db_args = ["--config", str(survey_file), "--db", str(db), "--survey", "s1"]
+    est = json.loads(run("agg", "estimate", *db_args, "--question", "gauss", "--json").stdout)
+    assert est["n"] == 300 and est["labels"] == ["a", "b", "c", "d"]
+    gof = json.loads(
+        run(
+            "agg",
+            "test",
+            *db_args,
+            "--question",
+            "lap",
+            "gof",
+            "--p0",
+            "0.25,0.25,0.25,0.25",
+            "--seed",
+            "3",
+            "--json",
+        ).stdout
+    )
+    assert gof["dof"] is None and 0 < gof["pvalue"] <= 1
+    ind = run("agg", "test", *db_args, "--question", "joint", "independence")
+    assert "independence" in ind.stdout and "p-value" in ind.stdout
+    rebuilt = json.loads(
+        run("agg", "rebuild", "--config", str(survey_file), "--db", str(db), "--json").stdout
+    )
+    assert all(row["matched"] for row in rebuilt)
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0
+
+
+def test_aggregator_user_errors(tmp_path, survey_file):
+    db = tmp_path / "none.sqlite"
+    assert_user_error(
+        run("agg", "serve", "--config", str(survey_file), "--db", str(db), check=False),
+        2,
+        "--insecure",
+    )
+    assert_user_error(
+        run(
+            "agg",
+            "serve",
+            "--config",
+            str(tmp_path / "missing.toml"),
+            "--db",
+            str(db),
+            "--insecure",
+            check=False,
+        ),
+        2,
+        "not found",
+    )
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[[survey]]\nid = "s"\n[[survey.question]]\nid = "q"\n'
+        'categories = ["a", "b"]\nmechanism = "coin"\nepsilon = 1.0\n'
+    )
+    assert_user_error(
+        run("agg", "serve", "--config", str(bad), "--db", str(db), "--insecure", check=False),
+        2,
+        "unknown mechanism",
+    )
+    bad.write_text("[[survey]\n")
+    assert_user_error(
+        run(
+            "agg",
+            "estimate",
+            "--config",
+            str(bad),
+            "--db",
+            str(db),
+            "--survey",
+            "s",
+            "--question",
+            "q",
+            check=False,
+        ),
+        2,
+        "cannot read",
+    )
+    args = ["--config", str(survey_file), "--db", str(db), "--survey", "s1", "--question", "rr"]
+    assert_user_error(run("agg", "estimate", *args, check=False), 2, "not found")
+
+
+def test_release_threshold_and_bad_test_input(live_server, survey_file):
+    server, db, _ = live_server
+    args = ["--config", str(survey_file), "--db", str(db), "--survey", "s1"]
+    assert_user_error(
+        run("agg", "estimate", *args, "--question", "rr", check=False), 3, "released from 5"
+    )
+    run("client", "simulate", "--server", server, "--survey", "s1", "--devices", "20")
+    assert_user_error(
+        run("agg", "test", *args, "--question", "rr", "gof", "--p0", "0.5,0.5", check=False),
+        2,
+        "length 4",
+    )
+    assert_user_error(run("agg", "test", *args, "--question", "rr", "gof", check=False), 2, "--p0")
+    assert_user_error(
+        run("agg", "test", *args, "--question", "nope", "gof", "--p0", "1", check=False),
+        2,
+        "no question",
+    )
+
+
+def test_client_user_errors(live_server, tmp_path):
+    server, _, _ = live_server
+    state = ["--server", server, "--state", str(tmp_path / "d.sqlite")]
+    assert_user_error(
+        run(
+            "client",
+            "submit",
+            *state,
+            "--survey",
+            "nope",
+            "--question",
+            "rr",
+            "--answer",
+            "a",
+            "--budget",
+            "5",
+            check=False,
+        ),
+        2,
+        "NOT_FOUND",
+    )
+    assert_user_error(
+        run(
+            "client",
+            "submit",
+            *state,
+            "--survey",
+            "s1",
+            "--question",
+            "rr",
+            "--answer",
+            "zebra",
+            "--budget",
+            "5",
+            check=False,
+        ),
+        2,
+        "zebra",
+    )
+    assert_user_error(
+        run("client", "budget", "--state", str(tmp_path / "x.sqlite"), check=False),
+        2,
+        "does not exist",
+    )
+    assert_user_error(
+        run(
+            "client",
+            "submit",
+            "--server",
+            server,
+            "--state",
+            str(tmp_path / "n.sqlite"),
+            "--survey",
+            "s1",
+            "--question",
+            "rr",
+            "--answer",
+            "a",
+            "--budget",
+            "-1",
+            check=False,
+        ),
+        2,
+        "epsilon",
+    )
+    assert_user_error(
+        run(
+            "client",
+            "simulate",
+            "--server",
+            server,
+            "--survey",
+            "s1",
+            "--devices",
+            "5",
+            "--truth",
+            "rr=0.5,0.5",
+            check=False,
+        ),
+        2,
+        "rr",
+    )
