@@ -1,4 +1,4 @@
-"""``ldp-aggregator``: serve, estimate, test, rebuild.
+"""``ldp-aggregator``: serve, estimate, test, export, import, rebuild.
 
 User mistakes end with a one-line message on stderr and a non-zero exit status (2: bad input,
 3: not enough reports to release), never a traceback.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator import ingest
+from aggregator import ingest, shards
 from aggregator.config import ConfigError, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.ingest import ReportRejectedError
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.status
-    except (ConfigError, StoreError, LdpError, ValueError, OSError) as exc:
+    except (ConfigError, StoreError, LdpError, ValueError, OSError) as exc:  # incl. shard errors
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -86,6 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
     test.add_argument("--json", action="store_true", help="machine-readable output")
     test.set_defaults(run=run_test)
+
+    export = sub.add_parser("export", help="write a survey's reports as shard files")
+    _common(export)
+    export.add_argument("--survey", required=True)
+    export.add_argument("--out", type=Path, required=True, help="output directory")
+    export.add_argument("--shards", type=int, default=4)
+    export.set_defaults(run=run_export)
+
+    imp = sub.add_parser("import", help="read shard files into the report store")
+    _common(imp)
+    imp.add_argument("--from", dest="source", type=Path, required=True, help="shard directory")
+    imp.set_defaults(run=run_import)
 
     rebuild = sub.add_parser("rebuild", help="recompute statistics from the report log")
     _common(rebuild)
@@ -178,6 +190,64 @@ def run_test(args: argparse.Namespace) -> int:
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     print(json.dumps(result.to_dict()) if args.json else result.summary())
+    return 0
+
+
+def _open_store(surveys, db: Path) -> ReportStore:
+    store = ReportStore(db)
+    for survey in surveys.values():
+        for question in survey.questions:
+            store.register_question(survey.id, question.id, question.k)
+    return store
+
+
+def run_export(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    if args.survey not in surveys:
+        raise UserError(f"unknown survey {args.survey!r}")
+    if not args.db.exists():
+        raise UserError(f"report store not found: {args.db}")
+    store = _open_store(surveys, args.db)
+    try:
+        manifest = shards.export_survey(store, surveys[args.survey], args.out, args.shards)
+    finally:
+        store.close()
+    print(
+        f"exported {manifest.reports} reports of {args.survey} into {len(manifest.shards)} "
+        f"shard(s) in {args.out}"
+    )
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    manifest = shards.read_manifest(args.source)
+    survey = surveys.get(manifest.survey.id)
+    if survey != manifest.survey:
+        raise UserError(
+            f"survey {manifest.survey.id!r} in {args.source} differs from (or is missing in) "
+            f"{args.config}"
+        )
+    shards.verify(args.source, manifest)
+    store = _open_store(surveys, args.db)
+    fresh: list[bool] = []
+    try:
+        for name, _, _ in manifest.shards:
+            batch = []
+            for report in shards.read_shard(args.source / name):
+                try:
+                    batch.append(ingest.validate(report, surveys))
+                except ReportRejectedError as exc:
+                    raise UserError(f"{name}: invalid report ({exc.code.name}): {exc}") from None
+                if len(batch) == 5000:
+                    fresh += store.put(batch)
+                    batch = []
+            fresh += store.put(batch) if batch else []
+    finally:
+        store.close()
+    accepted = sum(fresh)
+    duplicate = len(fresh) - accepted
+    print(f"imported {accepted} new reports ({duplicate} already present)")
     return 0
 
 

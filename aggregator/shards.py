@@ -1,0 +1,159 @@
+"""Sharded export of a survey's report log, for re-import and for distributed aggregation jobs.
+
+Format ``ldp-report-shards`` version 1 (documented in docs/shard-format.md): a directory with
+``manifest.json`` and shard files ``<survey>-<i>-of-<n>.ldpr``. A shard is the 8-byte header
+``b"LDPR\\x01\\x00\\x00\\x00"`` followed by records, each a base-128 varint length and the
+serialized wire ``ldp.v1.Report``. Length-delimited protobuf was chosen over Parquet because it
+needs no dependency beyond protobuf (already required), keeps the exact wire bytes (the same
+validation code reads it), streams record by record, and splits into shards trivially. Reports are
+assigned to shards by their random report id, so shards are balanced and an id always lands in
+the same shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import json_format
+
+from aggregator.storage import ReportStore
+from client.survey import SurveySpec
+from protos.ldp.v1 import ldp_pb2
+
+FORMAT = "ldp-report-shards"
+VERSION = 1
+HEADER = b"LDPR" + bytes([VERSION, 0, 0, 0])
+MAX_RECORD_BYTES = 1 << 20
+
+
+class ShardFormatError(ValueError):
+    """A shard directory or file is not in the expected format (or is corrupt)."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    survey: SurveySpec
+    shards: tuple[tuple[str, int, str], ...]  # (file name, report count, sha256 hex)
+
+    @property
+    def reports(self) -> int:
+        return sum(count for _, count, _ in self.shards)
+
+
+def shard_of(report_id: bytes, shards: int) -> int:
+    """The shard a report id belongs to (ids are uniformly random, so shards balance)."""
+    return int.from_bytes(report_id[:8], "little") % shards
+
+
+def export_survey(store: ReportStore, survey: SurveySpec, out_dir: Path, shards: int) -> Manifest:
+    """Write every stored report of ``survey`` into ``shards`` shard files plus a manifest."""
+    if shards < 1:
+        raise ValueError("shards must be at least 1")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = [f"{survey.id}-{i:05d}-of-{shards:05d}.ldpr" for i in range(shards)]
+    files = [open(out_dir / name, "wb") for name in names]  # noqa: SIM115 - closed below
+    counts = [0] * shards
+    try:
+        for file in files:
+            file.write(HEADER)
+        for report_id, question_id, payload in store.iter_reports(survey.id):
+            record = ldp_pb2.Report(
+                report_id=report_id, survey_id=survey.id, question_id=question_id, payload=payload
+            ).SerializeToString()
+            index = shard_of(report_id, shards)
+            files[index].write(_varint(len(record)) + record)
+            counts[index] += 1
+    finally:
+        for file in files:
+            file.close()
+    entries = tuple(
+        (name, count, _sha256(out_dir / name)) for name, count in zip(names, counts, strict=True)
+    )
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "survey": json_format.MessageToDict(survey.to_proto()),
+        "shards": [{"file": n, "reports": c, "sha256": h} for n, c, h in entries],
+    }
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return Manifest(survey, entries)
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """Parse and check a shard directory's manifest (not the shard contents)."""
+    try:
+        data = json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ShardFormatError(f"cannot read {directory / 'manifest.json'}: {exc}") from exc
+    if data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise ShardFormatError(f"{directory} is not {FORMAT} version {VERSION}")
+    try:
+        survey = SurveySpec.from_proto(json_format.ParseDict(data["survey"], ldp_pb2.Survey()))
+        shards = tuple((s["file"], int(s["reports"]), s["sha256"]) for s in data["shards"])
+    except (KeyError, TypeError, ValueError, json_format.ParseError) as exc:
+        raise ShardFormatError(f"{directory}: malformed manifest: {exc}") from exc
+    return Manifest(survey, shards)
+
+
+def read_shard(path: Path) -> Iterator[ldp_pb2.Report]:
+    """Stream the reports of one shard file."""
+    with open(path, "rb") as file:
+        if file.read(len(HEADER)) != HEADER:
+            raise ShardFormatError(f"{path}: not a version-{VERSION} report shard")
+        while True:
+            length = _read_varint(file, path)
+            if length is None:
+                return
+            if length > MAX_RECORD_BYTES:
+                raise ShardFormatError(f"{path}: record of {length} bytes is too large")
+            record = file.read(length)
+            if len(record) != length:
+                raise ShardFormatError(f"{path}: truncated record")
+            yield ldp_pb2.Report.FromString(record)
+
+
+def verify(directory: Path, manifest: Manifest) -> None:
+    """Check every shard's checksum against the manifest."""
+    for name, _, digest in manifest.shards:
+        if _sha256(directory / name) != digest:
+            raise ShardFormatError(f"{directory / name}: checksum does not match the manifest")
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _read_varint(file, path: Path) -> int | None:
+    value, shift = 0, 0
+    while True:
+        byte = file.read(1)
+        if not byte:
+            if shift:
+                raise ShardFormatError(f"{path}: truncated length prefix")
+            return None
+        value |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return value
+        shift += 7
+        if shift > 63:
+            raise ShardFormatError(f"{path}: malformed length prefix")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
