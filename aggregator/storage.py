@@ -92,6 +92,13 @@ class _Call:
     future: Future[Any]
 
 
+class _Stop:
+    """Queued by close(): everything before it is drained, then the writer exits."""
+
+
+_Item = _Submit | _Call | _Stop
+
+
 class ReportStore:
     """Reports and statistics in one SQLite file; see the module docstring for the guarantees."""
 
@@ -125,7 +132,7 @@ class ReportStore:
             conn.close()
             raise
         self._conn = conn  # used only by the writer thread from here on
-        self._queue: queue.SimpleQueue[_Submit | _Call | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()  # orders "closed" against enqueueing
         self._closed = False
         self._writer = threading.Thread(target=self._run, name="report-store-writer", daemon=True)
@@ -221,7 +228,7 @@ class ReportStore:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._queue.put(None)
+                self._queue.put(_Stop())
         self._writer.join()
 
     # -- reads (own connection per call, never the writer's) -----------------------------------
@@ -274,7 +281,7 @@ class ReportStore:
             raise StoreError("payload must be bytes")
         _check_contribution(report.contribution, k)
 
-    def _enqueue(self, item: _Submit | _Call) -> None:
+    def _enqueue(self, item: _Item) -> None:
         with self._lock:
             if self._closed:
                 raise StoreError("store is closed")
@@ -294,12 +301,12 @@ class ReportStore:
         return conn
 
     def _run(self) -> None:
-        """The writer thread: group submits into transactions until the stop marker (None)."""
-        carry: _Submit | _Call | None = None
+        """The writer thread: group submits into transactions until the stop marker."""
+        carry: _Item | None = None
         while True:
             item = carry if carry is not None else self._queue.get()
             carry = None
-            if item is None:
+            if isinstance(item, _Stop):
                 break
             if isinstance(item, _Call):
                 self._run_call(item)
@@ -312,9 +319,7 @@ class ReportStore:
                 except queue.Empty:
                     break
                 if not isinstance(nxt, _Submit) or size + len(nxt.reports) > self._max_batch:
-                    carry = (
-                        nxt  # a stop marker, a call or an overflowing submit starts the next round
-                    )
+                    carry = nxt  # a stop, a call or an overflowing submit: next round
                     break
                 group.append(nxt)
                 size += len(nxt.reports)

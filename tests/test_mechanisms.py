@@ -641,7 +641,7 @@ def test_aggregate_is_the_sum_of_report_vectors(mech):
 
 @pytest.mark.parametrize("mech", CONFIGS, ids=label)
 def test_simulate_histogram_matches_the_channel(mech):
-    n, replicates = 500, 4000
+    n, replicates = 500, 20_000
     agg = mech.simulate_histogram(n, P, np.random.default_rng(21), size=replicates)
     assert agg.shape == (replicates, mech.k)
     assert_moments(agg, n * mech.report_mean(P), n * mech.report_covariance(P))
