@@ -29,7 +29,10 @@ class Histogram:
         if isinstance(self.n, bool) or not isinstance(self.n, numbers.Integral) or self.n < 0:
             raise InvalidInputError(f"n must be a non-negative integer, got {self.n!r}")
         object.__setattr__(self, "n", int(self.n))
-        values = np.array(self.values, dtype=np.float64)
+        try:
+            values = np.array(self.values, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"values must be a vector of numbers: {exc}") from exc
         k = self.mechanism.k
         if values.shape != (k,):
             raise InvalidInputError(f"values must have shape ({k},), got {values.shape}")

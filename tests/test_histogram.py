@@ -116,7 +116,6 @@ def test_accepts_any_finite_sums_within_the_support(mech, values):
     assert Histogram(mech, 10, values).values.tolist() == values
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: numpy's ValueError leaks")
 @pytest.mark.parametrize("values", [[1, [2, 3], 0, 0], ["a", 0, 0, 0]], ids=["ragged", "string"])
 def test_unconvertible_values_raise_invalid_input(values):
     with pytest.raises(InvalidInputError):

@@ -101,7 +101,8 @@ class _AdditiveNoise(Mechanism):
         if len(payload) != self.payload_size:
             raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")
         grid = np.frombuffer(payload, dtype="<i8").astype(np.int64)
-        if np.abs(grid).max() > self.scale + self.noise_bound:
+        limit = self.scale + self.noise_bound
+        if grid.max() > limit or grid.min() < -limit:
             raise ReportRangeError("a coordinate is outside the range the noise can produce")
         return grid
 
@@ -120,6 +121,8 @@ class _AdditiveNoise(Mechanism):
         reports = np.asarray(reports)
         if reports.ndim != 2 or reports.shape[1] != self.k:
             raise ValueError(f"reports must have shape (n, {self.k})")
+        if reports.size and not np.issubdtype(reports.dtype, np.integer):
+            raise ValueError("additive-noise reports are integer grid vectors (see to_real)")
         return reports.sum(axis=0, dtype=np.int64).astype(np.float64) / self.scale
 
     def simulate_histogram(

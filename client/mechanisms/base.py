@@ -37,7 +37,9 @@ class PrivacyCost:
     def __post_init__(self) -> None:
         if self.kind not in ("pure", "zcdp"):
             raise ValueError(f"unknown privacy cost kind {self.kind!r}")
-        if not (isinstance(self.value, numbers.Real) and math.isfinite(self.value)):
+        if isinstance(self.value, bool) or not (
+            isinstance(self.value, numbers.Real) and math.isfinite(self.value)
+        ):
             raise ValueError(f"privacy cost must be a finite number, got {self.value!r}")
         if self.value <= 0:
             raise ValueError(f"privacy cost must be positive, got {self.value!r}")

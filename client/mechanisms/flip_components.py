@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, Decimal, localcontext
 from functools import cached_property
 
 import numpy as np
@@ -71,7 +71,7 @@ class FlipComponents(Mechanism):
     def _flip_threshold(self) -> int:
         """ceil(s * 2**64) + 1, capped at 2**63: flip iff a uniform 64-bit integer is below it."""
         with localcontext() as ctx:
-            ctx.prec = _PRECISION
+            ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
             s = 1 / ((Decimal(self.epsilon) / 2).exp() + 1)
             threshold = int((s * 2**64).to_integral_value(rounding=ROUND_CEILING))
         return min(threshold + 1, 2**63)
@@ -79,9 +79,9 @@ class FlipComponents(Mechanism):
     @property
     def realized_epsilon(self) -> float:
         """2 ln((1 - s') / s') for the realised flip probability s' (<= epsilon)."""
-        s = Decimal(self._flip_threshold) / 2**64
         with localcontext() as ctx:
-            ctx.prec = _PRECISION
+            ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
+            s = Decimal(self._flip_threshold) / 2**64
             return float(2 * ((1 - s) / s).ln())
 
     # --- device side -------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from decimal import ROUND_FLOOR, Decimal, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_FLOOR, Decimal, localcontext
 from functools import cached_property
 
 import numpy as np
@@ -75,7 +75,7 @@ class RandomizedResponse(Mechanism):
     def _keep_threshold(self) -> int:
         """floor(P(keep) * k * 2**64): keep iff a uniform integer below k * 2**64 is below it."""
         with localcontext() as ctx:
-            ctx.prec = _PRECISION
+            ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
             t = (-Decimal(self.epsilon)).exp()
             keep = 1 / (1 + (self.k - 1) * t)
             scaled = keep * self.k * 2**64
@@ -88,7 +88,7 @@ class RandomizedResponse(Mechanism):
         """ln of the realised likelihood ratio of the secure sampler (<= epsilon)."""
         keep = Decimal(self._keep_threshold) / (self.k * 2**64)
         with localcontext() as ctx:
-            ctx.prec = _PRECISION
+            ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
             return float((keep * (self.k - 1) / (1 - keep)).ln())
 
     # --- device side -------------------------------------------------------------------------
@@ -104,7 +104,7 @@ class RandomizedResponse(Mechanism):
         return 4
 
     def encode(self, report: np.ndarray | int) -> bytes:
-        return struct.pack("<I", check_value(int(report), self.k))
+        return struct.pack("<I", check_value(report, self.k))
 
     def decode(self, payload: bytes) -> int:
         if len(payload) != self.payload_size:
