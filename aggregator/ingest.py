@@ -4,6 +4,7 @@ from its stored integer sums."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -74,6 +75,65 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
         payload=bytes(report.payload),
         contribution=contribution(question, report.payload),
     )
+
+
+def validate_batch(
+    reports: Sequence[ldp_pb2.Report], surveys: dict[str, SurveySpec]
+) -> list[StoredReport]:
+    """Validate a request's reports with vectorized decoding per question.
+
+    Equivalent to ``[validate(r, surveys) for r in reports]``; when a vectorized check fails the
+    reports are re-checked one by one, and the error names the first bad one (``report[i]``).
+    """
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, report in enumerate(reports):
+        groups.setdefault((report.survey_id, report.question_id), []).append(i)
+    out: list[StoredReport | None] = [None] * len(reports)
+    try:
+        for (survey_id, question_id), indices in groups.items():
+            _, question = find_question(surveys, survey_id, question_id)
+            ids = [bytes(reports[i].report_id) for i in indices]
+            payloads = [bytes(reports[i].payload) for i in indices]
+            if any(len(x) != REPORT_ID_BYTES for x in ids):
+                raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "report_id length")
+            rows = _contributions(question, payloads)
+            for i, report_id, payload, row in zip(indices, ids, payloads, rows, strict=True):
+                out[i] = StoredReport(report_id, survey_id, question_id, payload, row)
+    except ReportRejectedError:
+        for i, report in enumerate(reports):  # find and name the first bad report
+            try:
+                validate(report, surveys)
+            except ReportRejectedError as exc:
+                raise ReportRejectedError(exc.code, f"report[{i}]: {exc.message}") from None
+        raise
+    return out  # type: ignore[return-value]
+
+
+def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
+    """Integer contributions (m, k) of many payloads of one question, checked in bulk."""
+    mech = question.mechanism
+    size, k = mech.payload_size, mech.k
+    if any(len(p) != size for p in payloads):
+        raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload length")
+    joined = b"".join(payloads)
+    if isinstance(mech, RandomizedResponse):
+        index = np.frombuffer(joined, dtype="<u4")
+        if index.size and index.max() >= k:
+            raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "category")
+        rows = np.zeros((index.size, k), dtype=np.int64)
+        rows[np.arange(index.size), index] = 1
+        return rows
+    if isinstance(mech, FlipComponents):
+        packed = np.frombuffer(joined, dtype=np.uint8).reshape(len(payloads), size)
+        bits = np.unpackbits(packed, axis=1, bitorder="little")
+        if bits[:, k:].any():
+            raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "padding")
+        return bits[:, :k].astype(np.int64)
+    grid = np.frombuffer(joined, dtype="<i8").reshape(len(payloads), k).astype(np.int64)
+    limit = mech.scale + mech.noise_bound  # type: ignore[attr-defined]
+    if grid.size and (grid.max() > limit or grid.min() < -limit):
+        raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "grid value")
+    return grid
 
 
 def histogram(question: QuestionSpec, n: int, sums: np.ndarray) -> Histogram:

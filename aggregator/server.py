@@ -58,12 +58,10 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"at most {MAX_REPORTS_PER_REQUEST} reports per request, got {len(reports)}",
             )
-        stored = []
-        for i, report in enumerate(reports):
-            try:
-                stored.append(ingest.validate(report, self._surveys))
-            except ReportRejectedError as exc:
-                await context.abort(exc.code, f"report[{i}]: {exc.message}")
+        try:
+            stored = ingest.validate_batch(reports, self._surveys)
+        except ReportRejectedError as exc:
+            await context.abort(exc.code, exc.message)
         return ldp_pb2.UploadResponse(results=await self._store_all(stored))
 
     async def UploadStream(self, request_iterator: AsyncIterator, context):
