@@ -231,9 +231,10 @@ async def start_server(
     *,
     reflection: bool = False,
     credentials: grpc.ServerCredentials | None = None,
+    max_delay: float = 0.002,
 ) -> RunningServer:
     """Open the store, register every question, and start serving on ``address``."""
-    store = ReportStore(db_path)
+    store = ReportStore(db_path, max_delay=max_delay)
     for survey in surveys.values():
         for question in survey.questions:
             store.register_question(survey.id, question.id, question.k)
