@@ -17,12 +17,10 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
+from client.device_db import connect, immediate
 from client.mechanisms.base import PrivacyCost
 
 #: Relative slack in admission tests, so that e.g. ten charges of 0.1 fit a budget of 1.0.
@@ -149,27 +147,6 @@ class Charge:
     timestamp: float
 
 
-def _connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open the device database: autocommit (explicit transactions), WAL, fsync on commit."""
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    return conn
-
-
-@contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    """A write transaction that takes the database's write lock before reading anything."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
 def _check_cost(cost: object) -> PrivacyCost:
     """Re-validate a cost: a negative or non-finite charge would silently grow the budget."""
     if not isinstance(cost, PrivacyCost):
@@ -198,7 +175,7 @@ class Ledger:
     """
 
     def __init__(self, path: str | os.PathLike[str], budget: Budget | None = None) -> None:
-        self._conn = _connect(path)
+        self._conn = connect(path)
         try:
             self._budget = self._enroll(budget)
         except BaseException:
@@ -207,7 +184,7 @@ class Ledger:
 
     def _enroll(self, budget: Budget | None) -> Budget:
         self._conn.executescript(_SCHEMA)
-        with _immediate(self._conn):
+        with immediate(self._conn):
             row = self._conn.execute(
                 "SELECT epsilon, delta, pointwise FROM ledger_budget WHERE id = 1"
             ).fetchone()
@@ -268,7 +245,7 @@ class Ledger:
         one fresh randomization); ``request_id`` is recorded for audit, not deduplicated.
         """
         cost = _check_cost(cost)
-        with _immediate(self._conn):
+        with immediate(self._conn):
             admitted = self._admit(cost, self.spent())
             if admitted is None:
                 raise BudgetExceeded(f"{cost.kind} cost {cost.value:g} refused: {self.guarantee()}")

@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import sqlite3
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from client.device_db import connect, immediate
 
 REPORT_ID_SIZE = 16
 SECRET_SIZE = 32
@@ -71,27 +71,6 @@ class OutboxItem:
     attempts: int
 
 
-def _connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open the device database: autocommit (explicit transactions), WAL, fsync on commit."""
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    return conn
-
-
-@contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    """A write transaction that takes the database's write lock before reading anything."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
 def _check_report_id(report_id: object) -> bytes:
     if not isinstance(report_id, bytes) or len(report_id) != REPORT_ID_SIZE:
         raise ValueError(f"report_id must be {REPORT_ID_SIZE} bytes, got {report_id!r}")
@@ -130,14 +109,14 @@ def memo_key(
 
 def load_or_create_secret(path: str | os.PathLike[str]) -> bytes:
     """The device's 32-byte random secret, created once in the ``device_secret`` table."""
-    conn = _connect(path)
+    conn = connect(path)
     try:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS device_secret ("
             " id INTEGER PRIMARY KEY CHECK (id = 1),"
             " secret BLOB NOT NULL CHECK (length(secret) = 32))"
         )
-        with _immediate(conn):
+        with immediate(conn):
             row = conn.execute("SELECT secret FROM device_secret WHERE id = 1").fetchone()
             if row is not None:
                 return row[0]
@@ -152,7 +131,7 @@ class Outbox:
     """Durable queue of randomized reports, a dead-letter table and the memo, at ``path``."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._conn = _connect(path)
+        self._conn = connect(path)
         try:
             self._conn.executescript(_SCHEMA)
         except BaseException:
@@ -179,7 +158,7 @@ class Outbox:
         if memo_key is not None and (not isinstance(memo_key, bytes) or len(memo_key) != 32):
             raise ValueError("memo_key must be 32 bytes")
         content = (survey_id, question_id, payload)
-        with _immediate(self._conn):
+        with immediate(self._conn):
             if memo_key is not None:
                 memo = self._conn.execute(
                     "SELECT report_id, payload FROM memo WHERE memo_key = ?", (memo_key,)
@@ -217,7 +196,7 @@ class Outbox:
     def mark_attempt(self, report_ids: Iterable[bytes]) -> None:
         """Count one more delivery attempt for each of these pending reports."""
         params = _check_ids(report_ids)
-        with _immediate(self._conn):
+        with immediate(self._conn):
             self._conn.executemany(
                 "UPDATE outbox SET attempts = attempts + 1 WHERE report_id = ?", params
             )
@@ -225,7 +204,7 @@ class Outbox:
     def acknowledge(self, report_ids: Iterable[bytes]) -> None:
         """Delete reports the server accepted or already had (memo entries are kept)."""
         params = _check_ids(report_ids)
-        with _immediate(self._conn):
+        with immediate(self._conn):
             self._conn.executemany("DELETE FROM outbox WHERE report_id = ?", params)
 
     def reject(self, report_id: bytes, code: str, reason: str) -> None:
@@ -234,7 +213,7 @@ class Outbox:
         Idempotent for a report already rejected; ``KeyError`` for an unknown id.
         """
         _check_report_id(report_id)
-        with _immediate(self._conn):
+        with immediate(self._conn):
             moved = self._conn.execute(
                 f"INSERT INTO rejected SELECT {_ITEM_COLUMNS}, ?, ?, ? FROM outbox"
                 " WHERE report_id = ?",
