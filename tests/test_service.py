@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -356,8 +357,10 @@ def test_health_and_graceful_shutdown(tmp_path, survey_file):
     threads = [threading.Thread(target=upload_loop) for _ in range(4)]
     for thread in threads:
         thread.start()
-    while len(acked) < 2000:
-        pass
+    deadline = time.monotonic() + 30
+    while len(acked) < 2000 and any(t.is_alive() for t in threads):
+        assert time.monotonic() < deadline, "uploads did not progress"
+        time.sleep(0.005)
     running.stop(grace=5.0)
     for thread in threads:
         thread.join()
