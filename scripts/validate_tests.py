@@ -322,49 +322,30 @@ def write_report(path: Path, results, scale: float, elapsed: float) -> None:
     if outside:
         lines += ["Outside the band:", ""] + [f"* {o}" for o in outside] + [""]
     lines += ["**Power agreement:**", "", *power_agreement(main_results), ""]
-    lines += [
-        "## Figure 24 setting: GOF, p0 uniform on 4, Delta = .01(1,-1,-1,1)",
-        "",
-        "### Type I error",
-        "",
-        "Trials: 1000 per cell (Imhof: 300).",
-        "",
+    figures = [
+        (
+            "Figure 24 setting: GOF, p0 uniform on 4, Delta = .01(1,-1,-1,1)",
+            "gof",
+            gof_labels,
+            (5000, 20000, 50000, 100000, 200000),
+            "Trials: 1000 per cell (Imhof: 300).",
+        ),
+        (
+            "Figure 25 setting: 2x2 independence, pi = 1/2, Delta = .025(1,-1)(1,-1)",
+            "independence",
+            ind_labels,
+            (1000, 2500, 5000, 10000, 20000),
+            "Trials: 500 per cell (Laplace bootstrap: 200).",
+        ),
     ]
-    lines += table(
-        fig, "gof", gof_labels, (1.0, 2.0, 4.0), (5000, 20000, 50000, 100000, 200000), True
-    )
-    lines += ["", "### Power (simulated / analytic)", ""]
-    lines += table(
-        fig,
-        "gof",
-        [lab for lab in gof_labels if lab != NAIVE],
-        (1.0, 2.0, 4.0),
-        (5000, 20000, 50000, 100000, 200000),
-        False,
-    )
+    for title, kind, labels, n_values, trials in figures:
+        lines += [f"## {title}", "", "### Type I error", "", trials, ""]
+        lines += table(fig, kind, labels, (1.0, 2.0, 4.0), n_values, True)
+        lines += ["", "### Power (simulated / analytic)", ""]
+        power_labels = [lab for lab in labels if lab != NAIVE]
+        lines += table(fig, kind, power_labels, (1.0, 2.0, 4.0), n_values, False)
+        lines += [""]
     lines += [
-        "",
-        "## Figure 25 setting: 2x2 independence, pi = 1/2, Delta = .025(1,-1)(1,-1)",
-        "",
-        "### Type I error",
-        "",
-        "Trials: 500 per cell (Laplace bootstrap: 200).",
-        "",
-    ]
-    lines += table(
-        fig, "independence", ind_labels, (1.0, 2.0, 4.0), (1000, 2500, 5000, 10000, 20000), True
-    )
-    lines += ["", "### Power (simulated / analytic)", ""]
-    lines += table(
-        fig,
-        "independence",
-        [lab for lab in ind_labels if lab != NAIVE],
-        (1.0, 2.0, 4.0),
-        (1000, 2500, 5000, 10000, 20000),
-        False,
-    )
-    lines += [
-        "",
         "## Edge cases (Type I)",
         "",
         "| setting | " + " | ".join(GOF_TESTS) + " |",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aggregator.stats import IndependenceModel, advise, power, sample_size
+from aggregator.stats import IndependenceModel, advise, noncentrality, power, sample_size
 from aggregator.stats.studies import (
     GOF_TESTS,
     INDEPENDENCE_TESTS,
@@ -113,3 +113,18 @@ def test_advisor_ranks_as_spec_predicts():
     names = lambda eps: [a.mechanism.name for a in advise(4, eps, FIG24_ALT, 20000, null=UNIFORM4)]  # noqa: E731
     assert names(1.0) == ["gaussian", "randomized_response", "flip_components", "laplace"]
     assert names(2.0) == ["randomized_response", "gaussian", "flip_components", "laplace"]
+
+
+@pytest.mark.parametrize(
+    ("factory", "coefficient"),
+    [
+        (lambda: RandomizedResponse(4, 1.0), 0.361),
+        (lambda: GaussianNoise(4, 0.5), 0.444),
+        (lambda: LaplaceNoise(4, 1.0), 0.121),
+        (lambda: FlipComponents(4, 1.0), 0.240),
+    ],
+)
+def test_noncentrality_matches_spec_coefficients(factory, coefficient):
+    """Spec 5, uniform p0 = 1/4, eps = 1: nu = n ||Delta||^2 * coefficient."""
+    nu = noncentrality(factory(), FIG24_ALT, 10_000, null=UNIFORM4)
+    assert nu == pytest.approx(10_000 * 4e-4 * coefficient, rel=2e-3)
