@@ -1,4 +1,5 @@
-"""``ldp-aggregator``: serve, estimate, test, export, import, rebuild.
+"""``ldp-aggregator``: serve, estimate, test, export, import, rebuild; enroll, revoke and list
+device keys.
 
 User mistakes end with a one-line message on stderr and a non-zero exit status (2: bad input,
 3: not enough reports to release), never a traceback.
@@ -18,7 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from aggregator import ingest, shards
+from aggregator.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.config import ConfigError, load_surveys
+from aggregator.devices import DeviceRegistry
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.ingest import ReportRejectedError
 from aggregator.stats import estimate, goodness_of_fit, independence
@@ -67,7 +70,35 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--insecure", action="store_true", help="serve plaintext (development and loopback only)"
     )
+    serve.add_argument("--tls-cert", type=Path, help="server certificate chain (PEM)")
+    serve.add_argument("--tls-key", type=Path, help="server private key (PEM, unencrypted)")
+    serve.add_argument(
+        "--client-ca", type=Path, help="CA of device certificates (PEM): require mTLS"
+    )
+    serve.add_argument("--devices", type=Path, help="enrolled device keys (see enroll)")
+    serve.add_argument(
+        "--auth-window",
+        type=float,
+        default=DEFAULT_WINDOW_SECONDS,
+        help="allowed clock difference of a device signature, seconds (default 300)",
+    )
     serve.set_defaults(run=run_serve)
+
+    enroll = sub.add_parser("enroll", help="enroll a device's Ed25519 public key")
+    _devices(enroll)
+    enroll.add_argument("--public-key", type=Path, required=True, help="device public key PEM")
+    enroll.add_argument("--device-id", help="the id the device printed (checked against the key)")
+    enroll.set_defaults(run=run_enroll)
+
+    revoke = sub.add_parser("revoke", help="revoke a device key for good")
+    _devices(revoke)
+    revoke.add_argument("--device-id", required=True)
+    revoke.set_defaults(run=run_revoke)
+
+    listing = sub.add_parser("devices", help="list enrolled and revoked devices")
+    _devices(listing)
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.set_defaults(run=run_devices)
 
     est = sub.add_parser("estimate", help="unbiased frequencies with confidence intervals")
     _common(est)
@@ -111,24 +142,60 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", type=Path, required=True, help="SQLite report store")
 
 
+def _devices(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--devices", type=Path, required=True, help="device registry (SQLite)")
+
+
 def _question(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--survey", required=True)
     parser.add_argument("--question", required=True)
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    if not args.insecure:
-        raise UserError("no transport security configured: pass --insecure for plaintext")
+    credentials = _server_credentials(args)
     surveys = load_surveys(args.config)
-    asyncio.run(_serve(surveys, args))
+    keys = {}
+    if args.devices is not None:
+        with DeviceRegistry(args.devices) as registry:
+            keys = registry.active_keys()
+    elif any(s.require_device_auth for s in surveys.values()):
+        raise UserError("a survey requires device authentication: pass --devices REGISTRY")
+    if args.auth_window <= 0:
+        raise UserError("--auth-window must be positive")
+    asyncio.run(_serve(surveys, args, credentials, keys))
     return 0
 
 
-async def _serve(surveys, args: argparse.Namespace) -> None:
+def _server_credentials(args: argparse.Namespace):
+    """TLS/mTLS credentials from the flags, or None for an explicit --insecure."""
+    tls_flags = [args.tls_cert, args.tls_key, args.client_ca]
+    if args.insecure:
+        if any(tls_flags):
+            raise UserError("--insecure cannot be combined with --tls-cert/--tls-key/--client-ca")
+        return None
+    if args.tls_cert is None and args.tls_key is None:
+        raise UserError(
+            "no transport security configured: pass --tls-cert and --tls-key (and --client-ca "
+            "for mTLS), or --insecure for plaintext"
+        )
+    if args.tls_cert is None or args.tls_key is None:
+        raise UserError("--tls-cert and --tls-key go together")
+    from aggregator.tls import server_credentials
+
+    return server_credentials(args.tls_cert, args.tls_key, args.client_ca)
+
+
+async def _serve(surveys, args: argparse.Namespace, credentials, keys) -> None:
     from aggregator.server import start_server
 
     running = await start_server(
-        surveys, str(args.db), f"{args.host}:{args.port}", reflection=args.reflection
+        surveys,
+        str(args.db),
+        f"{args.host}:{args.port}",
+        reflection=args.reflection,
+        credentials=credentials,
+        device_keys=keys,
+        auth_window=args.auth_window,
     )
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
@@ -140,6 +207,46 @@ async def _serve(surveys, args: argparse.Namespace) -> None:
     await stop.wait()
     print(f"{PROG}: draining and shutting down", flush=True)
     await running.stop(grace=5.0)
+
+
+def run_enroll(args: argparse.Namespace) -> int:
+    try:
+        pem = args.public_key.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read public key {args.public_key}: {exc.strerror}") from None
+    with DeviceRegistry(args.devices, create=True) as registry:
+        device, new = registry.enroll(pem, args.device_id)
+    state = "enrolled" if new else "already enrolled"
+    print(f"{state} device {device.device_id} in {args.devices}")
+    return 0
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    with DeviceRegistry(args.devices) as registry:
+        device = registry.revoke(args.device_id)
+    print(f"revoked device {device.device_id} (effective at the next server start)")
+    return 0
+
+
+def run_devices(args: argparse.Namespace) -> int:
+    with DeviceRegistry(args.devices) as registry:
+        devices = registry.devices()
+    rows = [
+        {
+            "device_id": d.device_id,
+            "public_key": d.public_key.hex(),
+            "enrolled_at": d.enrolled_at,
+            "revoked_at": d.revoked_at,
+        }
+        for d in devices
+    ]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            state = "active" if row["revoked_at"] is None else "revoked"
+            print(f"{row['device_id']}  {state}")
+    return 0
 
 
 def _load(args: argparse.Namespace):

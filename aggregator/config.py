@@ -6,6 +6,7 @@ Example::
     id = "wellbeing-2026"
     title = "Wellbeing panel"
     min_batch_size = 100
+    require_device_auth = false   # true: uploads must be signed by an enrolled device key
 
     [[survey.question]]
     id = "mood"
@@ -74,7 +75,8 @@ def _survey(entry: dict) -> SurveySpec:
     survey_id = entry.get("id")
     questions = tuple(_question(q, survey_id) for q in entry.get("question", []))
     min_batch = entry.get("min_batch_size", 1)
-    return SurveySpec(survey_id, str(entry.get("title", "")), questions, min_batch)
+    require_auth = entry.get("require_device_auth", False)
+    return SurveySpec(survey_id, str(entry.get("title", "")), questions, min_batch, require_auth)
 
 
 def _question(entry: dict, survey_id: object) -> QuestionSpec:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator import ingest
+from aggregator.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.ingest import ReportRejectedError
 from aggregator.stats import estimate, goodness_of_fit, independence
@@ -36,9 +38,15 @@ SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
 class Collector(ldp_pb2_grpc.CollectorServicer):
     """Serves survey definitions and ingests randomized reports."""
 
-    def __init__(self, surveys: dict[str, SurveySpec], store: ReportStore) -> None:
+    def __init__(
+        self,
+        surveys: dict[str, SurveySpec],
+        store: ReportStore,
+        auth: DeviceAuthenticator | None = None,
+    ) -> None:
         self._surveys = surveys
         self._store = store
+        self._auth = auth or DeviceAuthenticator(surveys, {})  # no enrolled devices
 
     async def GetSurvey(self, request, context):
         survey = self._surveys.get(request.survey_id)
@@ -58,6 +66,7 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"at most {MAX_REPORTS_PER_REQUEST} reports per request, got {len(reports)}",
             )
+        await self._auth.authenticate_upload(context, reports)
         try:
             stored = ingest.validate_batch(reports, self._surveys)
         except ReportRejectedError as exc:
@@ -65,14 +74,17 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         return ldp_pb2.UploadResponse(results=await self._store_all(stored))
 
     async def UploadStream(self, request_iterator: AsyncIterator, context):
+        signed = await self._auth.open_stream(context)
         results: list[ldp_pb2.ReportResult | None] = []
         pending: list[tuple[list[int], asyncio.Future]] = []
+        held: list[tuple[list[int], list[StoredReport]]] = []  # stored once the signature holds
         async for request in request_iterator:
             if len(request.reports) > MAX_REPORTS_PER_REQUEST:
                 await context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"at most {MAX_REPORTS_PER_REQUEST} reports per message",
                 )
+            await self._auth.stream_message(context, signed, request.reports)
             slots, valid = [], []
             for report in request.reports:
                 try:
@@ -88,8 +100,13 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                             reason=exc.message,
                         )
                     )
-            if valid:
+            if valid and signed is not None:
+                held.append((slots, valid))
+            elif valid:
                 pending.append((slots, asyncio.ensure_future(self._store_all(valid))))
+        if signed is not None:
+            await self._auth.finish_stream(context, signed)
+            pending = [(slots, asyncio.ensure_future(self._store_all(v))) for slots, v in held]
         for slots, future in pending:
             for slot, result in zip(slots, await future, strict=True):
                 results[slot] = result
@@ -232,8 +249,16 @@ async def start_server(
     reflection: bool = False,
     credentials: grpc.ServerCredentials | None = None,
     max_delay: float = 0.002,
+    device_keys: Mapping[str, Ed25519PublicKey] | None = None,
+    auth_window: float = DEFAULT_WINDOW_SECONDS,
 ) -> RunningServer:
-    """Open the store, register every question, and start serving on ``address``."""
+    """Open the store, register every question, and start serving on ``address``.
+
+    ``credentials`` (see ``aggregator.tls.server_credentials``) switch on TLS or mTLS;
+    ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
+    ``auth_window`` the allowed clock difference of a signature in seconds.
+    """
+    auth = DeviceAuthenticator(surveys, device_keys or {}, window=auth_window)
     store = ReportStore(db_path, max_delay=max_delay)
     for survey in surveys.values():
         for question in survey.questions:
@@ -244,7 +269,7 @@ async def start_server(
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ]
     )
-    ldp_pb2_grpc.add_CollectorServicer_to_server(Collector(surveys, store), server)
+    ldp_pb2_grpc.add_CollectorServicer_to_server(Collector(surveys, store, auth), server)
     ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,4 +1,8 @@
-"""``ldp-client``: submit an answer, flush the outbox, show the budget, simulate a population.
+"""``ldp-client``: submit an answer, flush the outbox, show the budget, simulate a population,
+show the device key to enroll.
+
+Plaintext by default; ``--tls-ca`` switches on TLS (the server is checked against that CA) and
+``--tls-cert``/``--tls-key`` add the device certificate for mTLS.
 
 User mistakes end with a one-line message on stderr and a non-zero exit status, never a traceback.
 """
@@ -15,9 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from client.device_key import DeviceKey, device_key_path
 from client.ledger import Budget, Ledger, LedgerError
 from client.reporter import Reporter
 from client.survey import SurveyError, SurveySpec
+from client.tls import TlsSettings
 from client.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2
 
@@ -32,7 +38,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (UserError, LedgerError, SurveyError, TransportError, KeyError, ValueError) as exc:
+    except (
+        UserError,
+        LedgerError,
+        SurveyError,
+        TransportError,
+        KeyError,
+        ValueError,
+        OSError,
+    ) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
@@ -68,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--json", action="store_true")
     budget.set_defaults(run=run_budget)
 
+    key = sub.add_parser("device-key", help="show (and create) the device's signing key")
+    _state(key)
+    key.add_argument("--out", type=Path, help="write the public key PEM here, not to stdout")
+    key.add_argument("--json", action="store_true")
+    key.set_defaults(run=run_device_key)
+
     sim = sub.add_parser("simulate", help="play a population of devices against a server")
     _server(sim)
     sim.add_argument("--survey", required=True)
@@ -89,6 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
 def _server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", required=True, help="aggregator address host:port")
     parser.add_argument("--timeout", type=float, default=10.0, help="deadline per call (s)")
+    parser.add_argument("--tls-ca", type=Path, help="CA certificate (PEM): connect over TLS")
+    parser.add_argument("--tls-cert", type=Path, help="device certificate (PEM) for mTLS")
+    parser.add_argument("--tls-key", type=Path, help="device private key (PEM) for mTLS")
+
+
+def _transport(args: argparse.Namespace) -> Transport:
+    if args.tls_ca is None:
+        if args.tls_cert or args.tls_key:
+            raise UserError("--tls-cert and --tls-key need --tls-ca")
+        return Transport(args.server, timeout=args.timeout)
+    tls = TlsSettings(args.tls_ca, args.tls_cert, args.tls_key)
+    return Transport(args.server, tls=tls, timeout=args.timeout)
 
 
 def _state(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +133,7 @@ def _reporter(args: argparse.Namespace) -> Reporter:
         budget = Budget(args.budget, args.delta, args.pointwise)
     elif not args.state.exists():
         raise UserError(f"{args.state} does not exist: enroll first with submit --budget EPS")
-    return Reporter(Transport(args.server, timeout=args.timeout), args.state, budget)
+    return Reporter(_transport(args), args.state, budget)
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -173,11 +205,29 @@ def run_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_device_key(args: argparse.Namespace) -> int:
+    key = DeviceKey.load_or_create(device_key_path(args.state))
+    pem = key.public_key_pem().decode()
+    if args.out:
+        args.out.write_text(pem)
+    if args.json:
+        print(json.dumps({"device_id": key.device_id, "public_key_pem": pem}))
+    else:
+        print(f"device id: {key.device_id}")
+        if not args.out:
+            print(pem, end="")
+    return 0
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     if args.devices < 1 or args.batch < 1:
         raise UserError("--devices and --batch must be positive")
-    with Transport(args.server, timeout=args.timeout) as transport:
+    with _transport(args) as transport:
         survey = transport.get_survey(args.survey)
+        if survey.require_device_auth:
+            raise UserError(
+                f"survey {survey.id} requires signed uploads; simulated devices have no keys"
+            )
         truths = _truths(survey, args.truth)
         rng = np.random.default_rng(args.seed)
         answers = {

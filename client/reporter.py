@@ -4,6 +4,10 @@ durable outbox, and upload later in batches.
 Order matters for privacy and durability: the ledger is charged before the report exists, the
 report is committed to the outbox before it is ever sent, and a retry resends the same bytes with
 the same report id, so no answer is ever randomized twice and none is counted twice.
+
+Uploads that include a survey with ``require_device_auth`` are signed with the device key beside
+the state file (created on first need). A refused signature (UNAUTHENTICATED: not enrolled yet,
+clock off) is a problem of the device, not of its reports: they stay pending.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 
 import grpc
 
+from client.device_key import DeviceKey, device_key_path
 from client.ledger import Budget, Ledger
 from client.outbox import Outbox, load_or_create_secret, memo_key
 from client.survey import SurveySpec
@@ -21,6 +26,8 @@ from client.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2
 
 REPORT_ID_BYTES = 16
+# Failures that say nothing about the reports themselves: stop the flush, keep them pending.
+_DEVICE_PROBLEMS = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAUTHENTICATED})
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,30 @@ class Reporter:
         self._secret = load_or_create_secret(self._path)
         self._memoize = memoize
         self._surveys: dict[str, SurveySpec] = {}
+        self._device_key: DeviceKey | None = None
 
     def survey(self, survey_id: str) -> SurveySpec:
         """The survey definition, fetched once from the aggregator."""
         if survey_id not in self._surveys:
             self._surveys[survey_id] = self._transport.get_survey(survey_id)
         return self._surveys[survey_id]
+
+    def device_key(self) -> DeviceKey:
+        """The device's signing key (``<state>.device-key.pem``), created on first use."""
+        if self._device_key is None:
+            self._device_key = DeviceKey.load_or_create(device_key_path(self._path))
+        return self._device_key
+
+    def _requires_auth(self, survey_ids: set[str]) -> bool:
+        for survey_id in survey_ids:
+            try:
+                if self.survey(survey_id).require_device_auth:
+                    return True
+            except TransportError as exc:
+                if exc.code != grpc.StatusCode.NOT_FOUND:
+                    raise
+                # An unknown survey: the upload is refused as NOT_FOUND and dead-lettered.
+        return False
 
     def answer(self, survey_id: str, question_id: str, answer: object) -> bytes:
         """Randomize one answer and queue it; returns the report id.
@@ -123,11 +148,12 @@ class Reporter:
             )
             for item in batch
         ]
+        signed = self._requires_auth({item.survey_id for item in batch})
         self.outbox.mark_attempt([item.report_id for item in batch])
         try:
-            results = self._transport.upload(reports)
+            results = self._transport.upload(reports, self.device_key() if signed else None)
         except TransportError as exc:
-            if exc.retryable or exc.code == grpc.StatusCode.UNKNOWN:
+            if exc.retryable or exc.code in _DEVICE_PROBLEMS:
                 raise
             if len(batch) == 1:
                 self.outbox.reject(batch[0].report_id, exc.code.name, exc.details)

@@ -180,6 +180,7 @@ class SurveySpec:
     title: str
     questions: tuple[QuestionSpec, ...]
     min_batch_size: int
+    require_device_auth: bool = False  # uploads must be signed by an enrolled device key
 
     def __post_init__(self) -> None:
         check_id("survey", self.id)
@@ -190,6 +191,8 @@ class SurveySpec:
             raise SurveyError(f"survey {self.id}: question ids must be unique")
         if not isinstance(self.min_batch_size, int) or self.min_batch_size < 1:
             raise SurveyError(f"survey {self.id}: min_batch_size must be a positive integer")
+        if not isinstance(self.require_device_auth, bool):
+            raise SurveyError(f"survey {self.id}: require_device_auth must be true or false")
 
     def question(self, question_id: str) -> QuestionSpec:
         for question in self.questions:
@@ -203,6 +206,7 @@ class SurveySpec:
             title=self.title,
             questions=[q.to_proto() for q in self.questions],
             min_batch_size=self.min_batch_size,
+            require_device_auth=self.require_device_auth,
         )
 
     @classmethod
@@ -212,4 +216,5 @@ class SurveySpec:
             message.title,
             tuple(QuestionSpec.from_proto(q) for q in message.questions),
             int(message.min_batch_size),
+            message.require_device_auth,
         )

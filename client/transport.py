@@ -1,19 +1,23 @@
 """The device's gRPC connection to the aggregator: deadlines on every call, and retries with
 exponential backoff and jitter on UNAVAILABLE only (uploads are idempotent thanks to report ids,
-every other failure is final)."""
+every other failure is final). Plaintext unless TLS settings or credentials are given; a signed
+upload is signed afresh on every attempt (same report bytes, new timestamp)."""
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
+from client.device_key import DeviceKey
 from client.survey import SurveySpec
+from client.tls import TlsSettings
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+Metadata = tuple[tuple[str, str | bytes], ...]
 
 
 class TransportError(Exception):
@@ -40,6 +44,7 @@ class Transport:
         self,
         target: str,
         *,
+        tls: TlsSettings | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = 10.0,
         max_attempts: int = 5,
@@ -47,6 +52,10 @@ class Transport:
         max_backoff: float = 2.0,
     ) -> None:
         options = [("grpc.max_receive_message_length", 4 * 1024 * 1024)]
+        if tls is not None:
+            if credentials is not None:
+                raise ValueError("give TLS settings or channel credentials, not both")
+            credentials = tls.credentials()
         if credentials is None:
             self._channel = grpc.insecure_channel(target, options=options)
         else:
@@ -57,11 +66,15 @@ class Transport:
         self._initial_backoff = initial_backoff
         self._max_backoff = max_backoff
 
-    def _call(self, method, request):
+    def _call(self, method, request, metadata: Callable[[], Metadata] | None = None):
         delay = self._initial_backoff
         for attempt in range(1, self._max_attempts + 1):
             try:
-                return method(request, timeout=self._timeout)
+                return method(
+                    request,
+                    timeout=self._timeout,
+                    metadata=None if metadata is None else metadata(),
+                )
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code not in RETRYABLE or attempt == self._max_attempts:
@@ -75,9 +88,13 @@ class Transport:
         message = self._call(self._stub.GetSurvey, ldp_pb2.GetSurveyRequest(survey_id=survey_id))
         return SurveySpec.from_proto(message)
 
-    def upload(self, reports: Sequence[ldp_pb2.Report]) -> list[ldp_pb2.ReportResult]:
-        """Upload a batch (all-or-nothing on the server); per-report accepted/duplicate."""
-        response = self._call(self._stub.Upload, ldp_pb2.UploadRequest(reports=reports))
+    def upload(
+        self, reports: Sequence[ldp_pb2.Report], signer: DeviceKey | None = None
+    ) -> list[ldp_pb2.ReportResult]:
+        """Upload a batch (all-or-nothing on the server); per-report accepted/duplicate. With a
+        ``signer``, every attempt carries a fresh device signature over exactly these reports."""
+        sign = None if signer is None else lambda: signer.sign_upload(reports)
+        response = self._call(self._stub.Upload, ldp_pb2.UploadRequest(reports=reports), sign)
         return list(response.results)
 
     def close(self) -> None:

@@ -58,16 +58,18 @@ class Question(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ...) -> None: ...
 
 class Survey(_message.Message):
-    __slots__ = ("id", "title", "questions", "min_batch_size")
+    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     MIN_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_DEVICE_AUTH_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     questions: _containers.RepeatedCompositeFieldContainer[Question]
     min_batch_size: int
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ...) -> None: ...
+    require_device_auth: bool
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ...) -> None: ...
 
 class Report(_message.Message):
     __slots__ = ("report_id", "survey_id", "question_id", "payload")

@@ -1,0 +1,172 @@
+"""Ed25519 device authentication of uploads (surveys with ``require_device_auth``).
+
+A signed call carries ``ldp-device-id``, ``ldp-timestamp`` and ``ldp-signature-bin`` metadata; the
+signature covers the canonical bytes of :mod:`client.upload_signature`. An upload is verified when
+any of its reports belongs to a survey that requires it, or when it carries a signature at all (a
+device that signs is held to its signature). Every failure is UNAUTHENTICATED: missing or malformed
+metadata, an unknown or revoked device, a timestamp outside the window (default +-300 s), or a
+signature that does not match the exact reports received.
+
+Replay within the window resends the same report ids, which the store counts once. The verified
+device id is available to later checks of the same call (rate limits) through
+:func:`authenticated_device`; it is never passed to the report store.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import grpc
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from aggregator.errors import LdpError
+from client import upload_signature as sig
+from client.survey import SurveySpec
+from protos.ldp.v1 import ldp_pb2
+
+DEFAULT_WINDOW_SECONDS = 300.0
+_AUTH_KEYS = (sig.DEVICE_ID_KEY, sig.TIMESTAMP_KEY, sig.SIGNATURE_KEY)
+_TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
+_UNSIGNED = "this survey requires a signed upload from an enrolled device"
+
+_verified_device: ContextVar[str | None] = ContextVar("ldp_verified_device", default=None)
+
+
+def authenticated_device() -> str | None:
+    """The device id verified for the current RPC (None if the call was not signed). Call it from
+    the handler after :meth:`DeviceAuthenticator.authenticate_upload` or the stream's verify."""
+    return _verified_device.get()
+
+
+class DeviceAuthError(LdpError):
+    """The call's device authentication failed; the wire answer is UNAUTHENTICATED."""
+
+
+@dataclass
+class SignedCall:
+    """A call whose metadata passed the cheap checks; the signature is checked over the reports."""
+
+    device_id: str
+    timestamp: int
+    signature: bytes
+    key: Ed25519PublicKey
+    _frames: list[bytes] = field(default_factory=list)
+
+    def add(self, reports: Iterable[ldp_pb2.Report]) -> None:
+        """Append reports as received (a stream signs all its messages' reports, in order)."""
+        self._frames.append(sig.report_frames(reports))
+
+    def verify(self) -> str:
+        """Check the signature over everything added; the device id, or DeviceAuthError."""
+        message = sig.header(self.device_id, self.timestamp) + b"".join(self._frames)
+        try:
+            self.key.verify(self.signature, message)
+        except InvalidSignature:
+            raise DeviceAuthError("invalid device signature") from None
+        _verified_device.set(self.device_id)
+        return self.device_id
+
+
+class DeviceAuthenticator:
+    """Verifies signed uploads against the enrolled keys."""
+
+    def __init__(
+        self,
+        surveys: Mapping[str, SurveySpec],
+        keys: Mapping[str, Ed25519PublicKey],
+        *,
+        window: float = DEFAULT_WINDOW_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if window <= 0:
+            raise ValueError("the timestamp window must be positive")
+        self._required = frozenset(s.id for s in surveys.values() if s.require_device_auth)
+        self._keys = dict(keys)
+        self._window = window
+        self._clock = clock
+
+    def required(self, reports: Iterable[ldp_pb2.Report]) -> bool:
+        """Whether any of the reports belongs to a survey that requires device auth."""
+        return bool(self._required) and any(r.survey_id in self._required for r in reports)
+
+    def open_call(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> SignedCall | None:
+        """Parse and check the call's metadata (known device, fresh timestamp). None if the call
+        carries no authentication metadata at all; DeviceAuthError if it is partial or bad."""
+        found: dict[str, str | bytes] = {}
+        for key, value in metadata or ():
+            if key in _AUTH_KEYS:
+                if key in found:
+                    raise DeviceAuthError(f"metadata {key} appears more than once")
+                found[key] = value
+        if not found:
+            return None
+        missing = [k for k in _AUTH_KEYS if k not in found]
+        if missing:
+            raise DeviceAuthError(f"missing authentication metadata: {', '.join(missing)}")
+        device_id, stamp, signature = (found[k] for k in _AUTH_KEYS)
+        if not isinstance(stamp, str) or not _TIMESTAMP.match(stamp):
+            raise DeviceAuthError(f"{sig.TIMESTAMP_KEY} must be integer Unix seconds")
+        if not isinstance(signature, bytes) or len(signature) != sig.SIGNATURE_BYTES:
+            raise DeviceAuthError(f"{sig.SIGNATURE_KEY} must be {sig.SIGNATURE_BYTES} bytes")
+        key = self._keys.get(device_id) if isinstance(device_id, str) else None
+        if key is None:
+            raise DeviceAuthError(f"unknown or revoked device {device_id!r}")
+        timestamp = int(stamp)
+        skew = timestamp - self._clock()
+        if abs(skew) > self._window:
+            raise DeviceAuthError(
+                f"signature timestamp is {skew:+.0f} s from server time (allowed +-"
+                f"{self._window:g} s): check the device clock"
+            )
+        return SignedCall(device_id, timestamp, signature, key)
+
+    def verify_upload(
+        self,
+        metadata: Iterable[tuple[str, str | bytes]] | None,
+        reports: Sequence[ldp_pb2.Report],
+    ) -> str | None:
+        """Authenticate a unary upload: the verified device id, None for an unsigned call that
+        needs no authentication, DeviceAuthError otherwise."""
+        call = self.open_call(metadata)
+        if call is None:
+            if self.required(reports):
+                raise DeviceAuthError(_UNSIGNED)
+            return None
+        call.add(reports)
+        return call.verify()
+
+    async def authenticate_upload(self, context, reports: Sequence[ldp_pb2.Report]) -> str | None:
+        """:meth:`verify_upload` for a handler: failures abort the call with UNAUTHENTICATED."""
+        try:
+            return self.verify_upload(context.invocation_metadata(), reports)
+        except DeviceAuthError as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+
+    async def open_stream(self, context) -> SignedCall | None:
+        """:meth:`open_call` for a streaming handler, aborting with UNAUTHENTICATED."""
+        try:
+            return self.open_call(context.invocation_metadata())
+        except DeviceAuthError as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+
+    async def stream_message(
+        self, context, call: SignedCall | None, reports: Iterable[ldp_pb2.Report]
+    ) -> None:
+        """Take one streamed message into the signature, or abort if an unsigned stream carries
+        reports of a survey that requires authentication."""
+        if call is not None:
+            call.add(reports)
+        elif self.required(reports):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNSIGNED)
+
+    async def finish_stream(self, context, call: SignedCall) -> str | None:
+        """Verify a signed stream once all messages arrived (before anything is stored)."""
+        try:
+            return call.verify()
+        except DeviceAuthError as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))

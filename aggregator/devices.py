@@ -1,0 +1,151 @@
+"""Enrolled device keys, in their own SQLite file (never the report store).
+
+Keeping identities apart from reports is the point: the report store holds randomized values and
+random report ids only, so nothing in it links a report to a device. The server reads the active
+keys once at start (``ldp-aggregator serve --devices FILE``); enrolling or revoking takes effect at
+the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from aggregator.errors import LdpError
+from client.device_key import device_id_for
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS devices (
+    device_id TEXT PRIMARY KEY,
+    public_key BLOB NOT NULL UNIQUE CHECK (length(public_key) = 32),
+    enrolled_at REAL NOT NULL,
+    revoked_at REAL
+);
+"""
+
+
+class DeviceRegistryError(LdpError, ValueError):
+    """An enrollment or revocation the registry refuses, or an unusable registry file."""
+
+
+@dataclass(frozen=True)
+class Device:
+    device_id: str
+    public_key: bytes  # raw 32-byte Ed25519 public key
+    enrolled_at: float
+    revoked_at: float | None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+def parse_public_key(pem: bytes) -> Ed25519PublicKey:
+    """An Ed25519 public key from PEM (SubjectPublicKeyInfo), or DeviceRegistryError."""
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except (ValueError, serialization.UnsupportedAlgorithm):
+        raise DeviceRegistryError("not a PEM public key") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise DeviceRegistryError(f"expected an Ed25519 public key, got {type(key).__name__}")
+    return key
+
+
+def _raw(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+class DeviceRegistry:
+    """The enrolled devices of one aggregator."""
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = False) -> None:
+        if not create and not Path(path).exists():
+            raise DeviceRegistryError(f"device registry not found: {path}")
+        try:
+            self._conn = sqlite3.connect(path, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise DeviceRegistryError(f"cannot open device registry {path}: {exc}") from None
+
+    def enroll(self, public_key_pem: bytes, device_id: str | None = None) -> tuple[Device, bool]:
+        """Enroll a device key; returns the device and whether it is new (enrolling the same key
+        again changes nothing). ``device_id``, if given, must be the id the key derives."""
+        key = parse_public_key(public_key_pem)
+        derived = device_id_for(key)
+        if device_id is not None and device_id != derived:
+            raise DeviceRegistryError(
+                f"device id {device_id!r} does not belong to this key (its id is {derived!r})"
+            )
+        existing = self.get(derived)
+        if existing is not None:
+            if not existing.active:
+                raise DeviceRegistryError(
+                    f"device {derived} was revoked; the device must generate a new key"
+                )
+            return existing, False
+        device = Device(derived, _raw(key), time.time(), None)
+        self._conn.execute(
+            "INSERT INTO devices (device_id, public_key, enrolled_at) VALUES (?, ?, ?)",
+            (device.device_id, device.public_key, device.enrolled_at),
+        )
+        return device, True
+
+    def revoke(self, device_id: str) -> Device:
+        """Revoke a device for good (its key is refused from the next server start)."""
+        device = self.get(device_id)
+        if device is None:
+            raise DeviceRegistryError(f"unknown device {device_id!r}")
+        if not device.active:
+            return device
+        revoked_at = time.time()
+        self._conn.execute(
+            "UPDATE devices SET revoked_at = ? WHERE device_id = ?", (revoked_at, device_id)
+        )
+        return Device(device.device_id, device.public_key, device.enrolled_at, revoked_at)
+
+    def get(self, device_id: str) -> Device | None:
+        with closing(
+            self._conn.execute(
+                "SELECT device_id, public_key, enrolled_at, revoked_at FROM devices "
+                "WHERE device_id = ?",
+                (device_id,),
+            )
+        ) as rows:
+            row = rows.fetchone()
+        return None if row is None else Device(*row)
+
+    def devices(self) -> list[Device]:
+        """Every device ever enrolled, revoked ones included, in enrollment order."""
+        with closing(
+            self._conn.execute(
+                "SELECT device_id, public_key, enrolled_at, revoked_at FROM devices "
+                "ORDER BY enrolled_at, device_id"
+            )
+        ) as rows:
+            return [Device(*row) for row in rows]
+
+    def active_keys(self) -> dict[str, Ed25519PublicKey]:
+        """Device id -> public key of every device not revoked: what the server verifies with."""
+        return {
+            d.device_id: Ed25519PublicKey.from_public_bytes(d.public_key)
+            for d in self.devices()
+            if d.active
+        }
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> DeviceRegistry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

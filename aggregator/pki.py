@@ -1,0 +1,208 @@
+"""Certificates for TLS and mTLS between devices and the aggregator, built with ``cryptography``.
+
+One EC P-256 certificate authority signs a server certificate (EKU serverAuth, SAN ``localhost``
+and ``127.0.0.1``) and one certificate per device (EKU clientAuth, SAN DNS ``<device id>``). The
+functions are importable so tests build a fresh PKI in temporary directories at run time (no key
+is ever committed); ``scripts/gen_pki.py`` writes one to disk for manual and operational use.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CLOCK_SKEW = dt.timedelta(minutes=5)  # certificates start this long before "now"
+SERVER_HOSTS = ("localhost",)
+SERVER_IPS = ("127.0.0.1",)
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A private key and its certificate."""
+
+    key: ec.EllipticCurvePrivateKey
+    certificate: x509.Certificate
+
+    def key_pem(self) -> bytes:
+        return self.key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+    def cert_pem(self) -> bytes:
+        return self.certificate.public_bytes(serialization.Encoding.PEM)
+
+    def write(self, cert_path: Path, key_path: Path) -> None:
+        """Write the certificate (mode 0644) and the unencrypted key (mode 0600); never
+        overwrite an existing file."""
+        _write_new(key_path, self.key_pem(), 0o600)
+        _write_new(cert_path, self.cert_pem(), 0o644)
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.fchmod(fd, mode)  # the umask must not widen or narrow what we asked for
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _validity(days: float, not_before: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
+    start = not_before or dt.datetime.now(dt.UTC) - CLOCK_SKEW
+    return start, start + dt.timedelta(days=days)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "ldp-survey"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+
+
+def new_ca(
+    common_name: str = "ldp-survey CA", *, days: float = 365, not_before: dt.datetime | None = None
+) -> Issued:
+    """A self-signed CA that may sign leaf certificates only (path length 0)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    start, end = _validity(days, not_before)
+    name = _name(common_name)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Issued(key, certificate)
+
+
+def _leaf(
+    ca: Issued,
+    common_name: str,
+    names: Sequence[x509.GeneralName],
+    usages: Sequence[x509.ObjectIdentifier],
+    days: float,
+    not_before: dt.datetime | None,
+) -> Issued:
+    key = ec.generate_private_key(ec.SECP256R1())
+    start, end = _validity(days, not_before)
+    ca_public = ca.key.public_key()
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
+        .add_extension(x509.SubjectAlternativeName(list(names)), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False
+        )
+        .sign(ca.key, hashes.SHA256())
+    )
+    return Issued(key, certificate)
+
+
+def issue_server(
+    ca: Issued,
+    hosts: Sequence[str] = SERVER_HOSTS,
+    ips: Sequence[str] = SERVER_IPS,
+    *,
+    days: float = 365,
+    not_before: dt.datetime | None = None,
+) -> Issued:
+    """The aggregator's certificate (EKU serverAuth); clients check ``hosts``/``ips`` against
+    the name they dialled, so connect to e.g. ``localhost:PORT``."""
+    names: list[x509.GeneralName] = [x509.DNSName(h) for h in hosts]
+    names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    return _leaf(ca, hosts[0], names, [ExtendedKeyUsageOID.SERVER_AUTH], days, not_before)
+
+
+def issue_device(
+    ca: Issued,
+    device_id: str,
+    *,
+    days: float = 365,
+    not_before: dt.datetime | None = None,
+    usages: Sequence[x509.ObjectIdentifier] = (ExtendedKeyUsageOID.CLIENT_AUTH,),
+) -> Issued:
+    """A device certificate (EKU clientAuth, SAN DNS ``device_id``). ``usages`` exists so tests
+    can build a certificate with the wrong key usage."""
+    return _leaf(ca, device_id, [x509.DNSName(device_id)], usages, days, not_before)
+
+
+def device_ids(count: int) -> list[str]:
+    """The device ids ``gen_pki`` assigns: device-0001, device-0002, ..."""
+    return [f"device-{i:04d}" for i in range(1, count + 1)]
+
+
+def write_pki(out: Path, devices: int = 1, days: float = 365) -> list[Path]:
+    """Create a CA, a server certificate and ``devices`` device certificates in ``out``.
+
+    Files: ``ca.pem``/``ca.key``, ``server.pem``/``server.key``, ``<device id>.pem``/``.key``.
+    Keys are unencrypted with mode 0600; existing files are never overwritten (FileExistsError).
+    """
+    if devices < 0 or days <= 0:
+        raise ValueError("devices must be >= 0 and days > 0")
+    out.mkdir(parents=True, exist_ok=True)
+    ca = new_ca(days=days)
+    issued = {"ca": ca, "server": issue_server(ca, days=days)}
+    for device_id in device_ids(devices):
+        issued[device_id] = issue_device(ca, device_id, days=days)
+    paths = {stem: (out / f"{stem}.pem", out / f"{stem}.key") for stem in issued}
+    existing = [str(p) for pair in paths.values() for p in pair if p.exists()]
+    if existing:
+        raise FileExistsError(f"refusing to overwrite {', '.join(existing)}")
+    for stem, item in issued.items():
+        item.write(*paths[stem])
+    return [p for pair in paths.values() for p in pair]

@@ -1,0 +1,44 @@
+"""Create a CA, a server certificate and device certificates for TLS/mTLS (EC P-256, SHA-256).
+
+Writes ``ca.pem``/``ca.key``, ``server.pem``/``server.key`` (SAN localhost and 127.0.0.1) and
+``device-0001.pem``/``.key``... into ``--out``; keys are unencrypted with mode 0600 and existing
+files are never overwritten. Then, for example::
+
+    ldp-aggregator serve ... --tls-cert DIR/server.pem --tls-key DIR/server.key \\
+        --client-ca DIR/ca.pem
+    ldp-client submit --server localhost:50051 --tls-ca DIR/ca.pem \\
+        --tls-cert DIR/device-0001.pem --tls-key DIR/device-0001.key ...
+
+Keep ``ca.key`` off the aggregator and off devices: it only signs new certificates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aggregator.pki import write_pki
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--devices", type=int, default=1, help="device certificates (default 1)")
+    parser.add_argument("--days", type=float, default=365, help="validity in days (default 365)")
+    args = parser.parse_args(argv)
+    if args.devices < 0 or args.days <= 0:
+        print("gen_pki: error: --devices must be >= 0 and --days > 0", file=sys.stderr)
+        return 2
+    try:
+        written = write_pki(args.out, args.devices, args.days)
+    except OSError as exc:
+        print(f"gen_pki: error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
