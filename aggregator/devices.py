@@ -15,6 +15,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -51,7 +52,7 @@ def parse_public_key(pem: bytes) -> Ed25519PublicKey:
     """An Ed25519 public key from PEM (SubjectPublicKeyInfo), or DeviceRegistryError."""
     try:
         key = serialization.load_pem_public_key(pem)
-    except (ValueError, serialization.UnsupportedAlgorithm):
+    except (ValueError, UnsupportedAlgorithm):
         raise DeviceRegistryError("not a PEM public key") from None
     if not isinstance(key, Ed25519PublicKey):
         raise DeviceRegistryError(f"expected an Ed25519 public key, got {type(key).__name__}")

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -113,7 +114,7 @@ def _load(path: Path) -> Ed25519PrivateKey:
         raise DeviceKeyError(f"device key {path} is accessible by other users: chmod 600 it")
     try:
         key = serialization.load_pem_private_key(data, password=None)
-    except (TypeError, ValueError, serialization.UnsupportedAlgorithm):
+    except (TypeError, ValueError, UnsupportedAlgorithm):
         raise DeviceKeyError(f"{path} is not an unencrypted PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise DeviceKeyError(f"{path} holds a {type(key).__name__}, not an Ed25519 key")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
@@ -44,7 +45,7 @@ def _load_key(data: bytes, path: str | os.PathLike[str], what: str) -> PrivateKe
         return serialization.load_pem_private_key(data, password=None)
     except TypeError:
         raise TlsConfigError(f"{what} {path} is encrypted; give an unencrypted key") from None
-    except (ValueError, serialization.UnsupportedAlgorithm):
+    except (ValueError, UnsupportedAlgorithm):
         raise TlsConfigError(f"{what} {path} holds no valid PEM private key") from None
 
 

@@ -1,13 +1,18 @@
-"""Shared fixtures: a real aggregator (grpc.aio on an ephemeral loopback port, SQLite file)."""
+"""Shared fixtures: a real aggregator (grpc.aio on an ephemeral loopback port, SQLite file), and a
+PKI built at run time (never committed)."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from aggregator import pki as pki_builder
 from aggregator.config import load_surveys
 from aggregator.server import RunningServer, start_server
 
@@ -66,8 +71,9 @@ epsilon = 50.0
 class ServerThread:
     """An aggregator running in its own thread and event loop, restartable on the same store."""
 
-    def __init__(self, config: Path, db: Path) -> None:
+    def __init__(self, config: Path, db: Path, **server_options: Any) -> None:
         self.config, self.db = config, db
+        self.server_options = server_options  # keyword arguments of start_server
         self.surveys = load_surveys(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: RunningServer | None = None
@@ -80,7 +86,7 @@ class ServerThread:
         def run() -> None:
             asyncio.set_event_loop(self._loop)
             self._running = self._loop.run_until_complete(
-                start_server(self.surveys, str(self.db), f"127.0.0.1:{port}")
+                start_server(self.surveys, str(self.db), f"127.0.0.1:{port}", **self.server_options)
             )
             ready.set()
             self._loop.run_forever()
@@ -118,3 +124,44 @@ def server(tmp_path: Path, survey_file: Path):
     running = ServerThread(survey_file, tmp_path / "reports.sqlite").start()
     yield running
     running.stop()
+
+
+class PkiFiles:
+    """Certificates and keys written by the ``pki`` fixture: ``cert(name)``, ``key(name)``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def cert(self, name: str) -> Path:
+        return self.root / f"{name}.pem"
+
+    def key(self, name: str) -> Path:
+        return self.root / f"{name}.key"
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory) -> PkiFiles:
+    """A CA with a server and a good device, plus everything a server must refuse: a device of a
+    foreign CA, an expired device certificate, and certificates with the wrong key usage."""
+    files = PkiFiles(tmp_path_factory.mktemp("pki"))
+    ca = pki_builder.new_ca(days=1)
+    foreign = pki_builder.new_ca("foreign CA", days=1)
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+    issued = {
+        "ca": ca,
+        "foreign-ca": foreign,
+        "server": pki_builder.issue_server(ca, days=1),
+        "foreign-server": pki_builder.issue_server(foreign, days=1),
+        "device": pki_builder.issue_device(ca, "device-0001", days=1),
+        "foreign-device": pki_builder.issue_device(foreign, "device-0001", days=1),
+        "expired-device": pki_builder.issue_device(ca, "device-0002", days=1, not_before=long_ago),
+        "server-eku-device": pki_builder.issue_device(
+            ca, "device-0003", days=1, usages=[ExtendedKeyUsageOID.SERVER_AUTH]
+        ),
+        "codesign-eku-device": pki_builder.issue_device(
+            ca, "device-0004", days=1, usages=[ExtendedKeyUsageOID.CODE_SIGNING]
+        ),
+    }
+    for name, item in issued.items():
+        item.write(files.cert(name), files.key(name))
+    return files
