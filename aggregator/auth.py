@@ -5,7 +5,9 @@ signature covers the canonical bytes of :mod:`client.upload_signature`. An uploa
 any of its reports belongs to a survey that requires it, or when it carries a signature at all (a
 device that signs is held to its signature). Every failure is UNAUTHENTICATED: missing or malformed
 metadata, an unknown or revoked device, a timestamp outside the window (default +-300 s), or a
-signature that does not match the exact reports received.
+signature that does not match the exact reports received. On the client-streaming RPC a bad
+signature fails the whole call before anything is stored; an unsigned stream has its reports for
+such surveys REJECTED one by one (code UNAUTHENTICATED), like any other invalid report.
 
 Replay within the window resends the same report ids, which the store counts once. The verified
 device id is available to later checks of the same call (rate limits) through
@@ -32,7 +34,7 @@ from protos.ldp.v1 import ldp_pb2
 DEFAULT_WINDOW_SECONDS = 300.0
 _AUTH_KEYS = (sig.DEVICE_ID_KEY, sig.TIMESTAMP_KEY, sig.SIGNATURE_KEY)
 _TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
-_UNSIGNED = "this survey requires a signed upload from an enrolled device"
+UNSIGNED = "this survey requires a signed upload from an enrolled device"
 
 _verified_device: ContextVar[str | None] = ContextVar("ldp_verified_device", default=None)
 
@@ -135,7 +137,7 @@ class DeviceAuthenticator:
         call = self.open_call(metadata)
         if call is None:
             if self.required(reports):
-                raise DeviceAuthError(_UNSIGNED)
+                raise DeviceAuthError(UNSIGNED)
             return None
         call.add(reports)
         return call.verify()
@@ -153,16 +155,6 @@ class DeviceAuthenticator:
             return self.open_call(context.invocation_metadata())
         except DeviceAuthError as exc:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
-
-    async def stream_message(
-        self, context, call: SignedCall | None, reports: Iterable[ldp_pb2.Report]
-    ) -> None:
-        """Take one streamed message into the signature, or abort if an unsigned stream carries
-        reports of a survey that requires authentication."""
-        if call is not None:
-            call.add(reports)
-        elif self.required(reports):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNSIGNED)
 
     async def finish_stream(self, context, call: SignedCall) -> str | None:
         """Verify a signed stream once all messages arrived (before anything is stored)."""

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator import ingest
-from aggregator.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
+from aggregator.auth import DEFAULT_WINDOW_SECONDS, UNSIGNED, DeviceAuthenticator
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.ingest import ReportRejectedError
 from aggregator.stats import estimate, goodness_of_fit, independence
@@ -84,10 +84,13 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"at most {MAX_REPORTS_PER_REQUEST} reports per message",
                 )
-            await self._auth.stream_message(context, signed, request.reports)
+            if signed is not None:
+                signed.add(request.reports)
             slots, valid = [], []
             for report in request.reports:
                 try:
+                    if signed is None and self._auth.required((report,)):
+                        raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
                     valid.append(ingest.validate(report, self._surveys))
                     slots.append(len(results))
                     results.append(None)
