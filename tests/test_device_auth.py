@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from aggregator.auth import DeviceAuthenticator, DeviceAuthError, authenticated_device
+from aggregator.auth import OFF_LOOP_REPORTS, DeviceAuthenticator, authenticated_device
 from aggregator.config import load_surveys
 from aggregator.devices import DeviceRegistry, DeviceRegistryError
 from client.device_key import DeviceKey, DeviceKeyError, device_key_path
@@ -230,29 +230,47 @@ def test_registry(tmp_path):
         assert [d.active for d in registry.devices()] == [False, True]
 
 
-def test_verified_device_id_is_visible_to_its_own_call_only(auth_surveys):
-    """What a rate limiter reads: the id verified for this RPC; other calls see None."""
+class CallContext:
+    """The two methods of ``grpc.aio.ServicerContext`` the authenticator uses (gRPC's object,
+    not ours): the call's metadata, and abort."""
+
+    def __init__(self, metadata=()) -> None:
+        self.metadata = metadata
+
+    def invocation_metadata(self):
+        return self.metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str):
+        raise RuntimeError(f"{code.name}: {details}")
+
+
+@pytest.mark.parametrize("size", [1, OFF_LOOP_REPORTS])  # verified on and off the event loop
+def test_verified_device_id_is_visible_to_its_own_call_only(auth_surveys, size):
+    """What a rate limiter reads: the id verified for this RPC; concurrent calls see None."""
     key = DeviceKey(Ed25519PrivateKey.generate())
-    surveys = load_surveys(auth_surveys)
-    auth = DeviceAuthenticator(surveys, {key.device_id: _public(key)})
-    reports = [report()]
+    auth = DeviceAuthenticator(load_surveys(auth_surveys), {key.device_id: _public(key)})
+    reports = [report() for _ in range(size)]
 
     async def signed_call():
-        assert auth.verify_upload(key.sign_upload(reports), reports) == key.device_id
+        context = CallContext(key.sign_upload(reports))
+        assert await auth.authenticate_upload(context, reports) == key.device_id
         await asyncio.sleep(0.01)
         return authenticated_device()
 
     async def unsigned_call():
-        assert auth.verify_upload((), [report("open")]) is None
+        assert await auth.authenticate_upload(CallContext(), [report("open")]) is None
         await asyncio.sleep(0.02)
         return authenticated_device()
 
-    async def both():
-        return await asyncio.gather(signed_call(), unsigned_call())
+    async def calls():
+        return await asyncio.gather(signed_call(), unsigned_call(), unsigned_call())
 
-    assert asyncio.run(both()) == [key.device_id, None]
-    with pytest.raises(DeviceAuthError, match="requires a signed upload"):
-        auth.verify_upload((), reports)
+    assert asyncio.run(calls()) == [key.device_id, None, None]
+    tampered = copies(reports)
+    tampered[-1].payload = (3).to_bytes(4, "little")
+    context = CallContext(key.sign_upload(reports))
+    with pytest.raises(RuntimeError, match="UNAUTHENTICATED: invalid device signature"):
+        asyncio.run(auth.authenticate_upload(context, tampered))
 
 
 def _public(key: DeviceKey):
@@ -381,6 +399,18 @@ def test_timestamp_window_edges(server, collector, device):
         assert upload(collector, reports, device.sign_upload(reports, now + offset)) == [
             ldp_pb2.ACCEPTED
         ]
+
+
+def test_large_signed_upload(server, collector, device):
+    """Uploads big enough to be verified off the event loop: tampering one report of 1,000 is
+    refused, the genuine batch accepted."""
+    reports = [report(value=i % 4) for i in range(1000)]
+    metadata = device.sign_upload(reports)
+    tampered = copies(reports)
+    tampered[500].payload = ((reports[500].payload[0] + 1) % 4).to_bytes(4, "little")
+    assert "invalid device signature" in refused(lambda: upload(collector, tampered, metadata))
+    assert stored_ids(server.db) == set()
+    assert upload(collector, reports, metadata) == [ldp_pb2.ACCEPTED] * 1000
 
 
 def test_mixed_batch_is_all_or_nothing(server, collector):
