@@ -35,7 +35,7 @@ from protos.ldp.v1 import ldp_pb2
 DEFAULT_WINDOW_SECONDS = 300.0
 _AUTH_KEYS = (sig.DEVICE_ID_KEY, sig.TIMESTAMP_KEY, sig.SIGNATURE_KEY)
 _TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
-OFF_LOOP_REPORTS = 256
+OFF_LOOP_REPORTS = 256  # signed uploads this big are verified in a worker thread
 UNSIGNED = "this survey requires a signed upload from an enrolled device"
 
 _verified_device: ContextVar[str | None] = ContextVar("ldp_verified_device", default=None)

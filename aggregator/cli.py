@@ -16,7 +16,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import grpc
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from aggregator import ingest, shards
 from aggregator.auth import DEFAULT_WINDOW_SECONDS
@@ -154,7 +156,7 @@ def _question(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     credentials = _server_credentials(args)
     surveys = load_surveys(args.config)
-    keys = {}
+    keys: dict[str, Ed25519PublicKey] = {}
     if args.devices is not None:
         with DeviceRegistry(args.devices) as registry:
             keys = registry.active_keys()
@@ -166,7 +168,7 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server_credentials(args: argparse.Namespace):
+def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
     """TLS/mTLS credentials from the flags, or None for an explicit --insecure."""
     tls_flags = [args.tls_cert, args.tls_key, args.client_ca]
     if args.insecure:
@@ -185,7 +187,12 @@ def _server_credentials(args: argparse.Namespace):
     return server_credentials(args.tls_cert, args.tls_key, args.client_ca)
 
 
-async def _serve(surveys, args: argparse.Namespace, credentials, keys) -> None:
+async def _serve(
+    surveys,
+    args: argparse.Namespace,
+    credentials: grpc.ServerCredentials | None,
+    keys: dict[str, Ed25519PublicKey],
+) -> None:
     from aggregator.server import start_server
 
     running = await start_server(
