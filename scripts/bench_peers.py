@@ -57,9 +57,11 @@ def ensure_bench_venv(venv: Path) -> None:
         if not python.exists():
             print(f"bench_peers: creating {venv}", file=sys.stderr)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        print("bench_peers: installing ldp-survey and the peers", file=sys.stderr)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, "-e", str(ROOT), *PEER_PINS, *PEER_UNDECLARED], check=True)
+        probe = f"import importlib.util as u; exit(not all(map(u.find_spec, {NEEDED_MODULES!r})))"
+        if subprocess.run([str(python), "-c", probe]).returncode != 0:
+            print("bench_peers: installing ldp-survey and the peers", file=sys.stderr)
+            pip = [str(python), "-m", "pip", "install", "--quiet"]
+            subprocess.run([*pip, "-e", str(ROOT), *PEER_PINS, *PEER_UNDECLARED], check=True)
     except subprocess.CalledProcessError as exc:
         sys.exit(f"bench_peers: could not prepare {venv}: {exc}")
     os.environ[REEXEC_MARK] = "1"
@@ -122,7 +124,8 @@ class Sizes:
     """Workload of one run: per-report loop lengths, batch sizes, MSE runs and reports per run."""
 
     per_report: dict[tuple[str, int], int]
-    batch_cells: int  # reports x k cells (bits) per batch call of our simulator
+    batch_rr: int  # answers per batch call of our k-RR simulator
+    batch_sue_bits: int  # answers x k per batch call of our SUE simulator
     repeats: int
     runs: int
     n: int
@@ -137,14 +140,16 @@ FULL = Sizes(
         (SUE, 64): 4_000,
         (SUE, 1024): 1_000,
     },
-    batch_cells=20_000_000,
+    batch_rr=10_000_000,
+    batch_sue_bits=20_000_000,
     repeats=5,
     runs=50,
     n=10_000,
 )
 QUICK = Sizes(
     per_report={key: count // 10 for key, count in FULL.per_report.items()},
-    batch_cells=2_000_000,
+    batch_rr=1_000_000,
+    batch_sue_bits=2_000_000,
     repeats=3,
     runs=5,
     n=2_000,
@@ -262,8 +267,7 @@ def measure_throughput(kind: str, k: int, eps: float, sizes: Sizes) -> Throughpu
     for label, (fn, tail) in per_report_randomizers(kind, k, eps).items():
         seed_peers(kind, k, eps, label)
         rates[label] = per_report_rate(fn, tail, values, sizes.repeats)
-    cells = sizes.batch_cells if kind == SUE else sizes.batch_cells // 2
-    batch_values = true_answers(k, cells // k if kind == SUE else cells)
+    batch_values = true_answers(k, sizes.batch_rr if kind == RR else sizes.batch_sue_bits // k)
     return Throughput(kind, k, eps, rates, batch_rate(ours(kind, k, eps), batch_values, 3))
 
 
@@ -276,7 +280,9 @@ def clip_renormalise(freqs: np.ndarray) -> np.ndarray:
     return clipped / clipped.sum() if clipped.sum() > 0 else clipped
 
 
-def ours_estimates(kind: str, k: int, eps: float, values: np.ndarray, rng) -> np.ndarray:
+def ours_estimates(
+    kind: str, k: int, eps: float, values: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     mech = ours(kind, k, eps)
     return estimate(Histogram.from_reports(mech, mech.simulate(values, rng))).frequencies
 
