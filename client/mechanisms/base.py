@@ -78,6 +78,8 @@ def check_privacy_parameter(name: str, value: object) -> float:
 
 def check_value(value: object, k: int) -> int:
     """Validate one true answer: an integer category index in 0..k-1."""
+    if type(value) is int and 0 <= value < k:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"value must be an integer category index, got {value!r}")
     if not 0 <= value < k:

@@ -91,12 +91,20 @@ class RandomizedResponse(Mechanism):
             ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
             return float((keep * (self.k - 1) / (1 - keep)).ln())
 
+    @cached_property
+    def _draw_range(self) -> int:
+        """(k - 1) * k * 2**64: one uniform draw below it decides keep-or-lie and the lie."""
+        return (self.k - 1) * self.k * 2**64
+
     # --- device side -------------------------------------------------------------------------
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> int:
         value = check_value(value, self.k)
-        if source.below(self.k * 2**64) < self._keep_threshold:
+        # A uniform draw on the product grid splits into two independent uniforms: the remainder
+        # (below k * 2**64) decides keep-or-lie, the quotient (below k - 1) picks the lie. One
+        # read of the CSPRNG per report, and the running time does not reveal whether it lied.
+        other, keep_draw = divmod(source.below(self._draw_range), self.k * 2**64)
+        if keep_draw < self._keep_threshold:
             return value
-        other = source.below(self.k - 1)
         return other + (other >= value)
 
     @property
