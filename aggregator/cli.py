@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from aggregator import ingest, shards
-from aggregator.config import ConfigError, load_surveys
+from aggregator.config import ConfigError, load_limits, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.ingest import ReportRejectedError
+from aggregator.limits import DEFAULT_MAX_INFLIGHT_REPORTS
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.storage import ReportStore, StoreError
 
@@ -67,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--insecure", action="store_true", help="serve plaintext (development and loopback only)"
     )
+    serve.add_argument(
+        "--max-inflight-reports",
+        type=_positive,
+        default=DEFAULT_MAX_INFLIGHT_REPORTS,
+        help="reports waiting for the store past which uploads are shed with RESOURCE_EXHAUSTED "
+        f"(default {DEFAULT_MAX_INFLIGHT_REPORTS:,}: about 0.5 s of store throughput)",
+    )
     serve.set_defaults(run=run_serve)
 
     est = sub.add_parser("estimate", help="unbiased frequencies with confidence intervals")
@@ -106,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="survey definitions (TOML)")
     parser.add_argument("--db", type=Path, required=True, help="SQLite report store")
@@ -120,15 +138,21 @@ def run_serve(args: argparse.Namespace) -> int:
     if not args.insecure:
         raise UserError("no transport security configured: pass --insecure for plaintext")
     surveys = load_surveys(args.config)
-    asyncio.run(_serve(surveys, args))
+    limits = load_limits(args.config)
+    asyncio.run(_serve(surveys, limits, args))
     return 0
 
 
-async def _serve(surveys, args: argparse.Namespace) -> None:
+async def _serve(surveys, limits, args: argparse.Namespace) -> None:
     from aggregator.server import start_server
 
     running = await start_server(
-        surveys, str(args.db), f"{args.host}:{args.port}", reflection=args.reflection
+        surveys,
+        str(args.db),
+        f"{args.host}:{args.port}",
+        reflection=args.reflection,
+        limits=limits,
+        max_inflight_reports=args.max_inflight_reports,
     )
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")

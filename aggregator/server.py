@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -20,6 +20,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from aggregator import ingest
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.ingest import ReportRejectedError
+from aggregator.limits import (
+    DEFAULT_MAX_INFLIGHT_REPORTS,
+    Admission,
+    CapCounter,
+    LimitExceededError,
+    SurveyLimits,
+    UploadGuard,
+    limit_key,
+)
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.stats.result import TestResult
 from aggregator.storage import ReportStore, StoredReport
@@ -31,14 +40,18 @@ log = logging.getLogger(__name__)
 MAX_REPORTS_PER_REQUEST = 10_000
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
+RETRY_AFTER_KEY = "retry-after-ms"
 
 
 class Collector(ldp_pb2_grpc.CollectorServicer):
-    """Serves survey definitions and ingests randomized reports."""
+    """Serves survey definitions and ingests randomized reports within the upload limits."""
 
-    def __init__(self, surveys: dict[str, SurveySpec], store: ReportStore) -> None:
+    def __init__(
+        self, surveys: dict[str, SurveySpec], store: ReportStore, guard: UploadGuard
+    ) -> None:
         self._surveys = surveys
         self._store = store
+        self._guard = guard
 
     async def GetSurvey(self, request, context):
         survey = self._surveys.get(request.survey_id)
@@ -60,13 +73,19 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             )
         try:
             stored = ingest.validate_batch(reports, self._surveys)
+            admission = await self._guard.admit(limit_key(context), stored, self._stored_ids)
         except ReportRejectedError as exc:
             await context.abort(exc.code, exc.message)
-        return ldp_pb2.UploadResponse(results=await self._store_all(stored))
+        except LimitExceededError as exc:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), trailing_metadata=retry_hint(exc)
+            )
+        return ldp_pb2.UploadResponse(results=await self._store_all(stored, admission))
 
     async def UploadStream(self, request_iterator: AsyncIterator, context):
         results: list[ldp_pb2.ReportResult | None] = []
         pending: list[tuple[list[int], asyncio.Future]] = []
+        key = limit_key(context)
         async for request in request_iterator:
             if len(request.reports) > MAX_REPORTS_PER_REQUEST:
                 await context.abort(
@@ -88,16 +107,40 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                             reason=exc.message,
                         )
                     )
-            if valid:
-                pending.append((slots, asyncio.ensure_future(self._store_all(valid))))
+            if not valid:
+                continue
+            try:
+                admission = await self._guard.admit(key, valid, self._stored_ids)
+            except LimitExceededError as exc:  # refused reports are REJECTED, like invalid ones
+                for slot, r in zip(slots, valid, strict=True):
+                    results[slot] = ldp_pb2.ReportResult(
+                        report_id=r.report_id,
+                        status=ldp_pb2.REJECTED,
+                        code=grpc.StatusCode.RESOURCE_EXHAUSTED.name,
+                        reason=str(exc),
+                    )
+                continue
+            pending.append((slots, asyncio.ensure_future(self._store_all(valid, admission))))
         for slots, future in pending:
             for slot, result in zip(slots, await future, strict=True):
                 results[slot] = result
         return ldp_pb2.UploadResponse(results=results)
 
-    async def _store_all(self, stored: Sequence[StoredReport]) -> list[ldp_pb2.ReportResult]:
-        """Queue for group commit and wait until the transaction holding them committed."""
-        fresh = await asyncio.wrap_future(self._store.submit(stored))
+    async def _stored_ids(self, report_ids: list[bytes]) -> set[bytes]:
+        return await asyncio.to_thread(self._store.stored_ids, report_ids)
+
+    async def _store_all(
+        self, stored: Sequence[StoredReport], admission: Admission
+    ) -> list[ldp_pb2.ReportResult]:
+        """Queue for group commit and wait until the transaction holding them committed. The
+        admission is settled when the store resolves them, even if the caller gave up."""
+        try:
+            future = self._store.submit(stored, admission.record)
+        except BaseException:
+            admission.close(None)
+            raise
+        future.add_done_callback(admission.finish)
+        fresh = await asyncio.wrap_future(future)
         return [
             ldp_pb2.ReportResult(
                 report_id=r.report_id, status=ldp_pb2.ACCEPTED if new else ldp_pb2.DUPLICATE
@@ -207,6 +250,13 @@ def test_response(result: TestResult) -> ldp_pb2.TestResponse:
 test_response.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
+def retry_hint(exc: LimitExceededError) -> tuple[tuple[str, str], ...]:
+    """Trailing metadata telling the device when to retry (none if retrying cannot help)."""
+    if exc.retry_after is None:
+        return ()
+    return ((RETRY_AFTER_KEY, str(max(1, round(exc.retry_after * 1000)))),)
+
+
 @dataclass
 class RunningServer:
     """A started aggregator: its port, and how to stop it gracefully."""
@@ -232,8 +282,16 @@ async def start_server(
     reflection: bool = False,
     credentials: grpc.ServerCredentials | None = None,
     max_delay: float = 0.002,
+    limits: Mapping[str, SurveyLimits] | None = None,
+    max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
 ) -> RunningServer:
-    """Open the store, register every question, and start serving on ``address``."""
+    """Open the store, register every question, and start serving on ``address``.
+
+    ``limits`` are the surveys' per-device limits; ``max_inflight_reports`` bounds the reports
+    waiting for the store, past which uploads are shed (RESOURCE_EXHAUSTED with a retry hint)."""
+    guard = UploadGuard(
+        limits or {}, CapCounter.load(db_path), max_inflight_reports=max_inflight_reports
+    )
     store = ReportStore(db_path, max_delay=max_delay)
     for survey in surveys.values():
         for question in survey.questions:
@@ -244,7 +302,7 @@ async def start_server(
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ]
     )
-    ldp_pb2_grpc.add_CollectorServicer_to_server(Collector(surveys, store), server)
+    ldp_pb2_grpc.add_CollectorServicer_to_server(Collector(surveys, store, guard), server)
     ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.config import load_surveys
+from aggregator.config import load_limits, load_surveys
 from aggregator.server import RunningServer, start_server
 
 SURVEYS_TOML = """
@@ -66,9 +66,12 @@ epsilon = 50.0
 class ServerThread:
     """An aggregator running in its own thread and event loop, restartable on the same store."""
 
-    def __init__(self, config: Path, db: Path) -> None:
+    def __init__(self, config: Path, db: Path, **options) -> None:
+        """``options`` go to start_server (e.g. max_inflight_reports); the survey file's
+        per-device limits always apply."""
         self.config, self.db = config, db
         self.surveys = load_surveys(config)
+        self.options = {"limits": load_limits(config), **options}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: RunningServer | None = None
         self.port = 0
@@ -80,7 +83,7 @@ class ServerThread:
         def run() -> None:
             asyncio.set_event_loop(self._loop)
             self._running = self._loop.run_until_complete(
-                start_server(self.surveys, str(self.db), f"127.0.0.1:{port}")
+                start_server(self.surveys, str(self.db), f"127.0.0.1:{port}", **self.options)
             )
             ready.set()
             self._loop.run_forever()
