@@ -354,6 +354,12 @@ class UploadGuard:
         self._inflight += len(reports)
         return Admission(self, key, reports, wanted)
 
+    def check_load(self, size: int) -> None:
+        """Shed an upload of ``size`` reports if the store is too far behind; the cheapest
+        refusal, worth making before any validation work."""
+        with self._lock:
+            self._check_load(size)
+
     def _check_load(self, size: int) -> None:
         if self._inflight and self._inflight + size > self.max_inflight_reports:
             raise LimitExceededError(

@@ -72,6 +72,7 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 f"at most {MAX_REPORTS_PER_REQUEST} reports per request, got {len(reports)}",
             )
         try:
+            self._guard.check_load(len(reports))  # shed before spending time on validation
             stored = ingest.validate_batch(reports, self._surveys)
             admission = await self._guard.admit(limit_key(context), stored, self._stored_ids)
         except ReportRejectedError as exc:
