@@ -181,7 +181,10 @@ def test_shedding_bounds_reports_waiting_for_the_store():
     with pytest.raises(LimitExceededError, match="overloaded") as shed:
         admit(guard, reports(1, start=100))
     assert shed.value.retry_after > 0
+    with pytest.raises(LimitExceededError, match="overloaded"):
+        guard.check_load(1)  # the early check the server makes before validating
     big.finish(committed([True] * 25))
+    guard.check_load(25)
     first = admit(guard, reports(6, start=100))
     with pytest.raises(LimitExceededError, match="overloaded"):
         admit(guard, reports(5, start=200))

@@ -306,6 +306,25 @@ def start_cli_server(tmp_path: Path, config: Path, max_inflight: int):
     return process, f"127.0.0.1:{port_file.read_text().strip()}"
 
 
+@pytest.mark.parametrize(
+    ("extra", "config", "message"),
+    [
+        (["--max-inflight-reports", "0"], LIMITED_TOML, "must be an integer >= 1"),
+        ([], LIMITED_TOML.replace("burst = 3", "burst = 0"), "burst must be an integer >= 1"),
+    ],
+)
+def test_serve_refuses_bad_limits_in_one_line(tmp_path, extra, config, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(config)
+    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(path)]
+    command += ["--db", str(tmp_path / "x.sqlite"), "--insecure", "--port", "0", *extra]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]  # argparse prints its usage lines first
+    assert last.startswith("ldp-aggregator") and message in last
+    assert "Traceback" not in done.stderr
+
+
 async def flood(target: str, seconds: float, callers: int, batch: int):
     """Closed-loop callers uploading fresh batches; (accepted ids, codes, shed hints)."""
     accepted: list[bytes] = []
