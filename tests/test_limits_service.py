@@ -273,6 +273,20 @@ def test_reporter_keeps_rate_limited_reports_and_dead_letters_capped_ones(limite
     transport.close()
 
 
+def test_client_cli_flush_says_when_to_retry(limited, tmp_path):
+    state = tmp_path / "device.sqlite"
+    reporter = Reporter(Transport(limited.target), state, Budget(100.0), memoize=False)
+    for _ in range(4):
+        reporter.answer("limited", "q", "c")
+    reporter.close()
+    command = [sys.executable, "-m", "client.cli", "flush", "--server", limited.target]
+    done = subprocess.run([*command, "--state", str(state)], capture_output=True, text=True)
+    assert done.returncode == 1
+    # 4 > burst 3 is refused without a hint, so the batch is split; 2 pass, then 2 > 1 token left
+    assert "accepted 2, duplicate 0, rejected 0, still pending 2" in done.stdout
+    assert "RESOURCE_EXHAUSTED" in done.stderr and "flush again in" in done.stderr
+
+
 # -- load shedding ----------------------------------------------------------------------------
 
 
