@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -255,7 +256,7 @@ def retry_hint(exc: LimitExceededError) -> tuple[tuple[str, str], ...]:
     """Trailing metadata telling the device when to retry (none if retrying cannot help)."""
     if exc.retry_after is None:
         return ()
-    return ((RETRY_AFTER_KEY, str(max(1, round(exc.retry_after * 1000)))),)
+    return ((RETRY_AFTER_KEY, str(max(1, math.ceil(exc.retry_after * 1000)))),)
 
 
 @dataclass
