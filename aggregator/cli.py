@@ -22,10 +22,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from aggregator import ingest, shards
 from aggregator.auth import DEFAULT_WINDOW_SECONDS
-from aggregator.config import ConfigError, load_surveys
+from aggregator.config import ConfigError, load_limits, load_surveys
 from aggregator.devices import DeviceRegistry
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.ingest import ReportRejectedError
+from aggregator.limits import DEFAULT_MAX_INFLIGHT_REPORTS
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.storage import ReportStore, StoreError
 
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_WINDOW_SECONDS,
         help="allowed clock difference of a device signature, seconds (default 300)",
     )
+    serve.add_argument(
+        "--max-inflight-reports",
+        type=_positive,
+        default=DEFAULT_MAX_INFLIGHT_REPORTS,
+        help="reports waiting for the store past which uploads are shed with RESOURCE_EXHAUSTED "
+        f"(default {DEFAULT_MAX_INFLIGHT_REPORTS:,}: about 0.5 s of store throughput)",
+    )
     serve.set_defaults(run=run_serve)
 
     enroll = sub.add_parser("enroll", help="enroll a device's Ed25519 public key")
@@ -139,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="survey definitions (TOML)")
     parser.add_argument("--db", type=Path, required=True, help="SQLite report store")
@@ -164,7 +182,8 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("a survey requires device authentication: pass --devices REGISTRY")
     if args.auth_window <= 0:
         raise UserError("--auth-window must be positive")
-    asyncio.run(_serve(surveys, args, credentials, keys))
+    limits = load_limits(args.config)
+    asyncio.run(_serve(surveys, limits, args, credentials, keys))
     return 0
 
 
@@ -189,6 +208,7 @@ def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | No
 
 async def _serve(
     surveys,
+    limits,
     args: argparse.Namespace,
     credentials: grpc.ServerCredentials | None,
     keys: dict[str, Ed25519PublicKey],
@@ -203,6 +223,8 @@ async def _serve(
         credentials=credentials,
         device_keys=keys,
         auth_window=args.auth_window,
+        limits=limits,
+        max_inflight_reports=args.max_inflight_reports,
     )
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")

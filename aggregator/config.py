@@ -7,6 +7,9 @@ Example::
     title = "Wellbeing panel"
     min_batch_size = 100
     require_device_auth = false   # true: uploads must be signed by an enrolled device key
+    rate_per_minute = 30        # optional per-device token bucket: refill rate ...
+    burst = 60                  # ... and size (default: one minute's worth)
+    max_reports_per_device = 5  # optional cap per device and question (a question may override)
 
     [[survey.question]]
     id = "mood"
@@ -27,9 +30,11 @@ Example::
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 
+from aggregator.limits import SurveyLimits
 from client.mechanisms import DEFAULT_GRANULARITY_BITS
 from client.survey import Attribute, QuestionSpec, SurveyError, SurveySpec, build_question
 
@@ -42,6 +47,7 @@ _QUESTION_KEYS = {
     "epsilon",
     "rho",
     "granularity_bits",
+    "max_reports_per_device",
 }
 
 
@@ -51,14 +57,8 @@ class ConfigError(ValueError):
 
 def load_surveys(path: str | Path) -> dict[str, SurveySpec]:
     """Parse and validate every survey in a TOML file, keyed by survey id."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"survey file not found: {path}") from exc
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read survey file {path}: {exc}") from exc
     surveys = {}
-    for entry in data.get("survey", []):
+    for entry in _read(path).get("survey", []):
         try:
             survey = _survey(entry)
         except SurveyError as exc:
@@ -69,6 +69,52 @@ def load_surveys(path: str | Path) -> dict[str, SurveySpec]:
     if not surveys:
         raise ConfigError(f"{path}: defines no [[survey]]")
     return surveys
+
+
+def load_limits(path: str | Path) -> dict[str, SurveyLimits]:
+    """The per-device limits of every survey in a TOML file that sets any, keyed by survey id."""
+    limits = {}
+    for entry in _read(path).get("survey", []):
+        survey_limits = _limits(entry, f"{path}: survey {entry.get('id')}")
+        if survey_limits != SurveyLimits():
+            limits[str(entry.get("id"))] = survey_limits
+    return limits
+
+
+def _read(path: str | Path) -> dict:
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"survey file not found: {path}") from exc
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read survey file {path}: {exc}") from exc
+
+
+def _limits(entry: dict, where: str) -> SurveyLimits:
+    rate = entry.get("rate_per_minute")
+    burst = entry.get("burst")
+    if rate is not None:
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate):
+            raise ConfigError(f"{where}: rate_per_minute must be a number, got {rate!r}")
+        if rate <= 0:
+            raise ConfigError(f"{where}: rate_per_minute must be > 0, got {rate!r}")
+        burst = _positive_int(burst, "burst", where) if burst is not None else math.ceil(rate)
+    elif burst is not None:
+        raise ConfigError(f"{where}: burst needs rate_per_minute")
+    survey_cap = entry.get("max_reports_per_device")
+    caps = {}
+    for question in entry.get("question", []):
+        cap = question.get("max_reports_per_device", survey_cap)
+        if cap is not None:
+            where_q = f"{where}, question {question.get('id')}"
+            caps[str(question.get("id"))] = _positive_int(cap, "max_reports_per_device", where_q)
+    return SurveyLimits(rate, burst, caps)
+
+
+def _positive_int(value: object, name: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+    return value
 
 
 def _survey(entry: dict) -> SurveySpec:

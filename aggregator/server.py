@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+import math
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -19,9 +21,24 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator import ingest
-from aggregator.auth import DEFAULT_WINDOW_SECONDS, UNSIGNED, DeviceAuthenticator
+from aggregator.auth import (
+    DEFAULT_WINDOW_SECONDS,
+    UNSIGNED,
+    DeviceAuthenticator,
+    authenticated_device,
+)
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.ingest import ReportRejectedError
+from aggregator.limits import (
+    DEFAULT_MAX_INFLIGHT_REPORTS,
+    Admission,
+    CapCounter,
+    KeyPseudonyms,
+    LimitExceededError,
+    SurveyLimits,
+    UploadGuard,
+    limit_key,
+)
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.stats.result import TestResult
 from aggregator.storage import ReportStore, StoredReport
@@ -33,19 +50,26 @@ log = logging.getLogger(__name__)
 MAX_REPORTS_PER_REQUEST = 10_000
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
+RETRY_AFTER_KEY = "retry-after-ms"
 
 
 class Collector(ldp_pb2_grpc.CollectorServicer):
-    """Serves survey definitions and ingests randomized reports."""
+    """Serves survey definitions and ingests randomized reports within the upload limits."""
 
     def __init__(
         self,
         surveys: dict[str, SurveySpec],
         store: ReportStore,
+        guard: UploadGuard,
         auth: DeviceAuthenticator | None = None,
+        pseudonym: Callable[[str], str] | None = None,
     ) -> None:
+        """``pseudonym`` turns a limit key into what the limits keep (a keyed hash; by default
+        with a secret that lives as long as this object)."""
         self._surveys = surveys
         self._store = store
+        self._guard = guard
+        self._pseudonym = pseudonym or KeyPseudonyms(os.urandom(KeyPseudonyms.SECRET_BYTES))
         self._auth = auth or DeviceAuthenticator(surveys, {})  # no enrolled devices
 
     async def GetSurvey(self, request, context):
@@ -68,16 +92,24 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             )
         await self._auth.authenticate_upload(context, reports)
         try:
+            self._guard.check_load(len(reports))  # shed before spending time on validation
             stored = ingest.validate_batch(reports, self._surveys)
+            key = self._pseudonym(limit_key(context, authenticated_device()))
+            admission = await self._guard.admit(key, stored, self._stored_ids)
         except ReportRejectedError as exc:
             await context.abort(exc.code, exc.message)
-        return ldp_pb2.UploadResponse(results=await self._store_all(stored))
+        except LimitExceededError as exc:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), trailing_metadata=retry_hint(exc)
+            )
+        return ldp_pb2.UploadResponse(results=await self._store_all(stored, admission))
 
     async def UploadStream(self, request_iterator: AsyncIterator, context):
         signed = await self._auth.open_stream(context)
         results: list[ldp_pb2.ReportResult | None] = []
         pending: list[tuple[list[int], asyncio.Future]] = []
         held: list[tuple[list[int], list[StoredReport]]] = []  # stored once the signature holds
+        key = self._pseudonym(limit_key(context))
         async for request in request_iterator:
             if len(request.reports) > MAX_REPORTS_PER_REQUEST:
                 await context.abort(
@@ -103,21 +135,59 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                             reason=exc.message,
                         )
                     )
-            if valid and signed is not None:
+            if not valid:
+                continue
+            if signed is not None:  # stored only once the signature over the whole stream holds
                 held.append((slots, valid))
-            elif valid:
-                pending.append((slots, asyncio.ensure_future(self._store_all(valid))))
+            else:
+                await self._admit_message(key, slots, valid, results, pending)
         if signed is not None:
             await self._auth.finish_stream(context, signed)
-            pending = [(slots, asyncio.ensure_future(self._store_all(v))) for slots, v in held]
+            key = self._pseudonym(limit_key(context, authenticated_device()))
+            for slots, valid in held:
+                await self._admit_message(key, slots, valid, results, pending)
         for slots, future in pending:
             for slot, result in zip(slots, await future, strict=True):
                 results[slot] = result
         return ldp_pb2.UploadResponse(results=results)
 
-    async def _store_all(self, stored: Sequence[StoredReport]) -> list[ldp_pb2.ReportResult]:
-        """Queue for group commit and wait until the transaction holding them committed."""
-        fresh = await asyncio.wrap_future(self._store.submit(stored))
+    async def _admit_message(
+        self,
+        key: str,
+        slots: list[int],
+        valid: list[StoredReport],
+        results: list[ldp_pb2.ReportResult | None],
+        pending: list[tuple[list[int], asyncio.Future]],
+    ) -> None:
+        """Admit one stream message's valid reports and queue them; refused ones are REJECTED."""
+        try:
+            admission = await self._guard.admit(key, valid, self._stored_ids)
+        except LimitExceededError as exc:
+            for slot, r in zip(slots, valid, strict=True):
+                results[slot] = ldp_pb2.ReportResult(
+                    report_id=r.report_id,
+                    status=ldp_pb2.REJECTED,
+                    code=grpc.StatusCode.RESOURCE_EXHAUSTED.name,
+                    reason=str(exc),
+                )
+            return
+        pending.append((slots, asyncio.ensure_future(self._store_all(valid, admission))))
+
+    async def _stored_ids(self, report_ids: list[bytes]) -> set[bytes]:
+        return await asyncio.to_thread(self._store.stored_ids, report_ids)
+
+    async def _store_all(
+        self, stored: Sequence[StoredReport], admission: Admission
+    ) -> list[ldp_pb2.ReportResult]:
+        """Queue for group commit and wait until the transaction holding them committed. The
+        admission is settled when the store resolves them, even if the caller gave up."""
+        try:
+            future = self._store.submit(stored, admission.record)
+        except BaseException:
+            admission.close(None)
+            raise
+        future.add_done_callback(admission.finish)
+        fresh = await asyncio.wrap_future(future)
         return [
             ldp_pb2.ReportResult(
                 report_id=r.report_id, status=ldp_pb2.ACCEPTED if new else ldp_pb2.DUPLICATE
@@ -227,6 +297,13 @@ def test_response(result: TestResult) -> ldp_pb2.TestResponse:
 test_response.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
+def retry_hint(exc: LimitExceededError) -> tuple[tuple[str, str], ...]:
+    """Trailing metadata telling the device when to retry (none if retrying cannot help)."""
+    if exc.retry_after is None:
+        return ()
+    return ((RETRY_AFTER_KEY, str(max(1, math.ceil(exc.retry_after * 1000)))),)
+
+
 @dataclass
 class RunningServer:
     """A started aggregator: its port, and how to stop it gracefully."""
@@ -254,14 +331,21 @@ async def start_server(
     max_delay: float = 0.002,
     device_keys: Mapping[str, Ed25519PublicKey] | None = None,
     auth_window: float = DEFAULT_WINDOW_SECONDS,
+    limits: Mapping[str, SurveyLimits] | None = None,
+    max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
 ) -> RunningServer:
     """Open the store, register every question, and start serving on ``address``.
 
     ``credentials`` (see ``aggregator.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
-    ``auth_window`` the allowed clock difference of a signature in seconds.
+    ``auth_window`` the allowed clock difference of a signature in seconds. ``limits`` are the
+    surveys' per-device limits; ``max_inflight_reports`` bounds the reports waiting for the
+    store, past which uploads are shed (RESOURCE_EXHAUSTED with a retry hint).
     """
     auth = DeviceAuthenticator(surveys, device_keys or {}, window=auth_window)
+    guard = UploadGuard(
+        limits or {}, CapCounter.load(db_path), max_inflight_reports=max_inflight_reports
+    )
     store = ReportStore(db_path, max_delay=max_delay)
     for survey in surveys.values():
         for question in survey.questions:
@@ -272,7 +356,8 @@ async def start_server(
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ]
     )
-    ldp_pb2_grpc.add_CollectorServicer_to_server(Collector(surveys, store, auth), server)
+    collector = Collector(surveys, store, guard, auth, KeyPseudonyms.beside(db_path))
+    ldp_pb2_grpc.add_CollectorServicer_to_server(collector, server)
     ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

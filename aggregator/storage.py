@@ -8,7 +8,8 @@ Why this shape (notes/service-conventions.md §3):
   transaction and resolves the callers' futures only after COMMIT. With WAL and
   ``synchronous=FULL`` an acknowledged report survives a process kill and a power loss.
 * ``report_id`` (16 random bytes chosen by the device) is the primary key, so a resend is reported
-  as a duplicate and counted once. No device identity is ever stored.
+  as a duplicate and counted once. No device identity is stored with a report (the per-device
+  cap counts of aggregator/limits.py live in their own table, with no report ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
 
 Threading: :meth:`ReportStore.submit` never blocks (it validates and enqueues), so an asyncio server
@@ -80,10 +81,14 @@ class StoredReport:
     contribution: np.ndarray  # int64, length k: what the report adds to the question's sums
 
 
+WriteHook = Callable[[sqlite3.Connection, list[bool]], None]
+
+
 @dataclass(slots=True)
 class _Submit:
     reports: list[StoredReport]
     future: Future[list[bool]]
+    on_write: WriteHook | None = None
 
 
 @dataclass(slots=True)
@@ -171,16 +176,22 @@ class ReportStore:
         self._call(create)
         self._k[(survey_id, question_id)] = k
 
-    def submit(self, reports: Sequence[StoredReport]) -> Future[list[bool]]:
+    def submit(
+        self, reports: Sequence[StoredReport], on_write: WriteHook | None = None
+    ) -> Future[list[bool]]:
         """Queue reports for the next group commit without blocking. The future resolves after
         their transaction committed, with one flag per report: True = newly stored, False =
         duplicate report_id (stored earlier or repeated in the same transaction; the first
         occurrence wins). A malformed report raises StoreError here and nothing is queued.
-        A future cancelled before the writer takes it up is not written."""
+        A future cancelled before the writer takes it up is not written.
+
+        ``on_write(connection, flags)`` runs on the writer thread inside the transaction that
+        stores these reports, so what it writes (e.g. per-device counts) commits with them or
+        not at all."""
         batch = list(reports)
         for report in batch:
             self._check(report)
-        item = _Submit(batch, Future())
+        item = _Submit(batch, Future(), on_write)
         self._enqueue(item)
         return item.future
 
@@ -238,6 +249,11 @@ class ReportStore:
         with closing(self._reader()) as conn:
             n, sums = _read_statistics(conn, survey_id, question_id)
         return n, np.array(sums, dtype=np.int64)
+
+    def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
+        """Which of ``report_ids`` the log holds (committed)."""
+        with closing(self._reader()) as conn:
+            return _stored_ids(conn, report_ids)
 
     def count_reports(self, survey_id: str | None = None) -> int:
         """Reports in the log (one survey's, or all); a scan of the log."""
@@ -367,13 +383,7 @@ class ReportStore:
         conn = self._conn
         reports = [r for submit in group for r in submit.reports]
         with _transaction(conn):
-            ids = list({r.report_id for r in reports})
-            seen: set[bytes] = set()
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                sql = f"SELECT report_id FROM reports WHERE report_id IN ({marks})"
-                seen.update(row[0] for row in conn.execute(sql, chunk))
+            seen = _stored_ids(conn, list({r.report_id for r in reports}))
             flags: list[bool] = []
             fresh: list[StoredReport] = []
             for r in reports:
@@ -394,10 +404,12 @@ class ReportStore:
                 n, sums = _read_statistics(conn, survey_id, question_id)
                 n, sums = _accumulate(n, sums, vectors)
                 _write_statistics(conn, survey_id, question_id, n, sums)
-        out, start = [], 0
-        for submit in group:
-            out.append(flags[start : start + len(submit.reports)])
-            start += len(submit.reports)
+            out, start = [], 0
+            for submit in group:
+                out.append(flags[start : start + len(submit.reports)])
+                start += len(submit.reports)
+                if submit.on_write is not None:
+                    submit.on_write(conn, out[-1])
         return out
 
 
@@ -406,6 +418,16 @@ def _connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA busy_timeout = 5000")
     conn.execute("PRAGMA synchronous = FULL")
     return conn
+
+
+def _stored_ids(conn: sqlite3.Connection, report_ids: Sequence[bytes]) -> set[bytes]:
+    found: set[bytes] = set()
+    for start in range(0, len(report_ids), _IN_CHUNK):
+        chunk = list(report_ids[start : start + _IN_CHUNK])
+        marks = ",".join("?" * len(chunk))
+        sql = f"SELECT report_id FROM reports WHERE report_id IN ({marks})"
+        found.update(row[0] for row in conn.execute(sql, chunk))
+    return found
 
 
 @contextmanager

@@ -174,6 +174,8 @@ def _print_flush(result) -> None:
     )
     if result.error:
         print(f"upload stopped: {result.error}", file=sys.stderr)
+    if result.retry_after is not None:
+        print(f"the server asks to flush again in {result.retry_after:g} s", file=sys.stderr)
 
 
 def run_budget(args: argparse.Namespace) -> int:

@@ -39,6 +39,7 @@ class FlushResult:
     rejected: int
     pending: int
     error: str = ""
+    retry_after: float | None = None  # seconds the server asked to wait before the next flush
 
 
 class Reporter:
@@ -122,11 +123,13 @@ class Reporter:
         """Upload everything pending, oldest first, in batches.
 
         Accepted and duplicate reports leave the outbox. A batch the server refuses for good is
-        split until the offending report is isolated and moved to the dead-letter table. An
-        unreachable or overloaded server stops the flush; the rest stays pending.
+        split until the offending report is isolated and moved to the dead-letter table (a cap
+        reached is such a refusal). An unreachable server, or one that refuses with a retry hint
+        (rate limit, overload), stops the flush; the rest stays pending, and ``retry_after``
+        says when to flush again if the server said so.
         """
         totals = {"accepted": 0, "duplicate": 0, "rejected": 0}
-        error = ""
+        error, wait = "", None
         while True:
             batch = self.outbox.pending(batch_size)
             if not batch:
@@ -134,9 +137,9 @@ class Reporter:
             try:
                 self._send(batch, totals)
             except TransportError as exc:
-                error = str(exc)
+                error, wait = str(exc), exc.retry_after
                 break
-        return FlushResult(pending=len(self.outbox), error=error, **totals)
+        return FlushResult(pending=len(self.outbox), error=error, retry_after=wait, **totals)
 
     def _send(self, batch, totals: dict[str, int]) -> None:
         reports = [

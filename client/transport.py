@@ -1,7 +1,10 @@
 """The device's gRPC connection to the aggregator: deadlines on every call, and retries with
 exponential backoff and jitter on UNAVAILABLE only (uploads are idempotent thanks to report ids,
-every other failure is final). Plaintext unless TLS settings or credentials are given; a signed
-upload is signed afresh on every attempt (same report bytes, new timestamp)."""
+every other failure is final for the call). A refusal that carries the server's retry hint
+(``retry-after-ms`` trailing metadata: rate limit, overload) is worth retrying later; the same
+code without a hint (a cap reached, a batch too large) is not. Plaintext unless TLS settings or
+credentials are given; a signed upload is signed afresh on every attempt (same report bytes, new
+timestamp)."""
 
 from __future__ import annotations
 
@@ -18,23 +21,41 @@ from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 Metadata = tuple[tuple[str, str | bytes], ...]
+RETRY_AFTER_KEY = "retry-after-ms"
 
 
 class TransportError(Exception):
     """A call failed for good (or ran out of retries); ``code`` is the gRPC status."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, details: str, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
+        self.retry_after = retry_after  # seconds, from the server's hint
 
     @property
     def retryable(self) -> bool:
-        """Whether trying again later may succeed (the server was unreachable or overloaded)."""
-        return self.code in RETRYABLE or self.code in (
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            grpc.StatusCode.DEADLINE_EXCEEDED,
+        """Whether trying again later may succeed: the server was unreachable or slow, or it
+        refused with a retry hint (rate limit, overload)."""
+        return (
+            self.code in RETRYABLE
+            or self.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            or (self.code == grpc.StatusCode.RESOURCE_EXHAUSTED and self.retry_after is not None)
         )
+
+
+def retry_after(error: grpc.RpcError) -> float | None:
+    """The server's retry hint in seconds, if the failed call carried a valid one."""
+    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == RETRY_AFTER_KEY:
+            try:
+                milliseconds = int(value)
+            except ValueError:
+                return None
+            return milliseconds / 1000 if milliseconds >= 0 else None
+    return None
 
 
 class Transport:
@@ -78,7 +99,7 @@ class Transport:
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code not in RETRYABLE or attempt == self._max_attempts:
-                    raise TransportError(code, exc.details() or "") from None
+                    raise TransportError(code, exc.details() or "", retry_after(exc)) from None
             time.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._max_backoff)
         raise AssertionError("unreachable")

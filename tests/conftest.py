@@ -13,7 +13,7 @@ import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from aggregator import pki as pki_builder
-from aggregator.config import load_surveys
+from aggregator.config import load_limits, load_surveys
 from aggregator.server import RunningServer, start_server
 
 SURVEYS_TOML = """
@@ -71,10 +71,12 @@ epsilon = 50.0
 class ServerThread:
     """An aggregator running in its own thread and event loop, restartable on the same store."""
 
-    def __init__(self, config: Path, db: Path, **server_options: Any) -> None:
+    def __init__(self, config: Path, db: Path, **options: Any) -> None:
+        """``options`` go to start_server (e.g. credentials, max_inflight_reports); the survey
+        file's per-device limits always apply."""
         self.config, self.db = config, db
-        self.server_options = server_options  # keyword arguments of start_server
         self.surveys = load_surveys(config)
+        self.options = {"limits": load_limits(config), **options}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: RunningServer | None = None
         self.port = 0
@@ -86,7 +88,7 @@ class ServerThread:
         def run() -> None:
             asyncio.set_event_loop(self._loop)
             self._running = self._loop.run_until_complete(
-                start_server(self.surveys, str(self.db), f"127.0.0.1:{port}", **self.server_options)
+                start_server(self.surveys, str(self.db), f"127.0.0.1:{port}", **self.options)
             )
             ready.set()
             self._loop.run_forever()

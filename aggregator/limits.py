@@ -1,0 +1,417 @@
+"""Abuse limits on uploads: who is asking, how fast, how much in total, and whether the server can
+take more right now.
+
+* **Limit key** (:func:`limit_key`): the mTLS peer identity (certificate SAN, else CN) when the
+  channel is authenticated, else the peer host, so unauthenticated traffic is limited per host.
+  The key is used for limits only and never stored with a report.
+* **Token bucket** per (key, survey): ``rate_per_minute`` reports refill, up to ``burst``. A
+  batch costs one token per report, all or nothing. A refusal says when enough tokens will be
+  there (``retry_after``).
+* **Cap** per (key, survey, question): ``max_reports_per_device`` newly accepted reports, the
+  server-side mirror of a device's privacy budget. Reports are reserved before they are stored
+  (so concurrent requests of one device cannot overshoot) and settled after the commit, counting
+  only the reports the store accepted as new: a resend that comes back DUPLICATE never counts
+  twice, and one whose reports are all stored already is never refused.
+* **Load shedding**: a bound on reports admitted but not yet resolved by the store. Past it an
+  upload is refused at once with a retry hint instead of queueing until its deadline expires.
+
+Cap counts survive restarts: they live in their own table (``limit_counts``, keyed by
+(pseudonym, survey, question), with no link to any report id), written by :meth:`Admission.record`
+inside the very transaction that stores the reports, so the counts and the report log never
+disagree, even after a kill. The table holds keyed hashes of limit keys (:class:`KeyPseudonyms`,
+secret kept in a file beside the store), never a device id, certificate name or address. Token
+buckets and the in-flight count are in memory: a restart refills the buckets, which costs at most
+one burst per device.
+
+Everything here is plain bookkeeping with an injectable clock and no gRPC; one lock makes it safe
+to settle from the store's writer thread while the event loop admits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aggregator.errors import LdpError
+from aggregator.storage import StoredReport
+
+#: Default bound on reports waiting for the store. The store commits about 40k reports/s on a
+#: 2-core machine (docs/performance.md), so 20,000 queued reports wait about half a second:
+#: well inside a device's 10 s deadline, and above the 10,000-report maximum request.
+DEFAULT_MAX_INFLIGHT_REPORTS = 20_000
+#: Retry hint of a shed upload: long enough for a full queue to drain a few times over.
+SHED_RETRY_AFTER = 1.0
+
+_COUNTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS limit_counts (
+    pseudonym TEXT NOT NULL,
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    accepted INTEGER NOT NULL,
+    PRIMARY KEY (pseudonym, survey_id, question_id)
+) WITHOUT ROWID
+"""
+_ADD_COUNT = """
+INSERT INTO limit_counts VALUES (?, ?, ?, ?)
+ON CONFLICT (pseudonym, survey_id, question_id)
+DO UPDATE SET accepted = accepted + excluded.accepted
+"""
+
+
+class LimitExceededError(LdpError):
+    """An upload is refused by a limit. ``retry_after`` (seconds) is set when waiting helps
+    (rate limit, overload) and None when it does not (cap reached, batch larger than the burst)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class SurveyLimits:
+    """One survey's per-device limits; None means unlimited."""
+
+    rate_per_minute: float | None = None
+    burst: int | None = None
+    max_reports_per_device: Mapping[str, int] = field(default_factory=dict)  # by question id
+
+    def cap(self, question_id: str) -> int | None:
+        return self.max_reports_per_device.get(question_id)
+
+
+def limit_key(context, device: str | None = None) -> str:
+    """Who an upload is limited as: ``device:<id>`` of a verified Ed25519 signature, else
+    ``x509:<SAN or CN>`` of an mTLS peer, else ``host:<ip>``."""
+    if device is not None:
+        return "device:" + device
+    auth = context.auth_context()
+    for name in ("x509_subject_alternative_name", "x509_common_name"):
+        values = auth.get(name)
+        if values:
+            return "x509:" + values[0].decode("utf-8", "replace")
+    return "host:" + peer_host(context.peer())
+
+
+class KeyPseudonyms:
+    """Keyed hashes (HMAC-SHA-256) of limit keys: persisted cap counts then hold no device id,
+    certificate name or address, and without the secret the hashes cannot be matched against a
+    list of candidate identities."""
+
+    SECRET_BYTES = 32
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    @classmethod
+    def beside(cls, db_path: str) -> KeyPseudonyms:
+        """Use the secret in ``<db_path>.limits-secret``, creating it (mode 0600) on first use."""
+        path = Path(f"{db_path}.limits-secret")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            secret = path.read_bytes()
+            if len(secret) != cls.SECRET_BYTES:
+                raise ValueError(f"{path} is not a {cls.SECRET_BYTES}-byte secret") from None
+            return cls(secret)
+        secret = os.urandom(cls.SECRET_BYTES)
+        with os.fdopen(fd, "wb") as out:
+            out.write(secret)
+            out.flush()
+            os.fsync(out.fileno())
+        return cls(secret)
+
+    def __call__(self, key: str) -> str:
+        return hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()
+
+
+def peer_host(peer: str) -> str:
+    """The host part of a gRPC peer string (``ipv4:10.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
+    scheme, _, address = peer.partition(":")
+    if scheme == "ipv6" and address.startswith("["):
+        return address[1 : address.find("]")]
+    if scheme == "ipv4":
+        return address.rpartition(":")[0]
+    return peer
+
+
+class TokenBucket:
+    """``rate`` tokens per second up to ``burst``; starts full."""
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate, self.burst = rate, burst
+        self._tokens, self._stamp = float(burst), now
+
+    def tokens(self, now: float) -> float:
+        return min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+
+    def wait(self, cost: int, now: float) -> float:
+        """Seconds until ``cost`` tokens are there: 0 if they are, inf if ``cost`` > burst."""
+        if cost > self.burst:
+            return math.inf
+        return max(0.0, (cost - self.tokens(now)) / self.rate)
+
+    def take(self, cost: int, now: float) -> None:
+        """Take ``cost`` tokens; call only when :meth:`wait` is 0."""
+        self._tokens, self._stamp = self.tokens(now) - cost, now
+
+
+class RateLimiter:
+    """Token buckets per (limit key, survey). Full buckets are dropped now and then, which is
+    the same as keeping them, so memory follows the number of recently active devices."""
+
+    def __init__(self, limits: Mapping[str, SurveyLimits], clock: Callable[[], float]) -> None:
+        self._limits = limits
+        self._clock = clock
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._sweep_at = 1024
+
+    def take(self, key: str, costs: Mapping[str, int]) -> None:
+        """Charge reports per survey to the device's buckets, all or nothing, or raise
+        LimitExceededError naming the survey that needs the longest wait."""
+        now = self._clock()
+        charges = []
+        for survey_id, cost in costs.items():
+            limits = self._limits.get(survey_id)
+            if limits is None or limits.rate_per_minute is None or limits.burst is None:
+                continue
+            rate = limits.rate_per_minute / 60.0
+            bucket = self._bucket(key, survey_id, rate, limits.burst, now)
+            charges.append((bucket, cost, bucket.wait(cost, now), survey_id, limits))
+        if not charges:
+            return
+        bucket, cost, wait, survey_id, limits = max(charges, key=lambda c: c[2])
+        if wait == math.inf:
+            raise LimitExceededError(
+                f"a batch of {cost} reports exceeds the burst of {limits.burst} for survey "
+                f"{survey_id!r}; send at most {limits.burst} per request"
+            )
+        if wait > 0:
+            raise LimitExceededError(
+                f"rate limit of {limits.rate_per_minute:g} reports per minute for survey "
+                f"{survey_id!r}; retry after {math.ceil(wait * 1000)} ms",
+                retry_after=wait,
+            )
+        for bucket, cost, *_ in charges:
+            bucket.take(cost, now)
+
+    def _bucket(self, key: str, survey_id: str, rate: float, burst: int, now: float) -> TokenBucket:
+        bucket = self._buckets.get((key, survey_id))
+        if bucket is None:
+            self._sweep(now)
+            bucket = TokenBucket(rate, burst, now)
+            self._buckets[(key, survey_id)] = bucket
+        return bucket
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def _sweep(self, now: float) -> None:
+        if len(self._buckets) < self._sweep_at:
+            return
+        full = [k for k, b in self._buckets.items() if b.tokens(now) >= b.burst]
+        for key in full:
+            del self._buckets[key]
+        self._sweep_at = max(1024, 2 * len(self._buckets))
+
+
+CountKey = tuple[str, str, str]  # (limit key, survey id, question id)
+
+
+class CapCounter:
+    """Accepted and reserved report counts per (limit key, survey, question), for capped
+    questions only. ``accepted`` mirrors the persistent table; load it with :meth:`load`."""
+
+    def __init__(self, accepted: Mapping[CountKey, int] | None = None) -> None:
+        self._accepted: dict[CountKey, int] = dict(accepted or {})
+        self._reserved: Counter[CountKey] = Counter()
+
+    @staticmethod
+    def load(db_path: str) -> CapCounter:
+        """Create the counts table if missing and read it."""
+        with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            conn.execute(_COUNTS_SCHEMA)
+            rows = conn.execute("SELECT * FROM limit_counts")
+            return CapCounter({(k, s, q): n for k, s, q, n in rows})
+
+    def accepted(self, key: CountKey) -> int:
+        return self._accepted.get(key, 0)
+
+    def reserved(self, key: CountKey) -> int:
+        return self._reserved[key]
+
+    def try_reserve(
+        self, wanted: Mapping[CountKey, int], caps: Mapping[CountKey, int]
+    ) -> CountKey | None:
+        """Reserve all of ``wanted`` and return None, or reserve nothing and return the first
+        key whose cap it would pass."""
+        for key, n in wanted.items():
+            if self.accepted(key) + self._reserved[key] + n > caps[key]:
+                return key
+        self._reserved.update(wanted)
+        return None
+
+    def settle(self, reserved: Mapping[CountKey, int], accepted: Mapping[CountKey, int]) -> None:
+        """Turn a reservation into the counts the store actually accepted."""
+        self._reserved.subtract(reserved)
+        for key, n in accepted.items():
+            self._accepted[key] = self.accepted(key) + n
+        self._reserved = +self._reserved  # drop zero entries
+
+
+class Admission:
+    """One admitted upload: its reservations until the store resolves it.
+
+    Pass :meth:`record` as the store's in-transaction hook and :meth:`finish` as the store
+    future's done-callback (or call :meth:`close` if submitting failed); only the first close
+    has an effect."""
+
+    def __init__(
+        self,
+        guard: UploadGuard,
+        key: str,
+        reports: Sequence[StoredReport],
+        reserved: Mapping[CountKey, int],
+    ) -> None:
+        self._guard = guard
+        self._key = key
+        self._reports = reports
+        self._reserved = reserved
+        self._once = threading.Lock()  # acquired by the first close; later closes do nothing
+
+    def accepted_counts(self, fresh: Sequence[bool]) -> Counter[CountKey]:
+        """Newly stored reports per capped (key, survey, question)."""
+        counts: Counter[CountKey] = Counter()
+        for report, new in zip(self._reports, fresh, strict=True):
+            if new and self._guard.cap_of(report) is not None:
+                counts[(self._key, report.survey_id, report.question_id)] += 1
+        return counts
+
+    def record(self, conn: sqlite3.Connection, fresh: Sequence[bool]) -> None:
+        """Add the newly stored reports to the persistent counts, in the store's transaction."""
+        conn.executemany(_ADD_COUNT, [(*k, n) for k, n in self.accepted_counts(fresh).items()])
+
+    def finish(self, future: Future[list[bool]]) -> None:
+        """Settle (committed) or release (failed, cancelled) the reservations."""
+        fresh = None
+        if not future.cancelled() and future.exception() is None:
+            fresh = future.result()
+        self.close(fresh)
+
+    def close(self, fresh: Sequence[bool] | None) -> None:
+        """Settle with the store's flags, or release everything when ``fresh`` is None."""
+        if not self._once.acquire(blocking=False):
+            return
+        accepted = self.accepted_counts(fresh) if fresh is not None else {}
+        self._guard.settle(len(self._reports), self._reserved, accepted)
+
+
+class UploadGuard:
+    """Admits an upload against load, rate and cap, in that order of cost to the device: an
+    upload shed for load or refused for its cap consumes no tokens."""
+
+    def __init__(
+        self,
+        limits: Mapping[str, SurveyLimits],
+        caps: CapCounter,
+        *,
+        max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_inflight_reports < 1:
+            raise ValueError("max_inflight_reports must be >= 1")
+        self._limits = limits
+        self._caps = caps
+        self._rates = RateLimiter(limits, clock)
+        self.max_inflight_reports = max_inflight_reports
+        self._inflight = 0
+        self._lock = threading.Lock()
+
+    @property
+    def inflight_reports(self) -> int:
+        return self._inflight
+
+    def cap_of(self, report: StoredReport) -> int | None:
+        limits = self._limits.get(report.survey_id)
+        return None if limits is None else limits.cap(report.question_id)
+
+    async def admit(
+        self,
+        key: str,
+        reports: Sequence[StoredReport],
+        stored_ids: Callable[[list[bytes]], Awaitable[set[bytes]]],
+    ) -> Admission:
+        """Admit ``reports`` from ``key`` or raise LimitExceededError.
+
+        ``stored_ids(ids)`` answers which report ids the store holds already; it is asked only
+        when a cap would be passed, because reports stored before do not count again."""
+        capped = [r for r in reports if self.cap_of(r) is not None]
+        wanted = _per_question(key, capped)
+        with self._lock:
+            self._check_load(len(reports))
+            if self._caps.try_reserve(wanted, self._cap_table(wanted)) is None:
+                return self._admit_rest(key, reports, wanted)
+        known = await stored_ids([r.report_id for r in capped])
+        wanted = _per_question(key, [r for r in capped if r.report_id not in known])
+        with self._lock:
+            self._check_load(len(reports))
+            full = self._caps.try_reserve(wanted, self._cap_table(wanted))
+            if full is not None:
+                _, survey_id, question_id = full
+                raise LimitExceededError(
+                    f"cap reached: a device may send at most {self._cap_table([full])[full]} "
+                    f"reports for {survey_id}/{question_id}"
+                )
+            return self._admit_rest(key, reports, wanted)
+
+    def settle(
+        self, size: int, reserved: Mapping[CountKey, int], accepted: Mapping[CountKey, int]
+    ) -> None:
+        """An admitted upload of ``size`` reports left the store: free its load, settle its caps."""
+        with self._lock:
+            self._inflight -= size
+            self._caps.settle(reserved, accepted)
+
+    def _admit_rest(
+        self, key: str, reports: Sequence[StoredReport], wanted: Mapping[CountKey, int]
+    ) -> Admission:
+        """Under the lock, with caps reserved: charge the rate and count the load."""
+        try:
+            self._rates.take(key, Counter(r.survey_id for r in reports))
+        except LimitExceededError:
+            self._caps.settle(wanted, {})
+            raise
+        self._inflight += len(reports)
+        return Admission(self, key, reports, wanted)
+
+    def check_load(self, size: int) -> None:
+        """Shed an upload of ``size`` reports if the store is too far behind; the cheapest
+        refusal, worth making before any validation work."""
+        with self._lock:
+            self._check_load(size)
+
+    def _check_load(self, size: int) -> None:
+        if self._inflight and self._inflight + size > self.max_inflight_reports:
+            raise LimitExceededError(
+                f"server overloaded ({self._inflight} reports waiting to be stored); retry after "
+                f"{SHED_RETRY_AFTER * 1000:.0f} ms",
+                retry_after=SHED_RETRY_AFTER,
+            )
+
+    def _cap_table(self, wanted: Iterable[CountKey]) -> dict[CountKey, int]:
+        return {k: self._limits[k[1]].max_reports_per_device[k[2]] for k in wanted}
+
+
+def _per_question(key: str, reports: Iterable[StoredReport]) -> Counter[CountKey]:
+    return Counter((key, r.survey_id, r.question_id) for r in reports)
