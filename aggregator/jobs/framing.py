@@ -77,7 +77,9 @@ def _split_fast(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
     if candidates.size == 0 or candidates[0] != 0:
         return None
     following = candidates + 1 + data[candidates].astype(np.int64)
-    pointed_to = np.isin(candidates, following)
+    target = np.zeros(size + 0x80, dtype=bool)  # a one-byte length reaches at most 128 ahead
+    target[following] = True
+    pointed_to = target[candidates]
     pointed_to[0] = True
     starts = candidates[pointed_to]
     ends = following[pointed_to]

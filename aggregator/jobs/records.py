@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
+from numpy.lib.stride_tricks import sliding_window_view
 
 from aggregator.ingest import REPORT_ID_BYTES, ReportRejectedError, find_question
 from aggregator.jobs.framing import Block
@@ -43,7 +44,7 @@ def classify(block: Block, surveys: dict[str, SurveySpec], name: str) -> list[Qu
     parts: dict[QuestionKey, list[QuestionRecords]] = {}
     for length in np.unique(block.lengths):
         rows = block.starts[block.lengths == length]
-        matrix = block.data[rows[:, None] + np.arange(length)]
+        matrix = sliding_window_view(block.data, int(length))[rows]  # copies whole rows
         for part in _split_by_layout(matrix, surveys, name):
             parts.setdefault(part.key, []).append(part)
     return [_concatenate(key, group) for key, group in parts.items()]
@@ -60,15 +61,14 @@ def _split_by_layout(
         if template.size != matrix.shape[1]:  # not the canonical encoding: parse each record
             yield from _parse_each(matrix, surveys, name)
             return
-        fixed = np.ones(template.size, dtype=bool)
-        fixed[_ID_COLUMNS] = False
-        fixed[template.size - question.mechanism.payload_size :] = False
-        same = (matrix[:, fixed] == template[fixed]).all(axis=1)
+        size = question.mechanism.payload_size
+        header = slice(_ID_COLUMNS.stop, template.size - size)  # survey and question fields
+        same = (matrix[:, : _ID_COLUMNS.start] == template[: _ID_COLUMNS.start]).all(axis=1)
+        same &= (matrix[:, header] == template[header]).all(axis=1)
         if not same[0]:  # same length, other field order or encoding
             yield from _parse_each(matrix, surveys, name)
             return
-        size = question.mechanism.payload_size
-        chosen = matrix[same]
+        chosen = matrix if same.all() else matrix[same]
         yield QuestionRecords(
             (first.survey_id, first.question_id), chosen[:, _ID_COLUMNS], chosen[:, -size:]
         )
