@@ -305,3 +305,15 @@ def test_fast_framing_agrees_with_a_sequential_parse(exported):
         and np.array_equal(fast.lengths, lengths)
     )
     assert len(fast) == len(canonical) and end == len(framed(canonical)) - len(shards.HEADER)
+
+
+def test_the_service_never_imports_beam():
+    """Only `ldp-aggregator job` loads Beam; the server and the other commands stay light."""
+    code = (
+        "import sys, aggregator.server, aggregator.cli\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules\n"
+        "              if m.startswith(('apache_beam', 'aggregator.jobs'))}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
