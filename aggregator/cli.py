@@ -1,5 +1,5 @@
-"""``ldp-aggregator``: serve, estimate, test, export, import, rebuild; enroll, revoke and list
-device keys.
+"""``ldp-aggregator``: serve, estimate, test, export, import, rebuild, job (Beam); enroll, revoke
+and list device keys.
 
 User mistakes end with a one-line message on stderr and a non-zero exit status (2: bad input,
 3: not enough reports to release), never a traceback.
@@ -43,7 +43,10 @@ class UserError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.run is not run_job:  # only the Beam job passes options through
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.beam_args = [_beam_option(arg) for arg in extra]
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s"
     )
@@ -144,6 +147,38 @@ def build_parser() -> argparse.ArgumentParser:
     _common(rebuild)
     rebuild.add_argument("--json", action="store_true", help="machine-readable output")
     rebuild.set_defaults(run=run_rebuild)
+
+    job = sub.add_parser(
+        "job",
+        help="aggregate shard files with Apache Beam (extra [beam])",
+        allow_abbrev=False,
+        epilog="Other options go to Beam's PipelineOptions, e.g. --direct-num-workers 2 "
+        "--direct-running-mode multi_processing, or a runner's own options.",
+    )
+    job.add_argument("--surveys", "--config", dest="config", type=Path, required=True)
+    job.add_argument(
+        "--shards", nargs="+", required=True, help="shard directories (with manifest) or patterns"
+    )
+    job.add_argument("--out", required=True, help="results JSON file")
+    job.add_argument("--runner", default="DirectRunner", help="Beam runner (default DirectRunner)")
+    job.add_argument(
+        "--gof",
+        action="append",
+        default=[],
+        metavar="QUESTION=P0",
+        help="goodness of fit of [survey/]question against comma-separated p0 (repeatable)",
+    )
+    job.add_argument("--alpha", type=float, default=0.05)
+    job.add_argument("--confidence", type=float, default=0.95)
+    job.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
+    job.add_argument(
+        "--dedup",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="count repeated report ids once (auto: when the shards are not one export)",
+    )
+    job.add_argument("--dedup-partitions", type=int, default=64)
+    job.set_defaults(run=run_job)
     return parser
 
 
@@ -420,6 +455,31 @@ def run_rebuild(args: argparse.Namespace) -> int:
             status = "matches" if row["matched"] else "DIFFERED (rewritten from the log)"
             print(f"{row['survey']}/{row['question']}: n = {row['n']}, statistics {status}")
     return 0 if all(row["matched"] for row in rows) else 1
+
+
+def run_job(args: argparse.Namespace) -> int:
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))  # Beam warns about optional cloud libraries
+    try:
+        from aggregator.jobs.job_cli import run_job_command
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "apache_beam":
+            raise
+        raise UserError(
+            "the job command needs Apache Beam: pip install 'ldp-survey[beam]'"
+        ) from None
+    finally:
+        root.setLevel(level)
+    return run_job_command(args)
+
+
+def _beam_option(arg: str) -> str:
+    """Beam spells its options with underscores; accept the dashed form too."""
+    if not arg.startswith("--"):
+        return arg
+    name, sep, value = arg[2:].partition("=")
+    return "--" + name.replace("-", "_") + sep + value
 
 
 if __name__ == "__main__":

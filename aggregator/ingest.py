@@ -112,28 +112,56 @@ def validate_batch(
 def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
     """Integer contributions (m, k) of many payloads of one question, checked in bulk."""
     mech = question.mechanism
-    size, k = mech.payload_size, mech.k
+    size = mech.payload_size
     if any(len(p) != size for p in payloads):
         raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload length")
-    joined = b"".join(payloads)
+    packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), size)
+    decoded = decode_payloads(question, packed)
     if isinstance(mech, RandomizedResponse):
-        index = np.frombuffer(joined, dtype="<u4")
+        rows = np.zeros((decoded.size, mech.k), dtype=np.int64)
+        rows[np.arange(decoded.size), decoded] = 1
+        return rows
+    return decoded.astype(np.int64)
+
+
+def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
+    """Check and decode a (m, payload_size) uint8 matrix of one question's payloads: category
+    indices (m,) for randomized response, bits (m, k) for flip components, grid values (m, k)
+    for additive noise. Raises ReportRejectedError with the code a single report would get."""
+    mech = question.mechanism
+    size, k = mech.payload_size, mech.k
+    packed = np.ascontiguousarray(packed, dtype=np.uint8)
+    if packed.ndim != 2 or packed.shape[1] != size:
+        raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload length")
+    if isinstance(mech, RandomizedResponse):
+        index = packed.view("<u4").reshape(-1)
         if index.size and index.max() >= k:
             raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "category")
-        rows = np.zeros((index.size, k), dtype=np.int64)
-        rows[np.arange(index.size), index] = 1
-        return rows
+        return index
     if isinstance(mech, FlipComponents):
-        packed = np.frombuffer(joined, dtype=np.uint8).reshape(len(payloads), size)
         bits = np.unpackbits(packed, axis=1, bitorder="little")
         if bits[:, k:].any():
             raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "padding")
-        return bits[:, :k].astype(np.int64)
-    grid = np.frombuffer(joined, dtype="<i8").reshape(len(payloads), k).astype(np.int64)
+        return bits[:, :k]
+    grid = packed.view("<i8")
     limit = mech.scale + mech.noise_bound  # type: ignore[attr-defined]
     if grid.size and (grid.max() > limit or grid.min() < -limit):
         raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "grid value")
     return grid
+
+
+def sum_decoded(question: QuestionSpec, decoded: np.ndarray) -> np.ndarray:
+    """The int64 sums (length k) of decoded reports, i.e. the sum of their contributions.
+    Exact: raises OverflowError rather than wrap (possible only for enormous additive sums)."""
+    mech = question.mechanism
+    if isinstance(mech, RandomizedResponse):
+        return np.bincount(decoded, minlength=mech.k).astype(np.int64)
+    if isinstance(mech, FlipComponents):
+        return decoded.sum(axis=0, dtype=np.int64)
+    bound = float(mech.scale + mech.noise_bound) * len(decoded)  # type: ignore[attr-defined]
+    if bound >= 2.0**62:
+        raise OverflowError(f"sums of {len(decoded)} reports of {question.id} may overflow int64")
+    return decoded.sum(axis=0, dtype=np.int64)
 
 
 def histogram(question: QuestionSpec, n: int, sums: np.ndarray) -> Histogram:

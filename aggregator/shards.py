@@ -49,12 +49,16 @@ def shard_of(report_id: bytes, shards: int) -> int:
     return int.from_bytes(report_id[:8], "little") % shards
 
 
+def shard_name(survey_id: str, index: int, shards: int) -> str:
+    return f"{survey_id}-{index:05d}-of-{shards:05d}.ldpr"
+
+
 def export_survey(store: ReportStore, survey: SurveySpec, out_dir: Path, shards: int) -> Manifest:
     """Write every stored report of ``survey`` into ``shards`` shard files plus a manifest."""
     if shards < 1:
         raise ValueError("shards must be at least 1")
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = [f"{survey.id}-{i:05d}-of-{shards:05d}.ldpr" for i in range(shards)]
+    names = [shard_name(survey.id, i, shards) for i in range(shards)]
     files = [open(out_dir / name, "wb") for name in names]  # noqa: SIM115 - closed below
     counts = [0] * shards
     try:
@@ -70,9 +74,12 @@ def export_survey(store: ReportStore, survey: SurveySpec, out_dir: Path, shards:
     finally:
         for file in files:
             file.close()
-    entries = tuple(
-        (name, count, _sha256(out_dir / name)) for name, count in zip(names, counts, strict=True)
-    )
+    return write_manifest(out_dir, survey, list(zip(names, counts, strict=True)))
+
+
+def write_manifest(out_dir: Path, survey: SurveySpec, shards: list[tuple[str, int]]) -> Manifest:
+    """Checksum the written shard files (name, report count) and write ``manifest.json``."""
+    entries = tuple((name, count, _sha256(out_dir / name)) for name, count in shards)
     manifest = {
         "format": FORMAT,
         "version": VERSION,

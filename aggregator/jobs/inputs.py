@@ -1,0 +1,70 @@
+"""Which shard files a job reads, and whether they can overlap.
+
+An input is a shard directory (its ``manifest.json`` lists the shards with their report counts
+and checksums, which the job verifies while reading) or a file pattern (``/data/*.ldpr``,
+``gs://bucket/run-*/*.ldpr``: anything Beam's FileSystems can match). One export's shards are
+disjoint: the store keys reports by id and the export writes each id to exactly one shard. Input
+from several sources may repeat ids, so by default the job then deduplicates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from apache_beam.io.filesystems import FileSystems
+
+from aggregator import shards
+from client.survey import SurveySpec
+
+
+class JobInputError(ValueError):
+    """The shard inputs are missing, empty or disagree with the survey definitions."""
+
+
+@dataclass(frozen=True)
+class ShardInput:
+    """One shard file; ``survey``, ``reports`` and ``sha256`` are known when it came from a
+    manifest."""
+
+    path: str
+    survey: str | None = None
+    reports: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    shards: tuple[ShardInput, ...]
+    may_overlap: bool
+
+
+def resolve(sources: list[str], surveys: dict[str, SurveySpec]) -> Inputs:
+    """Expand shard directories and patterns into shard files."""
+    found: list[ShardInput] = []
+    from_patterns = False
+    for source in sources:
+        if Path(source).is_dir():
+            found += _from_manifest(Path(source), surveys)
+            continue
+        from_patterns = True
+        matches = FileSystems.match([source])[0].metadata_list
+        if not matches:
+            raise JobInputError(f"no shard files match {source!r}")
+        found += [ShardInput(m.path) for m in sorted(matches, key=lambda m: m.path)]
+    if not found:
+        raise JobInputError("no shard files to read")
+    return Inputs(tuple(found), may_overlap=from_patterns or len(sources) > 1)
+
+
+def _from_manifest(directory: Path, surveys: dict[str, SurveySpec]) -> list[ShardInput]:
+    manifest = shards.read_manifest(directory)
+    if surveys.get(manifest.survey.id) != manifest.survey:
+        raise JobInputError(
+            f"survey {manifest.survey.id!r} in {directory} differs from (or is missing in) the "
+            "survey definitions"
+        )
+    return [
+        ShardInput(str(directory / name), manifest.survey.id, count, digest)
+        for name, count, digest in manifest.shards
+    ]

@@ -1,0 +1,103 @@
+"""``ldp-aggregator job``: turn the command line into a JobSpec, run it, print a summary."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from aggregator.config import load_surveys
+from aggregator.errors import LdpError
+from aggregator.jobs import inputs, pipeline
+from aggregator.jobs.results import Analysis
+from aggregator.stats.validate import check_distribution
+from client.survey import SurveySpec
+
+log = logging.getLogger(__name__)
+
+
+class JobFailedError(LdpError):
+    """The pipeline stopped with an error (its last line is the message)."""
+
+
+def run_job_command(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    if args.dedup_partitions < 1:
+        raise inputs.JobInputError("--dedup-partitions must be at least 1")
+    analysis = Analysis(
+        confidence=args.confidence,
+        alpha=args.alpha,
+        seed=args.seed,
+        gof=dict(parse_gof(option, surveys) for option in args.gof),
+    )
+    found = inputs.resolve(args.shards, surveys)
+    dedup = args.dedup == "always" or (args.dedup == "auto" and found.may_overlap)
+    spec = pipeline.JobSpec(
+        surveys=surveys,
+        shards=found.shards,
+        out=args.out,
+        analysis=analysis,
+        dedup_partitions=args.dedup_partitions if dedup else 0,
+    )
+    quiet = logging.getLogger().getEffectiveLevel() >= logging.WARNING
+    if quiet:  # a failure is reported below in one line; Beam would log it again at length
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+    options = beam_options(args.runner, args.beam_args, quiet)
+    try:
+        document = pipeline.run(spec, options)
+    except (ValueError, LdpError, OSError, RuntimeError) as exc:
+        log.debug("job failed", exc_info=True)
+        raise JobFailedError(f"job failed: {last_line(exc)}") from None
+    for result in document["results"]:
+        status = "released" if result["released"] else "NOT released (below min_batch_size)"
+        print(f"{result['survey']}/{result['question']}: n = {result['n']}, {status}")
+    print(f"wrote {args.out} ({len(spec.shards)} shard(s), deduplicated: {bool(dedup)})")
+    return 0
+
+
+def beam_options(runner: str, passthrough: list[str], quiet: bool) -> list[str]:
+    """Beam's arguments; an option no Beam options class knows is a user error (Beam itself
+    would only warn and drop it)."""
+    options = [f"--runner={runner}", *passthrough]
+    if quiet and not any(a.startswith("--default_sdk_harness_log_level") for a in passthrough):
+        options.append("--default_sdk_harness_log_level=ERROR")  # worker processes' logs
+    parsed = PipelineOptions(options)
+    unknown = set(parsed.get_all_options(retain_unknown_options=True)) - set(
+        parsed.get_all_options()
+    )
+    if unknown:
+        raise inputs.JobInputError(f"unknown Beam option(s): {', '.join(sorted(unknown))}")
+    return options
+
+
+def parse_gof(option: str, surveys: dict[str, SurveySpec]) -> tuple[tuple[str, str], tuple]:
+    """``[survey/]question=p0,p0,...`` -> ((survey, question), p0); the question must exist and
+    p0 must be a distribution over its categories."""
+    name, sep, values = option.partition("=")
+    if not sep:
+        raise inputs.JobInputError(f"--gof {option!r}: expected QUESTION=P0")
+    survey_id, slash, question_id = name.rpartition("/")
+    matches = [
+        (survey.id, question.id)
+        for survey in surveys.values()
+        for question in survey.questions
+        if question.id == question_id and (not slash or survey.id == survey_id)
+    ]
+    if len(matches) != 1:
+        problem = "matches no question" if not matches else "is ambiguous: use survey/question"
+        raise inputs.JobInputError(f"--gof {name!r} {problem}")
+    key = matches[0]
+    question = surveys[key[0]].question(key[1])
+    try:
+        p0 = tuple(float(x) for x in values.split(","))
+        check_distribution(p0, question.k)  # the test itself gets p0 as given, like `test --p0`
+    except ValueError as exc:
+        raise inputs.JobInputError(f"--gof {name}: {exc}") from None
+    return key, p0
+
+
+def last_line(exc: BaseException) -> str:
+    """The informative end of an error that may carry a remote traceback."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__

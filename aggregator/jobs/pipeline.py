@@ -1,0 +1,232 @@
+"""The Beam pipeline: shards -> per-shard numpy pre-aggregation -> CombinePerKey -> results JSON.
+
+Elements are shard files, per-shard partial statistics and, when deduplicating, per-partition
+bundles of id/payload matrices; never single reports. Every stage is plain numpy code from the
+other modules of this package, so the DirectRunner, Flink, Spark and Dataflow compute the same
+numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from aggregator.ingest import ReportRejectedError
+from aggregator.jobs.dedup import deduplicate, split_by_partition
+from aggregator.jobs.framing import DEFAULT_BLOCK_BYTES, iter_blocks
+from aggregator.jobs.inputs import ShardInput
+from aggregator.jobs.partial import Partial
+from aggregator.jobs.records import QuestionKey, QuestionRecords, classify
+from aggregator.jobs.results import RESULTS_FORMAT, RESULTS_VERSION, Analysis, question_result
+from aggregator.shards import ShardFormatError
+from client.survey import SurveySpec
+
+DEFAULT_DEDUP_PARTITIONS = 64
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything the pipeline needs. ``dedup_partitions == 0``: the shards are disjoint."""
+
+    surveys: dict[str, SurveySpec]
+    shards: tuple[ShardInput, ...]
+    out: str
+    analysis: Analysis
+    dedup_partitions: int = 0
+    block_bytes: int = DEFAULT_BLOCK_BYTES
+
+
+def run(spec: JobSpec, beam_args: list[str]) -> dict:
+    """Run the job to completion with Beam options ``beam_args``; return the results written."""
+    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+        build(pipeline, spec)
+    with FileSystems.open(spec.out, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+        return json.loads(file.read())
+
+
+def build(pipeline: beam.Pipeline, spec: JobSpec) -> None:
+    """Add the job's transforms to ``pipeline``."""
+    shards = (
+        pipeline
+        | "ListShards" >> beam.Create(list(spec.shards))
+        | "SpreadShards" >> beam.Reshuffle()
+    )
+    read = ReadShard(spec.surveys, spec.block_bytes, spec.dedup_partitions)
+    if spec.dedup_partitions:
+        partials = (
+            shards
+            | "ReadAndPartition" >> beam.ParDo(read)
+            | "GroupPartitions" >> beam.GroupByKey()
+            | "Deduplicate" >> beam.ParDo(DeduplicatePartition(spec.surveys))
+        )
+    else:
+        partials = shards | "ReadAndPreaggregate" >> beam.ParDo(read)
+    zeros = pipeline | "EveryQuestion" >> beam.Create(
+        [
+            ((survey.id, question.id), Partial.zero(question.k))
+            for survey in spec.surveys.values()
+            for question in survey.questions
+        ]
+    )
+    surveys, analysis = spec.surveys, spec.analysis
+    _ = (
+        (partials, zeros)
+        | "AllPartials" >> beam.Flatten()
+        | "Merge" >> beam.CombinePerKey(MergePartials())
+        | "Results"
+        >> beam.MapTuple(
+            lambda key, total: question_result(surveys[key[0]], key[1], total, analysis)
+        )
+        | "Collect" >> beam.combiners.ToList()
+        | "WriteJson" >> beam.Map(write_results, spec)
+    )
+
+
+class ReadShard(beam.DoFn):
+    """Read one shard block by block, verify it against its manifest entry, and emit either
+    (question, Partial) per question, or (partition, records) bundles for deduplication."""
+
+    def __init__(self, surveys: dict[str, SurveySpec], block_bytes: int, partitions: int) -> None:
+        self.surveys = surveys
+        self.block_bytes = block_bytes
+        self.partitions = partitions
+
+    def process(self, shard: ShardInput) -> Iterator[tuple]:
+        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+            file = _HashingReader(raw)
+            try:
+                yield from self._read(shard, file)
+            except (ShardFormatError, ReportRejectedError) as exc:
+                file.read_to_end()  # a damaged file is better named by its checksum
+                _verify(shard, None, file.hexdigest())
+                if isinstance(exc, ReportRejectedError):
+                    raise ShardFormatError(
+                        f"{shard.path}: invalid report ({exc.code.name}): {exc}"
+                    ) from None
+                raise
+
+    def _read(self, shard: ShardInput, file: _HashingReader) -> Iterator[tuple]:
+        totals: dict[QuestionKey, Partial] = {}
+        count = 0
+        for block in iter_blocks(file, shard.path, self.block_bytes):
+            count += len(block)
+            records = classify(block, self.surveys, shard.path)
+            for part in records:  # validates every payload, also those sent to dedup
+                partial = Partial.of_payloads(self._question(part.key), part.payloads)
+                if not self.partitions:
+                    totals[part.key] = totals[part.key] + partial if part.key in totals else partial
+            if self.partitions:
+                yield from split_by_partition(records, self.partitions).items()
+        _verify(shard, count, file.hexdigest())
+        yield from totals.items()
+
+    def _question(self, key: QuestionKey):
+        return self.surveys[key[0]].question(key[1])
+
+
+class DeduplicatePartition(beam.DoFn):
+    """Count each id of one partition once, then pre-aggregate per question."""
+
+    def __init__(self, surveys: dict[str, SurveySpec]) -> None:
+        self.surveys = surveys
+
+    def process(self, element: tuple[int, list[list[QuestionRecords]]]) -> Iterator[tuple]:
+        _, bundles = element
+        kept, counts = deduplicate([part for bundle in bundles for part in bundle])
+        by_key: dict[QuestionKey, list[QuestionRecords]] = {}
+        for part in kept:
+            by_key.setdefault(part.key, []).append(part)
+        for key, (duplicates, conflicts) in counts.items():
+            question = self.surveys[key[0]].question(key[1])
+            payloads = [p.payloads for p in by_key.get(key, [])]
+            yield (
+                key,
+                Partial.of_payloads(
+                    question,
+                    _stack(payloads, question.mechanism.payload_size),
+                    duplicates,
+                    conflicts,
+                ),
+            )
+
+
+class MergePartials(beam.CombineFn):
+    """Sum per-question statistics; the accumulator is the numpy Partial (None = nothing yet)."""
+
+    def create_accumulator(self) -> Partial | None:
+        return None
+
+    def add_input(self, accumulator: Partial | None, element: Partial) -> Partial:
+        return element if accumulator is None else accumulator + element
+
+    def merge_accumulators(self, accumulators) -> Partial | None:
+        total = None
+        for accumulator in accumulators:
+            if accumulator is not None:
+                total = accumulator if total is None else total + accumulator
+        return total
+
+    def extract_output(self, accumulator: Partial | None) -> Partial | None:
+        return accumulator
+
+
+def write_results(results: list[dict], spec: JobSpec) -> None:
+    """Write the results document: every question of each survey named by a manifest or seen in
+    the shards (other configured surveys are left out), sorted by survey and question id."""
+    seen = {r["survey"] for r in results if r["n"] or r["duplicates_dropped"]}
+    wanted = seen | {s.survey for s in spec.shards if s.survey is not None}
+    document = {
+        "format": RESULTS_FORMAT,
+        "version": RESULTS_VERSION,
+        "shards": len(spec.shards),
+        "deduplicated": bool(spec.dedup_partitions),
+        "dedup_partitions": spec.dedup_partitions,
+        "results": sorted(
+            (r for r in results if r["survey"] in wanted),
+            key=lambda r: (r["survey"], r["question"]),
+        ),
+    }
+    with FileSystems.create(spec.out, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+        file.write((json.dumps(document, indent=2) + "\n").encode())
+
+
+class _HashingReader:
+    """A file wrapper that hashes everything read through it."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._digest = hashlib.sha256()
+
+    def read(self, size: int) -> bytes:
+        data = self._file.read(size)
+        self._digest.update(data)
+        return data
+
+    def read_to_end(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def _verify(shard: ShardInput, count: int | None, digest: str) -> None:
+    if shard.sha256 is not None and digest != shard.sha256:
+        raise ShardFormatError(f"{shard.path}: checksum does not match the manifest")
+    if count is not None and shard.reports is not None and count != shard.reports:
+        raise ShardFormatError(
+            f"{shard.path}: holds {count} reports, the manifest says {shard.reports}"
+        )
+
+
+def _stack(payloads: list[np.ndarray], width: int) -> np.ndarray:
+    return np.concatenate(payloads) if payloads else np.zeros((0, width), dtype=np.uint8)

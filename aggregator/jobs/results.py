@@ -1,0 +1,73 @@
+"""A question's released results from its merged statistic: the same estimate and tests, with
+the same functions and defaults, as ``ldp-aggregator estimate/test``; nothing is released below
+the survey's ``min_batch_size``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aggregator import ingest
+from aggregator.errors import InsufficientDataError
+from aggregator.jobs.partial import Partial
+from aggregator.stats import estimate, goodness_of_fit, independence
+from client.survey import SurveySpec
+
+RESULTS_FORMAT = "ldp-job-results"
+RESULTS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What to compute for each released question. ``gof`` maps (survey, question) to p0."""
+
+    confidence: float = 0.95
+    alpha: float = 0.05
+    seed: int | None = None
+    gof: dict[tuple[str, str], tuple[float, ...]] = field(default_factory=dict)
+
+
+def question_result(survey: SurveySpec, question_id: str, total: Partial, analysis: Analysis):
+    """The JSON-safe result of one question."""
+    question = survey.question(question_id)
+    out: dict = {
+        "survey": survey.id,
+        "question": question.id,
+        "labels": question.labels,
+        "mechanism": question.mechanism.describe(),
+        "n": total.n,
+        "duplicates_dropped": total.duplicates,
+        "conflicting_ids": total.conflicts,
+        "min_batch_size": survey.min_batch_size,
+        "released": total.n >= survey.min_batch_size,
+    }
+    if not out["released"]:
+        out["reason"] = (
+            f"{total.n} reports; results are released from {survey.min_batch_size} "
+            "(the survey's min_batch_size)"
+        )
+        return out
+    out["sums"] = total.sums.tolist()  # the store's integer statistic (grid units if additive)
+    hist = ingest.histogram(question, total.n, total.sums)
+    out["estimate"] = estimate(hist, analysis.confidence).to_dict()
+    tests: dict = {}
+    p0 = analysis.gof.get((survey.id, question.id))
+    if p0 is not None:
+        tests["gof"] = _run(
+            lambda: goodness_of_fit(hist, np.array(p0), analysis.alpha, rng=analysis.seed)
+        )
+    if len(question.shape) == 2:
+        tests["independence"] = _run(
+            lambda: independence(hist, question.shape, analysis.alpha, rng=analysis.seed)
+        )
+    out["tests"] = tests
+    return out
+
+
+def _run(test) -> dict:
+    """A test's result dict, or {"error": ...} when the data cannot support it."""
+    try:
+        return test().to_dict()
+    except InsufficientDataError as exc:
+        return {"error": str(exc)}
