@@ -71,6 +71,11 @@ class StoreError(LdpError):
     """The store refused an operation: closed, unknown question, malformed report, failed commit."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store's writer is gone (a crashed writer process): nothing was acknowledged, and a
+    retry against a restarted server is safe."""
+
+
 @dataclass(frozen=True)
 class StoredReport:
     """One validated randomized report, as the store keeps it."""
