@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--insecure", action="store_true", help="serve plaintext (development and loopback only)"
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port; with 2 or more, this process only writes the "
+        "store (default: 1, everything in one process)",
+    )
     serve.set_defaults(run=run_serve)
 
     est = sub.add_parser("estimate", help="unbiased frequencies with confidence intervals")
@@ -119,9 +126,35 @@ def _question(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     if not args.insecure:
         raise UserError("no transport security configured: pass --insecure for plaintext")
+    if args.workers < 1:
+        raise UserError("--workers must be at least 1")
     surveys = load_surveys(args.config)
-    asyncio.run(_serve(surveys, args))
+    if args.workers == 1:
+        asyncio.run(_serve(surveys, args))
+        return 0
+    from aggregator.workers import serve_workers
+
+    def serving(port: int) -> None:
+        _announce(args, port, f"{len(surveys)} survey(s) with {args.workers} worker processes")
+
+    serve_workers(
+        args.config,
+        args.db,
+        args.host,
+        args.port,
+        args.workers,
+        reflection=args.reflection,
+        on_serving=serving,
+    )
+    print(f"{PROG}: stopped", flush=True)
     return 0
+
+
+def _announce(args: argparse.Namespace, port: int, what: str) -> None:
+    """Write the port file (if asked) and say what is served where."""
+    if args.port_file:
+        args.port_file.write_text(f"{port}\n")
+    print(f"{PROG}: serving {what} on {args.host}:{port}", flush=True)
 
 
 async def _serve(surveys, args: argparse.Namespace) -> None:
@@ -130,9 +163,7 @@ async def _serve(surveys, args: argparse.Namespace) -> None:
     running = await start_server(
         surveys, str(args.db), f"{args.host}:{args.port}", reflection=args.reflection
     )
-    if args.port_file:
-        args.port_file.write_text(f"{running.port}\n")
-    print(f"{PROG}: serving {len(surveys)} survey(s) on {args.host}:{running.port}", flush=True)
+    _announce(args, running.port, f"{len(surveys)} survey(s)")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 import numpy as np
@@ -23,7 +24,7 @@ from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.ingest import ReportRejectedError
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.stats.result import TestResult
-from aggregator.storage import ReportStore, StoredReport, StoreUnavailableError
+from aggregator.storage import ReportBatch, ReportStore, StoredReport, StoreUnavailableError
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
@@ -34,10 +35,23 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
 
 
+class Store(Protocol):
+    """What the servicers need from a report store: the in-process ReportStore, or a worker
+    process's RemoteStore that reaches the writer process's one (``serve --workers N``)."""
+
+    def submit(self, reports: Sequence[StoredReport]) -> Future[list[bool]]: ...
+
+    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[bool]]: ...
+
+    def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
 class Collector(ldp_pb2_grpc.CollectorServicer):
     """Serves survey definitions and ingests randomized reports."""
 
-    def __init__(self, surveys: dict[str, SurveySpec], store: ReportStore) -> None:
+    def __init__(self, surveys: dict[str, SurveySpec], store: Store) -> None:
         self._surveys = surveys
         self._store = store
 
@@ -185,7 +199,7 @@ def add_collector_to_server(collector: Collector, server: grpc.aio.Server) -> No
 class Analyst(ldp_pb2_grpc.AnalystServicer):
     """Estimates and tests computed from stored sufficient statistics."""
 
-    def __init__(self, surveys: dict[str, SurveySpec], store: ReportStore) -> None:
+    def __init__(self, surveys: dict[str, SurveySpec], store: Store) -> None:
         self._surveys = surveys
         self._store = store
 
@@ -289,7 +303,7 @@ class RunningServer:
 
     server: grpc.aio.Server
     port: int
-    store: ReportStore
+    store: Store
     health: health.aio.HealthServicer
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -298,6 +312,21 @@ class RunningServer:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         await asyncio.to_thread(self.store.close)
+
+
+def open_store(
+    surveys: dict[str, SurveySpec], db_path: str, *, max_delay: float = 0.002
+) -> ReportStore:
+    """Open the report store and register every question of the surveys."""
+    store = ReportStore(db_path, max_delay=max_delay)
+    try:
+        for survey in surveys.values():
+            for question in survey.questions:
+                store.register_question(survey.id, question.id, question.k)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 async def start_server(
@@ -310,14 +339,31 @@ async def start_server(
     max_delay: float = 0.002,
 ) -> RunningServer:
     """Open the store, register every question, and start serving on ``address``."""
-    store = ReportStore(db_path, max_delay=max_delay)
-    for survey in surveys.values():
-        for question in survey.questions:
-            store.register_question(survey.id, question.id, question.k)
+    store = open_store(surveys, db_path, max_delay=max_delay)
+    try:
+        return await serve(surveys, store, address, reflection=reflection, credentials=credentials)
+    except BaseException:
+        store.close()
+        raise
+
+
+async def serve(
+    surveys: dict[str, SurveySpec],
+    store: Store,
+    address: str,
+    *,
+    reflection: bool = False,
+    credentials: grpc.ServerCredentials | None = None,
+    share_port: bool = False,
+) -> RunningServer:
+    """Start serving on ``address`` from an open store. ``share_port`` lets several processes
+    listen on one port (SO_REUSEPORT; the kernel spreads connections over them); otherwise it is
+    off, so a second server on a busy port fails instead of silently taking half its traffic."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", int(share_port)),
         ]
     )
     add_collector_to_server(Collector(surveys, store), server)
@@ -334,7 +380,6 @@ async def start_server(
     else:
         port = server.add_secure_port(address, credentials)
     if port == 0:
-        store.close()
         raise OSError(f"cannot bind {address}")
     await server.start()
     for name in ("", *SERVICE_NAMES):

@@ -288,9 +288,9 @@ class ReportStore:
 
     def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]:
         """The question's committed (n, int64 sums)."""
-        with closing(self._reader()) as conn:
-            n, sums = _read_statistics(conn, survey_id, question_id)
-        return n, np.array(sums, dtype=np.int64)
+        if self._closed:
+            raise StoreError("store is closed")
+        return read_statistics(self._path, survey_id, question_id)
 
     def count_reports(self, survey_id: str | None = None) -> int:
         """Reports in the log (one survey's, or all); a scan of the log."""
@@ -358,9 +358,7 @@ class ReportStore:
     def _reader(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError("store is closed")
-        conn = _connect(self._path)
-        conn.execute("PRAGMA query_only = ON")
-        return conn
+        return _read_only(self._path)
 
     def _run(self) -> None:
         """The writer thread: group submits into transactions until the stop marker."""
@@ -499,6 +497,22 @@ def _first_unseen(conn: sqlite3.Connection, ids: list[bytes]) -> list[bool]:
         flags.append(report_id not in seen)
         seen.add(report_id)
     return flags
+
+
+def read_statistics(
+    path: str | os.PathLike[str], survey_id: str, question_id: str
+) -> tuple[int, np.ndarray]:
+    """A question's committed (n, int64 sums), read from the file on a connection of its own:
+    any process may call it while another process's ReportStore writes (WAL readers)."""
+    with closing(_read_only(os.fspath(path))) as conn:
+        n, sums = _read_statistics(conn, survey_id, question_id)
+    return n, np.array(sums, dtype=np.int64)
+
+
+def _read_only(path: str) -> sqlite3.Connection:
+    conn = _connect(path)
+    conn.execute("PRAGMA query_only = ON")
+    return conn
 
 
 def _connect(path: str) -> sqlite3.Connection:
