@@ -3,14 +3,16 @@
 For every (server workers, reports per RPC) pair it starts a real aggregator process
 (``ldp-aggregator serve --workers N``: SQLite in WAL mode with synchronous=FULL, every upload
 acknowledged only after its transaction committed) and drives it from several load-generator
-processes. The generators are made as cheap as Python allows: every request is serialized before
-the clock starts and sent as raw bytes (no protobuf work in the timed loop), so the CPU they burn
-is gRPC's own. The table gives the CPU time per RPC of the server (all its processes) and of the
-generators, so it shows where the machine's cores go. After each run the store is opened and
-must hold exactly the acknowledged reports.
+processes that share the machine with it. Every request is serialized before the clock starts
+(fresh random 16-byte report ids) and sent as raw bytes, so the generators do no protobuf work
+while timed. Two generators exist: ``cpp`` (scripts/ingest_load.cc, gRPC C++, compiled on the
+fly when g++ and Debian's libgrpc++-dev are installed; the cheapest, so the server gets most of
+the cores) and ``python`` (grpc.aio). The table gives the CPU time per RPC of the server (all its
+processes) and of the generators, so it shows where the cores go. After each run the store is
+opened and must hold exactly the acknowledged reports.
 
 Usage: python scripts/bench_ingest.py [--seconds 8] [--workers 1,2] [--batches 1,100,1000]
-                                      [--generators 2] [--out FILE.md] [--json FILE]
+           [--generator auto|cpp|python] [--generators 2] [--out FILE.md] [--json FILE]
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import multiprocessing
 import os
 import platform
 import resource
+import shutil
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -68,6 +72,7 @@ MAX_RPCS_PER_S = 8_000
 class Figures:
     workers: int
     batch: int
+    generator: str
     generators: int
     callers: int
     rpcs: int
@@ -104,7 +109,7 @@ def start_server(workdir: Path, workers: int) -> tuple[subprocess.Popen, str, Pa
     db = workdir / "bench.sqlite"
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(config)]
     command += ["--db", str(db), "--port", "0", "--port-file", str(port_file), "--insecure"]
-    command += ["--workers", str(workers)] if workers != 1 else []
+    command += ["--workers", str(workers)]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     deadline = time.time() + 60
     while not (port_file.exists() and port_file.read_text().strip()):
@@ -205,29 +210,119 @@ async def _drive(target, requests, batch, callers, seconds, ready, start) -> Gen
     )
 
 
-def run_scenario(tmp: Path, workers: int, batch: int, generators: int, seconds: float) -> Figures:
+def run_python_generators(
+    target: str, batch: int, callers: int, count: int, seconds: float, generators: int, on_start
+) -> list[GeneratorResult]:
+    """Run ``generators`` grpc.aio generator processes; ``on_start()`` runs as they are let go."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
+    args = (target, batch, callers, count, seconds, ready, start, results)
+    procs = [ctx.Process(target=generator_main, args=args) for _ in range(generators)]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.get(timeout=300)
+    on_start()
+    start.set()
+    outcomes = [results.get(timeout=seconds + 120) for _ in procs]
+    for proc in procs:
+        proc.join()
+    return outcomes
+
+
+def build_cpp_generator(workdir: Path, required: bool) -> Path | None:
+    """Compile scripts/ingest_load.cc; None (or SystemExit if required) when it cannot be."""
+    binary = workdir / "ingest_load"
+    if shutil.which("g++") and shutil.which("pkg-config"):
+        flags = subprocess.run(
+            ["pkg-config", "--cflags", "--libs", "grpc++"], capture_output=True, text=True
+        )
+        if flags.returncode == 0:
+            source = str(ROOT / "scripts" / "ingest_load.cc")
+            command = ["g++", "-O2", "-std=c++17", source, *flags.stdout.split(), "-o"]
+            if subprocess.run([*command, str(binary)]).returncode == 0:
+                return binary
+    if required:
+        raise SystemExit("cannot build the C++ generator: needs g++, pkg-config, libgrpc++-dev")
+    print("note: C++ generator unavailable, using the Python one", file=sys.stderr)
+    return None
+
+
+def run_cpp_generators(
+    binary: Path,
+    workdir: Path,
+    target: str,
+    batch: int,
+    callers: int,
+    count: int,
+    seconds: float,
+    generators: int,
+    on_start,
+) -> list[GeneratorResult]:
+    """Run ``generators`` processes of the C++ generator; ``on_start()`` as they are let go."""
+    procs = []
+    for g in range(generators):
+        requests = workdir / f"requests-{g}"
+        latencies = workdir / f"latencies-{g}"
+        with requests.open("wb") as out:
+            for request in encode_requests(batch, count):
+                out.write(struct.pack("<I", len(request)) + request)
+        command = [str(binary), target, UPLOAD, str(requests), str(callers), str(seconds)]
+        proc = subprocess.Popen(
+            [*command, str(latencies)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        procs.append((proc, latencies))
+    for proc, _ in procs:
+        if proc.stdout.readline().strip() != "ready":
+            raise SystemExit("the C++ generator failed to start")
+    on_start()
+    for proc, _ in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    outcomes = []
+    for proc, latencies in procs:
+        summary = json.loads(proc.stdout.readline())
+        proc.wait()
+        if summary["exhausted"]:
+            print("warning: a generator ran out of pre-built requests", file=sys.stderr)
+        outcomes.append(
+            GeneratorResult(
+                latencies.read_bytes(),
+                (summary["warm_calls"] + summary["calls"]) * batch,
+                summary["errors"],
+                summary["cpu_seconds"],
+                summary["seconds"],
+            )
+        )
+    return outcomes
+
+
+def run_scenario(
+    tmp: Path, workers: int, batch: int, generators: int, seconds: float, cpp: Path | None
+) -> Figures:
     callers, target_text, target_value = SCENARIOS[batch]
     per_generator = max(1, callers // generators)
     rate = min(MAX_RPCS_PER_S, MAX_REPORTS_PER_S / batch)
     count = int(rate * seconds / generators) + per_generator + 10
-    process, target, db = start_server(tmp / f"w{workers}-b{batch}", workers)
-    ctx = multiprocessing.get_context("spawn")
-    ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
-    args = (target, batch, per_generator, count, seconds, ready, start, results)
-    procs = [ctx.Process(target=generator_main, args=args) for _ in range(generators)]
+    workdir = tmp / f"w{workers}-b{batch}"
+    process, target, db = start_server(workdir, workers)
+    marks: dict[str, float] = {}
+
+    def on_start() -> None:
+        marks["cpu"] = process_tree_cpu_seconds(process.pid)
+        marks["time"] = time.perf_counter()
+
     try:
-        for proc in procs:
-            proc.start()
-        for _ in procs:
-            ready.get(timeout=300)
-        server_before = process_tree_cpu_seconds(process.pid)
-        began = time.perf_counter()
-        start.set()
-        outcomes: list[GeneratorResult] = [results.get(timeout=seconds + 120) for _ in procs]
-        wall = time.perf_counter() - began
-        server_cpu = process_tree_cpu_seconds(process.pid) - server_before
-        for proc in procs:
-            proc.join()
+        if cpp is None:
+            outcomes = run_python_generators(
+                target, batch, per_generator, count, seconds, generators, on_start
+            )
+        else:
+            outcomes = run_cpp_generators(
+                cpp, workdir, target, batch, per_generator, count, seconds, generators, on_start
+            )
+        wall = time.perf_counter() - marks["time"]
+        server_cpu = process_tree_cpu_seconds(process.pid) - marks["cpu"]
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
@@ -242,6 +337,7 @@ def run_scenario(tmp: Path, workers: int, batch: int, generators: int, seconds: 
     return Figures(
         workers=workers,
         batch=batch,
+        generator="python" if cpp is None else "cpp",
         generators=generators,
         callers=per_generator * generators,
         rpcs=rpcs,
@@ -277,14 +373,15 @@ def machine() -> str:
 def table(results: list[Figures]) -> str:
     """The figures as a Markdown table."""
     lines = [
-        "| workers | reports/RPC | callers | RPC/s | reports/s | p50 ms | p99 ms | errors "
+        "| workers | reports/RPC | generator | RPC/s | reports/s | p50 ms | p99 ms | errors "
         "| server CPU µs/RPC | generator CPU µs/RPC | cores busy | stored = acked | target |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         verdict = "PASS" if r.met else "FAIL"
         lines.append(
-            f"| {r.workers} | {r.batch:,} | {r.generators}×{r.callers // r.generators} "
+            f"| {r.workers} | {r.batch:,} "
+            f"| {r.generator} {r.generators}×{r.callers // r.generators} "
             f"| {r.rpc_per_s:,.0f} | {r.reports_per_s:,.0f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} "
             f"| {r.errors} | {r.server_cpu_us_per_rpc:,.0f} | {r.client_cpu_us_per_rpc:,.0f} "
             f"| {r.cores_busy:.2f} | {'yes' if r.stored_as_acked else 'NO'} "
@@ -303,6 +400,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int_list, default=[1, 2], help="e.g. 1,2")
     parser.add_argument("--batches", type=int_list, default=[1, 100, 1000], help="e.g. 1,100")
     parser.add_argument("--generators", type=int, default=2, help="load-generator processes")
+    parser.add_argument(
+        "--generator",
+        choices=["auto", "cpp", "python"],
+        default="auto",
+        help="load generator (auto: cpp if it can be built)",
+    )
     parser.add_argument("--out", type=Path, help="also write the report (Markdown) here")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
@@ -318,9 +421,14 @@ def main() -> None:
     print(header, flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        cpp = None
+        if args.generator != "python":
+            cpp = build_cpp_generator(Path(tmp), required=args.generator == "cpp")
         for workers in args.workers:
             for batch in args.batches:
-                figures = run_scenario(Path(tmp), workers, batch, args.generators, args.seconds)
+                figures = run_scenario(
+                    Path(tmp), workers, batch, args.generators, args.seconds, cpp
+                )
                 print(table([figures]).splitlines()[-1], flush=True)
                 results.append(figures)
     report = f"{header}\n{table(results)}\n"
