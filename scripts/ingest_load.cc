@@ -3,7 +3,8 @@
 //
 // usage: ingest_load TARGET METHOD REQUEST_FILE CALLERS SECONDS LATENCY_FILE
 //   REQUEST_FILE holds the requests as [uint32 little-endian length][message bytes] records.
-//   Each caller has its own TCP connection and one call in flight. After connecting and one
+//   Each caller has its own TCP connection and one call in flight; one thread drives them all
+//   through one completion queue (cheaper than a thread per caller). After connecting and one
 //   warm-up call per caller the program prints "ready" and waits for a line on stdin; then it
 //   runs for SECONDS and writes one float64 latency (seconds) per acknowledged call to
 //   LATENCY_FILE and a JSON summary line to stdout.
@@ -12,15 +13,14 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 using Clock = std::chrono::steady_clock;
@@ -47,20 +47,25 @@ static double CpuSeconds() {
          1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
-// One unary call with a deadline; true if the server answered OK.
-static bool Call(grpc::GenericStub& stub, grpc::CompletionQueue& cq, const std::string& method,
-                 const grpc::ByteBuffer& request) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+// One caller: its own channel (TCP connection) and at most one call in flight.
+struct Caller {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::GenericStub> stub;
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call;
   grpc::ByteBuffer response;
   grpc::Status status;
-  auto call = stub.PrepareUnaryCall(&context, method, request, &cq);
-  call->StartCall();
-  call->Finish(&response, &status, nullptr);
-  void* tag = nullptr;
-  bool ok = false;
-  cq.Next(&tag, &ok);
-  return ok && status.ok();
+  Clock::time_point sent;
+};
+
+static void Start(Caller& caller, size_t index, grpc::CompletionQueue& cq,
+                  const std::string& method, const grpc::ByteBuffer& request) {
+  caller.context = std::make_unique<grpc::ClientContext>();
+  caller.context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  caller.sent = Clock::now();
+  caller.call = caller.stub->PrepareUnaryCall(caller.context.get(), method, request, &cq);
+  caller.call->StartCall();
+  caller.call->Finish(&caller.response, &caller.status, reinterpret_cast<void*>(index));
 }
 
 int main(int argc, char** argv) {
@@ -70,73 +75,69 @@ int main(int argc, char** argv) {
   }
   const std::string target = argv[1], method = argv[2];
   std::vector<grpc::ByteBuffer> requests = ReadRequests(argv[3]);
-  const int callers = std::stoi(argv[4]);
+  const size_t callers = std::stoul(argv[4]);
   const double seconds = std::stod(argv[5]);
-  if (requests.size() < size_t(2 * callers)) {
+  if (requests.size() < 2 * callers) {
     std::cerr << "too few requests\n";
     return 2;
   }
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> threads;
-  std::vector<std::vector<double>> latencies(callers);
-  std::vector<long> errors(callers, 0);
-  std::atomic<int> warm{0};
-  std::atomic<bool> go{false};
-  Clock::time_point stop_at;
-  for (int c = 0; c < callers; ++c) {
-    threads.emplace_back([&, c] {
-      grpc::ChannelArguments args;
-      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one TCP connection per caller
-      args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 4 << 20);
-      auto channel =
-          grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-      grpc::GenericStub stub(channel);
-      grpc::CompletionQueue cq;
-      if (!Call(stub, cq, method, requests[next++])) errors[c]++;
-      warm++;
-      while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      auto& mine = latencies[c];
-      while (true) {
-        size_t i = next++;
-        if (i >= requests.size() || Clock::now() >= stop_at) break;
-        auto sent = Clock::now();
-        if (Call(stub, cq, method, requests[i])) {
-          mine.push_back(std::chrono::duration<double>(Clock::now() - sent).count());
-        } else {
-          errors[c]++;
-        }
-      }
-      cq.Shutdown();
-      void* tag;
-      bool ok;
-      while (cq.Next(&tag, &ok)) {
-      }
-    });
+  // All callers share one completion queue driven by this one thread: no thread switches.
+  grpc::CompletionQueue cq;
+  std::vector<Caller> pool(callers);
+  size_t next = 0;
+  for (size_t c = 0; c < callers; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one TCP connection per caller
+    args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 4 << 20);
+    pool[c].channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    pool[c].stub = std::make_unique<grpc::GenericStub>(pool[c].channel);
+    Start(pool[c], c, cq, method, requests[next++]);  // warm-up call: connects
   }
-  while (warm.load() < callers) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const size_t warm_calls = next.load();
+  long errors = 0;
+  void* tag = nullptr;
+  bool ok = false;
+  for (size_t done = 0; done < callers; ++done) {
+    cq.Next(&tag, &ok);
+    if (!ok || !pool[reinterpret_cast<size_t>(tag)].status.ok()) errors++;
+  }
+  const size_t warm_calls = next;
   std::cout << "ready" << std::endl;
   std::string line;
   std::getline(std::cin, line);
   const double cpu_before = CpuSeconds();
   const auto began = Clock::now();
-  stop_at = began + std::chrono::duration_cast<Clock::duration>(
-                        std::chrono::duration<double>(seconds));
-  go = true;
-  for (auto& t : threads) t.join();
+  const auto stop_at = began + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(seconds));
+  std::vector<double> latencies;
+  size_t active = 0;
+  for (size_t c = 0; c < callers && next < requests.size(); ++c, ++active) {
+    Start(pool[c], c, cq, method, requests[next++]);
+  }
+  while (active > 0 && cq.Next(&tag, &ok)) {
+    const size_t c = reinterpret_cast<size_t>(tag);
+    const auto now = Clock::now();
+    if (ok && pool[c].status.ok()) {
+      latencies.push_back(std::chrono::duration<double>(now - pool[c].sent).count());
+    } else {
+      errors++;
+    }
+    if (now < stop_at && next < requests.size()) {
+      Start(pool[c], c, cq, method, requests[next++]);
+    } else {
+      active--;
+    }
+  }
   const double elapsed = std::chrono::duration<double>(Clock::now() - began).count();
   const double cpu = CpuSeconds() - cpu_before;
-  std::FILE* out = std::fopen(argv[6], "wb");
-  long calls = 0, failed = 0;
-  for (int c = 0; c < callers; ++c) {
-    std::fwrite(latencies[c].data(), sizeof(double), latencies[c].size(), out);
-    calls += long(latencies[c].size());
-    failed += errors[c];
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
   }
+  std::FILE* out = std::fopen(argv[6], "wb");
+  std::fwrite(latencies.data(), sizeof(double), latencies.size(), out);
   std::fclose(out);
-  std::printf("{\"calls\": %ld, \"warm_calls\": %zu, \"errors\": %ld, \"seconds\": %.6f, "
+  std::printf("{\"calls\": %zu, \"warm_calls\": %zu, \"errors\": %ld, \"seconds\": %.6f, "
               "\"cpu_seconds\": %.6f, \"exhausted\": %s}\n",
-              calls, warm_calls, failed, elapsed, cpu,
-              next.load() >= requests.size() ? "true" : "false");
+              latencies.size(), warm_calls, errors, elapsed, cpu,
+              next >= requests.size() ? "true" : "false");
   return 0;
 }
