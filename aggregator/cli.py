@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="reports waiting for the store past which uploads are shed with RESOURCE_EXHAUSTED "
         f"(default {DEFAULT_MAX_INFLIGHT_REPORTS:,}: about 0.5 s of store throughput)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port; with 2 or more, this process only writes the "
+        "store (default: 1, everything in one process)",
+    )
     serve.set_defaults(run=run_serve)
 
     enroll = sub.add_parser("enroll", help="enroll a device's Ed25519 public key")
@@ -208,6 +215,8 @@ def _question(parser: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     credentials = _server_credentials(args)
+    if args.workers < 1:
+        raise UserError("--workers must be at least 1")
     surveys = load_surveys(args.config)
     keys: dict[str, Ed25519PublicKey] = {}
     if args.devices is not None:
@@ -218,8 +227,41 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.auth_window <= 0:
         raise UserError("--auth-window must be positive")
     limits = load_limits(args.config)
-    asyncio.run(_serve(surveys, limits, args, credentials, keys))
+    if args.workers == 1:
+        asyncio.run(_serve(surveys, limits, args, credentials, keys))
+        return 0
+    if limits:
+        raise UserError(
+            "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
+            "in one process: serve them with --workers 1"
+        )
+    from aggregator.workers import WorkerSecurity, serve_workers
+
+    def serving(port: int) -> None:
+        _announce(args, port, f"{len(surveys)} survey(s) with {args.workers} worker processes")
+
+    serve_workers(
+        args.config,
+        args.db,
+        args.host,
+        args.port,
+        args.workers,
+        reflection=args.reflection,
+        security=WorkerSecurity(
+            args.tls_cert, args.tls_key, args.client_ca, args.devices, args.auth_window
+        ),
+        max_inflight_reports=args.max_inflight_reports,
+        on_serving=serving,
+    )
+    print(f"{PROG}: stopped", flush=True)
     return 0
+
+
+def _announce(args: argparse.Namespace, port: int, what: str) -> None:
+    """Write the port file (if asked) and say what is served where."""
+    if args.port_file:
+        args.port_file.write_text(f"{port}\n")
+    print(f"{PROG}: serving {what} on {args.host}:{port}", flush=True)
 
 
 def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
@@ -261,9 +303,7 @@ async def _serve(
         limits=limits,
         max_inflight_reports=args.max_inflight_reports,
     )
-    if args.port_file:
-        args.port_file.write_text(f"{running.port}\n")
-    print(f"{PROG}: serving {len(surveys)} survey(s) on {args.host}:{running.port}", flush=True)
+    _announce(args, running.port, f"{len(surveys)} survey(s)")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,6 +1,8 @@
 """How a wire report becomes part of a question's statistics: validation with the specific gRPC
 status code of each failure, the report's integer contribution, and the histogram of a question
-from its stored integer sums."""
+from its stored integer sums. Requests are validated in bulk (numpy per question), into the
+per-question :class:`~aggregator.storage.ReportBatch` form the store writes without building an
+object per report."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import grpc
 import numpy as np
 
 from aggregator.histogram import Histogram
-from aggregator.storage import StoredReport
+from aggregator.storage import ReportBatch, StoredReport
 from client.mechanisms import FlipComponents, RandomizedResponse, ReportRangeError
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -77,28 +79,56 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
     )
 
 
-def validate_batch(
-    reports: Sequence[ldp_pb2.Report], surveys: dict[str, SurveySpec]
-) -> list[StoredReport]:
-    """Validate a request's reports with vectorized decoding per question.
+@dataclass(frozen=True)
+class ValidatedUpload:
+    """A valid request in bulk form: one batch per question (in order of first appearance),
+    the report ids in request order, and where each batch's reports sit in the request."""
 
-    Equivalent to ``[validate(r, surveys) for r in reports]``; when a vectorized check fails the
-    reports are re-checked one by one, and the error names the first bad one (``report[i]``).
+    report_ids: list[bytes]
+    batches: list[ReportBatch]
+    positions: list[list[int]]
+
+    def in_request_order(self, flags: list[bool]) -> list[bool]:
+        """Per-report flags given in batch order (as the store answers), in request order."""
+        if len(self.batches) == 1:
+            return flags
+        out = [False] * len(self.report_ids)
+        for position, flag in zip(
+            (p for positions in self.positions for p in positions), flags, strict=True
+        ):
+            out[position] = flag
+        return out
+
+
+def validate_upload(
+    reports: Sequence[ldp_pb2.Report], surveys: dict[str, SurveySpec]
+) -> ValidatedUpload:
+    """Validate a request's reports with vectorized checks per question.
+
+    Accepts exactly what ``[validate(r, surveys) for r in reports]`` accepts; when a vectorized
+    check fails the reports are re-checked one by one, and the error names the first bad one
+    (``report[i]``).
     """
-    groups: dict[tuple[str, str], list[int]] = {}
+    columns: dict[tuple[str, str], tuple[list[int], list[bytes], list[bytes]]] = {}
+    report_ids: list[bytes] = []
     for i, report in enumerate(reports):
-        groups.setdefault((report.survey_id, report.question_id), []).append(i)
-    out: list[StoredReport | None] = [None] * len(reports)
+        key = (report.survey_id, report.question_id)
+        column = columns.get(key)
+        if column is None:
+            column = columns[key] = ([], [], [])
+        report_id = report.report_id
+        column[0].append(i)
+        column[1].append(report_id)
+        column[2].append(report.payload)
+        report_ids.append(report_id)
+    batches = []
     try:
-        for (survey_id, question_id), indices in groups.items():
+        for (survey_id, question_id), (_, ids, payloads) in columns.items():
             _, question = find_question(surveys, survey_id, question_id)
-            ids = [bytes(reports[i].report_id) for i in indices]
-            payloads = [bytes(reports[i].payload) for i in indices]
-            if any(len(x) != REPORT_ID_BYTES for x in ids):
+            if set(map(len, ids)) - {REPORT_ID_BYTES}:
                 raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "report_id length")
             rows = _contributions(question, payloads)
-            for i, report_id, payload, row in zip(indices, ids, payloads, rows, strict=True):
-                out[i] = StoredReport(report_id, survey_id, question_id, payload, row)
+            batches.append(ReportBatch(survey_id, question_id, ids, payloads, rows))
     except ReportRejectedError:
         for i, report in enumerate(reports):  # find and name the first bad report
             try:
@@ -106,6 +136,20 @@ def validate_batch(
             except ReportRejectedError as exc:
                 raise ReportRejectedError(exc.code, f"report[{i}]: {exc.message}") from None
         raise
+    return ValidatedUpload(report_ids, batches, [column[0] for column in columns.values()])
+
+
+def validate_batch(
+    reports: Sequence[ldp_pb2.Report], surveys: dict[str, SurveySpec]
+) -> list[StoredReport]:
+    """:func:`validate_upload`, answered as one StoredReport per report in request order."""
+    upload = validate_upload(reports, surveys)
+    out: list[StoredReport | None] = [None] * len(reports)
+    for batch, positions in zip(upload.batches, upload.positions, strict=True):
+        for i, report_id, payload, row in zip(
+            positions, batch.report_ids, batch.payloads, batch.contributions, strict=True
+        ):
+            out[i] = StoredReport(report_id, batch.survey_id, batch.question_id, payload, row)
     return out  # type: ignore[return-value]
 
 

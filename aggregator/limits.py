@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aggregator.errors import LdpError
-from aggregator.storage import StoredReport
+from aggregator.storage import ReportBatch
 
 #: Default bound on reports waiting for the store. The store commits about 40k reports/s on a
 #: 2-core machine (docs/performance.md), so 20,000 queued reports wait about half a second:
@@ -275,28 +275,34 @@ class Admission:
 
     Pass :meth:`record` as the store's in-transaction hook and :meth:`finish` as the store
     future's done-callback (or call :meth:`close` if submitting failed); only the first close
-    has an effect."""
+    has an effect. The store's flags follow the order of ``batches``."""
 
     def __init__(
         self,
         guard: UploadGuard,
         key: str,
-        reports: Sequence[StoredReport],
+        batches: Sequence[ReportBatch],
         reserved: Mapping[CountKey, int],
     ) -> None:
         self._guard = guard
         self._key = key
-        self._reports = reports
+        self._batches = batches
+        self._size = sum(len(b) for b in batches)
         self._reserved = reserved
         self._once = threading.Lock()  # acquired by the first close; later closes do nothing
 
     def accepted_counts(self, fresh: Sequence[bool]) -> Counter[CountKey]:
         """Newly stored reports per capped (key, survey, question)."""
+        if len(fresh) != self._size:
+            raise ValueError(f"{len(fresh)} flags for {self._size} reports")
         counts: Counter[CountKey] = Counter()
-        for report, new in zip(self._reports, fresh, strict=True):
-            if new and self._guard.cap_of(report) is not None:
-                counts[(self._key, report.survey_id, report.question_id)] += 1
-        return counts
+        start = 0
+        for batch in self._batches:
+            flags = fresh[start : start + len(batch)]
+            start += len(batch)
+            if self._guard.cap(batch.survey_id, batch.question_id) is not None:
+                counts[(self._key, batch.survey_id, batch.question_id)] += sum(flags)
+        return +counts
 
     def record(self, conn: sqlite3.Connection, fresh: Sequence[bool]) -> None:
         """Add the newly stored reports to the persistent counts, in the store's transaction."""
@@ -314,7 +320,7 @@ class Admission:
         if not self._once.acquire(blocking=False):
             return
         accepted = self.accepted_counts(fresh) if fresh is not None else {}
-        self._guard.settle(len(self._reports), self._reserved, accepted)
+        self._guard.settle(self._size, self._reserved, accepted)
 
 
 class UploadGuard:
@@ -342,30 +348,36 @@ class UploadGuard:
     def inflight_reports(self) -> int:
         return self._inflight
 
-    def cap_of(self, report: StoredReport) -> int | None:
-        limits = self._limits.get(report.survey_id)
-        return None if limits is None else limits.cap(report.question_id)
+    @property
+    def per_device(self) -> bool:
+        """Whether any survey has a per-device limit (rate or cap)."""
+        return bool(self._limits)
+
+    def cap(self, survey_id: str, question_id: str) -> int | None:
+        limits = self._limits.get(survey_id)
+        return None if limits is None else limits.cap(question_id)
 
     async def admit(
         self,
         key: str,
-        reports: Sequence[StoredReport],
+        batches: Sequence[ReportBatch],
         stored_ids: Callable[[list[bytes]], Awaitable[set[bytes]]],
     ) -> Admission:
-        """Admit ``reports`` from ``key`` or raise LimitExceededError.
+        """Admit the reports of ``batches`` from ``key`` or raise LimitExceededError.
 
         ``stored_ids(ids)`` answers which report ids the store holds already; it is asked only
         when a cap would be passed, because reports stored before do not count again."""
-        capped = [r for r in reports if self.cap_of(r) is not None]
+        size = sum(len(b) for b in batches)
+        capped = [b for b in batches if self.cap(b.survey_id, b.question_id) is not None]
         wanted = _per_question(key, capped)
         with self._lock:
-            self._check_load(len(reports))
+            self._check_load(size)
             if self._caps.try_reserve(wanted, self._cap_table(wanted)) is None:
-                return self._admit_rest(key, reports, wanted)
-        known = await stored_ids([r.report_id for r in capped])
-        wanted = _per_question(key, [r for r in capped if r.report_id not in known])
+                return self._admit_rest(key, batches, size, wanted)
+        known = await stored_ids([i for b in capped for i in b.report_ids])
+        wanted = _per_question(key, capped, known)
         with self._lock:
-            self._check_load(len(reports))
+            self._check_load(size)
             full = self._caps.try_reserve(wanted, self._cap_table(wanted))
             if full is not None:
                 _, survey_id, question_id = full
@@ -373,7 +385,7 @@ class UploadGuard:
                     f"cap reached: a device may send at most {self._cap_table([full])[full]} "
                     f"reports for {survey_id}/{question_id}"
                 )
-            return self._admit_rest(key, reports, wanted)
+            return self._admit_rest(key, batches, size, wanted)
 
     def settle(
         self, size: int, reserved: Mapping[CountKey, int], accepted: Mapping[CountKey, int]
@@ -384,16 +396,19 @@ class UploadGuard:
             self._caps.settle(reserved, accepted)
 
     def _admit_rest(
-        self, key: str, reports: Sequence[StoredReport], wanted: Mapping[CountKey, int]
+        self, key: str, batches: Sequence[ReportBatch], size: int, wanted: Mapping[CountKey, int]
     ) -> Admission:
         """Under the lock, with caps reserved: charge the rate and count the load."""
+        per_survey: Counter[str] = Counter()
+        for batch in batches:
+            per_survey[batch.survey_id] += len(batch)
         try:
-            self._rates.take(key, Counter(r.survey_id for r in reports))
+            self._rates.take(key, per_survey)
         except LimitExceededError:
             self._caps.settle(wanted, {})
             raise
-        self._inflight += len(reports)
-        return Admission(self, key, reports, wanted)
+        self._inflight += size
+        return Admission(self, key, batches, wanted)
 
     def check_load(self, size: int) -> None:
         """Shed an upload of ``size`` reports if the store is too far behind; the cheapest
@@ -413,5 +428,12 @@ class UploadGuard:
         return {k: self._limits[k[1]].max_reports_per_device[k[2]] for k in wanted}
 
 
-def _per_question(key: str, reports: Iterable[StoredReport]) -> Counter[CountKey]:
-    return Counter((key, r.survey_id, r.question_id) for r in reports)
+def _per_question(
+    key: str, batches: Iterable[ReportBatch], known: set[bytes] | frozenset[bytes] = frozenset()
+) -> Counter[CountKey]:
+    """Reports per (key, survey, question), leaving out the ids in ``known``."""
+    counts: Counter[CountKey] = Counter()
+    for batch in batches:
+        n = len(batch) if not known else sum(i not in known for i in batch.report_ids)
+        counts[(key, batch.survey_id, batch.question_id)] += n
+    return +counts

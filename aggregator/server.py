@@ -13,7 +13,9 @@ import logging
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 import numpy as np
@@ -41,7 +43,14 @@ from aggregator.limits import (
 )
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.stats.result import TestResult
-from aggregator.storage import ReportStore, StoredReport
+from aggregator.storage import (
+    ReportBatch,
+    ReportStore,
+    StoredReport,
+    StoreUnavailableError,
+    WriteHook,
+    batches_of,
+)
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
@@ -53,13 +62,29 @@ SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
 RETRY_AFTER_KEY = "retry-after-ms"
 
 
+class Store(Protocol):
+    """What the servicers need from a report store: the in-process ReportStore, or a worker
+    process's RemoteStore that reaches the writer process's one (``serve --workers N``)."""
+
+    def submit_batches(
+        self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
+    ) -> Future[list[bool]]: ...
+
+    def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]: ...
+
+    def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
 class Collector(ldp_pb2_grpc.CollectorServicer):
-    """Serves survey definitions and ingests randomized reports within the upload limits."""
+    """Serves survey definitions and ingests randomized reports: authenticated where a survey
+    requires it, within the upload limits, acknowledged after commit."""
 
     def __init__(
         self,
         surveys: dict[str, SurveySpec],
-        store: ReportStore,
+        store: Store,
         guard: UploadGuard,
         auth: DeviceAuthenticator | None = None,
         pseudonym: Callable[[str], str] | None = None,
@@ -69,8 +94,8 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         self._surveys = surveys
         self._store = store
         self._guard = guard
-        self._pseudonym = pseudonym or KeyPseudonyms(os.urandom(KeyPseudonyms.SECRET_BYTES))
         self._auth = auth or DeviceAuthenticator(surveys, {})  # no enrolled devices
+        self._pseudonym = pseudonym or KeyPseudonyms(os.urandom(KeyPseudonyms.SECRET_BYTES))
 
     async def GetSurvey(self, request, context):
         survey = self._surveys.get(request.survey_id)
@@ -93,16 +118,17 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         await self._auth.authenticate_upload(context, reports)
         try:
             self._guard.check_load(len(reports))  # shed before spending time on validation
-            stored = ingest.validate_batch(reports, self._surveys)
+            upload = ingest.validate_upload(reports, self._surveys)
             key = self._pseudonym(limit_key(context, authenticated_device()))
-            admission = await self._guard.admit(key, stored, self._stored_ids)
+            admission = await self._guard.admit(key, upload.batches, self._stored_ids)
         except ReportRejectedError as exc:
             await context.abort(exc.code, exc.message)
         except LimitExceededError as exc:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), trailing_metadata=retry_hint(exc)
             )
-        return ldp_pb2.UploadResponse(results=await self._store_all(stored, admission))
+        flags = await self._committed(context, upload.batches, admission)
+        return encode_upload_response(upload.report_ids, upload.in_request_order(flags))
 
     async def UploadStream(self, request_iterator: AsyncIterator, context):
         signed = await self._auth.open_stream(context)
@@ -118,14 +144,44 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 )
             if signed is not None:
                 signed.add(request.reports)
+            slots, valid = self._validate_each(request.reports, results, signed is not None)
+            if not valid:
+                continue
+            if signed is not None:  # stored only once the signature over the whole stream holds
+                held.append((slots, valid))
+            else:
+                await self._admit_message(context, key, slots, valid, results, pending)
+        if signed is not None:
+            await self._auth.finish_stream(context, signed)
+            key = self._pseudonym(limit_key(context, authenticated_device()))
+            for slots, valid in held:
+                await self._admit_message(context, key, slots, valid, results, pending)
+        for slots, future in pending:
+            for slot, result in zip(slots, await future, strict=True):
+                results[slot] = result
+        return ldp_pb2.UploadResponse(results=results)
+
+    def _validate_each(
+        self,
+        reports: Sequence[ldp_pb2.Report],
+        results: list[ldp_pb2.ReportResult | None],
+        signed: bool,
+    ) -> tuple[list[int], list[StoredReport]]:
+        """Validate a stream message (in bulk when all of it is valid); append a REJECTED result
+        per invalid report and a placeholder per valid one to ``results``; return the
+        placeholders' slots and the valid reports. In an unsigned stream, a report of a survey
+        that requires device authentication is REJECTED with UNAUTHENTICATED."""
+        try:
+            if not signed and self._auth.required(reports):
+                raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
+            valid = ingest.validate_batch(reports, self._surveys)
+        except ReportRejectedError:
             slots, valid = [], []
-            for report in request.reports:
+            for report in reports:
                 try:
-                    if signed is None and self._auth.required((report,)):
+                    if not signed and self._auth.required((report,)):
                         raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
                     valid.append(ingest.validate(report, self._surveys))
-                    slots.append(len(results))
-                    results.append(None)
                 except ReportRejectedError as exc:
                     results.append(
                         ldp_pb2.ReportResult(
@@ -135,24 +191,17 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                             reason=exc.message,
                         )
                     )
-            if not valid:
-                continue
-            if signed is not None:  # stored only once the signature over the whole stream holds
-                held.append((slots, valid))
-            else:
-                await self._admit_message(key, slots, valid, results, pending)
-        if signed is not None:
-            await self._auth.finish_stream(context, signed)
-            key = self._pseudonym(limit_key(context, authenticated_device()))
-            for slots, valid in held:
-                await self._admit_message(key, slots, valid, results, pending)
-        for slots, future in pending:
-            for slot, result in zip(slots, await future, strict=True):
-                results[slot] = result
-        return ldp_pb2.UploadResponse(results=results)
+                else:
+                    slots.append(len(results))
+                    results.append(None)
+            return slots, valid
+        start = len(results)
+        results.extend([None] * len(valid))
+        return list(range(start, len(results))), valid
 
     async def _admit_message(
         self,
+        context,
         key: str,
         slots: list[int],
         valid: list[StoredReport],
@@ -160,8 +209,9 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         pending: list[tuple[list[int], asyncio.Future]],
     ) -> None:
         """Admit one stream message's valid reports and queue them; refused ones are REJECTED."""
+        batches = batches_of(valid)
         try:
-            admission = await self._guard.admit(key, valid, self._stored_ids)
+            admission = await self._guard.admit(key, batches, self._stored_ids)
         except LimitExceededError as exc:
             for slot, r in zip(slots, valid, strict=True):
                 results[slot] = ldp_pb2.ReportResult(
@@ -171,23 +221,41 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                     reason=str(exc),
                 )
             return
-        pending.append((slots, asyncio.ensure_future(self._store_all(valid, admission))))
+        stored = asyncio.ensure_future(self._store_all(context, valid, batches, admission))
+        pending.append((slots, stored))
 
     async def _stored_ids(self, report_ids: list[bytes]) -> set[bytes]:
         return await asyncio.to_thread(self._store.stored_ids, report_ids)
 
-    async def _store_all(
-        self, stored: Sequence[StoredReport], admission: Admission
-    ) -> list[ldp_pb2.ReportResult]:
-        """Queue for group commit and wait until the transaction holding them committed. The
-        admission is settled when the store resolves them, even if the caller gave up."""
+    async def _committed(
+        self, context, batches: Sequence[ReportBatch], admission: Admission
+    ) -> list[bool]:
+        """Queue for group commit and wait until the transaction holding the reports committed;
+        their new/duplicate flags. The admission is settled when the store resolves them, even
+        if the caller gave up. A store whose writer is gone answers UNAVAILABLE (retryable)."""
+        on_write = admission.record if self._guard.per_device else None
         try:
-            future = self._store.submit(stored, admission.record)
-        except BaseException:
+            future = self._store.submit_batches(batches, on_write)
+        except BaseException as exc:
             admission.close(None)
+            if isinstance(exc, StoreUnavailableError):
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise
         future.add_done_callback(admission.finish)
-        fresh = await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except StoreUnavailableError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+
+    async def _store_all(
+        self,
+        context,
+        stored: Sequence[StoredReport],
+        batches: Sequence[ReportBatch],
+        admission: Admission,
+    ) -> list[ldp_pb2.ReportResult]:
+        """Store a stream message's reports (``batches`` are the same reports in bulk form)."""
+        fresh = await self._committed(context, batches, admission)
         return [
             ldp_pb2.ReportResult(
                 report_id=r.report_id, status=ldp_pb2.ACCEPTED if new else ldp_pb2.DUPLICATE
@@ -196,10 +264,58 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         ]
 
 
+_ACCEPTED_TAIL = b"\x10" + bytes([ldp_pb2.ACCEPTED])
+_DUPLICATE_TAIL = b"\x10" + bytes([ldp_pb2.DUPLICATE])
+_RESULT_HEAD = b"\x0a\x14\x0a\x10"  # results: 20 bytes long; its report_id: 16 bytes long
+
+
+def encode_upload_response(report_ids: Sequence[bytes], fresh: Sequence[bool]) -> bytes:
+    """The serialized UploadResponse of an all-accepted-or-duplicate upload, written directly:
+    one fixed 22-byte record per report (tag + length of the result, tag + length + 16-byte
+    report_id, tag + status), several times cheaper than building a message per report. The
+    report ids must be 16 bytes long (validation guarantees it)."""
+    return b"".join(
+        [
+            _RESULT_HEAD + report_id + (_ACCEPTED_TAIL if new else _DUPLICATE_TAIL)
+            for report_id, new in zip(report_ids, fresh, strict=True)
+        ]
+    )
+
+
+def add_collector_to_server(collector: Collector, server: grpc.aio.Server) -> None:
+    """Register the Collector as the generated ``add_CollectorServicer_to_server`` does, except
+    that Upload returns bytes already serialized by :func:`encode_upload_response`."""
+
+    def unary(method, request, response):
+        return grpc.unary_unary_rpc_method_handler(
+            method, request_deserializer=request.FromString, response_serializer=response
+        )
+
+    handlers = {
+        "GetSurvey": unary(
+            collector.GetSurvey, ldp_pb2.GetSurveyRequest, ldp_pb2.Survey.SerializeToString
+        ),
+        "ListSurveys": unary(
+            collector.ListSurveys,
+            ldp_pb2.ListSurveysRequest,
+            ldp_pb2.ListSurveysResponse.SerializeToString,
+        ),
+        "Upload": unary(collector.Upload, ldp_pb2.UploadRequest, None),  # None: bytes as is
+        "UploadStream": grpc.stream_unary_rpc_method_handler(
+            collector.UploadStream,
+            request_deserializer=ldp_pb2.UploadRequest.FromString,
+            response_serializer=ldp_pb2.UploadResponse.SerializeToString,
+        ),
+    }
+    name = SERVICE_NAMES[0]
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
+
+
 class Analyst(ldp_pb2_grpc.AnalystServicer):
     """Estimates and tests computed from stored sufficient statistics."""
 
-    def __init__(self, surveys: dict[str, SurveySpec], store: ReportStore) -> None:
+    def __init__(self, surveys: dict[str, SurveySpec], store: Store) -> None:
         self._surveys = surveys
         self._store = store
 
@@ -310,7 +426,7 @@ class RunningServer:
 
     server: grpc.aio.Server
     port: int
-    store: ReportStore
+    store: Store
     health: health.aio.HealthServicer
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -319,6 +435,21 @@ class RunningServer:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         await asyncio.to_thread(self.store.close)
+
+
+def open_store(
+    surveys: dict[str, SurveySpec], db_path: str, *, max_delay: float = 0.002
+) -> ReportStore:
+    """Open the report store and register every question of the surveys."""
+    store = ReportStore(db_path, max_delay=max_delay)
+    try:
+        for survey in surveys.values():
+            for question in survey.questions:
+                store.register_question(survey.id, question.id, question.k)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 async def start_server(
@@ -339,25 +470,56 @@ async def start_server(
     ``credentials`` (see ``aggregator.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
     ``auth_window`` the allowed clock difference of a signature in seconds. ``limits`` are the
-    surveys' per-device limits; ``max_inflight_reports`` bounds the reports waiting for the
-    store, past which uploads are shed (RESOURCE_EXHAUSTED with a retry hint).
+    surveys' per-device limits (their counts persist in the store, under keyed hashes);
+    ``max_inflight_reports`` bounds the reports waiting for the store, past which uploads are
+    shed (RESOURCE_EXHAUSTED with a retry hint).
     """
-    auth = DeviceAuthenticator(surveys, device_keys or {}, window=auth_window)
-    guard = UploadGuard(
-        limits or {}, CapCounter.load(db_path), max_inflight_reports=max_inflight_reports
-    )
-    store = ReportStore(db_path, max_delay=max_delay)
-    for survey in surveys.values():
-        for question in survey.questions:
-            store.register_question(survey.id, question.id, question.k)
+    store = open_store(surveys, db_path, max_delay=max_delay)
+    try:
+        guard = UploadGuard(
+            limits or {}, CapCounter.load(db_path), max_inflight_reports=max_inflight_reports
+        )
+        return await serve(
+            surveys,
+            store,
+            address,
+            guard=guard,
+            reflection=reflection,
+            credentials=credentials,
+            auth=DeviceAuthenticator(surveys, device_keys or {}, window=auth_window),
+            pseudonym=KeyPseudonyms.beside(db_path),
+        )
+    except BaseException:
+        store.close()
+        raise
+
+
+async def serve(
+    surveys: dict[str, SurveySpec],
+    store: Store,
+    address: str,
+    *,
+    reflection: bool = False,
+    credentials: grpc.ServerCredentials | None = None,
+    guard: UploadGuard | None = None,
+    auth: DeviceAuthenticator | None = None,
+    pseudonym: Callable[[str], str] | None = None,
+    share_port: bool = False,
+) -> RunningServer:
+    """Start serving on ``address`` from an open store (see :func:`start_server` for the
+    security and limit arguments; ``guard`` defaults to load shedding only). ``share_port`` lets
+    several processes listen on one port (SO_REUSEPORT; the kernel spreads connections over
+    them); otherwise it is off, so a second server on a busy port fails instead of silently
+    taking half its traffic."""
+    guard = guard or UploadGuard({}, CapCounter())
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", int(share_port)),
         ]
     )
-    collector = Collector(surveys, store, guard, auth, KeyPseudonyms.beside(db_path))
-    ldp_pb2_grpc.add_CollectorServicer_to_server(collector, server)
+    add_collector_to_server(Collector(surveys, store, guard, auth, pseudonym), server)
     ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -371,7 +533,6 @@ async def start_server(
     else:
         port = server.add_secure_port(address, credentials)
     if port == 0:
-        store.close()
         raise OSError(f"cannot bind {address}")
     await server.start()
     for name in ("", *SERVICE_NAMES):

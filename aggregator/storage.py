@@ -12,8 +12,9 @@ Why this shape (notes/service-conventions.md §3):
   cap counts of aggregator/limits.py live in their own table, with no report ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
 
-Threading: :meth:`ReportStore.submit` never blocks (it validates and enqueues), so an asyncio server
-calls it on the event loop and awaits ``asyncio.wrap_future(store.submit(reports))``. Every other
+Threading: :meth:`ReportStore.submit` and :meth:`ReportStore.submit_batches` never block (they
+validate and enqueue), so an asyncio server calls them on the event loop and awaits
+``asyncio.wrap_future(store.submit_batches(batches))``. Every other
 method does blocking I/O: call it through ``asyncio.to_thread``. Reads open their own connection per
 call and never wait for the writer (WAL readers see the last committed state). Use one ReportStore
 per database file (it caches the registered questions).
@@ -21,13 +22,14 @@ per database file (it caches the registered questions).
 
 from __future__ import annotations
 
+import itertools
 import operator
 import os
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -70,6 +72,11 @@ class StoreError(LdpError):
     """The store refused an operation: closed, unknown question, malformed report, failed commit."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store's writer is gone (a crashed writer process): nothing was acknowledged, and a
+    retry against a restarted server is safe."""
+
+
 @dataclass(frozen=True)
 class StoredReport:
     """One validated randomized report, as the store keeps it."""
@@ -84,9 +91,47 @@ class StoredReport:
 WriteHook = Callable[[sqlite3.Connection, list[bool]], None]
 
 
+@dataclass(frozen=True, slots=True)
+class ReportBatch:
+    """Validated reports of ONE question in bulk form: the shape the writer consumes without
+    building an object per report. Row i of ``contributions`` (int64, shape (m, k)) is what
+    report i adds to the question's sums."""
+
+    survey_id: str
+    question_id: str
+    report_ids: list[bytes]
+    payloads: list[bytes]
+    contributions: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.report_ids)
+
+
+def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
+    """Reports as batches, one per run of consecutive reports of the same question, so the
+    batches' flags concatenated are in the order of the reports. Each question's contribution
+    vectors must have one length (``ReportStore.submit`` checks them first)."""
+    out = []
+    for (survey_id, question_id), run in itertools.groupby(
+        reports, key=lambda r: (r.survey_id, r.question_id)
+    ):
+        group = list(run)
+        out.append(
+            ReportBatch(
+                survey_id,
+                question_id,
+                [r.report_id for r in group],
+                [r.payload for r in group],
+                np.stack([r.contribution for r in group]),
+            )
+        )
+    return out
+
+
 @dataclass(slots=True)
 class _Submit:
-    reports: list[StoredReport]
+    batches: list[ReportBatch]
+    size: int
     future: Future[list[bool]]
     on_write: WriteHook | None = None
 
@@ -188,10 +233,20 @@ class ReportStore:
         ``on_write(connection, flags)`` runs on the writer thread inside the transaction that
         stores these reports, so what it writes (e.g. per-device counts) commits with them or
         not at all."""
-        batch = list(reports)
-        for report in batch:
-            self._check(report)
-        item = _Submit(batch, Future(), on_write)
+        for report in reports:
+            _check_contribution(
+                report.contribution, self._k_of(report.survey_id, report.question_id)
+            )
+        return self.submit_batches(batches_of(reports), on_write)
+
+    def submit_batches(
+        self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
+    ) -> Future[list[bool]]:
+        """:meth:`submit` for reports in bulk form; the flags follow the batches' order."""
+        batches = list(batches)
+        for batch in batches:
+            self._check(batch)
+        item = _Submit(batches, sum(len(b) for b in batches), Future(), on_write)
         self._enqueue(item)
         return item.future
 
@@ -225,7 +280,7 @@ class ReportStore:
                     _check_contribution(vector, ks[key])
                     pending.setdefault(key, []).append(vector)
                 for key, vectors in pending.items():
-                    totals[key] = _accumulate(*totals[key], vectors)
+                    totals[key] = _accumulate(*totals[key], np.stack(vectors))
             for (survey_id, question_id), (n, sums) in totals.items():
                 _write_statistics(conn, survey_id, question_id, n, sums)
             return {key: (n, np.array(sums, dtype=np.int64)) for key, (n, sums) in totals.items()}
@@ -246,14 +301,15 @@ class ReportStore:
 
     def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]:
         """The question's committed (n, int64 sums)."""
-        with closing(self._reader()) as conn:
-            n, sums = _read_statistics(conn, survey_id, question_id)
-        return n, np.array(sums, dtype=np.int64)
+        if self._closed:
+            raise StoreError("store is closed")
+        return read_statistics(self._path, survey_id, question_id)
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
         """Which of ``report_ids`` the log holds (committed)."""
-        with closing(self._reader()) as conn:
-            return _stored_ids(conn, report_ids)
+        if self._closed:
+            raise StoreError("store is closed")
+        return read_stored_ids(self._path, report_ids)
 
     def count_reports(self, survey_id: str | None = None) -> int:
         """Reports in the log (one survey's, or all); a scan of the log."""
@@ -285,17 +341,26 @@ class ReportStore:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _check(self, report: StoredReport) -> None:
-        key = (report.survey_id, report.question_id)
-        k = self._k.get(key)
+    def _k_of(self, survey_id: str, question_id: str) -> int:
+        k = self._k.get((survey_id, question_id))
         if k is None:
-            raise StoreError(f"unknown question {key[0]}/{key[1]}")
-        rid = report.report_id
-        if not isinstance(rid, bytes) or len(rid) != REPORT_ID_BYTES:
+            raise StoreError(f"unknown question {survey_id}/{question_id}")
+        return k
+
+    def _check(self, batch: ReportBatch) -> None:
+        """Reject a malformed batch before anything is queued (checks run in C where they can:
+        this is on the ingest path of every report)."""
+        k = self._k_of(batch.survey_id, batch.question_id)
+        m = len(batch.report_ids)
+        if set(map(type, batch.report_ids)) - {bytes} or set(map(len, batch.report_ids)) - {
+            REPORT_ID_BYTES
+        }:
             raise StoreError(f"report_id must be {REPORT_ID_BYTES} bytes")
-        if not isinstance(report.payload, bytes):
-            raise StoreError("payload must be bytes")
-        _check_contribution(report.contribution, k)
+        if len(batch.payloads) != m or set(map(type, batch.payloads)) - {bytes}:
+            raise StoreError("payload must be bytes, one per report")
+        rows = batch.contributions
+        if not isinstance(rows, np.ndarray) or rows.dtype != _INT64 or rows.shape != (m, k):
+            raise StoreError(f"contributions must be an int64 matrix of shape ({m}, {k})")
 
     def _enqueue(self, item: _Item) -> None:
         with self._lock:
@@ -312,9 +377,7 @@ class ReportStore:
     def _reader(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError("store is closed")
-        conn = _connect(self._path)
-        conn.execute("PRAGMA query_only = ON")
-        return conn
+        return _read_only(self._path)
 
     def _run(self) -> None:
         """The writer thread: group submits into transactions until the stop marker."""
@@ -327,18 +390,18 @@ class ReportStore:
             if isinstance(item, _Call):
                 self._run_call(item)
                 continue
-            group, size = [item], len(item.reports)
+            group, size = [item], item.size
             deadline = time.monotonic() + self._max_delay
             while size < self._max_batch:
                 try:
                     nxt = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
-                if not isinstance(nxt, _Submit) or size + len(nxt.reports) > self._max_batch:
+                if not isinstance(nxt, _Submit) or size + nxt.size > self._max_batch:
                     carry = nxt  # a stop, a call or an overflowing submit: next round
                     break
                 group.append(nxt)
-                size += len(nxt.reports)
+                size += nxt.size
             self._commit([s for s in group if s.future.set_running_or_notify_cancel()])
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -378,39 +441,99 @@ class ReportStore:
             submit.future.set_result(submit_flags)
 
     def _write(self, group: list[_Submit]) -> list[list[bool]]:
-        """One transaction: dedup against the log and within the group, insert the new reports,
-        add their contributions to each touched question's statistics row."""
+        """One transaction: insert the group's reports unless their report_id is stored already
+        (or earlier in the group), add the new ones' contributions to their questions' rows.
+
+        The usual case, no duplicates, costs one INSERT OR IGNORE per report in report_id order
+        (neighbouring keys share B-tree pages). Only when the insert count shows a duplicate is
+        the insert undone and redone after looking the ids up, to learn which ones were new."""
         conn = self._conn
-        reports = [r for submit in group for r in submit.reports]
-        with _transaction(conn):
-            seen = _stored_ids(conn, list({r.report_id for r in reports}))
-            flags: list[bool] = []
-            fresh: list[StoredReport] = []
-            for r in reports:
-                is_new = r.report_id not in seen
-                flags.append(is_new)
-                if is_new:
-                    seen.add(r.report_id)
-                    fresh.append(r)
-            now = int(time.time())
-            conn.executemany(
-                "INSERT INTO reports VALUES (?, ?, ?, ?, ?)",
-                [(r.report_id, r.survey_id, r.question_id, r.payload, now) for r in fresh],
+        batches = [batch for submit in group for batch in submit.batches]
+        now = int(time.time())
+        rows = [
+            row
+            for b in batches
+            for row in zip(
+                b.report_ids,
+                itertools.repeat(b.survey_id),
+                itertools.repeat(b.question_id),
+                b.payloads,
+                itertools.repeat(now),
+                strict=False,  # equal lengths: _check; the rest repeat
             )
-            by_question: dict[tuple[str, str], list[np.ndarray]] = {}
-            for r in fresh:
-                by_question.setdefault((r.survey_id, r.question_id), []).append(r.contribution)
-            for (survey_id, question_id), vectors in by_question.items():
-                n, sums = _read_statistics(conn, survey_id, question_id)
-                n, sums = _accumulate(n, sums, vectors)
-                _write_statistics(conn, survey_id, question_id, n, sums)
+        ]
+        with _transaction(conn):
+            conn.execute("SAVEPOINT optimistic")
+            before = conn.total_changes
+            conn.executemany(_INSERT_OR_IGNORE, sorted(rows))
+            if conn.total_changes - before == len(rows):
+                conn.execute("RELEASE optimistic")
+                fresh = [True] * len(rows)
+            else:
+                conn.execute("ROLLBACK TO optimistic")
+                conn.execute("RELEASE optimistic")
+                fresh = _first_unseen(conn, [row[0] for row in rows])
+                conn.executemany(_INSERT_OR_IGNORE, itertools.compress(rows, fresh))
+            self._add_statistics(batches, fresh)
             out, start = [], 0
             for submit in group:
-                out.append(flags[start : start + len(submit.reports)])
-                start += len(submit.reports)
+                out.append(fresh[start : start + submit.size])
+                start += submit.size
                 if submit.on_write is not None:
                     submit.on_write(conn, out[-1])
         return out
+
+    def _add_statistics(self, batches: list[ReportBatch], fresh: list[bool]) -> None:
+        """Add the new reports' contributions to their questions' rows (vectorized per
+        question)."""
+        by_question: dict[tuple[str, str], list[np.ndarray]] = {}
+        start = 0
+        for b in batches:
+            mask = fresh[start : start + len(b)]
+            start += len(b)
+            rows = b.contributions if all(mask) else b.contributions[np.array(mask, dtype=bool)]
+            by_question.setdefault((b.survey_id, b.question_id), []).append(rows)
+        for (survey_id, question_id), parts in by_question.items():
+            rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            if len(rows):
+                n, sums = _read_statistics(self._conn, survey_id, question_id)
+                n, sums = _accumulate(n, sums, rows)
+                _write_statistics(self._conn, survey_id, question_id, n, sums)
+
+
+_INSERT_OR_IGNORE = "INSERT OR IGNORE INTO reports VALUES (?, ?, ?, ?, ?)"
+
+
+def _first_unseen(conn: sqlite3.Connection, ids: list[bytes]) -> list[bool]:
+    """Per id: True if it is neither in the log nor earlier in ``ids``."""
+    seen = _stored_ids(conn, list(dict.fromkeys(ids)))
+    flags = []
+    for report_id in ids:
+        flags.append(report_id not in seen)
+        seen.add(report_id)
+    return flags
+
+
+def read_statistics(
+    path: str | os.PathLike[str], survey_id: str, question_id: str
+) -> tuple[int, np.ndarray]:
+    """A question's committed (n, int64 sums), read from the file on a connection of its own:
+    any process may call it while another process's ReportStore writes (WAL readers)."""
+    with closing(_read_only(os.fspath(path))) as conn:
+        n, sums = _read_statistics(conn, survey_id, question_id)
+    return n, np.array(sums, dtype=np.int64)
+
+
+def read_stored_ids(path: str | os.PathLike[str], report_ids: Sequence[bytes]) -> set[bytes]:
+    """Which of ``report_ids`` the log in ``path`` holds (committed), from any process."""
+    with closing(_read_only(os.fspath(path))) as conn:
+        return _stored_ids(conn, report_ids)
+
+
+def _read_only(path: str) -> sqlite3.Connection:
+    conn = _connect(path)
+    conn.execute("PRAGMA query_only = ON")
+    return conn
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -473,10 +596,10 @@ def _write_statistics(
     )
 
 
-def _accumulate(n: int, sums: list[int], vectors: list[np.ndarray]) -> tuple[int, list[int]]:
-    """(n, sums) plus the vectors, exactly: numpy's int64 sums would wrap silently on overflow,
-    so huge values are summed as Python ints (and _write_statistics rejects out-of-range sums)."""
-    rows = np.stack(vectors)
+def _accumulate(n: int, sums: list[int], rows: np.ndarray) -> tuple[int, list[int]]:
+    """(n, sums) plus the rows of an (m, k) int64 matrix, exactly: numpy's int64 sums would wrap
+    silently on overflow, so huge values are summed as Python ints (and _write_statistics
+    rejects out-of-range sums)."""
     if float(np.abs(rows.astype(np.float64)).max()) * len(rows) < 2.0**62:
         delta = rows.sum(axis=0).tolist()
     else:

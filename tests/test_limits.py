@@ -22,7 +22,7 @@ from aggregator.limits import (
     limit_key,
     peer_host,
 )
-from aggregator.storage import StoredReport
+from aggregator.storage import StoredReport, batches_of
 
 
 class Clock:
@@ -45,7 +45,7 @@ async def nothing_stored(ids: list[bytes]) -> set[bytes]:
 
 
 def admit(guard: UploadGuard, batch, key: str = "dev", stored=nothing_stored):
-    return asyncio.run(guard.admit(key, batch, stored))
+    return asyncio.run(guard.admit(key, batches_of(batch), stored))
 
 
 def committed(flags: list[bool]) -> Future:

@@ -1,0 +1,260 @@
+"""``ldp-aggregator serve --workers N``: N gRPC server processes on one port, one store writer.
+
+Why: one Python process runs its gRPC event loop, request parsing, validation and response
+encoding under one GIL, so it tops out at about one core however many the machine has. Here
+the parent process owns the SQLite store and its single writer thread (SQLite allows one
+writer; group commit makes one enough) and starts N worker processes. Each worker runs the whole
+gRPC server on the same port with SO_REUSEPORT, so the kernel spreads incoming connections over
+the workers, and reaches the store through :mod:`aggregator.store_link`: an upload is
+acknowledged only after the parent's transaction holding it committed, exactly as in one
+process. Workers are spawned, not forked (gRPC does not survive a fork).
+
+Shutdown: on SIGTERM or SIGINT the parent forwards SIGTERM to the workers; each drains its
+in-flight calls (their submits are still answered, the writer is alive) and exits; only then
+does the parent close the store, committing whatever is queued. If a worker dies, the parent
+stops the others the same way and fails (a service supervisor restarts the whole service). If
+the parent dies, the workers lose their pipe, answer UNAVAILABLE (which clients retry), and exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+import grpc
+
+from aggregator.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
+from aggregator.config import load_surveys
+from aggregator.devices import DeviceRegistry
+from aggregator.errors import LdpError
+from aggregator.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
+from aggregator.server import open_store, serve
+from aggregator.store_link import RemoteStore, serve_link
+from aggregator.tls import server_credentials
+from client.survey import SurveySpec
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 60.0
+
+
+class WorkerError(LdpError):
+    """A worker process failed to start or died while serving."""
+
+
+@dataclass(frozen=True)
+class WorkerSecurity:
+    """Transport security and device authentication, as files each worker loads itself."""
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+    devices: Path | None = None
+    auth_window: float = DEFAULT_WINDOW_SECONDS
+
+    def credentials(self) -> grpc.ServerCredentials | None:
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return server_credentials(self.tls_cert, self.tls_key, self.client_ca)
+
+    def authenticator(self, surveys: dict[str, SurveySpec]) -> DeviceAuthenticator:
+        keys = {}
+        if self.devices is not None:
+            with DeviceRegistry(self.devices) as registry:
+                keys = registry.active_keys()
+        return DeviceAuthenticator(surveys, keys, window=self.auth_window)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything a worker needs to start its server (sent to the spawned process)."""
+
+    config: Path
+    db: Path
+    address: str
+    reflection: bool
+    grace: float
+    log_level: int
+    security: WorkerSecurity
+    max_inflight_reports: int
+
+
+def serve_workers(
+    config: Path,
+    db: Path,
+    host: str,
+    port: int,
+    workers: int,
+    *,
+    reflection: bool = False,
+    security: WorkerSecurity | None = None,
+    max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
+    grace: float = 5.0,
+    on_serving: Callable[[int], None] = lambda port: None,
+) -> None:
+    """Serve until SIGTERM/SIGINT with ``workers`` processes (see the module docstring).
+    ``on_serving(port)`` runs once every worker listens. Raises WorkerError if a worker fails."""
+    if workers < 1:
+        raise ValueError("workers must be >= 1")
+    store = open_store(load_surveys(config), str(db))
+    procs: list[multiprocessing.process.BaseProcess] = []
+    try:
+        with _reserved_port(host, port) as bound:
+            settings = WorkerSettings(
+                config,
+                db,
+                f"{host}:{bound}",
+                reflection,
+                grace,
+                logging.getLogger().level,
+                security or WorkerSecurity(),
+                max_inflight_reports,
+            )
+            pending = [_spawn_worker(settings, i, procs) for i in range(workers)]
+            links = [_wait_until_ready(i, *pipes) for i, pipes in enumerate(pending)]
+        threads = [
+            threading.Thread(target=serve_link, args=(store, conn), name=f"link-{i}", daemon=True)
+            for i, conn in enumerate(links)
+        ]
+        for thread in threads:
+            thread.start()
+        on_serving(bound)
+        dead = _wait_for_stop_or_death(procs)
+        _stop_workers(procs, grace)
+        for thread in threads:
+            thread.join(timeout=grace + 10)
+        if dead is not None:
+            raise WorkerError(f"worker process {dead.name} exited with status {dead.exitcode}")
+    finally:
+        _stop_workers(procs, grace)
+        store.close()
+
+
+def _spawn_worker(
+    settings: WorkerSettings, index: int, procs: list[multiprocessing.process.BaseProcess]
+) -> tuple[Connection, Connection]:
+    """Spawn worker ``index`` (appended to ``procs``); the parent's ends of its store pipe and
+    of its one-way start-up status pipe."""
+    ctx = multiprocessing.get_context("spawn")
+    store_parent, store_child = ctx.Pipe()
+    status_parent, status_child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(
+        target=_worker_main,
+        args=(settings, store_child, status_child),
+        name=f"ldp-worker-{index}",
+    )
+    proc.start()
+    procs.append(proc)
+    store_child.close()
+    status_child.close()
+    return store_parent, status_parent
+
+
+def _wait_until_ready(index: int, store: Connection, status: Connection) -> Connection:
+    """Wait until worker ``index`` listens; its store pipe."""
+    with status:
+        if not status.poll(START_TIMEOUT):
+            raise WorkerError(f"worker {index} did not start within {START_TIMEOUT:.0f} s")
+        try:
+            state, detail = status.recv()
+        except EOFError:
+            raise WorkerError(f"worker {index} exited during start-up") from None
+    if state != "ready":
+        raise WorkerError(f"worker {index} could not start: {detail}")
+    return store
+
+
+@contextlib.contextmanager
+def _reserved_port(host: str, port: int) -> Iterator[int]:
+    """Hold ``host:port`` (0: a free port) with a bound, not listening, SO_REUSEPORT socket
+    while the workers bind it too; yields the port. A port another program already uses fails
+    here with OSError."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        yield sock.getsockname()[1]
+
+
+def _wait_for_stop_or_death(
+    procs: list[multiprocessing.process.BaseProcess],
+) -> multiprocessing.process.BaseProcess | None:
+    """Block until SIGTERM/SIGINT (None) or until a worker exits (that worker)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
+    try:
+        while not stop.is_set():
+            ended = wait([proc.sentinel for proc in procs], timeout=0.2)
+            if ended:
+                return next(proc for proc in procs if proc.sentinel in ended)
+        return None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stop_workers(procs: list[multiprocessing.process.BaseProcess], grace: float) -> None:
+    """SIGTERM every live worker (each drains its calls), wait, kill what is left."""
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        proc.join(timeout=grace + 10)
+        if proc.is_alive():
+            log.error("worker %s did not stop in time; killing it", proc.name)
+            proc.kill()
+            proc.join()
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _worker_main(settings: WorkerSettings, store_conn: Connection, status: Connection) -> None:
+    """Entry point of a worker process."""
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s [%(processName)s] %(message)s"
+    )
+    asyncio.run(_worker(settings, store_conn, status))
+
+
+async def _worker(settings: WorkerSettings, store_conn: Connection, status: Connection) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    store = RemoteStore(
+        store_conn, settings.db, on_lost=lambda: loop.call_soon_threadsafe(stop.set)
+    )
+    try:
+        surveys = load_surveys(settings.config)
+        security = settings.security
+        running = await serve(
+            surveys,
+            store,
+            settings.address,
+            reflection=settings.reflection,
+            credentials=security.credentials(),
+            guard=UploadGuard({}, CapCounter(), max_inflight_reports=settings.max_inflight_reports),
+            auth=security.authenticator(surveys),
+            share_port=True,
+        )
+    except Exception as exc:  # reported to the parent, which stops the service
+        with contextlib.suppress(OSError), status:
+            status.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    try:
+        with status:
+            status.send(("ready", running.port))
+    except OSError:  # the parent is gone
+        stop.set()
+    await stop.wait()
+    await running.stop(settings.grace)

@@ -1,0 +1,218 @@
+"""``ldp-aggregator serve --workers 2`` as a user runs it: worker processes sharing one port,
+one store writer. Uploads from many connections are stored exactly once, SIGTERM drains
+in-flight uploads, a restart keeps everything, a dead worker stops the service cleanly, and a
+worker whose writer vanished answers UNAVAILABLE."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing import Pipe
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from aggregator.storage import ReportBatch, StoreUnavailableError
+from aggregator.store_link import RemoteStore
+from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+
+START_SECONDS = 90  # spawning two workers that import numpy/scipy/grpc is slow on a busy CI box
+
+
+def start(survey_file: Path, db: Path, tmp_path: Path, workers: int = 2):
+    port_file = tmp_path / f"port-{time.monotonic_ns()}"
+    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(survey_file)]
+    command += ["--db", str(db), "--port", "0", "--port-file", str(port_file), "--insecure"]
+    process = subprocess.Popen(
+        [*command, "--workers", str(workers)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + START_SECONDS
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"server did not start: {process.communicate()[1]}")
+        time.sleep(0.05)
+    return process, f"127.0.0.1:{port_file.read_text().strip()}"
+
+
+def stop(process: subprocess.Popen) -> tuple[int, str]:
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    return process.returncode, stderr
+
+
+def connection(target: str) -> grpc.Channel:
+    """A channel with its own TCP connection (the kernel balances connections over workers)."""
+    return grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+def reports(count: int) -> list[ldp_pb2.Report]:
+    return [
+        ldp_pb2.Report(
+            report_id=os.urandom(16),
+            survey_id="big",
+            question_id="rr64",
+            payload=(i % 8).to_bytes(4, "little"),
+        )
+        for i in range(count)
+    ]
+
+
+def estimate_n(target: str) -> int:
+    with connection(target) as channel:
+        analyst = ldp_pb2_grpc.AnalystStub(channel)
+        request = ldp_pb2.EstimateRequest(survey_id="big", question_id="rr64")
+        return analyst.Estimate(request, timeout=30).n
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` that are worker processes (spawned by multiprocessing)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid and b"spawn_main" in cmdline:
+                out.append(int(entry.name))
+    return out
+
+
+def test_many_connections_store_each_report_once_and_restart_keeps_them(survey_file, tmp_path):
+    db = tmp_path / "w.sqlite"
+    process, target = start(survey_file, db, tmp_path)
+    assert len(children(process.pid)) == 2
+    sent = [reports(40) for _ in range(48)]  # 48 uploads over 12 connections
+    statuses: list[list[int]] = [[] for _ in sent]
+
+    def uploader(index: int) -> None:
+        with connection(target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            for i in range(index, len(sent), 12):
+                batch = sent[i] + sent[i][:5]  # five resent within the same request
+                response = collector.Upload(ldp_pb2.UploadRequest(reports=batch), timeout=60)
+                assert [r.report_id for r in response.results] == [r.report_id for r in batch]
+                statuses[i] = [r.status for r in response.results]
+
+    threads = [threading.Thread(target=uploader, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(s == [ldp_pb2.ACCEPTED] * 40 + [ldp_pb2.DUPLICATE] * 5 for s in statuses)
+    assert estimate_n(target) == 48 * 40
+    returncode, stderr = stop(process)
+    assert returncode == 0, stderr
+
+    process, target = start(survey_file, db, tmp_path)
+    try:
+        with connection(target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            again = collector.Upload(ldp_pb2.UploadRequest(reports=sent[0]), timeout=60)
+        assert {r.status for r in again.results} == {ldp_pb2.DUPLICATE}
+        assert estimate_n(target) == 48 * 40
+    finally:
+        stop(process)
+
+
+def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
+    db = tmp_path / "d.sqlite"
+    process, target = start(survey_file, db, tmp_path)
+    acked: list[bytes] = []
+    errors: list[grpc.StatusCode] = []
+    lock = threading.Lock()
+
+    def upload_loop() -> None:
+        with connection(target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            for _ in range(400):
+                batch = reports(50)
+                try:
+                    collector.Upload(ldp_pb2.UploadRequest(reports=batch), timeout=30)
+                except grpc.RpcError as exc:
+                    errors.append(exc.code())
+                    return
+                with lock:
+                    acked.extend(r.report_id for r in batch)
+
+    threads = [threading.Thread(target=upload_loop) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while len(acked) < 3000:
+        assert time.monotonic() < deadline and any(t.is_alive() for t in threads), errors
+        time.sleep(0.01)
+    returncode, stderr = stop(process)  # while uploads are in flight
+    for thread in threads:
+        thread.join()
+    assert returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert set(errors) <= {grpc.StatusCode.UNAVAILABLE}
+    process, target = start(survey_file, db, tmp_path)
+    try:
+        assert estimate_n(target) == len(acked)  # every acknowledged report, nothing more
+        with connection(target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            check = health.Check(health_pb2.HealthCheckRequest(service="ldp.v1.Collector"))
+            assert check.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        stop(process)
+
+
+def test_a_dead_worker_stops_the_service_with_an_error(survey_file, tmp_path):
+    db = tmp_path / "k.sqlite"
+    process, target = start(survey_file, db, tmp_path)
+    batch = reports(100)
+    with connection(target) as channel:
+        collector = ldp_pb2_grpc.CollectorStub(channel)
+        collector.Upload(ldp_pb2.UploadRequest(reports=batch), timeout=60)
+    os.kill(children(process.pid)[0], signal.SIGKILL)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2
+    lines = stderr.strip().splitlines()
+    assert lines[-1].startswith("ldp-aggregator: error: worker process ldp-worker-")
+    assert "Traceback" not in stderr
+    process, target = start(survey_file, db, tmp_path, workers=1)
+    try:
+        assert estimate_n(target) == 100
+    finally:
+        stop(process)
+
+
+def test_bad_worker_count_is_a_user_error(survey_file, tmp_path):
+    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(survey_file)]
+    command += ["--db", str(tmp_path / "x.sqlite"), "--insecure", "--workers", "0"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "ldp-aggregator: error: --workers must be at least 1"
+
+
+def test_remote_store_without_its_writer_is_unavailable(tmp_path):
+    """The writer's end of the pipe closes with a submit pending: the pending submit and every
+    later one fail with StoreUnavailableError, and the worker is told to shut down."""
+    ours, writers = Pipe()
+    lost = threading.Event()
+    store = RemoteStore(ours, tmp_path / "unused.sqlite", on_lost=lost.set)
+    batch = ReportBatch("s", "q", [bytes(16)], [b"x"], np.ones((1, 1), dtype=np.int64))
+    pending = store.submit_batches([batch])
+    _, batches = writers.recv()
+    assert batches[0].report_ids == [bytes(16)]
+    writers.close()
+    with pytest.raises(StoreUnavailableError):
+        pending.result(timeout=10)
+    assert lost.wait(10)
+    with pytest.raises(StoreUnavailableError):
+        store.submit_batches([batch])
+    store.close()
