@@ -1,8 +1,8 @@
 """``ldp-client``: submit an answer, flush the outbox, show the budget, simulate a population,
 show the device key to enroll.
 
-Plaintext by default; ``--tls-ca`` switches on TLS (the server is checked against that CA) and
-``--tls-cert``/``--tls-key`` add the device certificate for mTLS.
+``--tls-ca`` connects over TLS (the server is checked against that CA) and ``--tls-cert``/
+``--tls-key`` add the device certificate for mTLS; plaintext only with an explicit ``--insecure``.
 
 User mistakes end with a one-line message on stderr and a non-zero exit status, never a traceback.
 """
@@ -112,13 +112,24 @@ def _server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-ca", type=Path, help="CA certificate (PEM): connect over TLS")
     parser.add_argument("--tls-cert", type=Path, help="device certificate (PEM) for mTLS")
     parser.add_argument("--tls-key", type=Path, help="device private key (PEM) for mTLS")
+    parser.add_argument(
+        "--insecure", action="store_true", help="plaintext, no TLS (development and loopback only)"
+    )
 
 
 def _transport(args: argparse.Namespace) -> Transport:
+    """TLS (or mTLS) from the flags; plaintext only when asked for with --insecure."""
+    if args.insecure:
+        if args.tls_ca or args.tls_cert or args.tls_key:
+            raise UserError("--insecure cannot be combined with --tls-ca/--tls-cert/--tls-key")
+        return Transport(args.server, timeout=args.timeout)
     if args.tls_ca is None:
         if args.tls_cert or args.tls_key:
             raise UserError("--tls-cert and --tls-key need --tls-ca")
-        return Transport(args.server, timeout=args.timeout)
+        raise UserError(
+            "no transport security configured: pass --tls-ca (and --tls-cert/--tls-key for "
+            "mTLS), or --insecure for plaintext"
+        )
     tls = TlsSettings(args.tls_ca, args.tls_cert, args.tls_key)
     return Transport(args.server, tls=tls, timeout=args.timeout)
 

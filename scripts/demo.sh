@@ -33,7 +33,7 @@ for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 server="127.0.0.1:$(cat "$work/port")"
 
 echo "== $devices devices randomize locally and upload over gRPC to $server"
-"$bin/ldp-client" simulate --server "$server" --survey wellbeing-2026 --devices "$devices" \
+"$bin/ldp-client" simulate --server "$server" --insecure --survey wellbeing-2026 --devices "$devices" \
     --seed 7 --truth mood=0.4,0.3,0.2,0.1 --truth transport=0.3,0.2,0.2,0.1,0.15,0.05 \
     --truth sleep=0.1,0.3,0.5,0.1 --truth stress=0.25,0.4,0.25,0.1 \
     --truth smoking_by_exercise=0.18,0.3,0.32,0.12,0.05,0.03

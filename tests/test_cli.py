@@ -67,7 +67,7 @@ def live_server(tmp_path: Path, survey_file: Path):
 def test_full_flow_through_the_cli(live_server, tmp_path, survey_file):
     server, db, process = live_server
     state = tmp_path / "device.sqlite"
-    common = ["--server", server, "--state", str(state)]
+    common = ["--server", server, "--insecure", "--state", str(state)]
     first = run(
         "client",
         "submit",
@@ -119,6 +119,7 @@ def test_full_flow_through_the_cli(live_server, tmp_path, survey_file):
             "simulate",
             "--server",
             server,
+            "--insecure",
             "--survey",
             "s1",
             "--devices",
@@ -219,7 +220,7 @@ def test_release_threshold_and_bad_test_input(live_server, survey_file):
     assert_user_error(
         run("agg", "estimate", *args, "--question", "rr", check=False), 3, "released from 5"
     )
-    run("client", "simulate", "--server", server, "--survey", "s1", "--devices", "20")
+    run("client", "simulate", "--server", server, "--insecure", "--survey", "s1", "--devices", "20")
     assert_user_error(
         run("agg", "test", *args, "--question", "rr", "gof", "--p0", "0.5,0.5", check=False),
         2,
@@ -235,7 +236,7 @@ def test_release_threshold_and_bad_test_input(live_server, survey_file):
 
 def test_client_user_errors(live_server, tmp_path):
     server, _, _ = live_server
-    state = ["--server", server, "--state", str(tmp_path / "d.sqlite")]
+    state = ["--server", server, "--insecure", "--state", str(tmp_path / "d.sqlite")]
     assert_user_error(
         run(
             "client",
@@ -283,6 +284,7 @@ def test_client_user_errors(live_server, tmp_path):
             "submit",
             "--server",
             server,
+            "--insecure",
             "--state",
             str(tmp_path / "n.sqlite"),
             "--survey",
@@ -304,6 +306,7 @@ def test_client_user_errors(live_server, tmp_path):
             "simulate",
             "--server",
             server,
+            "--insecure",
             "--survey",
             "s1",
             "--devices",

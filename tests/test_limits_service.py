@@ -282,7 +282,15 @@ def test_client_cli_flush_says_when_to_retry(limited, tmp_path):
     for _ in range(4):
         reporter.answer("limited", "q", "c")
     reporter.close()
-    command = [sys.executable, "-m", "client.cli", "flush", "--server", limited.target]
+    command = [
+        sys.executable,
+        "-m",
+        "client.cli",
+        "flush",
+        "--server",
+        limited.target,
+        "--insecure",
+    ]
     done = subprocess.run([*command, "--state", str(state)], capture_output=True, text=True)
     assert done.returncode == 1
     # 4 > burst 3 is refused without a hint, so the batch is split; 2 pass, then 2 > 1 token left

@@ -152,3 +152,15 @@ def test_mtls_and_signed_uploads_end_to_end(setup, tmp_path):
 def test_client_tls_flags_need_a_ca(capsys):
     args = ["simulate", "--server", "x:1", "--survey", "s", "--devices", "1", "--tls-cert", "c"]
     assert "need --tls-ca" in call(capsys, client_cli.main, *args, status=2)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "--insecure for plaintext"),  # neither TLS nor an explicit plaintext flag
+        (["--insecure", "--tls-ca", "ca.pem"], "cannot be combined"),
+    ],
+)
+def test_client_plaintext_only_with_insecure(capsys, flags, message):
+    args = ["simulate", "--server", "x:1", "--survey", "s", "--devices", "1", *flags]
+    assert message in call(capsys, client_cli.main, *args, status=2)
