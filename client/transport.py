@@ -26,10 +26,14 @@ class TransportError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """Whether trying again later may succeed (the server was unreachable or overloaded)."""
+        """Whether trying again later may succeed: the server was unreachable or overloaded, or
+        the call was cancelled on the way (this client never cancels its own calls, so a
+        CANCELLED comes from a stopping server or the network and says nothing about the report).
+        """
         return self.code in RETRYABLE or self.code in (
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             grpc.StatusCode.DEADLINE_EXCEEDED,
+            grpc.StatusCode.CANCELLED,
         )
 
 

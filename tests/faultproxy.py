@@ -8,6 +8,9 @@ it can fail one *call* at a precise point rather than at a random byte:
   answer. The server has already done the work: a resend must come back as a duplicate.
 * ``reset``: the connection is reset (TCP RST) halfway through the request's first DATA frame,
   so the server never sees a whole request.
+* ``cancel``: the request's HEADERS reach the server, then both sides get RST_STREAM(CANCEL) for
+  that stream and the connection is closed: the server never runs the call, and the client sees
+  CANCELLED, as when a server cancels calls while it shuts down.
 * ``delay``: the request is held back for a random time before it is forwarded.
 * ``stall``: with ``stall_responses`` set, nothing the server sends on that stream (or after it)
   reaches the client until the proxy stops: a client killed meanwhile never got its answer.
@@ -29,7 +32,8 @@ from dataclasses import dataclass
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_HEADER = 9
-DATA, HEADERS = 0x0, 0x1
+DATA, HEADERS, RST_STREAM = 0x0, 0x1, 0x3
+CANCEL = 0x8  # HTTP/2 error code
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,15 @@ class FaultPlan:
 
     drop_ack: float = 0.0
     reset: float = 0.0
+    cancel: float = 0.0
     delay: float = 0.0
     delay_seconds: tuple[float, float] = (0.005, 0.05)
     stall_responses: bool = False
 
     def __post_init__(self) -> None:
-        if min(self.drop_ack, self.reset, self.delay) < 0 or self.drop_ack + self.reset > 1:
-            raise ValueError("probabilities must be >= 0 and drop_ack + reset <= 1")
+        faults = (self.drop_ack, self.reset, self.cancel)
+        if min(*faults, self.delay) < 0 or sum(faults) > 1:
+            raise ValueError("probabilities must be >= 0 and drop_ack + reset + cancel <= 1")
 
 
 class _Connection:
@@ -93,6 +99,13 @@ class _Connection:
                     self.fates[stream] = fate
                     if fate == "delay":
                         await asyncio.sleep(self.proxy.delay_seconds())
+                    elif fate == "cancel":
+                        reset_stream = _rst_stream(stream, CANCEL)
+                        await self._forward(self.server_writer, header + payload + reset_stream)
+                        await self._forward(self.client_writer, reset_stream)
+                        self.proxy.count("cancel")
+                        self.shut(reset=False)
+                        return
                 elif kind == DATA and self.fates.get(stream) == "reset":
                     await self._forward(self.server_writer, header + payload[: len(payload) // 2])
                     self.proxy.count("reset")
@@ -128,6 +141,16 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     header = await reader.readexactly(FRAME_HEADER)
     length = int.from_bytes(header[:3], "big")
     return header, await reader.readexactly(length)
+
+
+def _rst_stream(stream: int, error_code: int) -> bytes:
+    """An RST_STREAM frame: 4-byte payload holding the error code."""
+    return (
+        (4).to_bytes(3, "big")
+        + bytes([RST_STREAM, 0])
+        + stream.to_bytes(4, "big")
+        + (error_code.to_bytes(4, "big"))
+    )
 
 
 def _stream_id(header: bytes) -> int:
@@ -184,6 +207,8 @@ class FaultProxy:
                 return "drop_ack"
             if roll < plan.drop_ack + plan.reset:
                 return "reset"
+            if roll < plan.drop_ack + plan.reset + plan.cancel:
+                return "cancel"
             if self._rng.random() < plan.delay:
                 self.counts["delay"] += 1
                 return "delay"

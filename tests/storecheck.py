@@ -8,6 +8,7 @@ killed, or one that a live server is writing, without starting a second writer.
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
@@ -49,12 +50,15 @@ def statistics(db: Path) -> dict[Key, tuple[int, list[int]]]:
 def recount(
     reports: dict[bytes, tuple[str, str, bytes]], surveys: dict[str, SurveySpec]
 ) -> dict[Key, tuple[int, list[int]]]:
-    """(n, sums) per question recomputed from report payloads, one report at a time."""
+    """(n, sums) per question recomputed from report payloads: each distinct payload is decoded
+    once by the aggregator's own ``ingest.contribution`` and weighted by how often it occurs."""
+    occurrences = Counter(reports.values())
     totals: dict[Key, tuple[int, np.ndarray]] = {}
-    for survey_id, question_id, payload in reports.values():
+    for (survey_id, question_id, payload), times in occurrences.items():
         question = surveys[survey_id].question(question_id)
         n, sums = totals.get((survey_id, question_id), (0, np.zeros(question.k, dtype=np.int64)))
-        totals[(survey_id, question_id)] = (n + 1, sums + ingest.contribution(question, payload))
+        vector = ingest.contribution(question, payload)
+        totals[(survey_id, question_id)] = (n + times, sums + times * vector)
     return {key: (n, sums.tolist()) for key, (n, sums) in totals.items()}
 
 

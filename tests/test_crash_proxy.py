@@ -19,6 +19,8 @@ import pytest
 import storecheck
 from faultproxy import FaultPlan, FaultProxy
 
+from client.ledger import Budget
+from client.reporter import Reporter
 from client.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2
 
@@ -134,3 +136,27 @@ def test_proxy_drops_an_acknowledgement_after_the_commit(server):
         [result] = direct.upload([report])
     assert result.status == ldp_pb2.DUPLICATE
     assert storecheck.statistics(server.db)[("big", "rr64")] == (1, [0, 0, 0, 1, 0, 0, 0, 0])
+
+
+def test_a_cancelled_call_is_not_a_refusal(server, tmp_path):
+    """A call that the network or a stopping server cancels (CANCELLED) says nothing about the
+    report: the device keeps it pending, never as a dead letter, and delivers it later."""
+    proxy = FaultProxy(server.target, FaultPlan(), seed=0).start()
+    reporter = Reporter(
+        Transport(proxy.target, max_attempts=1), tmp_path / "device.sqlite", Budget(100.0)
+    )
+    try:
+        report_id = reporter.answer("big", "rr64", "c2")  # fetches the survey unharmed
+        proxy.plan = FaultPlan(cancel=1.0)
+        result = reporter.flush(batch_size=1)
+        assert proxy.counts["cancel"] == 1
+        assert "CANCELLED" in result.error
+        assert (result.rejected, result.pending, reporter.outbox.rejected()) == (0, 1, [])
+        assert storecheck.stored_reports(server.db) == {}  # the server never ran the call
+        proxy.plan = FaultPlan()
+        result = reporter.flush(batch_size=1)
+        assert (result.accepted, result.pending) == (1, 0)
+        assert set(storecheck.stored_reports(server.db)) == {report_id}
+    finally:
+        reporter.close()
+        proxy.stop()
