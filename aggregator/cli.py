@@ -21,7 +21,6 @@ from aggregator import ingest, shards
 from aggregator.config import ConfigError, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.ingest import ReportRejectedError
-from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.storage import ReportStore, StoreError
 
 PROG = "ldp-aggregator"
@@ -166,6 +165,8 @@ def _load(args: argparse.Namespace):
 
 
 def run_estimate(args: argparse.Namespace) -> int:
+    from aggregator.stats import estimate  # SciPy: imported only by the commands that need it
+
     question, hist = _load(args)
     est = estimate(hist, args.confidence)
     if args.json:
@@ -176,6 +177,8 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
+    from aggregator.stats import goodness_of_fit, independence
+
     question, hist = _load(args)
     try:
         if args.kind == "gof":

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -20,11 +21,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from aggregator import ingest
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.ingest import ReportRejectedError
-from aggregator.stats import estimate, goodness_of_fit, independence
-from aggregator.stats.result import TestResult
 from aggregator.storage import ReportStore, StoredReport
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+
+if TYPE_CHECKING:
+    from aggregator.stats.result import TestResult
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +133,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
     async def Estimate(self, request, context):
         question, hist = await self._released(context, request.survey_id, request.question_id)
         confidence = request.confidence or 0.95
-        est = await _analyse(context, estimate, hist, confidence)
+        est = await _analyse(context, "estimate", hist, confidence)
         return ldp_pb2.EstimateResponse(
             n=est.n,
             labels=question.labels,
@@ -148,7 +150,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         _, hist = await self._released(context, request.survey_id, request.question_id)
         result = await _analyse(
             context,
-            goodness_of_fit,
+            "goodness_of_fit",
             hist,
             np.asarray(request.p0, dtype=float),
             request.alpha or 0.05,
@@ -166,7 +168,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             )
         result = await _analyse(
             context,
-            independence,
+            "independence",
             hist,
             question.shape,
             request.alpha or 0.05,
@@ -175,14 +177,24 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return test_response(result)
 
 
-async def _analyse(context, function, *args):
-    """Run a statistics call off the event loop; user errors become specific status codes."""
+async def _analyse(context, function: str, *args):
+    """Run ``aggregator.stats.<function>`` off the event loop; user errors become specific status
+    codes."""
     try:
-        return await asyncio.to_thread(function, *args)
+        return await asyncio.to_thread(_call_stats, function, *args)
     except InsufficientDataError as exc:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     except (InvalidInputError, ValueError) as exc:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+def _call_stats(function: str, *args):
+    """The statistics package is imported on first use, in a worker thread: it pulls in SciPy,
+    which would add about a second to every start (health SERVING comes later after a crash) and
+    would stall the event loop if imported there."""
+    from aggregator import stats
+
+    return getattr(stats, function)(*args)
 
 
 def test_response(result: TestResult) -> ldp_pb2.TestResponse:
