@@ -116,7 +116,7 @@ def answer_with_retries(reporter: Reporter, category: int, log: DeviceLog, deadl
 
 def flush_with_retries(reporter: Reporter, log: DeviceLog, deadline: float) -> None:
     while True:
-        result = reporter.flush(batch_size=250)
+        result = reporter.flush(batch_size=ANSWERS_PER_FLUSH)
         log.accepted += result.accepted
         log.duplicate += result.duplicate
         if result.pending == 0:
@@ -202,6 +202,9 @@ def test_sigkilled_aggregator_loses_and_doubles_nothing(tmp_path, survey_file, d
     assert storecheck.integrity(db) == "ok"
 
     assert len(killed_at) >= 20 and max(killed_at) < TOTAL, killed_at
+    # Every upload holds exactly ANSWERS_PER_FLUSH reports and commits all or nothing, so a
+    # kill never leaves part of one behind.
+    assert all(count % ANSWERS_PER_FLUSH == 0 for count in killed_at), killed_at
     assert integrity == ["ok"] * len(killed_at)
     assert max(recovery) <= HEALTH_LIMIT_SECONDS, recovery
     print(
