@@ -364,7 +364,10 @@ def test_health_and_graceful_shutdown(tmp_path, survey_file):
     running.stop(grace=5.0)
     for thread in threads:
         thread.join()
-    assert set(errors) <= {grpc.StatusCode.UNAVAILABLE}
+    # A call that arrives while the server stops is refused with UNAVAILABLE or, in a race inside
+    # grpc, CANCELLED; either way it was not committed (checked just below), and the client
+    # library treats both as "try again later".
+    assert set(errors) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
     n, _ = server_statistics(running, "big", "rr64")
     assert n == len(acked)  # every acknowledged report was committed; nothing extra
 
