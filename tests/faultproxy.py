@@ -53,10 +53,13 @@ class FaultPlan:
             raise ValueError("probabilities must be >= 0 and drop_ack + reset + cancel <= 1")
 
 
+_Pair = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
 class _Connection:
     """One client connection and its upstream connection, with the fate of each call."""
 
-    def __init__(self, proxy: FaultProxy, client, upstream) -> None:
+    def __init__(self, proxy: FaultProxy, client: _Pair, upstream: _Pair) -> None:
         self.proxy = proxy
         self.client_reader, self.client_writer = client
         self.server_reader, self.server_writer = upstream
@@ -158,7 +161,10 @@ def _stream_id(header: bytes) -> int:
 
 
 class FaultProxy:
-    """Listens on an ephemeral loopback port and forwards to ``upstream`` ("host:port")."""
+    """Listens on an ephemeral loopback port and forwards to ``upstream`` ("host:port").
+
+    ``plan`` may be replaced while the proxy runs; calls opened afterwards follow the new plan.
+    """
 
     def __init__(self, upstream: str, plan: FaultPlan, seed: int) -> None:
         host, port = upstream.rsplit(":", 1)
@@ -225,7 +231,7 @@ class FaultProxy:
     async def _listen(self) -> asyncio.Server:
         return await asyncio.start_server(self._accept, "127.0.0.1", 0)
 
-    async def _accept(self, reader, writer) -> None:
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.counts["connections"] += 1
         try:
             upstream = await asyncio.open_connection(*self._upstream)
