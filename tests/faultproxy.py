@@ -103,10 +103,10 @@ class _Connection:
                     if fate == "delay":
                         await asyncio.sleep(self.proxy.delay_seconds())
                     elif fate == "cancel":
+                        self.proxy.count("cancel")  # before the client can see it
                         reset_stream = _rst_stream(stream, CANCEL)
                         await self._forward(self.server_writer, header + payload + reset_stream)
                         await self._forward(self.client_writer, reset_stream)
-                        self.proxy.count("cancel")
                         self.shut(reset=False)
                         return
                 elif kind == DATA and self.fates.get(stream) == "reset":

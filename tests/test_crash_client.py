@@ -51,10 +51,11 @@ def test_device_killed_after_the_server_committed_resends_the_same_reports(serve
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 60
-        while len(storecheck.stored_reports(server.db)) < len(ANSWERS):
+        # Wait until the server committed the upload and its answer is held at the proxy.
+        while len(storecheck.stored_reports(server.db)) < len(ANSWERS) or not proxy.counts["stall"]:
             assert flush.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
-        assert proxy.counts["stall"] == 1 and flush.poll() is None  # answer held back
+        assert proxy.counts["stall"] == 1 and flush.poll() is None
         flush.send_signal(signal.SIGKILL)
         assert flush.wait(timeout=10) == -signal.SIGKILL
     finally:
