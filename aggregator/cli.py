@@ -27,7 +27,6 @@ from aggregator.devices import DeviceRegistry
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.ingest import ReportRejectedError
 from aggregator.limits import DEFAULT_MAX_INFLIGHT_REPORTS
-from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.storage import ReportStore, StoreError
 
 PROG = "ldp-aggregator"
@@ -377,6 +376,8 @@ def _load(args: argparse.Namespace):
 
 
 def run_estimate(args: argparse.Namespace) -> int:
+    from aggregator.stats import estimate  # SciPy: imported only by the commands that need it
+
     question, hist = _load(args)
     est = estimate(hist, args.confidence)
     if args.json:
@@ -387,6 +388,8 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
+    from aggregator.stats import goodness_of_fit, independence
+
     question, hist = _load(args)
     try:
         if args.kind == "gof":

@@ -15,7 +15,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 import numpy as np
@@ -41,8 +41,6 @@ from aggregator.limits import (
     UploadGuard,
     limit_key,
 )
-from aggregator.stats import estimate, goodness_of_fit, independence
-from aggregator.stats.result import TestResult
 from aggregator.storage import (
     ReportBatch,
     ReportStore,
@@ -53,6 +51,9 @@ from aggregator.storage import (
 )
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+
+if TYPE_CHECKING:
+    from aggregator.stats.result import TestResult
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +338,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
     async def Estimate(self, request, context):
         question, hist = await self._released(context, request.survey_id, request.question_id)
         confidence = request.confidence or 0.95
-        est = await _analyse(context, estimate, hist, confidence)
+        est = await _analyse(context, "estimate", hist, confidence)
         return ldp_pb2.EstimateResponse(
             n=est.n,
             labels=question.labels,
@@ -354,7 +355,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         _, hist = await self._released(context, request.survey_id, request.question_id)
         result = await _analyse(
             context,
-            goodness_of_fit,
+            "goodness_of_fit",
             hist,
             np.asarray(request.p0, dtype=float),
             request.alpha or 0.05,
@@ -372,7 +373,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             )
         result = await _analyse(
             context,
-            independence,
+            "independence",
             hist,
             question.shape,
             request.alpha or 0.05,
@@ -381,14 +382,24 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return test_response(result)
 
 
-async def _analyse(context, function, *args):
-    """Run a statistics call off the event loop; user errors become specific status codes."""
+async def _analyse(context, function: str, *args):
+    """Run ``aggregator.stats.<function>`` off the event loop; user errors become specific status
+    codes."""
     try:
-        return await asyncio.to_thread(function, *args)
+        return await asyncio.to_thread(_call_stats, function, *args)
     except InsufficientDataError as exc:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     except (InvalidInputError, ValueError) as exc:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+def _call_stats(function: str, *args):
+    """The statistics package is imported on first use, in a worker thread: it pulls in SciPy,
+    which would add about a second to every start (health SERVING comes later after a crash) and
+    would stall the event loop if imported there."""
+    from aggregator import stats
+
+    return getattr(stats, function)(*args)
 
 
 def test_response(result: TestResult) -> ldp_pb2.TestResponse:

@@ -37,11 +37,13 @@ class TransportError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """Whether trying again later may succeed: the server was unreachable or slow, or it
-        refused with a retry hint (rate limit, overload)."""
+        """Whether trying again later may succeed: the server was unreachable or slow, the call
+        was cancelled on the way (this client never cancels its own calls, so a CANCELLED comes
+        from a stopping server or the network and says nothing about the report), or it refused
+        with a retry hint (rate limit, overload)."""
         return (
             self.code in RETRYABLE
-            or self.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            or self.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
             or (self.code == grpc.StatusCode.RESOURCE_EXHAUSTED and self.retry_after is not None)
         )
 

@@ -1,0 +1,91 @@
+"""The aggregator as a real process (``python -m aggregator.cli serve``) on a fixed loopback port,
+so that a test can SIGKILL it and start it again on the same port and the same SQLite file."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def is_serving(target: str, timeout: float = 0.25) -> bool:
+    """One health probe on a fresh channel (with its own subchannel, so no shared reconnect
+    backoff delays it): True if the server answers SERVING."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    with grpc.insecure_channel(target, options=options) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout
+            )
+        except grpc.RpcError:
+            return False
+    return response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+class AggregatorProcess:
+    """``ldp-aggregator serve --insecure`` on ``port``; its output goes to ``log``."""
+
+    def __init__(self, config: Path, db: Path, port: int, log: Path) -> None:
+        self.config, self.db, self.port, self.log = config, db, port, log
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> float:
+        """Spawn the server and wait for health SERVING; returns the seconds that took."""
+        started = time.monotonic()
+        with self.log.open("a") as log:
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "aggregator.cli",
+                    "serve",
+                    "--insecure",
+                    "--config",
+                    str(self.config),
+                    "--db",
+                    str(self.db),
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=log,
+                stderr=log,
+            )
+        while not is_serving(self.target):
+            if self._process.poll() is not None:
+                raise RuntimeError(f"aggregator exited with {self._process.returncode}: {self.log}")
+            if time.monotonic() - started > timeout:
+                raise TimeoutError(f"aggregator not serving after {timeout} s: {self.log}")
+            time.sleep(0.01)
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown handler runs, in-flight transactions are cut wherever they are."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL)
+        self._process.wait(timeout=10)
+        assert self._process.returncode == -signal.SIGKILL
+        self._process = None
+
+    def stop(self) -> None:
+        """Graceful stop (SIGTERM), if still running."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGTERM)
+            self._process.wait(timeout=30)
+            self._process = None
