@@ -216,3 +216,18 @@ def test_remote_store_without_its_writer_is_unavailable(tmp_path):
     with pytest.raises(StoreUnavailableError):
         store.submit_batches([batch])
     store.close()
+
+
+def test_workers_refuse_per_device_limits(tmp_path, survey_file):
+    """Per-device limit state lives in one process: several workers would each enforce it."""
+    limited = tmp_path / "limited.toml"
+    limited.write_text(
+        survey_file.read_text().replace(
+            "min_batch_size = 5", "min_batch_size = 5\nburst = 3\nrate_per_minute = 60", 1
+        )
+    )
+    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(limited)]
+    command += ["--db", str(tmp_path / "w.sqlite"), "--insecure", "--port", "0", "--workers", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--workers 1" in done.stderr and "Traceback" not in done.stderr
