@@ -71,8 +71,7 @@ def test_hostile_shard_file(workdir, data: bytes) -> None:
             assert expected.accepted
 
 
-@FUZZ_SETTINGS
-@settings(max_examples=200)  # a round trip, not a hostile-input property
+@settings(FUZZ_SETTINGS, max_examples=200)  # a round trip, not a hostile-input property
 @given(reports=shard_reports)
 def test_intact_shard_reads_back_every_record(workdir, reports: list[ldp_pb2.Report]) -> None:
     path = workdir / "intact.ldpr"
