@@ -180,8 +180,24 @@ def check_input(data: bytes, scratch: Path) -> None:
         check_decode(rest)
 
 
+def edge_payload(question: QuestionSpec) -> bytes:
+    """A valid payload on the edge of the range (last category, all bits set, grid values at
+    +-limit): one small mutation away from invalid, where off-by-one bugs show. Range checks run
+    in numpy, invisible to libFuzzer's comparison tracing, so the seeds must bring the edges."""
+    mech, k = question.mechanism, question.k
+    if isinstance(mech, RandomizedResponse):
+        return mech.encode(k - 1)
+    if isinstance(mech, FlipComponents):
+        return mech.encode(np.ones(k, dtype=np.uint8))
+    limit = mech.scale + mech.noise_bound  # type: ignore[attr-defined]
+    grid = np.zeros(k, dtype=np.int64)
+    grid[0], grid[-1] = limit, -limit
+    return mech.encode(grid)
+
+
 def seeds() -> dict[str, bytes]:
-    """Valid inputs for every target: one upload per question, a shard, decode inputs."""
+    """Valid inputs for every target: one upload per question, one of edge values, a shard,
+    decode inputs."""
     rng = np.random.default_rng(4)
     out: dict[str, bytes] = {}
     reports = []
@@ -195,6 +211,13 @@ def seeds() -> dict[str, bytes]:
         request = ldp_pb2.UploadRequest(reports=[report]).SerializeToString()
         out[f"upload-{question.id}"] = bytes([UPLOAD]) + request
     out["upload-all"] = bytes([UPLOAD]) + ldp_pb2.UploadRequest(reports=reports).SerializeToString()
+    edges = [
+        ldp_pb2.Report(
+            report_id=bytes(range(16)), survey_id="s1", question_id=q.id, payload=edge_payload(q)
+        )
+        for q in SURVEYS["s1"].questions
+    ]
+    out["upload-edges"] = bytes([UPLOAD]) + ldp_pb2.UploadRequest(reports=edges).SerializeToString()
     records = b"".join(
         shards._varint(len(r.SerializeToString())) + r.SerializeToString() for r in reports
     )
