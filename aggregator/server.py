@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import grpc
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator import ingest
@@ -283,14 +284,36 @@ def encode_upload_response(report_ids: Sequence[bytes], fresh: Sequence[bool]) -
     )
 
 
+async def _parse_upload(context, raw: bytes) -> ldp_pb2.UploadRequest:
+    """An upload message from its bytes; bytes that are no UploadRequest are INVALID_ARGUMENT
+    (grpc's own deserializer would answer UNKNOWN)."""
+    try:
+        return ldp_pb2.UploadRequest.FromString(raw)
+    except DecodeError:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request is not an UploadRequest")
+
+
+async def _parse_stream(context, raw_messages: AsyncIterator[bytes]):
+    async for raw in raw_messages:
+        yield await _parse_upload(context, raw)
+
+
 def add_collector_to_server(collector: Collector, server: grpc.aio.Server) -> None:
     """Register the Collector as the generated ``add_CollectorServicer_to_server`` does, except
-    that Upload returns bytes already serialized by :func:`encode_upload_response`."""
+    that uploads are parsed in the handler (an unparseable one is INVALID_ARGUMENT) and Upload
+    returns bytes already serialized by :func:`encode_upload_response`."""
 
     def unary(method, request, response):
+        deserializer = request.FromString if request is not None else None  # None: bytes as is
         return grpc.unary_unary_rpc_method_handler(
-            method, request_deserializer=request.FromString, response_serializer=response
+            method, request_deserializer=deserializer, response_serializer=response
         )
+
+    async def upload(raw: bytes, context):
+        return await collector.Upload(await _parse_upload(context, raw), context)
+
+    async def upload_stream(raw_messages: AsyncIterator[bytes], context):
+        return await collector.UploadStream(_parse_stream(context, raw_messages), context)
 
     handlers = {
         "GetSurvey": unary(
@@ -301,10 +324,9 @@ def add_collector_to_server(collector: Collector, server: grpc.aio.Server) -> No
             ldp_pb2.ListSurveysRequest,
             ldp_pb2.ListSurveysResponse.SerializeToString,
         ),
-        "Upload": unary(collector.Upload, ldp_pb2.UploadRequest, None),  # None: bytes as is
+        "Upload": unary(upload, None, None),
         "UploadStream": grpc.stream_unary_rpc_method_handler(
-            collector.UploadStream,
-            request_deserializer=ldp_pb2.UploadRequest.FromString,
+            upload_stream,
             response_serializer=ldp_pb2.UploadResponse.SerializeToString,
         ),
     }

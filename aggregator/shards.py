@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from aggregator.storage import ReportStore
 from client.survey import SurveySpec
@@ -94,16 +95,34 @@ def read_manifest(directory: Path) -> Manifest:
     """Parse and check a shard directory's manifest (not the shard contents)."""
     try:
         data = json.loads((directory / "manifest.json").read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: absurd nesting
         raise ShardFormatError(f"cannot read {directory / 'manifest.json'}: {exc}") from exc
-    if data.get("format") != FORMAT or data.get("version") != VERSION:
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise ShardFormatError(f"{directory} is not {FORMAT} version {VERSION}")
     try:
         survey = SurveySpec.from_proto(json_format.ParseDict(data["survey"], ldp_pb2.Survey()))
-        shards = tuple((s["file"], int(s["reports"]), s["sha256"]) for s in data["shards"])
-    except (KeyError, TypeError, ValueError, json_format.ParseError) as exc:
+        shards = tuple(_shard_entry(entry) for entry in data["shards"])
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        OverflowError,
+        RecursionError,
+        json_format.ParseError,
+    ) as exc:
         raise ShardFormatError(f"{directory}: malformed manifest: {exc}") from exc
     return Manifest(survey, shards)
+
+
+def _shard_entry(entry: dict) -> tuple[str, int, str]:
+    """One manifest shard entry; the file must be a plain name inside the shard directory."""
+    name, digest = entry["file"], entry["sha256"]
+    plain = isinstance(name, str) and name not in ("", ".", "..") and "\0" not in name
+    if not plain or Path(name).name != name:
+        raise ValueError(f"shard file {name!r} is not a plain file name")
+    if not isinstance(digest, str):
+        raise ValueError(f"sha256 of {name} is not a string")
+    return name, int(entry["reports"]), digest
 
 
 def read_shard(path: Path) -> Iterator[ldp_pb2.Report]:
@@ -120,7 +139,11 @@ def read_shard(path: Path) -> Iterator[ldp_pb2.Report]:
             record = file.read(length)
             if len(record) != length:
                 raise ShardFormatError(f"{path}: truncated record")
-            yield ldp_pb2.Report.FromString(record)
+            try:
+                report = ldp_pb2.Report.FromString(record)
+            except DecodeError as exc:
+                raise ShardFormatError(f"{path}: record is not an ldp.v1.Report") from exc
+            yield report
 
 
 def verify(directory: Path, manifest: Manifest) -> None:

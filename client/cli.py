@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--delta", type=float, default=1e-6)
     submit.add_argument("--pointwise", type=float, help="pure-epsilon share of the budget")
     submit.add_argument("--no-flush", action="store_true", help="only queue, do not upload")
+    submit.add_argument(
+        "--memoize",
+        action="store_true",
+        help="replay the stored report when the same answer is given again (saves budget; the "
+        "server then sees whether the answer changed)",
+    )
     submit.add_argument("--json", action="store_true")
     submit.set_defaults(run=run_submit)
 
@@ -144,7 +150,8 @@ def _reporter(args: argparse.Namespace) -> Reporter:
         budget = Budget(args.budget, args.delta, args.pointwise)
     elif not args.state.exists():
         raise UserError(f"{args.state} does not exist: enroll first with submit --budget EPS")
-    return Reporter(_transport(args), args.state, budget)
+    memoize = getattr(args, "memoize", False)
+    return Reporter(_transport(args), args.state, budget, memoize=memoize)
 
 
 def run_submit(args: argparse.Namespace) -> int:

@@ -5,6 +5,11 @@ Order matters for privacy and durability: the ledger is charged before the repor
 report is committed to the outbox before it is ever sent, and a retry resends the same bytes with
 the same report id, so no answer is ever randomized twice and none is counted twice.
 
+Memoization (privacy-accounting §A.4 rule 4) is opt-in: replaying the stored report for an
+unchanged answer saves budget, but the aggregator then sees a repeated report id exactly when the
+answer did not change (and, at an exhausted budget, a replay where a changed answer would be
+refused). That bit is not covered by the ledger, so it is off unless the survey owner accepts it.
+
 Uploads that include a survey with ``require_device_auth`` are signed with the device key beside
 the state file (created on first need). A refused signature (UNAUTHENTICATED: not enrolled yet,
 clock off) is a problem of the device, not of its reports: they stay pending.
@@ -51,7 +56,7 @@ class Reporter:
         state_path: str | os.PathLike,
         budget: Budget | None = None,
         *,
-        memoize: bool = True,
+        memoize: bool = False,
     ) -> None:
         self._transport = transport
         self._path = Path(state_path)

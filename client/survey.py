@@ -110,7 +110,7 @@ class QuestionSpec:
             attributes,
             names[message.mechanism],
             parameter,
-            message.granularity_bits or DEFAULT_GRANULARITY_BITS,
+            message.granularity_bits,  # to_proto always sets it; 0 is a valid grid (step 1)
         )
 
 

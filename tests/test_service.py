@@ -189,7 +189,8 @@ def test_budget_refuses_before_randomizing(server, tmp_path):
 
 
 def test_memoized_answer_replays_without_new_cost(server, tmp_path):
-    reporter = Reporter(Transport(server.target), tmp_path / "d.sqlite", Budget(1.0))
+    transport = Transport(server.target)
+    reporter = Reporter(transport, tmp_path / "d.sqlite", Budget(1.0), memoize=True)
     first = reporter.answer("s1", "rr", "b")
     reporter.flush()
     second = reporter.answer("s1", "rr", "b")  # same question, same answer: no new charge
