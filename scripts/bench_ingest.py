@@ -60,7 +60,7 @@ epsilon = 1.0
 #: reports per RPC -> (concurrent calls in flight over all generators, target text, target value)
 SCENARIOS = {
     1: (48, "RPC/s >= 2,000", 2000.0),
-    100: (16, "reports/s >= 50,000", 50_000.0),
+    100: (48, "reports/s >= 50,000", 50_000.0),
     1000: (8, "reports/s >= 50,000", 50_000.0),
 }
 #: upper bound of the request rate a generator may reach, to size its pre-built requests
