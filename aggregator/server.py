@@ -121,8 +121,9 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         try:
             self._guard.check_load(len(reports))  # shed before spending time on validation
             upload = ingest.validate_upload(reports, self._surveys)
-            key = self._pseudonym(limit_key(context, authenticated_device()))
-            admission = await self._guard.admit(key, upload.batches, self._stored_ids)
+            admission = await self._guard.admit(
+                self._limit_key(context, authenticated_device()), upload.batches, self._stored_ids
+            )
         except ReportRejectedError as exc:
             await context.abort(exc.code, exc.message)
         except LimitExceededError as exc:
@@ -137,7 +138,7 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         results: list[ldp_pb2.ReportResult | None] = []
         pending: list[tuple[list[int], asyncio.Future]] = []
         held: list[tuple[list[int], list[StoredReport]]] = []  # stored once the signature holds
-        key = self._pseudonym(limit_key(context))
+        key = self._limit_key(context, None)
         async for request in request_iterator:
             if len(request.reports) > MAX_REPORTS_PER_REQUEST:
                 await context.abort(
@@ -155,7 +156,7 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 await self._admit_message(context, key, slots, valid, results, pending)
         if signed is not None:
             await self._auth.finish_stream(context, signed)
-            key = self._pseudonym(limit_key(context, authenticated_device()))
+            key = self._limit_key(context, authenticated_device())
             for slots, valid in held:
                 await self._admit_message(context, key, slots, valid, results, pending)
         for slots, future in pending:
@@ -225,6 +226,13 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             return
         stored = asyncio.ensure_future(self._store_all(context, valid, batches, admission))
         pending.append((slots, stored))
+
+    def _limit_key(self, context, device: str | None) -> str:
+        """Who the per-device limits count this call as (a keyed hash); empty when no survey has
+        per-device limits, which spares every call the lookup."""
+        if not self._guard.per_device:
+            return ""
+        return self._pseudonym(limit_key(context, device))
 
     async def _stored_ids(self, report_ids: list[bytes]) -> set[bytes]:
         return await asyncio.to_thread(self._store.stored_ids, report_ids)
