@@ -86,9 +86,9 @@ class RandomizedResponse(Mechanism):
     @property
     def realized_epsilon(self) -> float:
         """ln of the realised likelihood ratio of the secure sampler (<= epsilon)."""
-        keep = Decimal(self._keep_threshold) / (self.k * 2**64)
         with localcontext() as ctx:
             ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
+            keep = Decimal(self._keep_threshold) / (self.k * 2**64)
             return float((keep * (self.k - 1) / (1 - keep)).ln())
 
     @cached_property
