@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="count repeated report ids once (auto: when the shards are not one export)",
     )
-    job.add_argument("--dedup-partitions", type=int, default=64)
+    job.add_argument("--dedup-partitions", type=_positive, default=64)
     job.set_defaults(run=run_job)
     return parser
 

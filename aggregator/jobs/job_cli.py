@@ -23,8 +23,6 @@ class JobFailedError(LdpError):
 
 def run_job_command(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
-    if args.dedup_partitions < 1:
-        raise inputs.JobInputError("--dedup-partitions must be at least 1")
     analysis = Analysis(
         confidence=args.confidence,
         alpha=args.alpha,

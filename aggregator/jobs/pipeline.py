@@ -20,7 +20,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from aggregator.ingest import ReportRejectedError
+from aggregator.ingest import ReportRejectedError, decode_payloads
 from aggregator.jobs.dedup import deduplicate, split_by_partition
 from aggregator.jobs.framing import DEFAULT_BLOCK_BYTES, iter_blocks
 from aggregator.jobs.inputs import ShardInput
@@ -29,8 +29,6 @@ from aggregator.jobs.records import QuestionKey, QuestionRecords, classify
 from aggregator.jobs.results import RESULTS_FORMAT, RESULTS_VERSION, Analysis, question_result
 from aggregator.shards import ShardFormatError
 from client.survey import SurveySpec
-
-DEFAULT_DEDUP_PARTITIONS = 64
 
 
 @dataclass(frozen=True)
@@ -120,17 +118,20 @@ class ReadShard(beam.DoFn):
         for block in iter_blocks(file, shard.path, self.block_bytes):
             count += len(block)
             records = classify(block, self.surveys, shard.path)
-            for part in records:  # validates every payload, also those sent to dedup
-                partial = Partial.of_payloads(self._question(part.key), part.payloads)
-                if not self.partitions:
-                    totals[part.key] = totals[part.key] + partial if part.key in totals else partial
-            if self.partitions:
+            if self.partitions:  # validated here, summed after dedup
+                for part in records:
+                    decode_payloads(_question(self.surveys, part.key), part.payloads)
                 yield from split_by_partition(records, self.partitions).items()
+                continue
+            for part in records:
+                partial = Partial.of_payloads(_question(self.surveys, part.key), part.payloads)
+                totals[part.key] = totals[part.key] + partial if part.key in totals else partial
         _verify(shard, count, file.hexdigest())
         yield from totals.items()
 
-    def _question(self, key: QuestionKey):
-        return self.surveys[key[0]].question(key[1])
+
+def _question(surveys: dict[str, SurveySpec], key: QuestionKey):
+    return surveys[key[0]].question(key[1])
 
 
 class DeduplicatePartition(beam.DoFn):
@@ -146,7 +147,7 @@ class DeduplicatePartition(beam.DoFn):
         for part in kept:
             by_key.setdefault(part.key, []).append(part)
         for key, (duplicates, conflicts) in counts.items():
-            question = self.surveys[key[0]].question(key[1])
+            question = _question(self.surveys, key)
             payloads = [p.payloads for p in by_key.get(key, [])]
             yield (
                 key,
