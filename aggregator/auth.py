@@ -10,8 +10,8 @@ signature fails the whole call before anything is stored; an unsigned stream has
 such surveys REJECTED one by one (code UNAUTHENTICATED), like any other invalid report.
 
 Replay within the window resends the same report ids, which the store counts once. The verified
-device id is available to later checks of the same call (rate limits) through
-:func:`authenticated_device`; it is never passed to the report store.
+device id is returned to the handler (for rate limits); it is never passed to the report
+store.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import asyncio
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import grpc
@@ -37,14 +36,6 @@ _AUTH_KEYS = (sig.DEVICE_ID_KEY, sig.TIMESTAMP_KEY, sig.SIGNATURE_KEY)
 _TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
 OFF_LOOP_REPORTS = 256  # signed uploads this big are verified in a worker thread
 UNSIGNED = "this survey requires a signed upload from an enrolled device"
-
-_verified_device: ContextVar[str | None] = ContextVar("ldp_verified_device", default=None)
-
-
-def authenticated_device() -> str | None:
-    """The device id verified for the current RPC (None if the call was not signed). Call it from
-    the handler after :meth:`DeviceAuthenticator.authenticate_upload` or ``finish_stream``."""
-    return _verified_device.get()
 
 
 class DeviceAuthError(LdpError):
@@ -78,13 +69,10 @@ class SignedCall:
 
     async def verified(self) -> str:
         """:meth:`verify` off the event loop for big uploads (building the signed bytes of 10,000
-        reports takes milliseconds); records the id for :func:`authenticated_device`."""
+        reports takes milliseconds)."""
         if self._count >= OFF_LOOP_REPORTS:
-            device_id = await asyncio.to_thread(self.verify)
-        else:
-            device_id = self.verify()
-        _verified_device.set(device_id)
-        return device_id
+            return await asyncio.to_thread(self.verify)
+        return self.verify()
 
 
 class DeviceAuthenticator:

@@ -248,9 +248,6 @@ class CapCounter:
     def accepted(self, key: CountKey) -> int:
         return self._accepted.get(key, 0)
 
-    def reserved(self, key: CountKey) -> int:
-        return self._reserved[key]
-
     def try_reserve(
         self, wanted: Mapping[CountKey, int], caps: Mapping[CountKey, int]
     ) -> CountKey | None:
@@ -288,6 +285,7 @@ class Admission:
         self._key = key
         self._batches = batches
         self._size = sum(len(b) for b in batches)
+        self._capped = any(guard.cap(b.survey_id, b.question_id) is not None for b in batches)
         self._reserved = reserved
         self._once = threading.Lock()  # acquired by the first close; later closes do nothing
 
@@ -303,6 +301,11 @@ class Admission:
             if self._guard.cap(batch.survey_id, batch.question_id) is not None:
                 counts[(self._key, batch.survey_id, batch.question_id)] += sum(flags)
         return +counts
+
+    @property
+    def on_write(self) -> Callable[[sqlite3.Connection, Sequence[bool]], None] | None:
+        """The store's in-transaction hook: :meth:`record` if a capped question is involved."""
+        return self.record if self._capped else None
 
     def record(self, conn: sqlite3.Connection, fresh: Sequence[bool]) -> None:
         """Add the newly stored reports to the persistent counts, in the store's transaction."""

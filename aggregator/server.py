@@ -28,7 +28,6 @@ from aggregator.auth import (
     DEFAULT_WINDOW_SECONDS,
     UNSIGNED,
     DeviceAuthenticator,
-    authenticated_device,
 )
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.ingest import ReportRejectedError
@@ -45,7 +44,6 @@ from aggregator.limits import (
 from aggregator.storage import (
     ReportBatch,
     ReportStore,
-    StoredReport,
     StoreUnavailableError,
     WriteHook,
     batches_of,
@@ -117,19 +115,20 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"at most {MAX_REPORTS_PER_REQUEST} reports per request, got {len(reports)}",
             )
-        await self._auth.authenticate_upload(context, reports)
         try:
-            self._guard.check_load(len(reports))  # shed before spending time on validation
+            self._guard.check_load(len(reports))  # shed before verifying or validating anything
+        except LimitExceededError as exc:
+            await self._refuse(context, exc)
+        device = await self._auth.authenticate_upload(context, reports)
+        try:
             upload = ingest.validate_upload(reports, self._surveys)
             admission = await self._guard.admit(
-                self._limit_key(context, authenticated_device()), upload.batches, self._stored_ids
+                self._limit_key(context, device), upload.batches, self._stored_ids
             )
         except ReportRejectedError as exc:
             await context.abort(exc.code, exc.message)
         except LimitExceededError as exc:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), trailing_metadata=retry_hint(exc)
-            )
+            await self._refuse(context, exc)
         flags = await self._committed(context, upload.batches, admission)
         return encode_upload_response(upload.report_ids, upload.in_request_order(flags))
 
@@ -137,8 +136,8 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         signed = await self._auth.open_stream(context)
         results: list[ldp_pb2.ReportResult | None] = []
         pending: list[tuple[list[int], asyncio.Future]] = []
-        held: list[tuple[list[int], list[StoredReport]]] = []  # stored once the signature holds
-        key = self._limit_key(context, None)
+        held: list[tuple[list[int], list[ReportBatch]]] = []  # stored once the signature holds
+        key = self._limit_key(context, None) if signed is None else ""
         async for request in request_iterator:
             if len(request.reports) > MAX_REPORTS_PER_REQUEST:
                 await context.abort(
@@ -147,18 +146,15 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 )
             if signed is not None:
                 signed.add(request.reports)
-            slots, valid = self._validate_each(request.reports, results, signed is not None)
-            if not valid:
-                continue
-            if signed is not None:  # stored only once the signature over the whole stream holds
-                held.append((slots, valid))
-            else:
-                await self._admit_message(context, key, slots, valid, results, pending)
+            slots, batches = self._validate_each(request.reports, results, signed is not None)
+            if batches and signed is None:
+                await self._admit_message(context, key, slots, batches, results, pending)
+            elif batches:
+                held.append((slots, batches))
         if signed is not None:
-            await self._auth.finish_stream(context, signed)
-            key = self._limit_key(context, authenticated_device())
-            for slots, valid in held:
-                await self._admit_message(context, key, slots, valid, results, pending)
+            key = self._limit_key(context, await self._auth.finish_stream(context, signed))
+            for slots, batches in held:
+                await self._admit_message(context, key, slots, batches, results, pending)
         for slots, future in pending:
             for slot, result in zip(slots, await future, strict=True):
                 results[slot] = result
@@ -169,63 +165,63 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         reports: Sequence[ldp_pb2.Report],
         results: list[ldp_pb2.ReportResult | None],
         signed: bool,
-    ) -> tuple[list[int], list[StoredReport]]:
+    ) -> tuple[list[int], list[ReportBatch]]:
         """Validate a stream message (in bulk when all of it is valid); append a REJECTED result
-        per invalid report and a placeholder per valid one to ``results``; return the
-        placeholders' slots and the valid reports. In an unsigned stream, a report of a survey
-        that requires device authentication is REJECTED with UNAUTHENTICATED."""
-        try:
-            if not signed and self._auth.required(reports):
-                raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
-            valid = ingest.validate_batch(reports, self._surveys)
-        except ReportRejectedError:
-            slots, valid = [], []
-            for report in reports:
-                try:
-                    if not signed and self._auth.required((report,)):
-                        raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
-                    valid.append(ingest.validate(report, self._surveys))
-                except ReportRejectedError as exc:
-                    results.append(
-                        ldp_pb2.ReportResult(
-                            report_id=report.report_id,
-                            status=ldp_pb2.REJECTED,
-                            code=exc.code.name,
-                            reason=exc.message,
-                        )
-                    )
-                else:
-                    slots.append(len(results))
-                    results.append(None)
-            return slots, valid
+        per invalid report and a placeholder per valid one to ``results``; return the valid
+        reports in bulk form and their placeholders' slots, in the batches' order. In an
+        unsigned stream, a report of a survey that requires device authentication is REJECTED
+        with UNAUTHENTICATED."""
         start = len(results)
-        results.extend([None] * len(valid))
-        return list(range(start, len(results))), valid
+        if signed or not self._auth.required(reports):
+            try:
+                upload = ingest.validate_upload(reports, self._surveys)
+            except ReportRejectedError:
+                pass
+            else:
+                results.extend([None] * len(reports))
+                return [start + p for ps in upload.positions for p in ps], upload.batches
+        slots, valid = [], []
+        for report in reports:
+            try:
+                if not signed and self._auth.required((report,)):
+                    raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
+                valid.append(ingest.validate(report, self._surveys))
+            except ReportRejectedError as exc:
+                results.append(
+                    ldp_pb2.ReportResult(
+                        report_id=report.report_id,
+                        status=ldp_pb2.REJECTED,
+                        code=exc.code.name,
+                        reason=exc.message,
+                    )
+                )
+            else:
+                slots.append(len(results))
+                results.append(None)
+        return slots, batches_of(valid)
 
     async def _admit_message(
         self,
         context,
         key: str,
         slots: list[int],
-        valid: list[StoredReport],
+        batches: list[ReportBatch],
         results: list[ldp_pb2.ReportResult | None],
         pending: list[tuple[list[int], asyncio.Future]],
     ) -> None:
         """Admit one stream message's valid reports and queue them; refused ones are REJECTED."""
-        batches = batches_of(valid)
         try:
             admission = await self._guard.admit(key, batches, self._stored_ids)
         except LimitExceededError as exc:
-            for slot, r in zip(slots, valid, strict=True):
+            for slot, report_id in zip(slots, _ids(batches), strict=True):
                 results[slot] = ldp_pb2.ReportResult(
-                    report_id=r.report_id,
+                    report_id=report_id,
                     status=ldp_pb2.REJECTED,
                     code=grpc.StatusCode.RESOURCE_EXHAUSTED.name,
                     reason=str(exc),
                 )
             return
-        stored = asyncio.ensure_future(self._store_all(context, valid, batches, admission))
-        pending.append((slots, stored))
+        pending.append((slots, asyncio.ensure_future(self._store_all(context, batches, admission))))
 
     def _limit_key(self, context, device: str | None) -> str:
         """Who the per-device limits count this call as (a keyed hash); empty when no survey has
@@ -233,6 +229,11 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         if not self._guard.per_device:
             return ""
         return self._pseudonym(limit_key(context, device))
+
+    async def _refuse(self, context, exc: LimitExceededError) -> None:
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), trailing_metadata=retry_hint(exc)
+        )
 
     async def _stored_ids(self, report_ids: list[bytes]) -> set[bytes]:
         return await asyncio.to_thread(self._store.stored_ids, report_ids)
@@ -243,9 +244,8 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         """Queue for group commit and wait until the transaction holding the reports committed;
         their new/duplicate flags. The admission is settled when the store resolves them, even
         if the caller gave up. A store whose writer is gone answers UNAVAILABLE (retryable)."""
-        on_write = admission.record if self._guard.per_device else None
         try:
-            future = self._store.submit_batches(batches, on_write)
+            future = self._store.submit_batches(batches, admission.on_write)
         except BaseException as exc:
             admission.close(None)
             if isinstance(exc, StoreUnavailableError):
@@ -258,20 +258,20 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     async def _store_all(
-        self,
-        context,
-        stored: Sequence[StoredReport],
-        batches: Sequence[ReportBatch],
-        admission: Admission,
+        self, context, batches: Sequence[ReportBatch], admission: Admission
     ) -> list[ldp_pb2.ReportResult]:
-        """Store a stream message's reports (``batches`` are the same reports in bulk form)."""
+        """Store a stream message's reports; one result per report, in the batches' order."""
         fresh = await self._committed(context, batches, admission)
         return [
             ldp_pb2.ReportResult(
-                report_id=r.report_id, status=ldp_pb2.ACCEPTED if new else ldp_pb2.DUPLICATE
+                report_id=report_id, status=ldp_pb2.ACCEPTED if new else ldp_pb2.DUPLICATE
             )
-            for r, new in zip(stored, fresh, strict=True)
+            for report_id, new in zip(_ids(batches), fresh, strict=True)
         ]
+
+
+def _ids(batches: Sequence[ReportBatch]) -> list[bytes]:
+    return [report_id for batch in batches for report_id in batch.report_ids]
 
 
 _ACCEPTED_TAIL = b"\x10" + bytes([ldp_pb2.ACCEPTED])

@@ -600,7 +600,8 @@ def _accumulate(n: int, sums: list[int], rows: np.ndarray) -> tuple[int, list[in
     """(n, sums) plus the rows of an (m, k) int64 matrix, exactly: numpy's int64 sums would wrap
     silently on overflow, so huge values are summed as Python ints (and _write_statistics
     rejects out-of-range sums)."""
-    if float(np.abs(rows.astype(np.float64)).max()) * len(rows) < 2.0**62:
+    bound = max(int(rows.max()), -int(rows.min())) if rows.size else 0  # no float copy
+    if bound * len(rows) < 2**62:
         delta = rows.sum(axis=0).tolist()
     else:
         delta = [int(x) for x in rows.astype(object).sum(axis=0)]

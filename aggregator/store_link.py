@@ -2,8 +2,8 @@
 
 SQLite allows one writer, so the process that owns the :class:`ReportStore` (the writer) serves
 every worker process through its own duplex pipe. A worker's :class:`RemoteStore` has the part
-of the store's interface the gRPC servicers use (``submit``, ``submit_batches``,
-``statistics``, ``close``): a submit is pickled across in bulk form (one message per upload, not
+of the store's interface the gRPC servicers use (``submit_batches``, ``statistics``,
+``stored_ids``, ``close``): a submit is pickled across in bulk form (one message per upload, not
 per report), the writer hands it to its group commit, and answers with the per-report flags
 only after the transaction committed, so an acknowledgement still means "durable". Statistics
 are read straight from the SQLite file (WAL readers never wait for the writer).
@@ -31,11 +31,9 @@ import numpy as np
 from aggregator.storage import (
     ReportBatch,
     ReportStore,
-    StoredReport,
     StoreError,
     StoreUnavailableError,
     WriteHook,
-    batches_of,
     read_statistics,
     read_stored_ids,
 )
@@ -101,10 +99,6 @@ class RemoteStore:
         self._closed = False
         self._receiver = threading.Thread(target=self._receive, name="store-link", daemon=True)
         self._receiver.start()
-
-    def submit(self, reports: Sequence[StoredReport]) -> Future[list[bool]]:
-        """As ReportStore.submit: resolves after commit, one new/duplicate flag per report."""
-        return self.submit_batches(batches_of(reports))
 
     def submit_batches(
         self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
