@@ -49,6 +49,7 @@ from aggregator.storage import (
     batches_of,
 )
 from client.survey import SurveySpec
+from client.transport import MAX_MESSAGE_BYTES, RETRY_AFTER_KEY
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 if TYPE_CHECKING:
@@ -57,9 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_REPORTS_PER_REQUEST = 10_000
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
-RETRY_AFTER_KEY = "retry-after-ms"
 
 
 class Store(Protocol):

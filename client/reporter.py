@@ -65,6 +65,7 @@ class Reporter:
         self._secret = load_or_create_secret(self._path)
         self._memoize = memoize
         self._surveys: dict[str, SurveySpec] = {}
+        self._unknown_surveys: set[str] = set()
         self._device_key: DeviceKey | None = None
 
     def survey(self, survey_id: str) -> SurveySpec:
@@ -80,14 +81,16 @@ class Reporter:
         return self._device_key
 
     def _requires_auth(self, survey_ids: set[str]) -> bool:
-        for survey_id in survey_ids:
+        for survey_id in survey_ids - self._unknown_surveys:
             try:
                 if self.survey(survey_id).require_device_auth:
                     return True
             except TransportError as exc:
                 if exc.code != grpc.StatusCode.NOT_FOUND:
                     raise
-                # An unknown survey: the upload is refused as NOT_FOUND and dead-lettered.
+                # An unknown survey: the upload is refused as NOT_FOUND and dead-lettered;
+                # remembered so that splitting the batch does not ask again for every half.
+                self._unknown_surveys.add(survey_id)
         return False
 
     def answer(self, survey_id: str, question_id: str, answer: object) -> bytes:
@@ -104,8 +107,10 @@ class Reporter:
             raise KeyError(f"survey {survey_id!r} has no question {question_id!r}") from None
         index = question.index(answer)  # type: ignore[arg-type]
         mech = question.mechanism
-        key = memo_key(self._secret, survey_id, question_id, mech.describe(), index)
+        described = mech.describe()
+        key = None
         if self._memoize:
+            key = memo_key(self._secret, survey_id, question_id, described, index)
             stored = self.outbox.memo_lookup(key)
             if stored is not None:
                 report_id, payload = stored
@@ -117,11 +122,10 @@ class Reporter:
             request_id=report_id.hex(),
             survey_id=survey_id,
             question_id=question_id,
-            mechanism=mech.describe(),
+            mechanism=described,
         )
         payload = mech.encode(mech.randomize(index))
-        memo = key if self._memoize else None
-        self.outbox.add(report_id, survey_id, question_id, payload, memo_key=memo)
+        self.outbox.add(report_id, survey_id, question_id, payload, memo_key=key)
         return report_id
 
     def flush(self, batch_size: int = 500) -> FlushResult:

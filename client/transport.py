@@ -2,8 +2,8 @@
 exponential backoff and jitter on UNAVAILABLE only (uploads are idempotent thanks to report ids,
 every other failure is final for the call). A refusal that carries the server's retry hint
 (``retry-after-ms`` trailing metadata: rate limit, overload) is worth retrying later; the same
-code without a hint (a cap reached, a batch too large) is not. Plaintext unless TLS settings or
-credentials are given; a signed upload is signed afresh on every attempt (same report bytes, new
+code without a hint (a cap reached, a batch too large) is not. Plaintext unless TLS settings are
+given; a signed upload is signed afresh on every attempt (same report bytes, new
 timestamp)."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 Metadata = tuple[tuple[str, str | bytes], ...]
-RETRY_AFTER_KEY = "retry-after-ms"
+RETRY_AFTER_KEY = "retry-after-ms"  # trailing metadata of a refusal worth retrying later
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the largest message either side accepts
 
 
 class TransportError(Exception):
@@ -68,21 +69,16 @@ class Transport:
         target: str,
         *,
         tls: TlsSettings | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
         timeout: float = 10.0,
         max_attempts: int = 5,
         initial_backoff: float = 0.1,
         max_backoff: float = 2.0,
     ) -> None:
-        options = [("grpc.max_receive_message_length", 4 * 1024 * 1024)]
-        if tls is not None:
-            if credentials is not None:
-                raise ValueError("give TLS settings or channel credentials, not both")
-            credentials = tls.credentials()
-        if credentials is None:
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+        if tls is None:
             self._channel = grpc.insecure_channel(target, options=options)
         else:
-            self._channel = grpc.secure_channel(target, credentials, options=options)
+            self._channel = grpc.secure_channel(target, tls.credentials(), options=options)
         self._stub = ldp_pb2_grpc.CollectorStub(self._channel)
         self._timeout = timeout
         self._max_attempts = max_attempts

@@ -41,10 +41,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from client.transport import MAX_MESSAGE_BYTES  # noqa: E402
 from protos.ldp.v1 import ldp_pb2  # noqa: E402
 
 UPLOAD = "/ldp.v1.Collector/Upload"
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 SURVEY = """
 [[survey]]
 id = "bench"
@@ -100,8 +100,9 @@ class GeneratorResult:
     seconds: float
 
 
-def start_server(workdir: Path, workers: int) -> tuple[subprocess.Popen, str, Path]:
-    """An aggregator subprocess on a free loopback port; returns (process, target, db path)."""
+def start_server(workdir: Path, *serve_options: str) -> tuple[subprocess.Popen, str, Path]:
+    """An aggregator subprocess (``serve`` with ``serve_options``) on a free loopback port;
+    returns (process, target, db path)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "survey.toml"
     config.write_text(SURVEY)
@@ -109,7 +110,7 @@ def start_server(workdir: Path, workers: int) -> tuple[subprocess.Popen, str, Pa
     db = workdir / "bench.sqlite"
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(config)]
     command += ["--db", str(db), "--port", "0", "--port-file", str(port_file), "--insecure"]
-    command += ["--workers", str(workers)]
+    command += serve_options
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     deadline = time.time() + 60
     while not (port_file.exists() and port_file.read_text().strip()):
@@ -305,7 +306,7 @@ def run_scenario(
     rate = min(MAX_RPCS_PER_S, MAX_REPORTS_PER_S / batch)
     count = int(rate * seconds / generators) + per_generator + 10
     workdir = tmp / f"w{workers}-b{batch}"
-    process, target, db = start_server(workdir, workers)
+    process, target, db = start_server(workdir, "--workers", str(workers))
     marks: dict[str, float] = {}
 
     def on_start() -> None:

@@ -25,7 +25,6 @@ import os
 import platform
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,20 +39,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_ingest import start_server  # noqa: E402  (same folder)
+
 from aggregator.limits import DEFAULT_MAX_INFLIGHT_REPORTS  # noqa: E402
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc  # noqa: E402
 
-SURVEY = """
-[[survey]]
-id = "bench"
-min_batch_size = 1
-
-[[survey.question]]
-id = "q"
-categories = ["a", "b", "c", "d"]
-mechanism = "randomized_response"
-epsilon = 1.0
-"""
 DEADLINE = 5.0  # seconds per upload, half a device's default
 HEALTH_EVERY = 0.05
 
@@ -82,23 +72,6 @@ class Figures:
     health_failures: int
     generator_lag_p99_ms: float
     stored_equals_acknowledged: bool
-
-
-def start_server(workdir: Path, max_inflight: int) -> tuple[subprocess.Popen, str]:
-    config = workdir / "survey.toml"
-    config.write_text(SURVEY)
-    port_file = workdir / "port"
-    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(config)]
-    command += ["--db", str(workdir / "reports.sqlite"), "--port", "0", "--insecure"]
-    command += ["--port-file", str(port_file), "--max-inflight-reports", str(max_inflight)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("bench_overload: the aggregator did not start")
-        time.sleep(0.05)
-    return process, f"127.0.0.1:{port_file.read_text().strip()}"
 
 
 def request(batch: int) -> ldp_pb2.UploadRequest:
@@ -249,13 +222,15 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ldp-overload-") as tmp:
         workdir = Path(tmp)
-        process, target = start_server(workdir, args.max_inflight_reports)
+        process, target, db = start_server(
+            workdir, "--max-inflight-reports", str(args.max_inflight_reports)
+        )
         try:
             figures, acknowledged = asyncio.run(run(args, target))
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
-        with sqlite3.connect(workdir / "reports.sqlite") as conn:
+        with sqlite3.connect(db) as conn:
             stored = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
         figures.stored_equals_acknowledged = stored == acknowledged
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
