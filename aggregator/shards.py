@@ -125,17 +125,38 @@ def _shard_entry(entry: dict) -> tuple[str, int, str]:
     return name, int(entry["reports"]), digest
 
 
+def check_header(header: bytes, name: object) -> None:
+    """Refuse a file that does not start with this format's header."""
+    if header != HEADER:
+        raise ShardFormatError(f"{name}: not a version-{VERSION} report shard")
+
+
+def decode_length(buffer: bytes, position: int, name: object) -> tuple[int, int] | None:
+    """The record length prefixed at ``position`` and where the record starts, or None if the
+    buffer ends inside the prefix. A malformed or too large length is a ShardFormatError."""
+    length, shift = 0, 0
+    while position < len(buffer):
+        byte = buffer[position]
+        position += 1
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if length > MAX_RECORD_BYTES:
+                raise ShardFormatError(f"{name}: record of {length} bytes is too large")
+            return length, position
+        shift += 7
+        if shift > 63:
+            raise ShardFormatError(f"{name}: malformed length prefix")
+    return None
+
+
 def read_shard(path: Path) -> Iterator[ldp_pb2.Report]:
     """Stream the reports of one shard file."""
     with open(path, "rb") as file:
-        if file.read(len(HEADER)) != HEADER:
-            raise ShardFormatError(f"{path}: not a version-{VERSION} report shard")
+        check_header(file.read(len(HEADER)), path)
         while True:
-            length = _read_varint(file, path)
+            length = _read_length(file, path)
             if length is None:
                 return
-            if length > MAX_RECORD_BYTES:
-                raise ShardFormatError(f"{path}: record of {length} bytes is too large")
             record = file.read(length)
             if len(record) != length:
                 raise ShardFormatError(f"{path}: truncated record")
@@ -165,20 +186,18 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _read_varint(file, path: Path) -> int | None:
-    value, shift = 0, 0
+def _read_length(file, path: Path) -> int | None:
+    """The next record's length from a file, None at a clean end of the file."""
+    prefix = bytearray()
     while True:
         byte = file.read(1)
         if not byte:
-            if shift:
+            if prefix:
                 raise ShardFormatError(f"{path}: truncated length prefix")
             return None
-        value |= (byte[0] & 0x7F) << shift
-        if not byte[0] & 0x80:
-            return value
-        shift += 7
-        if shift > 63:
-            raise ShardFormatError(f"{path}: malformed length prefix")
+        prefix += byte
+        if not byte[0] & 0x80 or len(prefix) > 10:
+            return decode_length(prefix, 0, path)[0]  # type: ignore[index]  # complete prefix
 
 
 def _sha256(path: Path) -> str:

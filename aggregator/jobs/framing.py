@@ -19,7 +19,12 @@ from typing import BinaryIO
 
 import numpy as np
 
-from aggregator.shards import HEADER, MAX_RECORD_BYTES, ShardFormatError
+from aggregator.shards import (
+    HEADER,
+    ShardFormatError,
+    check_header,
+    decode_length,
+)
 
 REPORT_ID_TAG = 0x0A
 REPORT_ID_LENGTH = 0x10
@@ -42,8 +47,7 @@ def iter_blocks(
     file: BinaryIO, name: str, block_bytes: int = DEFAULT_BLOCK_BYTES
 ) -> Iterator[Block]:
     """Read a shard file (header included) as blocks of whole records."""
-    if file.read(len(HEADER)) != HEADER:
-        raise ShardFormatError(f"{name}: not a version-1 report shard")
+    check_header(file.read(len(HEADER)), name)
     carry = b""
     while True:
         chunk = file.read(block_bytes)
@@ -102,20 +106,10 @@ def _split_sequential(buffer: bytes, name: str) -> tuple[np.ndarray, np.ndarray,
     lengths: list[int] = []
     position, size = 0, len(buffer)
     while position < size:
-        length, shift, cursor = 0, 0, position
-        while True:
-            if cursor >= size:
-                return _arrays(starts, lengths, position)
-            byte = buffer[cursor]
-            cursor += 1
-            length |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise ShardFormatError(f"{name}: malformed length prefix")
-        if length > MAX_RECORD_BYTES:
-            raise ShardFormatError(f"{name}: record of {length} bytes is too large")
+        prefix = decode_length(buffer, position, name)
+        if prefix is None:
+            return _arrays(starts, lengths, position)
+        length, cursor = prefix
         if cursor + length > size:
             return _arrays(starts, lengths, position)
         starts.append(cursor)
