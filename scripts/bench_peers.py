@@ -106,10 +106,11 @@ from pure_ldp.frequency_oracles.unary_encoding import UEClient, UEServer
 
 sys.path.insert(0, str(ROOT))
 
+from privacy_audit import SeededSource  # Mersenne Twister bytes: NOT secure, diagnostic only
+
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate
 from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse
-from client.mechanisms.secure_random import SecureRandom
 
 SEED = 20261121
 KS = (4, 64, 1024)
@@ -176,18 +177,6 @@ def keep_and_lie(kind: str, k: int, eps: float) -> tuple[float, float]:
     return math.exp(eps / 2) / (math.exp(eps / 2) + 1), 1 / (math.exp(eps / 2) + 1)
 
 
-class MersenneSource(SecureRandom):
-    """NOT secure, diagnostic only: feeds our randomizers Mersenne Twister bytes (the generator
-    the peers use) to show how much of the per-report gap is the cost of the OS CSPRNG."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self._twister = random.Random(seed)
-
-    def bytes(self, count: int) -> bytes:
-        return self._twister.randbytes(count)
-
-
 @numba.njit
 def seed_numba(seed: int) -> None:
     """multi-freq-ldpy draws inside numba, whose generator only a jitted call can seed."""
@@ -245,7 +234,7 @@ def per_report_randomizers(kind: str, k: int, eps: float) -> dict[str, tuple[Cal
         mfl = (UE_Client, (k, eps, False))
     return {
         f"{OURS} secure": (mech.randomize, ()),
-        f"{OURS} MT bytes (diagnostic)": (mech.randomize, (MersenneSource(SEED),)),
+        f"{OURS} MT bytes (diagnostic)": (mech.randomize, (SeededSource(SEED),)),
         PURE: (pure.privatise, ()),
         MFL: mfl,
     }
