@@ -50,6 +50,17 @@ _QUESTION_KEYS = {
     "max_reports_per_device",
 }
 
+_SURVEY_KEYS = {
+    "id",
+    "title",
+    "min_batch_size",
+    "require_device_auth",
+    "rate_per_minute",
+    "burst",
+    "max_reports_per_device",
+    "question",
+}
+
 
 class ConfigError(ValueError):
     """The survey file is missing, unreadable or invalid (the message names the place)."""
@@ -119,6 +130,9 @@ def _positive_int(value: object, name: str, where: str) -> int:
 
 def _survey(entry: dict) -> SurveySpec:
     survey_id = entry.get("id")
+    unknown = set(entry) - _SURVEY_KEYS
+    if unknown:  # a misspelt limit would otherwise be silently unlimited
+        raise SurveyError(f"survey {survey_id}: unknown keys {sorted(unknown)}")
     questions = tuple(_question(q, survey_id) for q in entry.get("question", []))
     min_batch = entry.get("min_batch_size", 1)
     require_auth = entry.get("require_device_auth", False)

@@ -303,3 +303,11 @@ def test_invalid_limits_are_config_errors(tmp_path, survey_keys, question_keys, 
     path.write_text(survey_toml(survey_keys, question_keys))
     with pytest.raises(ConfigError, match=message):
         load_limits(path)
+
+
+def test_a_misspelt_survey_key_is_refused_not_ignored(tmp_path):
+    """A typo in a limit would otherwise leave the survey silently unlimited."""
+    path = tmp_path / "s.toml"
+    path.write_text(survey_toml("rate_per_minut = 10", ""))
+    with pytest.raises(ConfigError, match=r"unknown keys \['rate_per_minut'\]"):
+        load_surveys(path)
