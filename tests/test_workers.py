@@ -159,7 +159,10 @@ def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
         thread.join()
     assert returncode == 0, stderr
     assert "Traceback" not in stderr
-    assert set(errors) <= {grpc.StatusCode.UNAVAILABLE}
+    # A call arriving while a worker stops is refused with UNAVAILABLE or, in a race inside grpc,
+    # CANCELLED (as in test_service.py); devices retry both. Such a call never ran, so the count
+    # below must still be exactly the acknowledged reports.
+    assert set(errors) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
     process, target = start(survey_file, db, tmp_path)
     try:
         assert estimate_n(target) == len(acked)  # every acknowledged report, nothing more
