@@ -3,23 +3,33 @@
 SQLite allows one writer, so the process that owns the :class:`ReportStore` (the writer) serves
 every worker process through its own duplex pipe. A worker's :class:`RemoteStore` has the part
 of the store's interface the gRPC servicers use (``submit_batches``, ``statistics``,
-``stored_ids``, ``close``): a submit is pickled across in bulk form (one message per upload, not
-per report), the writer hands it to its group commit, and answers with the per-report flags
-only after the transaction committed, so an acknowledgement still means "durable". Statistics
+``stored_ids``, ``close``). Uploads cross in bulk form, and the writer answers only after the
+transaction holding them committed, so an acknowledgement still means "durable". Statistics
 are read straight from the SQLite file (WAL readers never wait for the writer).
 
-Messages, worker to writer: ``(request_id, batches)`` or ``_BYE``; writer to worker:
-``(request_id, flags, error)`` with flags as bytes of 0/1, or ``_BYE`` once the writer has seen
-the worker's ``_BYE``. The pipes are inherited from the parent process, so only our own
-processes ever write to them.
+Why the worker's side lives on its event loop: per upload, a receiving thread cost a GIL
+hand-off and a wake-up of the loop, which at one report per upload was a large share of a
+worker's CPU. Here the loop itself reads the pipe, and every message carries all the uploads
+submitted during one turn of the loop (worker to writer) or all the answers of one commit
+(writer to worker).
+
+Messages are pickled lists, in multiprocessing's framing (a 4-byte big-endian signed length,
+or -1 and an 8-byte length): worker to writer ``[(request_id, batches), ...]`` or ``_BYE``;
+writer to worker ``[(request_id, flags, error), ...]`` with flags as bytes of 0/1, or ``_BYE``
+once the writer has seen the worker's ``_BYE``. The pipes are inherited from the parent
+process, so only our own processes ever write to them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
 import os
+import pickle
+import socket
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -42,6 +52,8 @@ log = logging.getLogger(__name__)
 
 _BYE = "bye"
 _Reply = Callable[[object], None]
+_SHORT = struct.Struct("!i")
+_LONG = struct.Struct("!Q")
 
 
 def serve_link(store: ReportStore, conn: Connection) -> None:
@@ -63,61 +75,91 @@ def serve_link(store: ReportStore, conn: Connection) -> None:
         if message == _BYE:
             reply(_BYE)
             return
-        request_id, batches = message
-        try:
-            future = store.submit_batches(batches)
-        except StoreError as exc:
-            reply((request_id, None, str(exc)))
-            continue
-        future.add_done_callback(partial(_answer, reply, request_id))
+        _submit_together(store, message, reply)
 
 
-def _answer(reply: _Reply, request_id: int, future: Future[list[bool]]) -> None:
+def _submit_together(
+    store: ReportStore, requests: list[tuple[int, list[ReportBatch]]], reply: _Reply
+) -> None:
+    """One store submit (one future, one answer) for all the requests of a message; if one of
+    them is malformed, each is submitted alone so that only that one fails."""
+    try:
+        future = store.submit_batches([batch for _, batches in requests for batch in batches])
+    except StoreError as exc:
+        if len(requests) == 1:
+            reply([(requests[0][0], None, str(exc))])
+        else:
+            for request in requests:
+                _submit_together(store, [request], reply)
+        return
+    ids = [request_id for request_id, _ in requests]
+    sizes = [sum(len(batch) for batch in batches) for _, batches in requests]
+    future.add_done_callback(partial(_answer, reply, ids, sizes))
+
+
+def _answer(reply: _Reply, ids: list[int], sizes: list[int], future: Future[list[bool]]) -> None:
     error = future.exception()
-    if error is None:
-        reply((request_id, bytes(future.result()), None))
-    else:
-        reply((request_id, None, str(error)))
+    if error is not None:
+        reply([(request_id, None, str(error)) for request_id in ids])
+        return
+    flags, answers, start = bytes(future.result()), [], 0
+    for request_id, size in zip(ids, sizes, strict=True):
+        answers.append((request_id, flags[start : start + size], None))
+        start += size
+    reply(answers)
 
 
-class RemoteStore:
-    """A worker's handle on the writer's ReportStore; see the module docstring."""
+class RemoteStore(asyncio.Protocol):
+    """A worker's handle on the writer's ReportStore; see the module docstring. Open it with
+    :meth:`connect` and submit on the event loop's thread; close it from any other thread."""
 
     def __init__(
-        self,
+        self, db_path: str | os.PathLike[str], on_lost: Callable[[], None] = lambda: None
+    ) -> None:
+        self._db_path = db_path
+        self._on_lost = on_lost
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._received = bytearray()
+        self._outbox: list[tuple[int, list[ReportBatch]]] = []
+        self._pending: dict[int, Future[list[bool]]] = {}
+        self._ids = itertools.count()
+        self._closed = False  # no more submits
+        self._said_bye = False  # the writer answered our goodbye
+        self._ended = threading.Event()  # the link is down, every future resolved
+
+    @classmethod
+    async def connect(
+        cls,
         conn: Connection,
         db_path: str | os.PathLike[str],
         on_lost: Callable[[], None] = lambda: None,
-    ) -> None:
-        """``on_lost`` runs (on the receiving thread) if the writer disappears."""
-        self._conn = conn
-        self._db_path = db_path
-        self._on_lost = on_lost
-        self._pending: dict[int, Future[list[bool]]] = {}
-        self._ids = itertools.count()
-        self._send_lock = threading.Lock()
-        self._closed = False
-        self._receiver = threading.Thread(target=self._receive, name="store-link", daemon=True)
-        self._receiver.start()
+    ) -> RemoteStore:
+        """Take over the worker's end of the pipe; ``on_lost`` runs (on the event loop) if the
+        writer disappears."""
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        conn.close()
+        loop = asyncio.get_running_loop()
+        _, store = await loop.create_unix_connection(lambda: cls(db_path, on_lost), sock=sock)
+        return store
 
     def submit_batches(
         self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
     ) -> Future[list[bool]]:
         """As ReportStore.submit_batches, without a write hook: the writer is another process,
-        which is why per-device limits (whose counts the hook writes) need a single process."""
+        which is why per-device limits (whose counts the hook writes) need a single process.
+        The future cannot be cancelled: once handed over, the reports may be stored."""
         if on_write is not None:
             raise StoreError("a write hook cannot cross to the writer process")
+        if self._closed:
+            raise StoreUnavailableError("the report store is not reachable")
         future: Future[list[bool]] = Future()
-        with self._send_lock:
-            if self._closed:
-                raise StoreUnavailableError("the report store is not reachable")
-            request_id = next(self._ids)
-            self._pending[request_id] = future
-            try:
-                self._conn.send((request_id, list(batches)))
-            except OSError:
-                del self._pending[request_id]
-                raise StoreUnavailableError("the report store is not reachable") from None
+        future.set_running_or_notify_cancel()
+        request_id = next(self._ids)
+        self._pending[request_id] = future
+        if not self._outbox:
+            self._loop.call_soon(self._send_outbox)
+        self._outbox.append((request_id, list(batches)))
         return future
 
     def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]:
@@ -130,39 +172,87 @@ class RemoteStore:
 
     def close(self) -> None:
         """Say goodbye after the last submit and wait for the writer's answers to everything
-        still pending. Idempotent."""
-        with self._send_lock:
-            if not self._closed:
-                self._closed = True
-                with contextlib.suppress(OSError):  # a lost writer: the receiver has stopped
-                    self._conn.send(_BYE)
-        self._receiver.join()
-        self._conn.close()
+        still pending. Idempotent; not on the event loop's thread (it waits for the loop)."""
+        if not self._ended.is_set():
+            self._loop.call_soon_threadsafe(self._say_bye)
+            self._ended.wait()
 
-    def _receive(self) -> None:
-        """Resolve futures from the writer's answers; on a lost writer fail whatever is left."""
-        said_bye = False
-        try:
-            while True:
-                message = self._conn.recv()
-                if message == _BYE:
-                    said_bye = True
-                    return
-                request_id, flags, error = message
+    # -- asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        """Resolve the futures of every complete answer message received so far."""
+        self._received += data
+        while (message := self._next_message()) is not None:
+            if message == _BYE:
+                self._said_bye = True
+                if self._transport is not None:
+                    self._transport.close()
+                return
+            for request_id, flags, error in message:
                 future = self._pending.pop(request_id)
                 if error is None:
                     future.set_result([bool(flag) for flag in flags])
                 else:
                     future.set_exception(StoreError(error))
-        except (EOFError, OSError):
-            pass
-        finally:
-            with self._send_lock:
-                self._closed = True
-                left = list(self._pending.values())
-                self._pending.clear()
-            for future in left:
-                future.set_exception(StoreUnavailableError("the report store went away"))
-            if not said_bye:
-                log.error("lost the connection to the report store's writer")
-                self._on_lost()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Fail whatever is left; a link lost without our goodbye stops the worker."""
+        self._closed = True
+        self._outbox.clear()
+        left = list(self._pending.values())
+        self._pending.clear()
+        for future in left:
+            future.set_exception(StoreUnavailableError("the report store went away"))
+        if not self._said_bye:
+            log.error("lost the connection to the report store's writer")
+            self._on_lost()
+        self._ended.set()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _send_outbox(self) -> None:
+        """Send everything submitted since the last call as one message."""
+        if self._outbox and self._transport is not None and not self._transport.is_closing():
+            self._send(self._outbox)
+        self._outbox = []
+
+    def _say_bye(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._send_outbox()
+        if self._transport is None or self._transport.is_closing():
+            self._ended.set()
+        else:
+            self._send(_BYE)
+
+    def _send(self, message: object) -> None:
+        assert self._transport is not None
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(payload) <= 0x7FFFFFFF:
+            head = _SHORT.pack(len(payload))
+        else:
+            head = _SHORT.pack(-1) + _LONG.pack(len(payload))
+        self._transport.write(head + payload)
+
+    def _next_message(self) -> object | None:
+        """Take one complete message off the receive buffer, if there is one."""
+        buffer = self._received
+        if len(buffer) < _SHORT.size:
+            return None
+        (size,) = _SHORT.unpack_from(buffer)
+        start = _SHORT.size
+        if size == -1:
+            if len(buffer) < _SHORT.size + _LONG.size:
+                return None
+            (size,) = _LONG.unpack_from(buffer, _SHORT.size)
+            start += _LONG.size
+        if len(buffer) < start + size:
+            return None
+        message = pickle.loads(bytes(buffer[start : start + size]))
+        del buffer[: start + size]
+        return message

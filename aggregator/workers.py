@@ -231,9 +231,7 @@ async def _worker(settings: WorkerSettings, store_conn: Connection, status: Conn
     stop = asyncio.Event()
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
-    store = RemoteStore(
-        store_conn, settings.db, on_lost=lambda: loop.call_soon_threadsafe(stop.set)
-    )
+    store = await RemoteStore.connect(store_conn, settings.db, on_lost=stop.set)
     try:
         surveys = load_surveys(settings.config)
         security = settings.security

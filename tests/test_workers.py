@@ -5,6 +5,7 @@ worker whose writer vanished answers UNAVAILABLE."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -19,8 +20,14 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from aggregator.storage import ReportBatch, StoreUnavailableError
-from aggregator.store_link import RemoteStore
+from aggregator.storage import (
+    ReportBatch,
+    ReportStore,
+    StoreError,
+    StoreUnavailableError,
+    read_statistics,
+)
+from aggregator.store_link import RemoteStore, serve_link
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 START_SECONDS = 90  # spawning two workers that import numpy/scipy/grpc is slow on a busy CI box
@@ -205,20 +212,68 @@ def test_bad_worker_count_is_a_user_error(survey_file, tmp_path):
 def test_remote_store_without_its_writer_is_unavailable(tmp_path):
     """The writer's end of the pipe closes with a submit pending: the pending submit and every
     later one fail with StoreUnavailableError, and the worker is told to shut down."""
+
+    async def scenario() -> None:
+        ours, writers = Pipe()
+        lost = asyncio.Event()
+        store = await RemoteStore.connect(ours, tmp_path / "unused.sqlite", on_lost=lost.set)
+        batch = ReportBatch("s", "q", [bytes(16)], [b"x"], np.ones((1, 1), dtype=np.int64))
+        pending = store.submit_batches([batch])
+        await asyncio.sleep(0.05)  # the loop sends the submit on its next turn
+        [(_, batches)] = writers.recv()
+        assert batches[0].report_ids == [bytes(16)]
+        writers.close()
+        with pytest.raises(StoreUnavailableError):
+            await asyncio.wait_for(asyncio.wrap_future(pending), 10)
+        await asyncio.wait_for(lost.wait(), 10)
+        with pytest.raises(StoreUnavailableError):
+            store.submit_batches([batch])
+        await asyncio.to_thread(store.close)
+
+    asyncio.run(scenario())
+
+
+def test_remote_store_answers_each_upload_of_a_shared_message(tmp_path):
+    """Uploads submitted in one turn of the worker's loop travel as one message and one store
+    submit, yet each gets its own flags, in its own order; a malformed one fails alone."""
+    db = tmp_path / "link.sqlite"
+    store = ReportStore(db)
+    store.register_question("s", "q", 2)
     ours, writers = Pipe()
-    lost = threading.Event()
-    store = RemoteStore(ours, tmp_path / "unused.sqlite", on_lost=lost.set)
-    batch = ReportBatch("s", "q", [bytes(16)], [b"x"], np.ones((1, 1), dtype=np.int64))
-    pending = store.submit_batches([batch])
-    _, batches = writers.recv()
-    assert batches[0].report_ids == [bytes(16)]
-    writers.close()
-    with pytest.raises(StoreUnavailableError):
-        pending.result(timeout=10)
-    assert lost.wait(10)
-    with pytest.raises(StoreUnavailableError):
-        store.submit_batches([batch])
-    store.close()
+    link = threading.Thread(target=serve_link, args=(store, writers), daemon=True)
+    link.start()
+
+    def batch(*ids: int) -> ReportBatch:
+        rows = np.tile(np.array([[1, 0]], dtype=np.int64), (len(ids), 1))
+        return ReportBatch("s", "q", [bytes([i]) * 16 for i in ids], [b"x"] * len(ids), rows)
+
+    async def scenario() -> tuple[list, list]:
+        remote = await RemoteStore.connect(ours, db)
+        together = [
+            remote.submit_batches([batch(1, 2)]),
+            remote.submit_batches([batch(2, 3), batch(4)]),
+            remote.submit_batches([batch(1)]),
+        ]
+        first_turn = await asyncio.gather(*(asyncio.wrap_future(f) for f in together))
+        malformed = ReportBatch("s", "q", [b"short"], [b"x"], np.ones((1, 2)))
+        apart = [remote.submit_batches([malformed]), remote.submit_batches([batch(5)])]
+        second_turn = await asyncio.gather(
+            *(asyncio.wrap_future(f) for f in apart), return_exceptions=True
+        )
+        await asyncio.to_thread(remote.close)
+        return first_turn, second_turn
+
+    try:
+        (first, second, resent), (malformed, fifth) = asyncio.run(scenario())
+        link.join(10)
+    finally:
+        store.close()
+    assert first == [True, True]
+    assert second == [False, True, True]
+    assert resent == [False]
+    assert isinstance(malformed, StoreError) and "report_id" in str(malformed)
+    assert fifth == [True]
+    assert read_statistics(db, "s", "q")[0] == 5
 
 
 def test_workers_refuse_per_device_limits(tmp_path, survey_file):
@@ -234,3 +289,33 @@ def test_workers_refuse_per_device_limits(tmp_path, survey_file):
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "--workers 1" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_uploads_given_up_by_their_clients_do_not_break_the_link(survey_file, tmp_path):
+    """Calls whose deadline passes while the writer holds their reports are cancelled in the
+    worker; the writer's late answers must not take the worker's store link (and with it the
+    service) down. Every report the store then holds was either acknowledged or given up."""
+    db = tmp_path / "w.sqlite"
+    process, target = start(survey_file, db, tmp_path)
+    given_up = 0
+    try:
+        with connection(target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            calls = [
+                collector.Upload.future(ldp_pb2.UploadRequest(reports=reports(200)), timeout=0.005)
+                for _ in range(100)
+            ]
+            for call in calls:
+                try:
+                    call.result()
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                    given_up += 1
+            after = collector.Upload(ldp_pb2.UploadRequest(reports=reports(10)), timeout=30)
+        assert given_up > 0
+        assert [r.status for r in after.results] == [ldp_pb2.ACCEPTED] * 10
+        assert process.poll() is None
+    finally:
+        returncode, stderr = stop(process)
+    assert returncode == 0, stderr
+    assert "lost the connection" not in stderr
