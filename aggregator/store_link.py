@@ -178,9 +178,12 @@ class RemoteStore(asyncio.Protocol):
     def close(self) -> None:
         """Say goodbye after the last submit and wait for the writer's answers to everything
         still pending. Idempotent; not on the event loop's thread (it waits for the loop)."""
-        if not self._ended.is_set():
-            self._loop.call_soon_threadsafe(self._say_bye)
-            self._ended.wait()
+        if self._ended.is_set():
+            return
+        if _running_loop() is self._loop or not self._loop.is_running():
+            raise RuntimeError("close a RemoteStore from another thread while its loop runs")
+        self._loop.call_soon_threadsafe(self._say_bye)
+        self._ended.wait()
 
     # -- asyncio.Protocol ------------------------------------------------------------------------
 
@@ -261,3 +264,10 @@ class RemoteStore(asyncio.Protocol):
         message = pickle.loads(bytes(buffer[start : start + size]))
         del buffer[: start + size]
         return message
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -229,6 +229,7 @@ def test_remote_store_without_its_writer_is_unavailable(tmp_path):
         with pytest.raises(StoreUnavailableError):
             store.submit_batches([batch])
         await asyncio.to_thread(store.close)
+        store.close()  # idempotent, even on the loop's thread once closed
 
     asyncio.run(scenario())
 
@@ -249,6 +250,8 @@ def test_remote_store_answers_each_upload_of_a_shared_message(tmp_path):
 
     async def scenario() -> tuple[list, list]:
         remote = await RemoteStore.connect(ours, db)
+        with pytest.raises(RuntimeError, match="another thread"):
+            remote.close()  # on the loop's own thread it would wait for itself
         together = [
             remote.submit_batches([batch(1, 2)]),
             remote.submit_batches([batch(2, 3), batch(4)]),
