@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -35,11 +36,29 @@ def is_serving(target: str, timeout: float = 0.25) -> bool:
     return response.status == health_pb2.HealthCheckResponse.SERVING
 
 
-class AggregatorProcess:
-    """``ldp-aggregator serve --insecure`` on ``port``; its output goes to ``log``."""
+def child_pids(pid: int) -> set[int]:
+    """The live child processes of ``pid`` (from /proc)."""
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                children.add(int(entry.name))
+    return children
 
-    def __init__(self, config: Path, db: Path, port: int, log: Path) -> None:
+
+class AggregatorProcess:
+    """``ldp-aggregator serve --insecure [options]`` on ``port``; its output goes to ``log``."""
+
+    def __init__(
+        self, config: Path, db: Path, port: int, log: Path, options: Sequence[str] = ()
+    ) -> None:
         self.config, self.db, self.port, self.log = config, db, port, log
+        self.options = tuple(options)
+        self.orphans: set[int] = set()  # worker processes left behind by kill()
         self._process: subprocess.Popen | None = None
 
     @property
@@ -63,6 +82,7 @@ class AggregatorProcess:
                     str(self.db),
                     "--port",
                     str(self.port),
+                    *self.options,
                 ],
                 stdout=log,
                 stderr=log,
@@ -76,8 +96,11 @@ class AggregatorProcess:
         return time.monotonic() - started
 
     def kill(self) -> None:
-        """SIGKILL: no shutdown handler runs, in-flight transactions are cut wherever they are."""
+        """SIGKILL the main process (the store's writer): no shutdown handler runs, in-flight
+        transactions are cut wherever they are. Its worker processes, if any, are left to
+        notice on their own (recorded in ``orphans``)."""
         assert self._process is not None
+        self.orphans |= child_pids(self._process.pid)
         self._process.send_signal(signal.SIGKILL)
         self._process.wait(timeout=10)
         assert self._process.returncode == -signal.SIGKILL

@@ -3,7 +3,10 @@
 Real parts only: `ldp-aggregator serve` as a subprocess with its SQLite file on disk, and 100
 devices, each a real `Reporter` with its own ledger and outbox, answering 500 questions each
 (50,000 reports) and flushing with retries while the test kills the server at 22 seeded random
-points of the ingestion and restarts it on the same port.
+points of the ingestion and restarts it on the same port. The same with `--workers 2` (40
+devices, 8 kills): there the SIGKILL hits the process that owns the store, and its two gRPC
+worker processes, left without a writer, must answer UNAVAILABLE and exit on their own while
+the restarted service shares the port with them.
 
 The question is randomized response at epsilon = 50, which keeps the true answer with
 probability 1 - 7e-22, so the store must equal both the devices' own randomized reports and the
@@ -33,17 +36,31 @@ from client.ledger import Budget
 from client.reporter import Reporter
 from client.transport import Transport, TransportError
 
-DEVICES = 100
 REPORTS_PER_DEVICE = 500
-TOTAL = DEVICES * REPORTS_PER_DEVICE
 WORKERS = 5  # device threads; each runs its share of the devices one after another
 ANSWERS_PER_FLUSH = 100
-KILLS = 22
 MIN_PROGRESS_BETWEEN_KILLS = 200  # reports stored after a restart before the next kill
-HEALTH_LIMIT_SECONDS = 2.0
 RUN_LIMIT_SECONDS = 400.0
+ORPHAN_EXIT_SECONDS = 30.0
 SURVEY, QUESTION = "big", "rr64"  # randomized response, k = 8, epsilon = 50
 EPSILON = 50.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    devices: int
+    kills: int
+    health_limit: float  # restart to SERVING, seconds
+    serve_options: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.devices * REPORTS_PER_DEVICE
+
+
+ONE_PROCESS = Scenario(devices=100, kills=22, health_limit=2.0)
+# Spawning two workers that import numpy and grpc takes longer than one process.
+WITH_WORKERS = Scenario(devices=40, kills=8, health_limit=3.0, serve_options=("--workers", "2"))
 
 
 @dataclass
@@ -73,12 +90,12 @@ def device_dir(tmp_path: Path):
 
 
 def run_devices(
-    worker: int, target: str, device_dir: Path, log: DeviceLog, deadline: float
+    worker: int, devices: int, target: str, device_dir: Path, log: DeviceLog, deadline: float
 ) -> None:
     rng = random.Random(1000 + worker)
     transport = Transport(target, timeout=5.0, max_attempts=3, initial_backoff=0.05)
     try:
-        for device in range(worker, DEVICES, WORKERS):
+        for device in range(worker, devices, WORKERS):
             reporter = Reporter(
                 transport,
                 device_dir / f"device{device}.sqlite",
@@ -130,12 +147,17 @@ def stored_count(db: Path) -> int:
     return storecheck.statistics(db).get((SURVEY, QUESTION), (0, []))[0]
 
 
-def test_sigkilled_aggregator_loses_and_doubles_nothing(tmp_path, survey_file, device_dir):
+@pytest.mark.parametrize("scenario", [ONE_PROCESS, WITH_WORKERS], ids=["one-process", "workers"])
+def test_sigkilled_aggregator_loses_and_doubles_nothing(
+    tmp_path, survey_file, device_dir, scenario: Scenario
+):
     surveys = load_surveys(survey_file)
     db = tmp_path / "store.sqlite"
-    server = AggregatorProcess(survey_file, db, free_port(), tmp_path / "aggregator.log")
+    log_file = tmp_path / "aggregator.log"
+    server = AggregatorProcess(survey_file, db, free_port(), log_file, scenario.serve_options)
+    total = scenario.total
     rng = random.Random(20240601)
-    kill_points = sorted(rng.sample(range(1, TOTAL), KILLS))
+    kill_points = sorted(rng.sample(range(1, total), scenario.kills))
     logs = [DeviceLog() for _ in range(WORKERS)]
     errors: list[BaseException] = []
     started = time.monotonic()
@@ -143,7 +165,7 @@ def test_sigkilled_aggregator_loses_and_doubles_nothing(tmp_path, survey_file, d
 
     def worker(index: int) -> None:
         try:
-            run_devices(index, server.target, device_dir, logs[index], deadline)
+            run_devices(index, scenario.devices, server.target, device_dir, logs[index], deadline)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
@@ -181,7 +203,7 @@ def test_sigkilled_aggregator_loses_and_doubles_nothing(tmp_path, survey_file, d
 
     payloads = {rid: p for log in logs for rid, p in log.payloads.items()}
     answers = {rid: a for log in logs for rid, a in log.answers.items()}
-    assert len(payloads) == len(answers) == TOTAL
+    assert len(payloads) == len(answers) == total
     assert [d for log in logs for d in log.leftovers] == []
     stored = storecheck.stored_reports(db)
     lost = set(payloads) - set(stored)
@@ -198,18 +220,20 @@ def test_sigkilled_aggregator_loses_and_doubles_nothing(tmp_path, survey_file, d
     truth = [0] * mech.k
     for category in answers.values():
         truth[category] += 1
-    assert (n, sums) == (TOTAL, from_devices) == (TOTAL, truth)
+    assert (n, sums) == (total, from_devices) == (total, truth)
     assert storecheck.integrity(db) == "ok"
 
-    assert len(killed_at) >= 20 and max(killed_at) < TOTAL, killed_at
+    assert len(killed_at) >= scenario.kills - 2 and max(killed_at) < total, killed_at
     # Every upload holds exactly ANSWERS_PER_FLUSH reports and commits all or nothing, so a
     # kill never leaves part of one behind.
     assert all(count % ANSWERS_PER_FLUSH == 0 for count in killed_at), killed_at
     assert integrity == ["ok"] * len(killed_at)
-    assert max(recovery) <= HEALTH_LIMIT_SECONDS, recovery
+    assert max(recovery) <= scenario.health_limit, recovery
+    assert_orphans_exit(server.orphans)
     print(
-        f"\nsigkill: {len(killed_at)} kills at stored counts {killed_at}; {TOTAL} reports from "
-        f"{DEVICES} devices; lost 0, double-counted 0; integrity ok after every restart; "
+        f"\nsigkill {scenario.serve_options}: {len(killed_at)} kills at stored counts "
+        f"{killed_at}; {total} reports from "
+        f"{scenario.devices} devices; lost 0, double-counted 0; integrity ok after every restart; "
         f"restart to SERVING max {max(recovery):.2f} s, median {stats.median(recovery):.2f} s "
         f"(first start {first_start:.2f} s); kill to SERVING (with the checks) max "
         f"{max(downtime):.2f} s; device flushes that failed and were retried: "
@@ -218,6 +242,25 @@ def test_sigkilled_aggregator_loses_and_doubles_nothing(tmp_path, survey_file, d
         f"duplicate (a duplicate is a resend of a report committed before its ack was lost); "
         f"{elapsed:.1f} s"
     )
+
+
+def assert_orphans_exit(orphans: set[int]) -> None:
+    """Worker processes whose writer was killed must have exited (or do so shortly)."""
+    deadline = time.monotonic() + ORPHAN_EXIT_SECONDS
+    while True:
+        alive = {pid for pid in orphans if Path(f"/proc/{pid}").exists() and not zombie(pid)}
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not alive, f"worker processes still running after their writer died: {alive}"
+
+
+def zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
 
 
 def test_serving_does_not_wait_for_scipy():
