@@ -229,13 +229,12 @@ class RemoteStore(asyncio.Protocol):
         self._outbox = []
 
     def _say_bye(self) -> None:
+        """Send what is queued, then goodbye; the writer's goodbye (or a lost link) ends it."""
         if self._closed:
             return
         self._closed = True
         self._send_outbox()
-        if self._transport is None or self._transport.is_closing():
-            self._ended.set()
-        else:
+        if self._transport is not None and not self._transport.is_closing():
             self._send(_BYE)
 
     def _send(self, message: object) -> None:
