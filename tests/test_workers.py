@@ -305,7 +305,7 @@ def test_uploads_given_up_by_their_clients_do_not_break_the_link(survey_file, tm
         with connection(target) as channel:
             collector = ldp_pb2_grpc.CollectorStub(channel)
             calls = [
-                collector.Upload.future(ldp_pb2.UploadRequest(reports=reports(200)), timeout=0.005)
+                collector.Upload.future(ldp_pb2.UploadRequest(reports=reports(150)), timeout=0.005)
                 for _ in range(100)
             ]
             for call in calls:
