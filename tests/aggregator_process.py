@@ -1,5 +1,6 @@
-"""The aggregator as a real process (``python -m aggregator.cli serve``) on a fixed loopback port,
-so that a test can SIGKILL it and start it again on the same port and the same SQLite file."""
+"""The aggregator as a real process (``python -m aggregator.cli serve``): on a free port chosen by
+the server itself (:func:`spawn_serve`), or on a fixed loopback port so that a test can SIGKILL
+it and start it again on the same port and the same SQLite file (:class:`AggregatorProcess`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,31 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+def spawn_serve(
+    port_file: Path, *args: str, timeout: float = 60.0, output: int | None = subprocess.PIPE
+) -> tuple[subprocess.Popen, int]:
+    """Start ``python -m aggregator.cli serve --port 0 --port-file PORT_FILE *args`` and wait
+    until it has written the port it listens on; the process and the port. ``output`` is where
+    its stdout and stderr go (text pipes by default, so a failed start shows its stderr; None
+    inherits them). A server that exits, or has not started within ``timeout`` seconds, is
+    killed and fails the test."""
+    port_file.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "aggregator.cli", "serve", "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--port-file", str(port_file), *args], stdout=output, stderr=output, text=True
+    )
+    deadline = time.monotonic() + timeout
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            _, stderr = process.communicate()
+            pytest.fail(f"the aggregator did not start: {stderr}")
+        time.sleep(0.05)
+    return process, int(port_file.read_text())
 
 
 def free_port() -> int:

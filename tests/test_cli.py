@@ -7,10 +7,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from aggregator_process import spawn_serve
 
 
 def run(tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -32,33 +32,11 @@ def assert_user_error(done: subprocess.CompletedProcess, status: int, fragment: 
 
 @pytest.fixture
 def live_server(tmp_path: Path, survey_file: Path):
-    port_file = tmp_path / "port"
     db = tmp_path / "store.sqlite"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aggregator.cli",
-            "serve",
-            "--config",
-            str(survey_file),
-            "--db",
-            str(db),
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-            "--insecure",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    process, port = spawn_serve(
+        tmp_path / "port", "--config", str(survey_file), "--db", str(db), "--insecure"
     )
-    deadline = time.time() + 20
-    while not (port_file.exists() and port_file.read_text().strip()):
-        assert process.poll() is None and time.time() < deadline, process.stderr.read()
-        time.sleep(0.05)
-    yield f"127.0.0.1:{port_file.read_text().strip()}", db, process
+    yield f"127.0.0.1:{port}", db, process
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from aggregator_process import spawn_serve
 from conftest import ServerThread
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -302,33 +303,14 @@ def test_client_cli_flush_says_when_to_retry(limited, tmp_path):
 
 
 def start_cli_server(tmp_path: Path, config: Path, max_inflight: int):
-    port_file = tmp_path / "port"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aggregator.cli",
-            "serve",
-            "--config",
-            str(config),
-            "--db",
-            str(tmp_path / "flood.sqlite"),
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-            "--insecure",
-            "--max-inflight-reports",
-            str(max_inflight),
-        ],
-        stdout=subprocess.DEVNULL,
+    db = str(tmp_path / "flood.sqlite")
+    process, port = spawn_serve(
+        tmp_path / "port",
+        *("--config", str(config), "--db", db, "--insecure"),
+        *("--max-inflight-reports", str(max_inflight)),
+        output=None,
     )
-    deadline = time.monotonic() + 30
-    while not (port_file.exists() and port_file.read_text().strip()):
-        assert process.poll() is None, "server exited"
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    return process, f"127.0.0.1:{port_file.read_text().strip()}"
+    return process, f"127.0.0.1:{port}"
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from aggregator_process import spawn_serve
 from test_cli import run
 
 from aggregator import cli as aggregator_cli
@@ -54,21 +52,9 @@ def call(capsys, main, *args: str, status: int = 0) -> str:
 
 @contextmanager
 def serving(tmp_path: Path, *args: str):
-    port_file = tmp_path / "port"
-    port_file.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "aggregator.cli", "serve", "--port", "0"]
-    process = subprocess.Popen(
-        [*command, "--port-file", str(port_file), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process, port = spawn_serve(tmp_path / "port", *args)
     try:
-        deadline = time.time() + 30
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert process.poll() is None and time.time() < deadline, process.stderr.read()
-            time.sleep(0.05)
-        yield int(port_file.read_text())
+        yield port
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0

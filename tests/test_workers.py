@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from aggregator_process import spawn_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aggregator.storage import (
@@ -34,22 +35,13 @@ START_SECONDS = 90  # spawning two workers that import numpy/scipy/grpc is slow 
 
 
 def start(survey_file: Path, db: Path, tmp_path: Path, workers: int = 2):
-    port_file = tmp_path / f"port-{time.monotonic_ns()}"
-    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(survey_file)]
-    command += ["--db", str(db), "--port", "0", "--port-file", str(port_file), "--insecure"]
-    process = subprocess.Popen(
-        [*command, "--workers", str(workers)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    process, port = spawn_serve(
+        tmp_path / f"port-{time.monotonic_ns()}",
+        *("--config", str(survey_file), "--db", str(db), "--insecure"),
+        *("--workers", str(workers)),
+        timeout=START_SECONDS,
     )
-    deadline = time.monotonic() + START_SECONDS
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"server did not start: {process.communicate()[1]}")
-        time.sleep(0.05)
-    return process, f"127.0.0.1:{port_file.read_text().strip()}"
+    return process, f"127.0.0.1:{port}"
 
 
 def stop(process: subprocess.Popen) -> tuple[int, str]:
