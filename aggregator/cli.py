@@ -20,14 +20,14 @@ import grpc
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from aggregator import ingest, shards
-from aggregator.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.config import ConfigError, load_limits, load_surveys
-from aggregator.devices import DeviceRegistry
 from aggregator.errors import InsufficientDataError, LdpError
-from aggregator.ingest import ReportRejectedError
-from aggregator.limits import DEFAULT_MAX_INFLIGHT_REPORTS
-from aggregator.storage import ReportStore, StoreError
+from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
+from aggregator.service.devices import DeviceRegistry
+from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
+from aggregator.store import ingest, shards
+from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.report_store import ReportStore, StoreError
 
 PROG = "ldp-aggregator"
 
@@ -234,7 +234,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
             "in one process: serve them with --workers 1"
         )
-    from aggregator.workers import WorkerSecurity, serve_workers
+    from aggregator.service.workers import WorkerSecurity, serve_workers
 
     def serving(port: int) -> None:
         _announce(args, port, f"{len(surveys)} survey(s) with {args.workers} worker processes")
@@ -277,7 +277,7 @@ def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | No
         )
     if args.tls_cert is None or args.tls_key is None:
         raise UserError("--tls-cert and --tls-key go together")
-    from aggregator.tls import server_credentials
+    from aggregator.service.tls import server_credentials
 
     return server_credentials(args.tls_cert, args.tls_key, args.client_ca)
 
@@ -289,7 +289,7 @@ async def _serve(
     credentials: grpc.ServerCredentials | None,
     keys: dict[str, Ed25519PublicKey],
 ) -> None:
-    from aggregator.server import start_server
+    from aggregator.service.server import start_server
 
     running = await start_server(
         surveys,

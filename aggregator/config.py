@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from aggregator.limits import SurveyLimits
 from client.mechanisms import DEFAULT_GRANULARITY_BITS
 from client.survey import Attribute, QuestionSpec, SurveyError, SurveySpec, build_question
 
@@ -60,6 +61,18 @@ _SURVEY_KEYS = {
     "max_reports_per_device",
     "question",
 }
+
+
+@dataclass(frozen=True)
+class SurveyLimits:
+    """One survey's per-device limits; None means unlimited."""
+
+    rate_per_minute: float | None = None
+    burst: int | None = None
+    max_reports_per_device: Mapping[str, int] = field(default_factory=dict)  # by question id
+
+    def cap(self, question_id: str) -> int | None:
+        return self.max_reports_per_device.get(question_id)
 
 
 class ConfigError(ValueError):

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from client.device_key import DeviceKey, device_key_path
-from client.ledger import Budget, Ledger, LedgerError
-from client.reporter import Reporter
+from client.device.keys import DeviceKey, device_key_path
+from client.device.ledger import Budget, Ledger, LedgerError
+from client.device.reporter import Reporter
+from client.device.tls import TlsSettings
+from client.device.transport import Transport, TransportError
 from client.survey import SurveyError, SurveySpec
-from client.tls import TlsSettings
-from client.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2
 
 PROG = "ldp-client"

@@ -41,7 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from client.transport import MAX_MESSAGE_BYTES  # noqa: E402
+from client.device.transport import MAX_MESSAGE_BYTES  # noqa: E402
 from protos.ldp.v1 import ldp_pb2  # noqa: E402
 
 UPLOAD = "/ldp.v1.Collector/Upload"

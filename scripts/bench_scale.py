@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator import shards
 from aggregator.jobs import inputs, pipeline
 from aggregator.jobs.results import Analysis
+from aggregator.store import shards
 from client.mechanisms import FlipComponents, RandomizedResponse
 from client.survey import Attribute, SurveySpec, build_question
 from protos.ldp.v1 import ldp_pb2

@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aggregator.storage import ReportBatch, ReportStore  # noqa: E402
+from aggregator.store.report_store import ReportBatch, ReportStore  # noqa: E402
 
 K = 4
 

@@ -35,8 +35,8 @@ import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from aggregator import ingest, shards
-from aggregator.ingest import ReportRejectedError
+from aggregator.store import ingest, shards
+from aggregator.store.ingest import ReportRejectedError
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,

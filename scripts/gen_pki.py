@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aggregator.pki import write_pki
+from aggregator.service.pki import write_pki
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,9 +4,9 @@ random and mutated wire reports.
 
 The reference validator is written from the wire contract in protos/ldp/v1/ldp.proto (payload
 layouts) and the status-code table of the service conventions, with plain ``struct`` and bit
-arithmetic, so it shares no decoding code with ``aggregator.ingest`` or the mechanisms. The only
-thing it takes from a mechanism is the documented valid range of additive-noise grid values
-(``scale + noise_bound``), which is part of the mechanism's definition.
+arithmetic, so it shares no decoding code with ``aggregator.store.ingest`` or the mechanisms.
+The only thing it takes from a mechanism is the documented valid range of additive-noise grid
+values (``scale + noise_bound``), which is part of the mechanism's definition.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator import ingest
+from aggregator.store import ingest
 from client.survey import SurveySpec
 
 Key = tuple[str, str]

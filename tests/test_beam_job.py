@@ -16,14 +16,14 @@ import pytest
 
 pytest.importorskip("apache_beam", reason="needs the [beam] extra: pip install -e '.[dev,beam]'")
 
-from aggregator import ingest, shards
 from aggregator.cli import main as aggregator_main
 from aggregator.config import load_surveys
 from aggregator.jobs import inputs, pipeline
 from aggregator.jobs.framing import _split_sequential, iter_blocks, split_records
 from aggregator.jobs.records import classify
 from aggregator.jobs.results import Analysis
-from aggregator.storage import ReportStore
+from aggregator.store import ingest, shards
+from aggregator.store.report_store import ReportStore
 from protos.ldp.v1 import ldp_pb2
 from tests.conftest import SURVEYS_TOML
 
@@ -310,7 +310,7 @@ def test_fast_framing_agrees_with_a_sequential_parse(exported):
 def test_the_service_never_imports_beam():
     """Only `ldp-aggregator job` loads Beam; the server and the other commands stay light."""
     code = (
-        "import sys, aggregator.server, aggregator.cli\n"
+        "import sys, aggregator.service.server, aggregator.cli\n"
         "print(sorted({m.split('.')[0] for m in sys.modules\n"
         "              if m.startswith(('apache_beam', 'aggregator.jobs'))}))"
     )

@@ -17,8 +17,8 @@ import time
 import storecheck
 from faultproxy import FaultPlan, FaultProxy
 
-from client.ledger import Ledger
-from client.outbox import Outbox
+from client.device.ledger import Ledger
+from client.device.outbox import Outbox
 
 ANSWERS = ("c1", "c4", "c6")
 

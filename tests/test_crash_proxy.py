@@ -19,9 +19,9 @@ import pytest
 import storecheck
 from faultproxy import FaultPlan, FaultProxy
 
-from client.ledger import Budget
-from client.reporter import Reporter
-from client.transport import Transport, TransportError
+from client.device.ledger import Budget
+from client.device.reporter import Reporter
+from client.device.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2
 
 # Distinct per-category counts, so that no loss can be hidden by a double count elsewhere.

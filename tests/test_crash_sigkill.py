@@ -32,9 +32,9 @@ import storecheck
 from aggregator_process import AggregatorProcess, free_port
 
 from aggregator.config import load_surveys
-from client.ledger import Budget
-from client.reporter import Reporter
-from client.transport import Transport, TransportError
+from client.device.ledger import Budget
+from client.device.reporter import Reporter
+from client.device.transport import Transport, TransportError
 
 REPORTS_PER_DEVICE = 500
 WORKERS = 5  # device threads; each runs its share of the devices one after another
@@ -266,6 +266,6 @@ def zombie(pid: int) -> bool:
 def test_serving_does_not_wait_for_scipy():
     """What keeps a restart fast: the serve path imports no SciPy (about a second on this
     machine); the statistics package loads on the first analysis call instead."""
-    code = "import sys, aggregator.cli, aggregator.server; print('scipy' in sys.modules)"
+    code = "import sys, aggregator.cli, aggregator.service.server; print('scipy' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr

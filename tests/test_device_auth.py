@@ -22,14 +22,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from aggregator.auth import OFF_LOOP_REPORTS, DeviceAuthenticator
 from aggregator.config import load_surveys
-from aggregator.devices import DeviceRegistry, DeviceRegistryError
-from client.device_key import DeviceKey, DeviceKeyError, device_key_path
-from client.ledger import Budget
-from client.reporter import Reporter
-from client.transport import Transport
-from client.upload_signature import DOMAIN, canonical_upload
+from aggregator.service.auth import OFF_LOOP_REPORTS, DeviceAuthenticator
+from aggregator.service.devices import DeviceRegistry, DeviceRegistryError
+from client.device.keys import DeviceKey, DeviceKeyError, device_key_path
+from client.device.ledger import Budget
+from client.device.reporter import Reporter
+from client.device.signature import DOMAIN, canonical_upload
+from client.device.transport import Transport
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 SURVEYS_TOML = """

@@ -27,8 +27,8 @@ from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aggregator import ingest
-from aggregator.ingest import ReportRejectedError
+from aggregator.store import ingest
+from aggregator.store.ingest import ReportRejectedError
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator import ingest
+from aggregator.store import ingest
 from protos.ldp.v1 import ldp_pb2
 
 ROOT = Path(__file__).resolve().parents[1]

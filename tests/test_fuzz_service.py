@@ -33,8 +33,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from aggregator import ingest
-from aggregator.storage import ReportStore
+from aggregator.store import ingest
+from aggregator.store.report_store import ReportStore
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 

@@ -1,6 +1,6 @@
 """Hostile shard directories (issue 4, item 4): random and mutated shard files and manifests
-through the import path of ``aggregator/shards.py``. The only allowed outcomes are success or a
-clean ``ShardFormatError``; reports read from a shard then meet the same validation as uploads."""
+through the import path of ``aggregator/store/shards.py``. The only allowed outcomes are success or
+a clean ``ShardFormatError``; reports read from a shard then meet the same validation as uploads."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from google.protobuf import json_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator import ingest, shards
-from aggregator.ingest import ReportRejectedError
+from aggregator.store import ingest, shards
+from aggregator.store.ingest import ReportRejectedError
 from protos.ldp.v1 import ldp_pb2
 
 SURVEY = FUZZ_SURVEYS["s1"]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from client.ledger import Budget, BudgetExceeded, Charge, Ledger, LedgerConfigError
+from client.device.ledger import Budget, BudgetExceeded, Charge, Ledger, LedgerConfigError
 from client.mechanisms.base import PrivacyCost
 
 LN_INV_DELTA = math.log(1e6)

@@ -11,18 +11,17 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from aggregator.config import ConfigError, load_limits, load_surveys
-from aggregator.limits import (
+from aggregator.config import ConfigError, SurveyLimits, load_limits, load_surveys
+from aggregator.service.limits import (
     CapCounter,
     LimitExceededError,
     RateLimiter,
-    SurveyLimits,
     TokenBucket,
     UploadGuard,
     limit_key,
     peer_host,
 )
-from aggregator.storage import StoredReport, batches_of
+from aggregator.store.report_store import StoredReport, batches_of
 
 
 class Clock:

@@ -25,10 +25,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from aggregator.limits import KeyPseudonyms
-from client.ledger import Budget
-from client.reporter import Reporter
-from client.transport import Transport
+from aggregator.service.limits import KeyPseudonyms
+from client.device.ledger import Budget
+from client.device.reporter import Reporter
+from client.device.transport import Transport
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 LIMITED_TOML = """

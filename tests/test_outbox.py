@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-from client.ledger import Budget, Ledger
+from client.device.ledger import Budget, Ledger
+from client.device.outbox import Outbox, OutboxError, load_or_create_secret, memo_key
 from client.mechanisms.base import PrivacyCost
-from client.outbox import Outbox, OutboxError, load_or_create_secret, memo_key
 
 
 def rid(n: int) -> bytes:
@@ -185,7 +185,7 @@ def test_secret_is_created_once_and_shares_the_ledger_file(tmp_path):
 _WRITER = textwrap.dedent(
     """
     import os, sys
-    from client.outbox import Outbox
+    from client.device.outbox import Outbox
     box = Outbox(sys.argv[1])
     for n in range(100_000):
         report_id = os.urandom(16)

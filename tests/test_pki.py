@@ -15,7 +15,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from aggregator import pki
+from aggregator.service import pki
 
 ROOT = Path(__file__).resolve().parents[1]
 

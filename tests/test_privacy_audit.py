@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client.ledger import Budget, BudgetExceeded
+from client.device.ledger import Budget, BudgetExceeded
+from client.device.reporter import Reporter
+from client.device.transport import Transport
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -32,8 +34,6 @@ from client.mechanisms import (
     RandomizedResponse,
 )
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
-from client.reporter import Reporter
-from client.transport import Transport
 from protos.ldp.v1 import ldp_pb2
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "privacy_audit.py"

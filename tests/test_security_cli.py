@@ -14,7 +14,7 @@ from aggregator_process import spawn_serve
 from test_cli import run
 
 from aggregator import cli as aggregator_cli
-from aggregator.pki import write_pki
+from aggregator.service.pki import write_pki
 from client import cli as client_cli
 
 SURVEYS_TOML = """

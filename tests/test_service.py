@@ -20,9 +20,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate
-from client.ledger import Budget, BudgetExceeded
-from client.reporter import Reporter
-from client.transport import Transport, TransportError
+from client.device.ledger import Budget, BudgetExceeded
+from client.device.reporter import Reporter
+from client.device.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 # Room for pure reports and for Gaussian (zCDP) reports.
@@ -110,7 +110,7 @@ def test_idempotent_upload_counts_exactly(server):
 
 
 def server_statistics(server: ServerThread, survey: str, question: str):
-    from aggregator.storage import ReportStore
+    from aggregator.store.report_store import ReportStore
 
     store = ReportStore(server.db)
     try:
@@ -149,9 +149,9 @@ def test_killed_client_resends_the_same_report(server, tmp_path):
     script = textwrap.dedent(
         f"""
         import os
-        from client.ledger import Budget
-        from client.reporter import Reporter
-        from client.transport import Transport
+        from client.device.ledger import Budget
+        from client.device.reporter import Reporter
+        from client.device.transport import Transport
         reporter = Reporter(Transport({server.target!r}), {str(state)!r}, Budget(5.0))
         report_id = reporter.answer("s1", "rr", "c")
         print(report_id.hex(), flush=True)

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from aggregator import ingest, shards
 from aggregator.config import load_surveys
-from aggregator.storage import ReportStore
+from aggregator.store import ingest, shards
+from aggregator.store.report_store import ReportStore
 from protos.ldp.v1 import ldp_pb2
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.storage import ReportStore, StoredReport, StoreError
+from aggregator.store.report_store import ReportStore, StoredReport, StoreError
 
 K = 4
 EYE = np.eye(K, dtype=np.int64)
@@ -259,7 +259,7 @@ def test_cancelled_submit_is_not_written_and_asyncio_can_await(store: ReportStor
 CHILD = """
 import sys
 import numpy as np
-from aggregator.storage import ReportStore, StoredReport
+from aggregator.store.report_store import ReportStore, StoredReport
 
 path, start = sys.argv[1], int(sys.argv[2])
 eye = np.eye(4, dtype=np.int64)

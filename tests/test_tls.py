@@ -13,9 +13,9 @@ from conftest import ServerThread
 from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from aggregator.tls import server_credentials
-from client.tls import TlsConfigError, TlsSettings
-from client.transport import Transport, TransportError
+from aggregator.service.tls import server_credentials
+from client.device.tls import TlsConfigError, TlsSettings
+from client.device.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 REFUSED_DEVICES = ["foreign-device", "expired-device", "server-eku-device", "codesign-eku-device"]

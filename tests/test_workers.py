@@ -21,14 +21,14 @@ import pytest
 from aggregator_process import spawn_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from aggregator.storage import (
+from aggregator.service.store_link import RemoteStore, serve_link
+from aggregator.store.report_store import (
     ReportBatch,
     ReportStore,
     StoreError,
     StoreUnavailableError,
     read_statistics,
 )
-from aggregator.store_link import RemoteStore, serve_link
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 START_SECONDS = 90  # spawning two workers that import numpy/scipy/grpc is slow on a busy CI box

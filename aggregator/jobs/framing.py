@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from aggregator.shards import (
+from aggregator.store.shards import (
     HEADER,
     ShardFormatError,
     check_header,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from apache_beam.io.filesystems import FileSystems
 
-from aggregator import shards
+from aggregator.store import shards
 from client.survey import SurveySpec
 
 

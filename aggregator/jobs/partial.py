@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aggregator.ingest import decode_payloads, sum_decoded
+from aggregator.store.ingest import decode_payloads, sum_decoded
 from client.survey import QuestionSpec
 
 _INT64_MAX = 2**63 - 1

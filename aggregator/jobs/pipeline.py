@@ -20,14 +20,14 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from aggregator.ingest import ReportRejectedError, decode_payloads
 from aggregator.jobs.dedup import deduplicate, split_by_partition
 from aggregator.jobs.framing import DEFAULT_BLOCK_BYTES, iter_blocks
 from aggregator.jobs.inputs import ShardInput
 from aggregator.jobs.partial import Partial
 from aggregator.jobs.records import QuestionKey, QuestionRecords, classify
 from aggregator.jobs.results import RESULTS_FORMAT, RESULTS_VERSION, Analysis, question_result
-from aggregator.shards import ShardFormatError
+from aggregator.store.ingest import ReportRejectedError, decode_payloads
+from aggregator.store.shards import ShardFormatError
 from client.survey import SurveySpec
 
 

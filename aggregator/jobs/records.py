@@ -17,9 +17,9 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from numpy.lib.stride_tricks import sliding_window_view
 
-from aggregator.ingest import REPORT_ID_BYTES, ReportRejectedError, find_question
 from aggregator.jobs.framing import Block
-from aggregator.shards import ShardFormatError
+from aggregator.store.ingest import REPORT_ID_BYTES, ReportRejectedError, find_question
+from aggregator.store.shards import ShardFormatError
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aggregator import ingest
 from aggregator.errors import InsufficientDataError
 from aggregator.jobs.partial import Partial
 from aggregator.stats import estimate, goodness_of_fit, independence
+from aggregator.store import ingest
 from client.survey import SurveySpec
 
 RESULTS_FORMAT = "ldp-job-results"

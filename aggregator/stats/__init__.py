@@ -1,4 +1,8 @@
-"""Estimates and local chi-square tests computed from sufficient statistics only."""
+"""Estimates, local chi-square tests and study planning, computed from sufficient statistics only.
+
+May import ``aggregator.histogram``, ``aggregator.errors``, ``client.mechanisms`` and scipy; never
+``aggregator.service``, ``aggregator.store`` or ``aggregator.jobs``.
+"""
 
 from aggregator.stats.composite import composite, independence
 from aggregator.stats.estimate import Estimate, estimate

@@ -1,5 +1,8 @@
 """Local randomizers: each knows its parameters, privacy cost, secure per-record randomization,
-fast numpy simulation, fixed-length encoding, and its channel for the aggregator."""
+fast numpy simulation, fixed-length encoding, and its channel for the aggregator.
+
+May import numpy and the standard library only: never ``client.device``, ``aggregator`` or scipy.
+"""
 
 from client.mechanisms.additive import DEFAULT_GRANULARITY_BITS, GaussianNoise, LaplaceNoise
 from client.mechanisms.base import Mechanism, PrivacyCost, ReportRangeError

@@ -1,7 +1,7 @@
 """Ed25519 device authentication of uploads (surveys with ``require_device_auth``).
 
 A signed call carries ``ldp-device-id``, ``ldp-timestamp`` and ``ldp-signature-bin`` metadata; the
-signature covers the canonical bytes of :mod:`client.upload_signature`. An upload is verified when
+signature covers the canonical bytes of :mod:`client.device.signature`. An upload is verified when
 any of its reports belongs to a survey that requires it, or when it carries a signature at all (a
 device that signs is held to its signature). Every failure is UNAUTHENTICATED: missing or malformed
 metadata, an unknown or revoked device, a timestamp outside the window (default +-300 s), or a
@@ -27,7 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from aggregator.errors import LdpError
-from client import upload_signature as sig
+from client.device import signature as sig
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 

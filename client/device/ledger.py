@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from client.device_db import connect, immediate
+from client.device.database import connect, immediate
 from client.mechanisms.base import PrivacyCost
 
 #: Relative slack in admission tests, so that e.g. ten charges of 0.1 fit a budget of 1.0.

@@ -20,7 +20,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from client import upload_signature
+from client.device import signature as upload_signature
 from protos.ldp.v1 import ldp_pb2
 
 KEY_SUFFIX = ".device-key.pem"

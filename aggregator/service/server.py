@@ -23,33 +23,33 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from aggregator import ingest
-from aggregator.auth import (
+from aggregator.config import SurveyLimits
+from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.service.auth import (
     DEFAULT_WINDOW_SECONDS,
     UNSIGNED,
     DeviceAuthenticator,
 )
-from aggregator.errors import InsufficientDataError, InvalidInputError
-from aggregator.ingest import ReportRejectedError
-from aggregator.limits import (
+from aggregator.service.limits import (
     DEFAULT_MAX_INFLIGHT_REPORTS,
     Admission,
     CapCounter,
     KeyPseudonyms,
     LimitExceededError,
-    SurveyLimits,
     UploadGuard,
     limit_key,
 )
-from aggregator.storage import (
+from aggregator.store import ingest
+from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.report_store import (
     ReportBatch,
     ReportStore,
     StoreUnavailableError,
     WriteHook,
     batches_of,
 )
+from client.device.transport import MAX_MESSAGE_BYTES, RETRY_AFTER_KEY
 from client.survey import SurveySpec
-from client.transport import MAX_MESSAGE_BYTES, RETRY_AFTER_KEY
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 if TYPE_CHECKING:
@@ -507,7 +507,7 @@ async def start_server(
 ) -> RunningServer:
     """Open the store, register every question, and start serving on ``address``.
 
-    ``credentials`` (see ``aggregator.tls.server_credentials``) switch on TLS or mTLS;
+    ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
     ``auth_window`` the allowed clock difference of a signature in seconds. ``limits`` are the
     surveys' per-device limits (their counts persist in the store, under keyed hashes);

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import grpc
 
-from client.device_key import DeviceKey, device_key_path
-from client.ledger import Budget, Ledger
-from client.outbox import Outbox, load_or_create_secret, memo_key
+from client.device.keys import DeviceKey, device_key_path
+from client.device.ledger import Budget, Ledger
+from client.device.outbox import Outbox, load_or_create_secret, memo_key
+from client.device.transport import Transport, TransportError
 from client.survey import SurveySpec
-from client.transport import Transport, TransportError
 from protos.ldp.v1 import ldp_pb2
 
 REPORT_ID_BYTES = 16

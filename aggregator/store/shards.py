@@ -21,7 +21,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from aggregator.storage import ReportStore
+from aggregator.store.report_store import ReportStore
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 

@@ -40,7 +40,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from aggregator.storage import (
+from aggregator.store.report_store import (
     ReportBatch,
     ReportStore,
     StoreError,

@@ -1,8 +1,8 @@
 """How a wire report becomes part of a question's statistics: validation with the specific gRPC
 status code of each failure, the report's integer contribution, and the histogram of a question
 from its stored integer sums. Requests are validated in bulk (numpy per question), into the
-per-question :class:`~aggregator.storage.ReportBatch` form the store writes without building an
-object per report."""
+per-question :class:`~aggregator.store.report_store.ReportBatch` form the store writes without
+building an object per report."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 
 from aggregator.histogram import Histogram
-from aggregator.storage import ReportBatch, StoredReport
+from aggregator.store.report_store import ReportBatch, StoredReport
 from client.mechanisms import FlipComponents, RandomizedResponse, ReportRangeError
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2

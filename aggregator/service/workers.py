@@ -5,7 +5,7 @@ encoding under one GIL, so it tops out at about one core however many the machin
 the parent process owns the SQLite store and its single writer thread (SQLite allows one
 writer; group commit makes one enough) and starts N worker processes. Each worker runs the whole
 gRPC server on the same port with SO_REUSEPORT, so the kernel spreads incoming connections over
-the workers, and reaches the store through :mod:`aggregator.store_link`: an upload is
+the workers, and reaches the store through :mod:`aggregator.service.store_link`: an upload is
 acknowledged only after the parent's transaction holding it committed, exactly as in one
 process. Workers are spawned, not forked (gRPC does not survive a fork).
 
@@ -32,14 +32,14 @@ from pathlib import Path
 
 import grpc
 
-from aggregator.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.config import load_surveys
-from aggregator.devices import DeviceRegistry
 from aggregator.errors import LdpError
-from aggregator.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
-from aggregator.server import open_store, serve
-from aggregator.store_link import RemoteStore, serve_link
-from aggregator.tls import server_credentials
+from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
+from aggregator.service.devices import DeviceRegistry
+from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
+from aggregator.service.server import open_store, serve
+from aggregator.service.store_link import RemoteStore, serve_link
+from aggregator.service.tls import server_credentials
 from client.survey import SurveySpec
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ Why this shape (notes/service-conventions.md §3):
   ``synchronous=FULL`` an acknowledged report survives a process kill and a power loss.
 * ``report_id`` (16 random bytes chosen by the device) is the primary key, so a resend is reported
   as a duplicate and counted once. No device identity is stored with a report (the per-device
-  cap counts of aggregator/limits.py live in their own table, with no report ids).
+  cap counts of aggregator/service/limits.py live in their own table, with no report ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
 
 Threading: :meth:`ReportStore.submit` and :meth:`ReportStore.submit_batches` never block (they

@@ -11,7 +11,7 @@ import os
 
 import grpc
 
-from client.tls import read_certificates, read_key_pair
+from client.device.tls import read_certificates, read_key_pair
 
 
 def server_credentials(

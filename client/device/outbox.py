@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client.device_db import connect, immediate
+from client.device.database import connect, immediate
 
 REPORT_ID_SIZE = 16
 SECRET_SIZE = 32

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from client.device_key import DeviceKey
+from client.device.keys import DeviceKey
+from client.device.tls import TlsSettings
 from client.survey import SurveySpec
-from client.tls import TlsSettings
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from aggregator.errors import LdpError
-from client.device_key import device_id_for
+from client.device.keys import device_id_for
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (

@@ -40,11 +40,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from aggregator.config import SurveyLimits
 from aggregator.errors import LdpError
-from aggregator.storage import ReportBatch
+from aggregator.store.report_store import ReportBatch
 
 #: Default bound on reports waiting for the store. The store commits about 40k reports/s on a
 #: 2-core machine (docs/performance.md), so 20,000 queued reports wait about half a second:
@@ -76,18 +76,6 @@ class LimitExceededError(LdpError):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-
-
-@dataclass(frozen=True)
-class SurveyLimits:
-    """One survey's per-device limits; None means unlimited."""
-
-    rate_per_minute: float | None = None
-    burst: int | None = None
-    max_reports_per_device: Mapping[str, int] = field(default_factory=dict)  # by question id
-
-    def cap(self, question_id: str) -> int | None:
-        return self.max_reports_per_device.get(question_id)
 
 
 def limit_key(context, device: str | None = None) -> str:

@@ -1,0 +1,198 @@
+"""The import rules of docs/architecture.md, enforced.
+
+Two checks: a static one reads every module's imports (top-level and lazy ones inside functions)
+and holds them against the package rules; a dynamic one runs the device's workload in a fresh
+interpreter and lists the heavy modules it actually loaded (the client must stay light).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("client", "aggregator", "protos")
+
+# (modules a rule applies to, import prefixes they must never use, why)
+RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
+    (
+        ("client",),
+        ("aggregator", "scipy", "apache_beam", "matplotlib", "pandas"),
+        "the device side installs little and never depends on the aggregator",
+    ),
+    (
+        ("client.mechanisms",),
+        ("client.device", "client.cli", "client.survey", "grpc", "protos"),
+        "randomizers are pure numpy: no runtime, no wire",
+    ),
+    (("protos",), ("client", "aggregator"), "the wire contract depends on nothing of ours"),
+    (
+        ("aggregator.service",),
+        ("aggregator.jobs", "aggregator.cli", "apache_beam"),
+        "the service never needs Beam or the command line",
+    ),
+    (
+        ("aggregator.store",),
+        ("aggregator.service", "aggregator.stats", "aggregator.jobs", "aggregator.cli"),
+        "the store knows reports and statistics' inputs, not who serves or analyses them",
+    ),
+    (
+        ("aggregator.stats",),
+        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli", "grpc"),
+        "statistics read histograms only",
+    ),
+    (
+        ("aggregator.histogram", "aggregator.errors", "aggregator.config"),
+        (
+            "aggregator.service",
+            "aggregator.store",
+            "aggregator.stats",
+            "aggregator.jobs",
+            "aggregator.cli",
+        ),
+        "the shared top-level modules sit below every subpackage",
+    ),
+    (("aggregator.jobs",), ("aggregator.service", "aggregator.cli"), "jobs run without a server"),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(source: str, module: str) -> set[str]:
+    """Every module named by an import statement anywhere in ``source`` (lazy imports too)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the importing module's package
+                base = module.split(".")[: -node.level]
+                prefix = ".".join([*base, node.module] if node.module else base)
+            else:
+                prefix = node.module or ""
+            found.add(prefix)
+            found.update(f"{prefix}.{alias.name}" for alias in node.names)
+    return found
+
+
+def violations(module: str, imports: set[str]) -> list[str]:
+    def under(name: str, prefix: str) -> bool:
+        return name == prefix or name.startswith(prefix + ".")
+
+    broken = []
+    for subjects, forbidden, why in RULES:
+        if not any(under(module, subject) for subject in subjects):
+            continue
+        for name in sorted(imports):
+            for prefix in forbidden:
+                if under(name, prefix):
+                    broken.append(f"{module} imports {name} ({why})")
+    return broken
+
+
+def our_modules() -> list[Path]:
+    return sorted(
+        path
+        for package in PACKAGES
+        for path in (REPO / package).rglob("*.py")
+        if "_pb2" not in path.name
+    )
+
+
+def test_every_module_keeps_the_import_rules():
+    broken = []
+    for path in our_modules():
+        module = module_name(path)
+        broken += violations(module, imported_modules(path.read_text(), module))
+    assert broken == []
+
+
+def test_the_layout_has_the_documented_packages():
+    for package in (
+        "client/mechanisms",
+        "client/device",
+        "aggregator/service",
+        "aggregator/store",
+        "aggregator/stats",
+        "aggregator/jobs",
+    ):
+        init = REPO / package / "__init__.py"
+        assert init.is_file(), package
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and "import" in doc, f"{package}/__init__.py must say what it may import"
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        ("aggregator.stats.gof", "from aggregator.store import ingest\n", "aggregator.store"),
+        ("aggregator.service.server", "def f():\n    import aggregator.jobs.pipeline\n", "jobs"),
+        ("client.device.outbox", "from aggregator.histogram import Histogram\n", "aggregator"),
+        ("client.mechanisms.base", "from ..device import ledger\n", "client.device"),
+        ("aggregator.store.shards", "from aggregator.service.limits import x\n", "service"),
+    ],
+)
+def test_the_static_check_sees_a_broken_rule(module, source, expected):
+    """Control: a forbidden import, top-level, lazy or relative, is reported."""
+    broken = violations(module, imported_modules(source, module))
+    assert broken and all(expected in line for line in broken), broken
+
+
+FORBIDDEN = ("scipy", "aggregator", "apache_beam", "matplotlib")
+
+CLIENT_WORKLOAD = """
+import client, client.mechanisms, client.device.ledger, client.device.outbox
+import numpy as np
+from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
+
+for mech in (RandomizedResponse(4, 1.0), FlipComponents(4, 1.0), GaussianNoise(4, 0.5),
+             LaplaceNoise(4, 1.0)):
+    report = mech.randomize(2)
+    mech.decode(mech.encode(report))
+    mech.cost, mech.describe()
+    mech.simulate(np.array([0, 1, 2, 3]), np.random.default_rng(0))
+RandomizedResponse(4, 1.0).realized_epsilon, FlipComponents(4, 1.0).realized_epsilon
+GaussianNoise(4, 8.0, granularity_bits=0).noise_variance
+import client.device.reporter, client.cli
+"""
+
+REPORT = """
+import json, sys
+forbidden = {forbidden!r}
+print(json.dumps(sorted(
+    name for name in sys.modules if any(name == f or name.startswith(f + ".") for f in forbidden)
+)))
+"""
+
+
+def loaded_forbidden_modules(workload: str) -> list[str]:
+    """Run ``workload`` in a fresh interpreter and list the forbidden modules it loaded."""
+    code = workload + REPORT.format(forbidden=FORBIDDEN)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_client_imports_nothing_heavy():
+    assert loaded_forbidden_modules(CLIENT_WORKLOAD) == []
+
+
+def test_the_check_sees_a_forbidden_import():
+    """Control: the same probe does report the aggregator and scipy once they are imported."""
+    loaded = loaded_forbidden_modules(
+        CLIENT_WORKLOAD + "import aggregator.histogram, scipy.stats\n"
+    )
+    assert "aggregator" in loaded and "aggregator.histogram" in loaded
+    assert "scipy" in loaded
