@@ -58,6 +58,11 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         "the shared top-level modules sit below every subpackage",
     ),
     (("aggregator.jobs",), ("aggregator.service", "aggregator.cli"), "jobs run without a server"),
+    (
+        ("aggregator.report",),
+        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
+        "a report renders histograms its caller loaded",
+    ),
 ]
 
 
@@ -125,6 +130,7 @@ def test_the_layout_has_the_documented_packages():
         "aggregator/store",
         "aggregator/stats",
         "aggregator/jobs",
+        "aggregator/report",
     ):
         init = REPO / package / "__init__.py"
         assert init.is_file(), package

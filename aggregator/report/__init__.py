@@ -1,0 +1,15 @@
+"""The survey report: every question's release status, estimates with intervals (as plots and
+tables), marginals of multi-attribute questions, the per-device privacy cost and the tests the
+survey file declares, each with a plain-language sentence; rendered as one self-contained HTML
+page or as Markdown.
+
+May import ``aggregator.stats``, ``aggregator.histogram``, ``aggregator.config``,
+``aggregator.errors`` and ``client``; matplotlib (the ``[plot]`` extra) only in ``plots``. Never
+``aggregator.service``, ``aggregator.store`` or ``aggregator.jobs``: the caller loads histograms.
+"""
+
+from aggregator.report.content import QuestionSection, SurveyReport, build_report
+from aggregator.report.html import render_html
+from aggregator.report.markdown import render_markdown
+
+__all__ = ["QuestionSection", "SurveyReport", "build_report", "render_html", "render_markdown"]

@@ -1,0 +1,105 @@
+"""The optional analysis section of a survey file: the tests a report runs for each survey.
+
+Example::
+
+    [[survey.analysis]]
+    title = "Is mood uniform?"          # optional; a default title names the test and question
+    question = "mood"
+    test = "goodness_of_fit"            # or "independence" (questions with two attributes)
+    p0 = [0.25, 0.25, 0.25, 0.25]       # goodness_of_fit only: one probability per category
+    alpha = 0.05                        # optional, default 0.05
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from aggregator.config import ConfigError
+from client.survey import SurveySpec
+
+TESTS = ("goodness_of_fit", "independence")
+P0_TOLERANCE = 1e-9  # how far a declared null may be from summing to 1
+_KEYS = {"title", "question", "test", "p0", "alpha"}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One declared test: which question, which test, its null (goodness of fit) and level."""
+
+    title: str
+    question_id: str
+    test: str
+    alpha: float = 0.05
+    p0: tuple[float, ...] | None = None
+
+
+def load_analyses(path: str | Path, surveys: dict[str, SurveySpec]) -> dict[str, list[Analysis]]:
+    """The declared analyses of every survey in a TOML file, keyed by survey id (checked against
+    the already loaded ``surveys``); a mistake raises ConfigError naming its place."""
+    try:
+        document = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    found: dict[str, list[Analysis]] = {}
+    for entry in document.get("survey", []):
+        survey = surveys.get(entry.get("id"))
+        if survey is None:
+            continue
+        analyses = entry.get("analysis", [])
+        if not isinstance(analyses, list):
+            raise ConfigError(
+                f"{path}: survey {survey.id!r}: 'analysis' must be [[survey.analysis]]"
+            )
+        found[survey.id] = [
+            _analysis(item, survey, f"{path}: survey {survey.id!r} analysis {number}")
+            for number, item in enumerate(analyses, start=1)
+        ]
+    return found
+
+
+def _analysis(entry: object, survey: SurveySpec, where: str) -> Analysis:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = sorted(set(entry) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    question_id = entry.get("question")
+    try:
+        question = survey.question(str(question_id))
+    except KeyError:
+        raise ConfigError(f"{where}: no question {question_id!r} in this survey") from None
+    test = entry.get("test")
+    if test not in TESTS:
+        raise ConfigError(f"{where}: test must be one of {', '.join(TESTS)}, got {test!r}")
+    alpha = entry.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+        raise ConfigError(f"{where}: alpha must be a number in (0, 1), got {alpha!r}")
+    p0 = entry.get("p0")
+    if test == "independence":
+        if p0 is not None:
+            raise ConfigError(f"{where}: independence takes no p0 (its null is fitted)")
+        if len(question.shape) != 2:
+            raise ConfigError(f"{where}: independence needs a question with two attributes")
+        p0_values = None
+    else:
+        p0_values = _p0(p0, question.k, where)
+    title = entry.get("title") or f"{test.replace('_', ' ')}: {question.id}"
+    return Analysis(str(title), question.id, test, float(alpha), p0_values)
+
+
+def _p0(p0: object, k: int, where: str) -> tuple[float, ...]:
+    if not isinstance(p0, list) or len(p0) != k:
+        raise ConfigError(f"{where}: p0 must list one probability for each of the {k} categories")
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in p0):
+        raise ConfigError(f"{where}: p0 must contain numbers only")
+    values = tuple(float(x) for x in p0)
+    if not all(math.isfinite(x) and x >= 0 for x in values):
+        raise ConfigError(f"{where}: p0 must contain finite non-negative numbers")
+    if abs(math.fsum(values) - 1) > P0_TOLERANCE:
+        raise ConfigError(
+            f"{where}: p0 must sum to 1 (within {P0_TOLERANCE:g}), sums to {sum(values):.12g}"
+        )
+    return values

@@ -1,0 +1,156 @@
+"""What a survey report says, computed once and rendered by ``html`` or ``markdown``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from aggregator.errors import InsufficientDataError
+from aggregator.histogram import Histogram
+from aggregator.report.analyses import Analysis
+from aggregator.report.sentences import result_sentence
+from aggregator.stats import Estimate, TestResult, estimate, goodness_of_fit, independence
+from client.survey import QuestionSpec, SurveySpec
+
+DELTA = 1e-6  # the delta at which a zCDP total is also shown as (epsilon, delta)
+
+
+@dataclass(frozen=True)
+class Marginal:
+    """One attribute's marginal distribution of a multi-attribute question, with intervals."""
+
+    attribute: str
+    labels: list[str]
+    frequencies: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+
+
+@dataclass(frozen=True)
+class TestSection:
+    """A declared test and its outcome (None when the question is not released)."""
+
+    analysis: Analysis
+    result: TestResult | None
+    sentence: str
+
+
+@dataclass(frozen=True)
+class QuestionSection:
+    """Everything the report shows for one question."""
+
+    question: QuestionSpec
+    n: int
+    min_batch_size: int
+    estimate: Estimate | None  # None below the release threshold
+    marginals: tuple[Marginal, ...]
+    tests: tuple[TestSection, ...]
+
+    @property
+    def released(self) -> bool:
+        return self.estimate is not None
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """What one device spends answering every question of the survey once."""
+
+    pure_epsilon: float  # sum over the epsilon-LDP questions
+    rho: float  # sum over the zCDP questions
+
+    def epsilon_delta(self, delta: float = DELTA) -> float | None:
+        """The rho-zCDP total as an (epsilon, delta) guarantee (None without zCDP questions)."""
+        if self.rho == 0:
+            return None
+        return self.rho + 2 * math.sqrt(self.rho * math.log(1 / delta))
+
+
+@dataclass(frozen=True)
+class SurveyReport:
+    survey: SurveySpec
+    questions: tuple[QuestionSection, ...]
+    cost: DeviceCost
+    confidence: float
+    generated: str  # ISO 8601 UTC
+
+
+def build_report(
+    survey: SurveySpec,
+    histograms: Mapping[str, Histogram],
+    analyses: Sequence[Analysis] = (),
+    confidence: float = 0.95,
+    seed: int | None = 0,
+    now: datetime | None = None,
+) -> SurveyReport:
+    """Estimate every question of ``survey`` from its histogram (a question without one has no
+    reports yet) and run the declared ``analyses``; nothing is released below the survey's
+    ``min_batch_size``. ``seed`` fixes Monte Carlo and bootstrap draws, so a report is
+    reproducible."""
+    sections = []
+    for question in survey.questions:
+        hist = histograms.get(question.id, Histogram.empty(question.mechanism))
+        declared = [a for a in analyses if a.question_id == question.id]
+        sections.append(_section(survey, question, hist, declared, confidence, seed))
+    stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+    return SurveyReport(survey, tuple(sections), device_cost(survey), confidence, stamp)
+
+
+def device_cost(survey: SurveySpec) -> DeviceCost:
+    costs = [question.mechanism.cost for question in survey.questions]
+    pure = math.fsum(c.value for c in costs if c.kind == "pure")
+    rho = math.fsum(c.value for c in costs if c.kind == "zcdp")
+    return DeviceCost(pure, rho)
+
+
+def _section(
+    survey: SurveySpec,
+    question: QuestionSpec,
+    hist: Histogram,
+    analyses: list[Analysis],
+    confidence: float,
+    seed: int | None,
+) -> QuestionSection:
+    threshold = max(survey.min_batch_size, 1)
+    if hist.n < threshold:
+        why = f"not run: {hist.n} reports, results are released from {threshold}"
+        tests = tuple(TestSection(a, None, why) for a in analyses)
+        return QuestionSection(question, hist.n, threshold, None, (), tests)
+    est = estimate(hist, confidence)
+    tests = tuple(_run(question, hist, a, seed) for a in analyses)
+    return QuestionSection(question, hist.n, threshold, est, _marginals(question, est), tests)
+
+
+def _run(question: QuestionSpec, hist: Histogram, analysis: Analysis, seed: int | None):
+    try:
+        if analysis.test == "goodness_of_fit":
+            result = goodness_of_fit(hist, np.array(analysis.p0), analysis.alpha, rng=seed)
+        else:
+            result = independence(hist, question.shape, analysis.alpha, rng=seed)
+    except InsufficientDataError as exc:
+        return TestSection(analysis, None, f"not run: {exc}")
+    names = [attribute.name for attribute in question.attributes]
+    return TestSection(analysis, result, result_sentence(analysis.test, result, names))
+
+
+def _marginals(question: QuestionSpec, est: Estimate) -> tuple[Marginal, ...]:
+    """Each attribute's marginal: a linear map A of the joint estimate, with covariance A S A^T
+    and normal intervals at the estimate's confidence."""
+    if len(question.shape) < 2:
+        return ()
+    z = float(scipy_stats.norm.isf((1 - est.confidence) / 2))
+    cells = np.arange(question.k).reshape(question.shape)
+    marginals = []
+    for axis, attribute in enumerate(question.attributes):
+        A = np.zeros((question.shape[axis], question.k))
+        for value in range(question.shape[axis]):
+            A[value, np.take(cells, value, axis=axis).ravel()] = 1.0
+        freqs = A @ est.frequencies
+        se = np.sqrt(np.clip(np.diag(A @ est.covariance @ A.T), 0.0, None))
+        labels = list(attribute.categories)
+        marginals.append(Marginal(attribute.name, labels, freqs, freqs - z * se, freqs + z * se))
+    return tuple(marginals)

@@ -1,0 +1,18 @@
+"""Number formatting shared by the renderers."""
+
+from __future__ import annotations
+
+
+def share(value: float, digits: int = 4) -> str:
+    """A frequency with fixed digits; a value that rounds to zero prints without a minus sign."""
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def interval(low: float, high: float) -> str:
+    return f"[{share(low)}, {share(high)}]"
+
+
+def out_of_range(value: float) -> bool:
+    """An unbiased estimate outside [0, 1]: legitimate, but a reader must be told."""
+    return value < 0 or value > 1

@@ -1,0 +1,73 @@
+"""Estimates with their intervals drawn as inline SVG (matplotlib, the ``[plot]`` extra).
+
+Figures are built on a bare ``Figure`` (no pyplot state, no display needed) and written as SVG
+whose text is drawn as paths, so the page needs no fonts or network to show them.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+PLOT_EXTRA_HINT = "plots need matplotlib: pip install 'ldp-survey[plot]'"
+
+
+def plots_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def interval_plot(
+    labels: Sequence[str],
+    frequencies: np.ndarray,
+    ci_low: np.ndarray,
+    ci_high: np.ndarray,
+    title: str,
+    projected: np.ndarray | None = None,
+) -> str:
+    """One row per category: the unbiased estimate with its interval (and, when given, the
+    projected estimate as a hollow marker); returns an ``<svg>`` element."""
+    from matplotlib.figure import Figure
+
+    k = len(labels)
+    height = min(1.2 + 0.28 * k, 30.0)
+    fig = Figure(figsize=(6.4, height))
+    ax = fig.add_subplot()
+    rows = np.arange(k)[::-1]
+    ax.errorbar(
+        frequencies,
+        rows,
+        xerr=np.vstack([frequencies - ci_low, ci_high - frequencies]),
+        fmt="o",
+        color="#1f4e79",
+        ecolor="#6b8fb3",
+        capsize=3,
+        markersize=4,
+        label="estimate with interval",
+    )
+    if projected is not None:
+        ax.plot(projected, rows, "D", mfc="none", color="#b35900", markersize=5, label="projected")
+    ax.axvline(0.0, color="#999999", linewidth=0.8)
+    ax.set_yticks(rows, labels=list(labels), fontsize=8 if k <= 40 else 5)
+    ax.set_xlabel("share of respondents")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})  # no date: reproducible output
+    return _bare_svg(buffer.getvalue(), title)
+
+
+def _bare_svg(document: str, title: str) -> str:
+    """The ``<svg>`` element alone (no XML prolog or DOCTYPE), labelled for screen readers."""
+    start = document.index("<svg")
+    svg = document[start:]
+    label = title.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+    return re.sub(r"^<svg", f'<svg role="img" aria-label="{label}"', svg, count=1)

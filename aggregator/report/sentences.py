@@ -1,0 +1,38 @@
+"""Plain-language sentences for test results: what a reader may and may not conclude."""
+
+from __future__ import annotations
+
+from aggregator.stats import TestResult
+
+
+def format_p(pvalue: float) -> str:
+    """A p-value as a reader should see it: never 0, never more digits than it has."""
+    if pvalue < 1e-4:
+        return "p < 0.0001"
+    return f"p = {pvalue:.4f}" if pvalue < 0.01 else f"p = {pvalue:.3f}"
+
+
+def result_sentence(test: str, result: TestResult, attributes: list[str]) -> str:
+    """One or two sentences stating the outcome of ``result`` with its basis (mechanism, n,
+    method and level)."""
+    basis = f"({format_p(result.pvalue)}; {result.method}, {result.mechanism}, n = {result.n:,})"
+    if result.inconclusive:
+        return (
+            f"No conclusion can be drawn: {result.reason}. The hypothesis is not rejected {basis}."
+        )
+    level = f"at the {result.alpha:g} level"
+    if test == "independence":
+        first, second = attributes[0], attributes[1]
+        if result.reject:
+            return f"The data show that {first} and {second} are related {level} {basis}."
+        return (
+            f"The data are consistent with {first} and {second} being independent {basis}; "
+            "this does not show that they are independent, only that these reports cannot "
+            "tell them apart from it."
+        )
+    if result.reject:
+        return f"The data are not consistent with the hypothesized distribution {level} {basis}."
+    return (
+        f"The data are consistent with the hypothesized distribution {basis}; this does not "
+        "show that it is the true distribution, only that these reports cannot tell them apart."
+    )
