@@ -63,6 +63,11 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
         "a report renders histograms its caller loaded",
     ),
+    (
+        ("aggregator.plan",),
+        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
+        "planning needs no data",
+    ),
 ]
 
 

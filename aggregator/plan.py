@@ -1,0 +1,205 @@
+"""Study planning for people: the power of a planned study with n reports, or the n that a target
+power needs, for one mechanism or ranked over all of them, and the power curve as a figure.
+
+The numbers are those of ``aggregator.stats.power``, ``sample_size`` and ``advise`` (this module
+only chooses the candidates, builds alternatives from an effect size, and formats).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from aggregator.errors import InvalidInputError
+from aggregator.stats import advise, power, sample_size
+from aggregator.stats.validate import check_distribution
+from client.mechanisms import Mechanism
+
+ADVISOR_N = 1_000  # any n: the advisor is only asked which mechanisms to compare
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One mechanism's figure: its power at the planned n, or the n it needs."""
+
+    mechanism: Mechanism
+    method: str
+    n: int
+    power: float
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "mechanism": self.mechanism.describe(),
+            "method": self.method,
+            "n": self.n,
+            "power": self.power,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A planned test (goodness of fit against ``null``, or independence of a ``shape`` table)
+    against ``alternative``; rows best first."""
+
+    test: str
+    alternative: np.ndarray
+    null: np.ndarray | None
+    shape: tuple[int, int] | None
+    alpha: float
+    target_power: float | None  # None: the rows give the power at a planned n
+    rows: tuple[PlanRow, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "test": self.test,
+            "alpha": self.alpha,
+            "target_power": self.target_power,
+            "null": None if self.null is None else self.null.tolist(),
+            "shape": None if self.shape is None else list(self.shape),
+            "alternative": self.alternative.tolist(),
+            "rows": [row.to_dict() for row in self.rows],
+        }
+
+    def summary(self) -> str:
+        goal = (
+            f"reports needed for power {self.target_power:g}"
+            if self.target_power is not None
+            else f"power with n = {self.rows[0].n:,} reports"
+        )
+        lines = [f"{self.test} at alpha = {self.alpha:g}: {goal}"]
+        width = max(len(row.mechanism.describe()) for row in self.rows)
+        for row in self.rows:
+            figure = (
+                f"n = {row.n:>10,}" if self.target_power is not None else f"power = {row.power:.3f}"
+            )
+            note = f"  ({row.note})" if row.note else ""
+            lines.append(f"  {row.mechanism.describe():<{width}}  {figure}  {row.method}{note}")
+        return "\n".join(lines)
+
+
+def tilted_alternative(null: np.ndarray, effect: float) -> np.ndarray:
+    """The alternative at Cohen's effect size ``effect`` (w = sqrt(sum (p1 - p0)^2 / p0)) that tilts
+    ``null`` linearly across its categories: p1_j = p0_j (1 + c z_j) with z centred under p0."""
+    _check_effect(effect)
+    z = np.linspace(-1.0, 1.0, null.size)
+    z -= np.dot(null, z)
+    scale = math.sqrt(float(np.dot(null, z**2)))
+    if scale == 0:
+        raise InvalidInputError("a null with all its mass in one category cannot be tilted")
+    return _tilt(null, z, effect / scale)
+
+
+def interaction_alternative(shape: tuple[int, int], effect: float) -> np.ndarray:
+    """A joint table with uniform marginals and a linear-by-linear association of Cohen's effect
+    size ``effect`` (its marginals stay uniform, so only the dependence differs from the null)."""
+    _check_effect(effect)
+    rows, cols = shape
+    independent = np.full(rows * cols, 1.0 / (rows * cols))
+    a = np.linspace(-1.0, 1.0, rows)
+    b = np.linspace(-1.0, 1.0, cols)
+    z = np.outer(a, b).ravel()
+    return _tilt(independent, z, effect / math.sqrt(float(np.dot(independent, z**2))))
+
+
+def _tilt(base: np.ndarray, z: np.ndarray, c: float) -> np.ndarray:
+    factor = 1.0 + c * z
+    if (factor < 0).any():
+        largest = 1.0 / float(np.max(-z[z < 0])) * math.sqrt(float(np.dot(base, z**2)))
+        raise InvalidInputError(
+            f"effect size too large for this null: at most {largest:.3g} keeps every "
+            "probability non-negative"
+        )
+    return base * factor
+
+
+def _check_effect(effect: float) -> None:
+    if not (math.isfinite(effect) and effect > 0):
+        raise InvalidInputError(f"effect must be a positive number, got {effect!r}")
+
+
+def plan_study(
+    *,
+    k: int,
+    epsilon: float,
+    alternative: np.ndarray,
+    null: np.ndarray | None = None,
+    shape: tuple[int, int] | None = None,
+    mechanisms: Sequence[Mechanism] | None = None,
+    n: int | None = None,
+    target_power: float | None = None,
+    alpha: float = 0.05,
+) -> StudyPlan:
+    """Power at ``n`` or the n for ``target_power`` (exactly one), for ``mechanisms`` or, when
+    None, every mechanism the advisor compares at ``epsilon``; best first."""
+    if (n is None) == (target_power is None):
+        raise InvalidInputError("give either n (power at n) or a target power (n needed)")
+    if (null is None) == (shape is None):
+        raise InvalidInputError("give either null (goodness of fit) or shape (independence)")
+    alternative = check_distribution(alternative, k, "alternative")
+    if null is not None:
+        null = check_distribution(null, k, "p0")
+    test = "goodness of fit" if null is not None else "independence"
+    advised = advise(k, epsilon, alternative, n or ADVISOR_N, null=null, shape=shape, alpha=alpha)
+    candidates = (
+        [(a.mechanism, a.note) for a in advised]
+        if mechanisms is None
+        else [(m, "") for m in mechanisms]
+    )
+    rows = []
+    for mechanism, note in candidates:
+        method = next((a.method for a in advised if type(a.mechanism) is type(mechanism)), "")
+        if n is not None:
+            figure = power(mechanism, alternative, n, null=null, shape=shape, alpha=alpha)
+            rows.append(PlanRow(mechanism, method, n, figure, note))
+        else:
+            needed = sample_size(
+                mechanism, alternative, null=null, shape=shape, power=target_power, alpha=alpha
+            )
+            rows.append(PlanRow(mechanism, method, needed, target_power, note))
+    rows.sort(key=(lambda r: -r.power) if n is not None else (lambda r: r.n))
+    return StudyPlan(test, alternative, null, shape, alpha, target_power, tuple(rows))
+
+
+def plot_power_curves(plan: StudyPlan, path: Path) -> None:
+    """Power against n (log scale) for every mechanism of ``plan``, written to ``path`` (the
+    format follows its suffix: .png, .svg or .pdf). Needs the ``[plot]`` extra."""
+    from matplotlib.figure import Figure
+
+    reference = [row.n for row in plan.rows]
+    grid = np.unique(
+        np.geomspace(max(2, min(reference) // 10), max(reference) * 10, 60).astype(int)
+    )
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.add_subplot()
+    for row in plan.rows:
+        curve = [
+            power(
+                row.mechanism,
+                plan.alternative,
+                int(m),
+                null=plan.null,
+                shape=plan.shape,
+                alpha=plan.alpha,
+            )
+            for m in grid
+        ]
+        ax.plot(grid, curve, label=row.mechanism.describe())
+    if plan.target_power is not None:
+        ax.axhline(plan.target_power, color="#999999", linestyle="--", linewidth=0.8)
+    else:
+        ax.axvline(plan.rows[0].n, color="#999999", linestyle="--", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("reports (n)")
+    ax.set_ylabel("power")
+    ax.set_title(f"{plan.test}, alpha = {plan.alpha:g}", fontsize=10)
+    ax.grid(color="#e0e0e0", linewidth=0.6)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
