@@ -60,7 +60,7 @@ _SURVEY_KEYS = {
     "burst",
     "max_reports_per_device",
     "question",
-    "analysis",  # read by aggregator.report.analyses
+    "analysis",  # read by aggregator.analyses
 }
 
 

@@ -47,7 +47,7 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         "statistics read histograms only",
     ),
     (
-        ("aggregator.histogram", "aggregator.errors", "aggregator.config"),
+        ("aggregator.histogram", "aggregator.errors", "aggregator.config", "aggregator.analyses"),
         (
             "aggregator.service",
             "aggregator.store",

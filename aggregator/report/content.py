@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import numpy as np
 from scipy import stats as scipy_stats
 
+from aggregator.analyses import Analysis
 from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
-from aggregator.report.analyses import Analysis
 from aggregator.report.sentences import result_sentence
 from aggregator.stats import Estimate, TestResult, estimate, goodness_of_fit, independence
 from client.survey import QuestionSpec, SurveySpec

@@ -1,6 +1,7 @@
-"""The optional analysis section of a survey file: the tests a report runs for each survey.
+"""Declared tests: the optional analysis section of a survey file (the tests a survey report
+runs) and the tests of a preregistered confirmatory plan share this shape and its checks.
 
-Example::
+Example (in a survey file)::
 
     [[survey.analysis]]
     title = "Is mood uniform?"          # optional; a default title names the test and question
@@ -22,7 +23,7 @@ from client.survey import SurveySpec
 
 TESTS = ("goodness_of_fit", "independence")
 P0_TOLERANCE = 1e-9  # how far a declared null may be from summing to 1
-_KEYS = {"title", "question", "test", "p0", "alpha"}
+KEYS = frozenset({"title", "question", "test", "p0", "alpha"})
 
 
 @dataclass(frozen=True)
@@ -54,16 +55,20 @@ def load_analyses(path: str | Path, surveys: dict[str, SurveySpec]) -> dict[str,
                 f"{path}: survey {survey.id!r}: 'analysis' must be [[survey.analysis]]"
             )
         found[survey.id] = [
-            _analysis(item, survey, f"{path}: survey {survey.id!r} analysis {number}")
+            parse_analysis(item, survey, f"{path}: survey {survey.id!r} analysis {number}")
             for number, item in enumerate(analyses, start=1)
         ]
     return found
 
 
-def _analysis(entry: object, survey: SurveySpec, where: str) -> Analysis:
+def parse_analysis(
+    entry: object, survey: SurveySpec, where: str, keys: frozenset[str] = KEYS
+) -> Analysis:
+    """One declared test from its TOML table; ``where`` prefixes every error message and
+    ``keys`` are the keys allowed (a confirmatory plan takes its level from the family)."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a table")
-    unknown = sorted(set(entry) - _KEYS)
+    unknown = sorted(set(entry) - keys)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
     question_id = entry.get("question")
