@@ -64,6 +64,11 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         "a report renders histograms its caller loaded",
     ),
     (
+        ("aggregator.confirm",),
+        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
+        "confirmation logic works on histograms its caller loaded",
+    ),
+    (
         ("aggregator.plan",),
         ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
         "planning needs no data",
@@ -136,6 +141,7 @@ def test_the_layout_has_the_documented_packages():
         "aggregator/stats",
         "aggregator/jobs",
         "aggregator/report",
+        "aggregator/confirm",
     ):
         init = REPO / package / "__init__.py"
         assert init.is_file(), package
