@@ -1,0 +1,343 @@
+"""Generate the wire conformance vectors, protos/ldp/v1/testvectors.json (docs/wire.md §9).
+
+Each report vector runs the Python client's own sampler on a recorded byte stream: the bytes come
+from a deterministic stream (SHA-256 of a label and a counter, so generation is reproducible),
+optionally preceded by chosen bytes that force a rare branch (a rejection, a lie, a negative
+zero), and ``random_hex`` is exactly what the sampler consumed, in order. Another implementation
+fed those bytes must produce ``payload_hex``. Signature vectors sign fixed uploads with fixed
+Ed25519 keys (Ed25519 signatures are deterministic).
+
+    python scripts/gen_test_vectors.py            # rewrite the committed file
+    python scripts/gen_test_vectors.py --check    # exit 1 if the committed file is stale
+
+tests/test_wire_vectors.py runs the same comparison, so a change of a sampler, an encoding or
+the signed bytes fails the build until the vectors are regenerated (and the change is deliberate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat  # noqa: E402
+
+from client.device import signature  # noqa: E402
+from client.device.keys import DeviceKey  # noqa: E402
+from client.mechanisms import (  # noqa: E402
+    FlipComponents,
+    GaussianNoise,
+    LaplaceNoise,
+    Mechanism,
+    RandomizedResponse,
+)
+from client.mechanisms.secure_random import SecureRandom, _isqrt_fraction  # noqa: E402
+from protos.ldp.v1 import ldp_pb2  # noqa: E402
+
+VECTORS_PATH = ROOT / "protos" / "ldp" / "v1" / "testvectors.json"
+VERSION = 1
+
+
+class ReplayRandom(SecureRandom):
+    """A SecureRandom that hands out given bytes in order (conformance checks only: never for
+    real answers). ``remaining`` tells whether a sampler consumed exactly the bytes given."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = data
+        self._offset = 0
+
+    def bytes(self, count: int) -> bytes:
+        end = self._offset + count
+        if end > len(self._data):
+            raise EOFError(f"the sampler wants byte {end}, the stream has {len(self._data)}")
+        out = self._data[self._offset : end]
+        self._offset = end
+        return out
+
+    @property
+    def remaining(self) -> int:
+        return len(self._data) - self._offset
+
+
+class RecordingRandom(SecureRandom):
+    """A SecureRandom over ``prefix`` then SHA-256(label || counter) blocks; keeps what it gave."""
+
+    def __init__(self, label: str, prefix: bytes = b"") -> None:
+        super().__init__()
+        self._label = label.encode()
+        self._pending = bytearray(prefix)
+        self._counter = 0
+        self.consumed = bytearray()
+
+    def bytes(self, count: int) -> bytes:
+        while len(self._pending) < count:
+            block = self._label + self._counter.to_bytes(8, "big")
+            self._pending += hashlib.sha256(block).digest()
+            self._counter += 1
+        out = bytes(self._pending[:count])
+        del self._pending[:count]
+        self.consumed += out
+        return out
+
+
+def build_mechanism(mechanism: str, params: dict) -> Mechanism:
+    """The mechanism a vector's ``mechanism`` and ``params`` (survey-file names) describe."""
+    k = params["k"]
+    if mechanism == "randomized_response":
+        return RandomizedResponse(k, params["epsilon"])
+    if mechanism == "flip_components":
+        return FlipComponents(k, params["epsilon"])
+    if mechanism == "gaussian":
+        return GaussianNoise(k, params["rho"], granularity_bits=params["granularity_bits"])
+    if mechanism == "laplace":
+        return LaplaceNoise(k, params["epsilon"], granularity_bits=params["granularity_bits"])
+    raise ValueError(f"unknown mechanism {mechanism!r}")
+
+
+def derived_constants(mech: Mechanism) -> dict[str, str]:
+    """The integers a sampler compares with or draws below (docs/wire.md §4), as decimal
+    strings: implementations check their own derivation against them."""
+    if isinstance(mech, RandomizedResponse):
+        return {"draw_range": str(mech._draw_range), "keep_threshold": str(mech._keep_threshold)}
+    if isinstance(mech, FlipComponents):
+        return {"flip_threshold": str(mech._flip_threshold)}
+    if isinstance(mech, GaussianNoise):
+        sigma2 = mech._sigma2_grid
+        return {
+            "sigma2_numerator": str(sigma2.numerator),
+            "sigma2_denominator": str(sigma2.denominator),
+            "t": str(_isqrt_fraction(sigma2) + 1),
+            "bound": str(mech.scale + mech.noise_bound),
+        }
+    if isinstance(mech, LaplaceNoise):
+        scale = mech._scale_grid
+        return {
+            "scale_numerator": str(scale.numerator),
+            "scale_denominator": str(scale.denominator),
+            "bound": str(mech.scale + mech.noise_bound),
+        }
+    raise ValueError(f"no derived constants for {mech.name}")
+
+
+def _one_draw(upper: int, value: int) -> bytes:
+    """The bytes that make ``below(upper)`` return ``value`` at its first draw."""
+    nbits = (upper - 1).bit_length()
+    nbytes = (nbits + 7) // 8
+    return (value << (8 * nbytes - nbits)).to_bytes(nbytes, "little")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One report vector to generate: a question, an answer, and bytes forcing a branch."""
+
+    mechanism: str
+    params: dict
+    answer: int
+    note: str = ""
+    prefix: bytes = b""
+    attributes: list[int] = field(default_factory=list)
+
+
+def _report_cases() -> list[Case]:
+    rr, fc, ga, la = "randomized_response", "flip_components", "gaussian", "laplace"
+    cases = [
+        Case(rr, {"k": 2, "epsilon": 1.0}, 0),
+        Case(rr, {"k": 2, "epsilon": 1.0}, 1, "k = 2: the draw range is 2**65, never rejected"),
+        Case(rr, {"k": 4, "epsilon": 1.0}, 2, "the issue's example question"),
+        Case(
+            rr,
+            {"k": 4, "epsilon": 1.0},
+            2,
+            "a lie: the keep draw is the last grid value",
+            prefix=_one_draw(12 * 2**64, 4 * 2**64 - 1),
+        ),
+        Case(
+            rr,
+            {"k": 5, "epsilon": 0.5},
+            4,
+            "rejection: an all-ones first draw exceeds the range",
+            prefix=b"\xff" * 9,
+        ),
+        Case(
+            rr,
+            {"k": 6, "epsilon": 2.0},
+            3,
+            "two attributes 2 x 3, answer (1, 0)",
+            attributes=[2, 3],
+        ),
+        Case(
+            rr,
+            {"k": 24, "epsilon": 1.5},
+            17,
+            "three attributes 2 x 3 x 4, answer (1, 1, 1)",
+            attributes=[2, 3, 4],
+        ),
+        Case(rr, {"k": 1000, "epsilon": 3.0}, 999),
+        Case(rr, {"k": 3, "epsilon": 1e-6}, 1, "smallest epsilon in the vectors"),
+        Case(rr, {"k": 3, "epsilon": 64.0}, 0, "largest epsilon in the vectors"),
+        Case(fc, {"k": 2, "epsilon": 1.0}, 1),
+        Case(fc, {"k": 6, "epsilon": 2.0}, 5, "k not a multiple of 8: two zero padding bits"),
+        Case(fc, {"k": 8, "epsilon": 1.0}, 7),
+        Case(fc, {"k": 13, "epsilon": 4.0}, 12, "k not a multiple of 8, spans two bytes"),
+        Case(
+            fc,
+            {"k": 12, "epsilon": 2.0},
+            7,
+            "two attributes 3 x 4, answer (1, 3)",
+            attributes=[3, 4],
+        ),
+        Case(
+            fc,
+            {"k": 6, "epsilon": 1.0},
+            0,
+            "every uniform is 0: every bit flips",
+            prefix=b"\0" * 48,
+        ),
+        Case(
+            fc, {"k": 5, "epsilon": 1e-6}, 2, "smallest epsilon: the threshold is capped at 2**63"
+        ),
+        Case(fc, {"k": 5, "epsilon": 64.0}, 2, "largest epsilon in the vectors"),
+        Case(ga, {"k": 2, "rho": 0.5, "granularity_bits": 0}, 1, "granularity 0: grid step 1"),
+        Case(ga, {"k": 4, "rho": 0.5, "granularity_bits": 10}, 2, "the default granularity"),
+        Case(ga, {"k": 3, "rho": 2.0, "granularity_bits": 4}, 0),
+        Case(
+            ga,
+            {"k": 6, "rho": 1.0, "granularity_bits": 2},
+            4,
+            "two attributes 2 x 3",
+            attributes=[2, 3],
+        ),
+        Case(ga, {"k": 2, "rho": 0.01, "granularity_bits": 1}, 0, "small rho"),
+        Case(ga, {"k": 2, "rho": 64.0, "granularity_bits": 3}, 1, "large rho"),
+        Case(
+            ga,
+            {"k": 3, "rho": 1.0, "granularity_bits": 0},
+            1,
+            "a negative zero is rejected: first geometric 0 with sign bit 1",
+            prefix=bytes([0x00, 0x00, 0x80, 0x80]),
+        ),
+        Case(la, {"k": 2, "epsilon": 1.0, "granularity_bits": 0}, 0, "granularity 0: grid step 1"),
+        Case(la, {"k": 4, "epsilon": 2.0, "granularity_bits": 10}, 1, "the default granularity"),
+        Case(la, {"k": 3, "epsilon": 0.5, "granularity_bits": 3}, 2),
+        Case(
+            la,
+            {"k": 6, "epsilon": 1.0, "granularity_bits": 1},
+            5,
+            "two attributes 3 x 2",
+            attributes=[3, 2],
+        ),
+        Case(la, {"k": 2, "epsilon": 0.05, "granularity_bits": 2}, 1, "small epsilon"),
+        Case(la, {"k": 2, "epsilon": 16.0, "granularity_bits": 0}, 0, "large epsilon"),
+    ]
+    return cases
+
+
+def _parts(index: int, sizes: list[int]) -> list[int]:
+    """Per-attribute category indices of a joint (row-major) index."""
+    parts = []
+    for size in reversed(sizes):
+        index, part = divmod(index, size)
+        parts.append(part)
+    return parts[::-1]
+
+
+def report_vector(case: Case, number: int) -> dict:
+    mech = build_mechanism(case.mechanism, case.params)
+    source = RecordingRandom(f"ldp-survey test vector {number}", case.prefix)
+    payload = mech.encode(mech.randomize(case.answer, source))
+    vector: dict = {"mechanism": case.mechanism, "params": case.params}
+    if case.attributes:
+        vector["attributes"] = case.attributes
+        vector["answer_parts"] = _parts(case.answer, case.attributes)
+    vector |= {
+        "answer": case.answer,
+        "random_hex": source.consumed.hex(),
+        "payload_hex": payload.hex(),
+        "derived": derived_constants(mech),
+    }
+    if case.note:
+        vector["note"] = case.note
+    return vector
+
+
+_UPLOADS = [
+    (1767225600, [("wellbeing-2026", "mood", bytes(range(16)), bytes([2, 0, 0, 0]))]),
+    (
+        1767225601,
+        [
+            ("wellbeing-2026", "mood", bytes(range(16, 32)), bytes([3, 0, 0, 0])),
+            ("wellbeing-2026", "transport", bytes(range(32, 48)), bytes([0b00100101])),
+            ("other-survey", "q.1", b"\xff" * 16, bytes([1, 0, 0, 0])),
+        ],
+    ),
+]
+
+
+def signature_vector(number: int, timestamp: int, reports: list[tuple]) -> dict:
+    seed = hashlib.sha256(f"ldp-survey test vector key {number}".encode()).digest()
+    private_key = Ed25519PrivateKey.from_private_bytes(seed)
+    key = DeviceKey(private_key)
+    request = ldp_pb2.UploadRequest(
+        reports=[
+            ldp_pb2.Report(report_id=rid, survey_id=sid, question_id=qid, payload=payload)
+            for sid, qid, rid, payload in reports
+        ]
+    )
+    signed = signature.canonical_upload(key.device_id, timestamp, request.reports)
+    metadata = dict(key.sign_upload(request.reports, timestamp))
+    return {
+        "private_key_hex": seed.hex(),
+        "public_key_hex": private_key.public_key()
+        .public_bytes(Encoding.Raw, PublicFormat.Raw)
+        .hex(),
+        "device_id": key.device_id,
+        "timestamp": str(timestamp),
+        "request_hex": request.SerializeToString(deterministic=True).hex(),
+        "signed_bytes_hex": signed.hex(),
+        "signature_hex": metadata[signature.SIGNATURE_KEY].hex(),
+    }
+
+
+def build_vectors() -> dict:
+    """The whole vectors document."""
+    return {
+        "version": VERSION,
+        "spec": "docs/wire.md",
+        "reports": [report_vector(case, i) for i, case in enumerate(_report_cases())],
+        "signatures": [
+            signature_vector(i, timestamp, reports)
+            for i, (timestamp, reports) in enumerate(_UPLOADS)
+        ],
+    }
+
+
+def render(vectors: dict) -> str:
+    return json.dumps(vectors, indent=1) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only compare with the committed file")
+    args = parser.parse_args(argv)
+    text = render(build_vectors())
+    if args.check:
+        if VECTORS_PATH.read_text() != text:
+            print(f"{VECTORS_PATH} is stale: run scripts/gen_test_vectors.py", file=sys.stderr)
+            return 1
+        return 0
+    VECTORS_PATH.write_text(text)
+    print(f"wrote {VECTORS_PATH.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
