@@ -319,7 +319,7 @@ def run_serve(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
     keys: dict[str, Ed25519PublicKey] = {}
     if args.devices is not None:
-        with DeviceRegistry(args.devices) as registry:
+        with DeviceRegistry(args.devices, read_only=True) as registry:
             keys = registry.active_keys()
     elif any(s.require_device_auth for s in surveys.values()):
         raise UserError("a survey requires device authentication: pass --devices REGISTRY")
@@ -440,7 +440,7 @@ def run_revoke(args: argparse.Namespace) -> int:
 
 
 def run_devices(args: argparse.Namespace) -> int:
-    with DeviceRegistry(args.devices) as registry:
+    with DeviceRegistry(args.devices, read_only=True) as registry:
         devices = registry.devices()
     rows = [
         {
