@@ -10,14 +10,21 @@ read-only and never create or change it.
 
 from __future__ import annotations
 
+import os
+import sys
+
+# gRPC's C core reads GRPC_VERBOSITY once, when grpc is first imported: its own log lines stay
+# off a CLI user's terminal (our errors say it in one line) unless asked for (debug, or
+# GRPC_VERBOSITY set in the environment).
+if "debug" not in sys.argv:
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
 import argparse
 import asyncio
 import json
 import logging
-import os
 import re
 import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -59,8 +66,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s"
     )
-    if args.log_level != "debug":  # gRPC's C core logs its own errors; ours say it in one line
-        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         return args.run(args)
     except UserError as exc:
@@ -85,14 +90,19 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
     """--help shows every option's default."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command-line mistake is one line on stderr (the usage is one --help away)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _command(sub, name: str, text: str, **kwargs) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=text, description=text, formatter_class=_Formatter, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="LDP survey aggregator", formatter_class=_Formatter
-    )
+    parser = _Parser(prog=PROG, description="LDP survey aggregator", formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--log-level",

@@ -13,10 +13,17 @@ User mistakes end with a one-line message on stderr and a non-zero exit status, 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
+
+# gRPC's C core reads GRPC_VERBOSITY once, when grpc is first imported: its own log lines stay
+# off a CLI user's terminal (our errors say it in one line) unless asked for (--grpc-log, or
+# GRPC_VERBOSITY set in the environment).
+if "--grpc-log" not in sys.argv:
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+import argparse
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,8 +50,6 @@ class UserError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.grpc_log:  # gRPC's C core logs its own errors on stderr; ours say it in one line
-        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         return args.run(args)
     except (
@@ -70,10 +75,15 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
     """--help shows every option's default."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command-line mistake is one line on stderr (the usage is one --help away)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="LDP survey device client", formatter_class=_Formatter
-    )
+    parser = _Parser(prog=PROG, description="LDP survey device client", formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--grpc-log", action="store_true", help="let gRPC's own log lines through to stderr"
@@ -217,6 +227,7 @@ def _state(parser: argparse.ArgumentParser) -> None:
 
 
 def _reporter(args: argparse.Namespace) -> Reporter:
+    _check_target(args.server)
     budget = None
     if getattr(args, "budget", None) is not None:
         budget = Budget(args.budget, args.delta, args.pointwise)

@@ -18,6 +18,8 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     parent = Path(path).parent
     if not parent.is_dir():
         raise FileKindError(f"cannot create device state {path}: folder {parent} does not exist")
+    if Path(path).is_dir():
+        raise FileKindError(f"{path} is a directory, not a device state file")
     create_private(path)
     try:
         conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)

@@ -48,8 +48,6 @@ def create_private(path: str | os.PathLike[str]) -> None:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
         return
-    except IsADirectoryError:
-        raise FileKindError(f"{path} is a directory, not an SQLite file") from None
     os.close(fd)
 
 
