@@ -532,7 +532,7 @@ def estimate_table(est, labels: list[str]) -> str:
             "  An unbiased estimate can fall outside [0, 1] by noise; 'projected' is the nearest "
             "distribution (non-negative, sums to 1; biased), for reading off shares."
         )
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _num(value: float) -> str:
