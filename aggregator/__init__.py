@@ -6,3 +6,21 @@ estimates and local chi-square tests.
 aggregator -> client -> protos; ``service`` never imports ``jobs``; ``stats`` never imports
 ``service``, ``store`` or ``jobs``. See docs/architecture.md.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aggregator.loader import SurveyData
+
+__all__ = ["open_survey"]
+
+
+def open_survey(config, db, survey: str | None = None) -> SurveyData:
+    """Per question of a survey, its histogram and labels, read only from a report store:
+    ``aggregator.open_survey("surveys.toml", "reports.sqlite")["mood"].histogram``.
+    See :func:`aggregator.loader.open_survey`."""
+    from aggregator.loader import open_survey as load  # lazily: keeps `import aggregator` light
+
+    return load(config, db, survey)

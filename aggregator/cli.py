@@ -1,18 +1,30 @@
 """``ldp-aggregator``: serve, estimate, test, export, import, rebuild, job (Beam); enroll, revoke
-and list device keys.
+and list device keys; check-config, cost and export-survey for the survey file.
 
-User mistakes end with a one-line message on stderr and a non-zero exit status (2: bad input,
-3: not enough reports to release), never a traceback.
+User mistakes end with a one-line message on stderr (a JSON object with ``--json``) and a
+non-zero exit status (2: bad input, 3: not enough reports to release), never a traceback. Every
+command that reads the store checks the survey file against the question definitions pinned in
+it (aggregator/store/definitions.py); the read-only ones (estimate, test, export) open the file
+read-only and never create or change it.
 """
 
 from __future__ import annotations
+
+import os
+import sys
+
+# gRPC's C core reads GRPC_VERBOSITY once, when grpc is first imported: its own log lines stay
+# off a CLI user's terminal (our errors say it in one line) unless asked for (debug, or
+# GRPC_VERBOSITY set in the environment).
+if "debug" not in sys.argv:
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import argparse
 import asyncio
 import json
 import logging
+import re
 import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,11 +37,16 @@ from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.service.devices import DeviceRegistry
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
-from aggregator.store import ingest, shards
+from aggregator.store import definitions, ingest, shards
 from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.reader import StoreReader
 from aggregator.store.report_store import ReportStore, StoreError
+from client import __version__
+from client.budgeting import DEFAULT_DELTA, survey_cost
+from client.survey import SurveySpec, survey_to_json
 
 PROG = "ldp-aggregator"
+DEFAULT_PORT = 50051
 
 
 class UserError(Exception):
@@ -52,24 +69,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except UserError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exc.status
+        return _fail(args, str(exc), exc.status)
     except (ConfigError, StoreError, LdpError, ValueError, OSError) as exc:  # incl. shard errors
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(args, str(exc), 2)
     except KeyboardInterrupt:
         return 130
 
 
+def _fail(args: argparse.Namespace, message: str, status: int) -> int:
+    """One line on stderr (a JSON object with --json); the exit status."""
+    message = " ".join(message.split())
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "status": status}), file=sys.stderr)
+    else:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows every option's default."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """A command-line mistake is one line on stderr (the usage is one --help away)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _command(sub, name: str, text: str, **kwargs) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=text, description=text, formatter_class=_Formatter, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="LDP survey aggregator")
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning"])
+    parser = _Parser(prog=PROG, description="LDP survey aggregator", formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning"],
+        help="log level (debug also lets gRPC's own log lines through)",
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the gRPC aggregator")
+    serve = _command(sub, "serve", "run the gRPC aggregator")
     _common(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=50051, help="0 picks a free port")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help="TCP port 1-65535; 0 picks a free one"
+    )
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
     serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
     serve.add_argument(
@@ -103,65 +151,107 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(run=run_serve)
 
-    enroll = sub.add_parser("enroll", help="enroll a device's Ed25519 public key")
+    enroll = _command(sub, "enroll", "enroll a device's Ed25519 public key")
     _devices(enroll)
     enroll.add_argument("--public-key", type=Path, required=True, help="device public key PEM")
     enroll.add_argument("--device-id", help="the id the device printed (checked against the key)")
     enroll.set_defaults(run=run_enroll)
 
-    revoke = sub.add_parser("revoke", help="revoke a device key for good")
+    revoke = _command(sub, "revoke", "revoke a device key for good")
     _devices(revoke)
-    revoke.add_argument("--device-id", required=True)
+    revoke.add_argument("--device-id", required=True, help="the device's id (see devices)")
     revoke.set_defaults(run=run_revoke)
 
-    listing = sub.add_parser("devices", help="list enrolled and revoked devices")
+    listing = _command(sub, "devices", "list enrolled and revoked devices")
     _devices(listing)
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.set_defaults(run=run_devices)
 
-    est = sub.add_parser("estimate", help="unbiased frequencies with confidence intervals")
+    est = _command(sub, "estimate", "unbiased frequencies with confidence intervals (read only)")
     _common(est)
     _question(est)
-    est.add_argument("--confidence", type=float, default=0.95)
-    est.add_argument("--json", action="store_true", help="machine-readable output")
+    est.add_argument("--confidence", type=float, default=0.95, help="confidence level")
+    _json(est)
     est.set_defaults(run=run_estimate)
 
-    test = sub.add_parser("test", help="goodness of fit or independence test")
+    test = _command(sub, "test", "goodness of fit or independence test (read only)")
     _common(test)
     _question(test)
-    test.add_argument("kind", choices=["gof", "independence"])
-    test.add_argument("--p0", help="null distribution for gof, comma-separated")
-    test.add_argument("--alpha", type=float, default=0.05)
+    test.add_argument("kind", choices=["gof", "independence"], help="which test")
+    test.add_argument(
+        "--p0",
+        help="gof only: null distribution, one probability per category in the question's "
+        "order, comma-separated, summing to 1 within 1e-8",
+    )
+    test.add_argument("--alpha", type=float, default=0.05, help="significance level")
     test.add_argument("--method", help="test method (default: the mechanism's recommended one)")
     test.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
-    test.add_argument("--json", action="store_true", help="machine-readable output")
+    _json(test)
     test.set_defaults(run=run_test)
 
-    export = sub.add_parser("export", help="write a survey's reports as shard files")
+    export = _command(sub, "export", "write a survey's reports as shard files (store read only)")
     _common(export)
-    export.add_argument("--survey", required=True)
+    export.add_argument("--survey", required=True, help="survey id")
     export.add_argument("--out", type=Path, required=True, help="output directory")
-    export.add_argument("--shards", type=int, default=4)
+    export.add_argument("--shards", type=_positive, default=4, help="number of shard files")
+    export.add_argument(
+        "--force", action="store_true", help="write into a non-empty output directory"
+    )
     export.set_defaults(run=run_export)
 
-    imp = sub.add_parser("import", help="read shard files into the report store")
+    imp = _command(sub, "import", "read shard files into the report store")
     _common(imp)
     imp.add_argument("--from", dest="source", type=Path, required=True, help="shard directory")
     imp.set_defaults(run=run_import)
 
-    rebuild = sub.add_parser("rebuild", help="recompute statistics from the report log")
+    rebuild = _command(sub, "rebuild", "recompute statistics from the report log")
     _common(rebuild)
-    rebuild.add_argument("--json", action="store_true", help="machine-readable output")
+    _json(rebuild)
     rebuild.set_defaults(run=run_rebuild)
 
-    job = sub.add_parser(
+    check = _command(sub, "check-config", "validate a survey file and show what it defines")
+    check.add_argument("config", type=Path, help="survey definitions (TOML, docs/config.md)")
+    check.add_argument(
+        "--db", type=Path, help="also check it against the definitions pinned in this store"
+    )
+    _json(check)
+    check.set_defaults(run=run_check_config)
+
+    cost = _command(sub, "cost", "what one device spends on a survey, and the budget flags")
+    cost.add_argument("--config", type=Path, required=True, help="survey definitions (TOML)")
+    cost.add_argument("--survey", help="one survey (default: every survey in the file)")
+    cost.add_argument(
+        "--delta", type=float, default=DEFAULT_DELTA, help="delta of the device budget"
+    )
+    _json(cost)
+    cost.set_defaults(run=run_cost)
+
+    export_survey = _command(
+        sub, "export-survey", "write a survey definition file for ldp-client install-survey"
+    )
+    export_survey.add_argument(
+        "--config", type=Path, required=True, help="survey definitions (TOML)"
+    )
+    export_survey.add_argument("--survey", required=True, help="survey id")
+    export_survey.add_argument("--out", type=Path, help="output file (default: stdout)")
+    export_survey.set_defaults(run=run_export_survey)
+
+    job = _command(
+        sub,
         "job",
-        help="aggregate shard files with Apache Beam (extra [beam])",
+        "aggregate shard files with Apache Beam (extra [beam])",
         allow_abbrev=False,
         epilog="Other options go to Beam's PipelineOptions, e.g. --direct-num-workers 2 "
         "--direct-running-mode multi_processing, or a runner's own options.",
     )
-    job.add_argument("--surveys", "--config", dest="config", type=Path, required=True)
+    job.add_argument(
+        "--surveys",
+        "--config",
+        dest="config",
+        type=Path,
+        required=True,
+        help="survey definitions (TOML)",
+    )
     job.add_argument(
         "--shards", nargs="+", required=True, help="shard directories (with manifest) or patterns"
     )
@@ -174,8 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="QUESTION=P0",
         help="goodness of fit of [survey/]question against comma-separated p0 (repeatable)",
     )
-    job.add_argument("--alpha", type=float, default=0.05)
-    job.add_argument("--confidence", type=float, default=0.95)
+    job.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    job.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     job.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
     job.add_argument(
         "--dedup",
@@ -183,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="count repeated report ids once (auto: when the shards are not one export)",
     )
-    job.add_argument("--dedup-partitions", type=_positive, default=64)
+    job.add_argument(
+        "--dedup-partitions", type=_positive, default=64, help="partitions of the dedup step"
+    )
     job.set_defaults(run=run_job)
     return parser
 
@@ -198,9 +290,27 @@ def _positive(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535 (or 0), got {text!r}")
+    return value
+
+
+def _json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="machine-readable output (errors too, on stderr)"
+    )
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="survey definitions (TOML)")
-    parser.add_argument("--db", type=Path, required=True, help="SQLite report store")
+    parser.add_argument(
+        "--db", type=Path, required=True, help="SQLite report store (created 0600 by serve)"
+    )
 
 
 def _devices(parser: argparse.ArgumentParser) -> None:
@@ -208,8 +318,8 @@ def _devices(parser: argparse.ArgumentParser) -> None:
 
 
 def _question(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--survey", required=True)
-    parser.add_argument("--question", required=True)
+    parser.add_argument("--survey", required=True, help="survey id")
+    parser.add_argument("--question", required=True, help="question id")
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -219,7 +329,7 @@ def run_serve(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
     keys: dict[str, Ed25519PublicKey] = {}
     if args.devices is not None:
-        with DeviceRegistry(args.devices) as registry:
+        with DeviceRegistry(args.devices, read_only=True) as registry:
             keys = registry.active_keys()
     elif any(s.require_device_auth for s in surveys.values()):
         raise UserError("a survey requires device authentication: pass --devices REGISTRY")
@@ -227,7 +337,15 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("--auth-window must be positive")
     limits = load_limits(args.config)
     if args.workers == 1:
-        asyncio.run(_serve(surveys, limits, args, credentials, keys))
+        try:
+            asyncio.run(_serve(surveys, limits, args, credentials, keys))
+        except RuntimeError as exc:
+            if "bind" not in str(exc).lower():
+                raise
+            raise UserError(
+                f"cannot listen on {args.host}:{args.port}: the port is in use or the address "
+                "is not available here"
+            ) from None
         return 0
     if limits:
         raise UserError(
@@ -332,7 +450,7 @@ def run_revoke(args: argparse.Namespace) -> int:
 
 
 def run_devices(args: argparse.Namespace) -> int:
-    with DeviceRegistry(args.devices) as registry:
+    with DeviceRegistry(args.devices, read_only=True) as registry:
         devices = registry.devices()
     rows = [
         {
@@ -353,23 +471,20 @@ def run_devices(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace):
+    """The question and its histogram, read only, after the survey file is checked against the
+    store's pinned definitions; exit 3 below the survey's release threshold."""
     surveys = load_surveys(args.config)
-    if not args.db.exists():
-        raise UserError(f"report store not found: {args.db}")
     try:
         survey, question = ingest.find_question(surveys, args.survey, args.question)
     except ReportRejectedError as exc:
         raise UserError(exc.message) from None
-    store = ReportStore(args.db)
-    try:
-        store.register_question(survey.id, question.id, question.k)
-        n, sums = store.statistics(survey.id, question.id)
-    finally:
-        store.close()
+    with StoreReader(args.db) as reader:
+        reader.check_definitions(surveys, args.config)
+        n, sums = reader.statistics(survey.id, question.id, question.k)
     if n < survey.min_batch_size:
         raise UserError(
             f"{survey.id}/{question.id} has {n} reports; results are released from "
-            f"{survey.min_batch_size}",
+            f"{survey.min_batch_size} (min_batch_size)",
             status=3,
         )
     return question, ingest.histogram(question, n, sums)
@@ -383,19 +498,62 @@ def run_estimate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"question": question.id, "labels": question.labels, **est.to_dict()}))
     else:
-        print(est.summary(question.labels))
+        print(estimate_table(est, question.labels))
     return 0
+
+
+def estimate_table(est, labels: list[str]) -> str:
+    """The estimate as a table; when an unbiased value falls outside [0, 1], the projected
+    distribution is shown beside it, with what it means."""
+    projected = est.projected()
+    outside = bool(((est.frequencies < 0) | (est.frequencies > 1)).any())
+    width = max(8, *(len(label) for label in labels))
+    level = f"{100 * est.confidence:g}% CI"
+    header = f"  {'category':<{width}}  estimate    s.e.   {level:<18}"
+    lines = [
+        f"estimate [{est.mechanism}], n = {est.n}",
+        header + ("  projected" if outside else ""),
+    ]
+    rows = zip(
+        labels,
+        est.frequencies,
+        est.standard_errors,
+        est.ci_low,
+        est.ci_high,
+        projected,
+        strict=True,
+    )
+    for label, f, se, lo, hi, proj in rows:
+        interval = f"[{_num(lo)}, {_num(hi)}]"
+        line = f"  {label:<{width}}  {_num(f):>8}  {_num(se):>6}   {interval:<18}"
+        lines.append(line + (f"  {_num(proj):>9}" if outside else ""))
+    if outside:
+        lines.append(
+            "  An unbiased estimate can fall outside [0, 1] by noise; 'projected' is the nearest "
+            "distribution (non-negative, sums to 1; biased), for reading off shares."
+        )
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _num(value: float) -> str:
+    text = f"{value:.4f}"
+    return "0.0000" if text == "-0.0000" else text
+
+
+_NEGATIVE_ZERO = re.compile(r"(?<![\d.])-(0\.0+)(?![\d])")
 
 
 def run_test(args: argparse.Namespace) -> int:
     from aggregator.stats import goodness_of_fit, independence
 
+    if args.kind == "independence" and args.p0:
+        raise UserError("--p0 is for gof; an independence test takes no null distribution")
+    if args.kind == "gof" and not args.p0:
+        raise UserError("gof needs --p0 (one probability per category, comma-separated)")
     question, hist = _load(args)
     try:
         if args.kind == "gof":
-            if not args.p0:
-                raise UserError("gof needs --p0 (comma-separated probabilities)")
-            p0 = np.array([float(x) for x in args.p0.split(",")])
+            p0 = _p0(args.p0, question)
             result = goodness_of_fit(hist, p0, args.alpha, args.method, rng=args.seed)
         else:
             if len(question.shape) != 2:
@@ -403,34 +561,61 @@ def run_test(args: argparse.Namespace) -> int:
             result = independence(hist, question.shape, args.alpha, args.method, rng=args.seed)
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
-    print(json.dumps(result.to_dict()) if args.json else result.summary())
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
     return 0
 
 
-def _open_store(surveys, db: Path) -> ReportStore:
+def _p0(text: str, question) -> np.ndarray:
+    """--p0 as a distribution over the question's categories (checked again by the test)."""
+    try:
+        p0 = np.array([float(x) for x in text.split(",")])
+    except ValueError:
+        raise UserError(f"--p0 {text!r}: expected comma-separated numbers") from None
+    if p0.size != question.k:
+        raise UserError(
+            f"--p0 has {p0.size} probabilities; question {question.id} has {question.k} "
+            f"categories ({', '.join(question.labels)})"
+        )
+    return p0
+
+
+def _open_store(surveys, db: Path, where: object) -> ReportStore:
+    """The store for writing, with every question checked against its pinned definition."""
     store = ReportStore(db)
-    for survey in surveys.values():
-        for question in survey.questions:
-            store.register_question(survey.id, question.id, question.k)
+    try:
+        definitions.register(store, surveys, where)
+    except BaseException:
+        store.close()
+        raise
     return store
 
 
 def run_export(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
     if args.survey not in surveys:
-        raise UserError(f"unknown survey {args.survey!r}")
-    if not args.db.exists():
-        raise UserError(f"report store not found: {args.db}")
-    store = _open_store(surveys, args.db)
-    try:
-        manifest = shards.export_survey(store, surveys[args.survey], args.out, args.shards)
-    finally:
-        store.close()
+        raise UserError(f"unknown survey {args.survey!r}; {args.config} defines {_ids(surveys)}")
+    if args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out {args.out} is a file, not a directory")
+    if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
+        raise UserError(
+            f"--out {args.out} is not empty; choose an empty directory or pass --force to write "
+            "into it"
+        )
+    with StoreReader(args.db) as reader:
+        reader.check_definitions(surveys, args.config)
+        manifest = shards.export_survey(reader, surveys[args.survey], args.out, args.shards)
     print(
         f"exported {manifest.reports} reports of {args.survey} into {len(manifest.shards)} "
         f"shard(s) in {args.out}"
     )
     return 0
+
+
+def _ids(surveys: dict[str, SurveySpec]) -> str:
+    return ", ".join(sorted(surveys))
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -443,7 +628,7 @@ def run_import(args: argparse.Namespace) -> int:
             f"{args.config}"
         )
     shards.verify(args.source, manifest)
-    store = _open_store(surveys, args.db)
+    store = _open_store(surveys, args.db, args.config)
     fresh: list[bool] = []
     try:
         for name, _, _ in manifest.shards:
@@ -465,15 +650,101 @@ def run_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_check_config(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    limits = load_limits(args.config)
+    if args.db is not None:
+        with StoreReader(args.db) as reader:
+            reader.check_definitions(surveys, args.config)
+    rows = []
+    for survey in surveys.values():
+        cost = survey_cost(survey.questions)
+        rows.append(
+            {
+                "survey": survey.id,
+                "min_batch_size": survey.min_batch_size,
+                "require_device_auth": survey.require_device_auth,
+                "limits": survey.id in limits,
+                "cost": cost.to_dict(),
+                "questions": [
+                    {"id": q.id, "k": q.k, "digest": q.digest.hex(), **q.definition()}
+                    for q in survey.questions
+                ],
+            }
+        )
+    if args.json:
+        print(json.dumps({"config": str(args.config), "ok": True, "surveys": rows}))
+        return 0
+    print(f"{args.config}: OK, {len(rows)} survey(s)")
+    for row in rows:
+        print(
+            f"survey {row['survey']}: {len(row['questions'])} question(s), results released from "
+            f"{row['min_batch_size']} reports; a device spends epsilon {row['cost']['epsilon']:g}"
+            f" and rho {row['cost']['rho']:g} ({row['cost']['flags']})"
+        )
+        for q in row["questions"]:
+            parameter = f"rho = {q['rho']:g}" if "rho" in q else f"epsilon = {q['epsilon']:g}"
+            print(f"  {q['id']}: {q['mechanism']}, {parameter}, k = {q['k']}")
+    if args.db is not None:
+        print(f"matches the definitions pinned in {args.db}")
+    return 0
+
+
+def run_cost(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    if args.survey is not None and args.survey not in surveys:
+        raise UserError(f"unknown survey {args.survey!r}; {args.config} defines {_ids(surveys)}")
+    chosen = [surveys[args.survey]] if args.survey else list(surveys.values())
+    try:
+        costs = {s.id: survey_cost(s.questions, args.delta) for s in chosen}
+    except ValueError as exc:
+        raise UserError(f"--delta: {exc}") from None
+    if args.json:
+        print(json.dumps({survey_id: c.to_dict() for survey_id, c in costs.items()}))
+        return 0
+    for survey in chosen:
+        cost = costs[survey.id]
+        print(f"survey {survey.id}: one device answering each question once spends")
+        for question in survey.questions:
+            c = question.mechanism.cost
+            name = "epsilon" if c.kind == "pure" else "rho"
+            print(
+                f"  {question.id:<24} {name} {c.value:g} ({'pure' if c.kind == 'pure' else 'zCDP'})"
+            )
+        print(
+            f"  total: epsilon {cost.epsilon:g} (pure, pointwise bucket), rho {cost.rho:g} (zCDP)"
+        )
+        if cost.rho:
+            print(
+                f"  covered by an ({cost.budget:g}, {cost.delta:g})-DP budget with "
+                f"{cost.pointwise:g} of it pointwise"
+            )
+        else:
+            print(f"  covered by a pure {cost.budget:g}-LDP budget")
+        print(f"  ldp-client submit ... {cost.flags}")
+    return 0
+
+
+def run_export_survey(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    if args.survey not in surveys:
+        raise UserError(f"unknown survey {args.survey!r}; {args.config} defines {_ids(surveys)}")
+    text = survey_to_json(surveys[args.survey])
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        print(f"wrote survey {args.survey} to {args.out} (ldp-client install-survey {args.out})")
+    return 0
+
+
 def run_rebuild(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
     if not args.db.exists():
         raise UserError(f"report store not found: {args.db}")
     questions = {(s.id, q.id): q for s in surveys.values() for q in s.questions}
-    store = ReportStore(args.db)
+    store = _open_store(surveys, args.db, args.config)
     try:
-        for (survey_id, question_id), question in questions.items():
-            store.register_question(survey_id, question_id, question.k)
         before = {key: store.statistics(*key) for key in questions}
 
         def contribution(survey_id: str, question_id: str, payload: bytes) -> np.ndarray:

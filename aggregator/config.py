@@ -1,11 +1,11 @@
-"""Survey definitions from a TOML file.
+"""Survey definitions from a TOML file (every key, type, default and constraint: docs/config.md).
 
 Example::
 
     [[survey]]
     id = "wellbeing-2026"
     title = "Wellbeing panel"
-    min_batch_size = 100
+    min_batch_size = 100        # release threshold per question (default 100)
     require_device_auth = false   # true: uploads must be signed by an enrolled device key
     rate_per_minute = 30        # optional per-device token bucket: refill rate ...
     burst = 60                  # ... and size (default: one minute's worth)
@@ -38,6 +38,10 @@ from pathlib import Path
 
 from client.mechanisms import DEFAULT_GRANULARITY_BITS
 from client.survey import Attribute, QuestionSpec, SurveyError, SurveySpec, build_question
+
+#: Release threshold of a survey that sets none: below ~100 reports the normal-approximation
+#: intervals are unreliable and one device's report moves an estimate visibly (docs/config.md).
+DEFAULT_MIN_BATCH_SIZE = 100
 
 _QUESTION_KEYS = {
     "id",
@@ -148,7 +152,7 @@ def _survey(entry: dict) -> SurveySpec:
     if unknown:  # a misspelt limit would otherwise be silently unlimited
         raise SurveyError(f"survey {survey_id}: unknown keys {sorted(unknown)}")
     questions = tuple(_question(q, survey_id) for q in entry.get("question", []))
-    min_batch = entry.get("min_batch_size", 1)
+    min_batch = entry.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     require_auth = entry.get("require_device_auth", False)
     return SurveySpec(survey_id, str(entry.get("title", "")), questions, min_batch, require_auth)
 

@@ -4,3 +4,5 @@ outbox, reporter, transport, keys, TLS), the shared survey model and the ``ldp-c
 May import only ``protos`` and light dependencies; never ``aggregator``, scipy, Apache Beam or
 matplotlib (an embedded device installs little).
 """
+
+__version__ = "0.2.0"

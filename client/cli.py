@@ -1,5 +1,9 @@
-"""``ldp-client``: submit an answer, flush the outbox, show the budget, simulate a population,
-show the device key to enroll.
+"""``ldp-client``: submit an answer, flush the outbox, show the budget, install a survey
+definition for offline use, simulate a population, show the device key to enroll.
+
+``submit`` works offline: with the aggregator unreachable it randomizes with the survey
+definition cached on the device (fetched earlier, or installed with ``install-survey``), queues
+the report, says so and exits 0; ``flush`` uploads it later.
 
 ``--tls-ca`` connects over TLS (the server is checked against that CA) and ``--tls-cert``/
 ``--tls-key`` add the device certificate for mTLS; plaintext only with an explicit ``--insecure``.
@@ -9,22 +13,32 @@ User mistakes end with a one-line message on stderr and a non-zero exit status, 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
+
+# gRPC's C core reads GRPC_VERBOSITY once, when grpc is first imported: its own log lines stay
+# off a CLI user's terminal (our errors say it in one line) unless asked for (--grpc-log, or
+# GRPC_VERBOSITY set in the environment).
+if "--grpc-log" not in sys.argv:
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+import argparse
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from client import __version__
+from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.device.keys import DeviceKey, device_key_path
-from client.device.ledger import Budget, Ledger, LedgerError
+from client.device.ledger import Budget, BudgetExceeded, Ledger, LedgerError
 from client.device.reporter import Reporter
+from client.device.survey_cache import SurveyCache
 from client.device.tls import TlsSettings
 from client.device.transport import Transport, TransportError
-from client.survey import SurveyError, SurveySpec
+from client.survey import SurveyError, SurveySpec, survey_from_json
 from protos.ldp.v1 import ldp_pb2
 
 PROG = "ldp-client"
@@ -47,26 +61,64 @@ def main(argv: Sequence[str] | None = None) -> int:
         ValueError,
         OSError,
     ) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        message = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+        if getattr(args, "json", False):
+            print(json.dumps({"error": message, "status": 2}), file=sys.stderr)
+        else:
+            print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
 
 
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows every option's default."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """A command-line mistake is one line on stderr (the usage is one --help away)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="LDP survey device client")
+    parser = _Parser(prog=PROG, description="LDP survey device client", formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--grpc-log", action="store_true", help="let gRPC's own log lines through to stderr"
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    submit = sub.add_parser("submit", help="randomize one answer, queue it and upload")
+    submit = _command(sub, "submit", "randomize one answer, queue it and upload")
     _server(submit)
     _state(submit)
-    submit.add_argument("--survey", required=True)
-    submit.add_argument("--question", required=True)
-    submit.add_argument("--answer", required=True, help="category label or index ('a|b' joint)")
-    submit.add_argument("--budget", type=float, help="enroll with this epsilon budget")
-    submit.add_argument("--delta", type=float, default=1e-6)
-    submit.add_argument("--pointwise", type=float, help="pure-epsilon share of the budget")
+    submit.add_argument("--survey", required=True, help="survey id")
+    submit.add_argument("--question", required=True, help="question id")
+    given = submit.add_mutually_exclusive_group(required=True)
+    given.add_argument(
+        "--answer",
+        help='the answer\'s category label, always read as a label ("2" is the category '
+        "named 2); 'a|b' for a question with two attributes",
+    )
+    given.add_argument(
+        "--index", type=int, help="the answer's category index instead (0-based, row-major)"
+    )
+    submit.add_argument(
+        "--budget",
+        type=float,
+        help="enroll this device with this epsilon budget (first use); "
+        "`ldp-aggregator cost` prints the flags a survey needs",
+    )
+    submit.add_argument(
+        "--delta", type=float, default=DEFAULT_DELTA, help="delta of the (epsilon, delta) budget"
+    )
+    submit.add_argument(
+        "--pointwise",
+        type=float,
+        help="pure-epsilon share of the budget (default: all of it, which leaves nothing for "
+        "Gaussian questions)",
+    )
     submit.add_argument("--no-flush", action="store_true", help="only queue, do not upload")
     submit.add_argument(
         "--memoize",
@@ -74,30 +126,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay the stored report when the same answer is given again (saves budget; the "
         "server then sees whether the answer changed)",
     )
-    submit.add_argument("--json", action="store_true")
+    _json(submit)
     submit.set_defaults(run=run_submit)
 
-    flush = sub.add_parser("flush", help="upload everything pending in the outbox")
+    flush = _command(sub, "flush", "upload everything pending in the outbox")
     _server(flush)
     _state(flush)
-    flush.add_argument("--json", action="store_true")
+    _json(flush)
     flush.set_defaults(run=run_flush)
 
-    budget = sub.add_parser("budget", help="show the privacy budget and what is spent")
+    budget = _command(sub, "budget", "show the privacy budget and what is spent (read only)")
     _state(budget)
-    budget.add_argument("--json", action="store_true")
+    _json(budget)
     budget.set_defaults(run=run_budget)
 
-    key = sub.add_parser("device-key", help="show (and create) the device's signing key")
+    install = _command(
+        sub,
+        "install-survey",
+        "install a survey definition file (ldp-aggregator export-survey) for offline answers",
+    )
+    install.add_argument("file", type=Path, help="survey definition file (JSON)")
+    _state(install)
+    _json(install)
+    install.set_defaults(run=run_install_survey)
+
+    key = _command(sub, "device-key", "show (and create) the device's signing key")
     _state(key)
     key.add_argument("--out", type=Path, help="write the public key PEM here, not to stdout")
-    key.add_argument("--json", action="store_true")
+    _json(key)
     key.set_defaults(run=run_device_key)
 
-    sim = sub.add_parser("simulate", help="play a population of devices against a server")
+    sim = _command(sub, "simulate", "play a population of devices against a server")
     _server(sim)
-    sim.add_argument("--survey", required=True)
-    sim.add_argument("--devices", type=int, required=True)
+    sim.add_argument("--survey", required=True, help="survey id")
+    sim.add_argument("--devices", type=int, required=True, help="number of simulated devices")
     sim.add_argument(
         "--truth",
         action="append",
@@ -107,9 +169,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--batch", type=int, default=1000, help="reports per upload")
     sim.add_argument("--seed", type=int, help="seed for drawing the true answers")
-    sim.add_argument("--json", action="store_true")
+    _json(sim)
     sim.set_defaults(run=run_simulate)
     return parser
+
+
+def _command(sub, name: str, text: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=text, description=text, formatter_class=_Formatter)
+
+
+def _json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="machine-readable output (errors too, on stderr)"
+    )
 
 
 def _server(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +197,7 @@ def _server(parser: argparse.ArgumentParser) -> None:
 
 def _transport(args: argparse.Namespace) -> Transport:
     """TLS (or mTLS) from the flags; plaintext only when asked for with --insecure."""
+    _check_target(args.server)
     if args.insecure:
         if args.tls_ca or args.tls_cert or args.tls_key:
             raise UserError("--insecure cannot be combined with --tls-ca/--tls-cert/--tls-key")
@@ -140,11 +213,21 @@ def _transport(args: argparse.Namespace) -> Transport:
     return Transport(args.server, tls=tls, timeout=args.timeout)
 
 
+def _check_target(target: str) -> None:
+    """host:port with a port in 1..65535 (gRPC would otherwise wrap it around or hang)."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UserError(f"--server {target!r}: expected HOST:PORT with a port from 1 to 65535")
+
+
 def _state(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state", type=Path, required=True, help="device state file (SQLite)")
+    parser.add_argument(
+        "--state", type=Path, required=True, help="device state file (SQLite, created 0600)"
+    )
 
 
 def _reporter(args: argparse.Namespace) -> Reporter:
+    _check_target(args.server)
     budget = None
     if getattr(args, "budget", None) is not None:
         budget = Budget(args.budget, args.delta, args.pointwise)
@@ -157,19 +240,49 @@ def _reporter(args: argparse.Namespace) -> Reporter:
 def run_submit(args: argparse.Namespace) -> int:
     reporter = _reporter(args)
     try:
-        answer: object = int(args.answer) if args.answer.isdigit() else args.answer
-        report_id = reporter.answer(args.survey, args.question, answer)
-        result = None if args.no_flush else reporter.flush()
+        try:
+            if args.index is not None:
+                report_id = reporter.answer_index(args.survey, args.question, args.index)
+            else:
+                report_id = reporter.answer(args.survey, args.question, args.answer)
+        except BudgetExceeded as exc:
+            survey = reporter.survey(args.survey)
+            cost = survey_cost(survey.questions, reporter.ledger.budget.delta)
+            raise UserError(
+                f"{exc}. Survey {survey.id} costs a device epsilon {cost.epsilon:g} (pure) and "
+                f"rho {cost.rho:g} (zCDP); a device enrolled with {cost.flags} can answer all "
+                "of it once (ldp-aggregator cost)"
+            ) from None
+        offline = reporter.offline
+        result = None if args.no_flush or offline else reporter.flush()
     finally:
         reporter.close()
-    out = {"report_id": report_id.hex(), "flush": None if result is None else vars(result)}
+    unreachable = result is not None and bool(result.error) and _unreachable(result.error)
+    out = {
+        "report_id": report_id.hex(),
+        "queued": True,
+        "offline": bool(offline) or unreachable,
+        "flush": None if result is None else vars(result),
+    }
     if args.json:
         print(json.dumps(out))
     else:
         print(f"queued report {report_id.hex()}")
-        if result is not None:
+        if offline:
+            print(
+                f"the aggregator is unreachable ({offline}): answered with the cached survey "
+                "definition; run ldp-client flush when online"
+            )
+        elif result is not None:
             _print_flush(result)
-    return 0 if result is None or not result.error else 1
+            if unreachable:
+                print("the report stays queued; run ldp-client flush when online")
+    return 0 if result is None or not result.error or unreachable else 1
+
+
+def _unreachable(error: str) -> bool:
+    """Whether a flush stopped because the aggregator could not be reached (not a refusal)."""
+    return error.startswith(("UNAVAILABLE", "DEADLINE_EXCEEDED"))
 
 
 def run_flush(args: argparse.Namespace) -> int:
@@ -199,7 +312,7 @@ def _print_flush(result) -> None:
 def run_budget(args: argparse.Namespace) -> int:
     if not args.state.exists():
         raise UserError(f"{args.state} does not exist")
-    ledger = Ledger(args.state)
+    ledger = Ledger.read_only(args.state)
     try:
         spent_pure, spent_zcdp = ledger.spent()
         left_pure, left_zcdp = ledger.remaining()
@@ -222,6 +335,26 @@ def run_budget(args: argparse.Namespace) -> int:
     else:
         for key, value in info.items():
             print(f"{key:>20}: {value}")
+    return 0
+
+
+def run_install_survey(args: argparse.Namespace) -> int:
+    try:
+        text = args.file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read survey file {args.file}: {exc}") from None
+    try:
+        survey = survey_from_json(text)
+    except SurveyError as exc:
+        raise UserError(f"{args.file}: {exc}") from None
+    with SurveyCache(args.state) as cache:
+        changed = cache.put(survey, str(args.file))
+    state = "installed" if changed else "already installed"
+    digests = {q.id: q.digest.hex() for q in survey.questions}
+    if args.json:
+        print(json.dumps({"survey": survey.id, "installed": changed, "digests": digests}))
+    else:
+        print(f"{state} survey {survey.id} ({len(survey.questions)} questions) in {args.state}")
     return 0
 
 
@@ -268,6 +401,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                         survey_id=survey.id,
                         question_id=question.id,
                         payload=mech.encode(mech.randomize(value)),
+                        definition_digest=question.digest,
                     )
                 )
             if len(batch) >= args.batch or device == args.devices - 1:
@@ -277,15 +411,23 @@ def run_simulate(args: argparse.Namespace) -> int:
                 batch = []
         progress.finish()
     elapsed = time.perf_counter() - started
-    cost = _device_cost(survey)
-    summary = {"devices": args.devices, "reports": total, "seconds": elapsed, **counts, **cost}
+    cost = survey_cost(survey.questions)
+    summary = {
+        "devices": args.devices,
+        "reports": total,
+        "seconds": elapsed,
+        **counts,
+        "epsilon": cost.epsilon,
+        "rho": cost.rho,
+    }
     if args.json:
         print(json.dumps(summary))
     else:
         print(
             f"{args.devices} devices sent {total} reports in {elapsed:.1f} s: "
             f"{counts['accepted']} accepted, {counts['duplicate']} duplicate; "
-            f"each device spent epsilon {cost['epsilon']:g} (pure) and rho {cost['rho']:g} (zCDP)"
+            f"each device spent epsilon {cost.epsilon:g} (pure) and rho {cost.rho:g} (zCDP), "
+            f"covered by {cost.flags}"
         )
     return 0
 
@@ -306,14 +448,6 @@ def _truths(survey: SurveySpec, specs: list[str]) -> dict[str, np.ndarray]:
             )
         truths[name] = p / p.sum()
     return truths
-
-
-def _device_cost(survey: SurveySpec) -> dict[str, float]:
-    costs = [q.mechanism.cost for q in survey.questions]
-    return {
-        "epsilon": sum(c.value for c in costs if c.kind == "pure"),
-        "rho": sum(c.value for c in costs if c.kind == "zcdp"),
-    }
 
 
 class Progress:

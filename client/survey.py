@@ -4,10 +4,15 @@ always comes from the numbers it will actually randomize with."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from google.protobuf import json_format
 
 from client.mechanisms import (
     DEFAULT_GRANULARITY_BITS,
@@ -25,6 +30,7 @@ MECHANISM_NAMES = {
     "gaussian": ldp_pb2.GAUSSIAN,
     "laplace": ldp_pb2.LAPLACE,
 }
+DIGEST_FORMAT = "ldp-question-definition/1"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -63,20 +69,75 @@ class QuestionSpec:
             labels = [f"{p}|{c}" if p else c for p in labels for c in attribute.categories]
         return labels
 
-    def index(self, answer: int | str | Sequence[int | str]) -> int:
-        """The joint category index of an answer: a category index or label, or for several
-        attributes the joint index, labels joined by '|', or one label or index per attribute."""
-        if len(self.attributes) == 1:
-            return _category(answer, self.attributes[0])  # type: ignore[arg-type]
-        if isinstance(answer, int):
-            return _category(answer, Attribute(self.id, tuple(self.labels)))
-        parts = answer.split("|") if isinstance(answer, str) else list(answer)
+    def index(self, answer: str | Sequence[str]) -> int:
+        """The joint category index of an answer given by its label: a category label, or for
+        several attributes the labels joined by '|' or one label per attribute. A label is
+        always a label ("2" is the category named "2"); a position goes through
+        :meth:`check_index`."""
+        if isinstance(answer, str):
+            parts = answer.split("|") if len(self.attributes) > 1 else [answer]
+        elif isinstance(answer, Sequence) and all(isinstance(p, str) for p in answer):
+            parts = list(answer)
+        else:
+            raise SurveyError(
+                f"question {self.id}: an answer is a category label, got {answer!r} (give a "
+                "category index explicitly: Reporter.answer_index, ldp-client submit --index)"
+            )
         if len(parts) != len(self.attributes):
-            raise SurveyError(f"question {self.id} needs one answer per attribute")
+            raise SurveyError(
+                f"question {self.id} needs one label per attribute "
+                f"({', '.join(a.name for a in self.attributes)}), joined by '|'"
+            )
         index = 0
         for part, attribute in zip(parts, self.attributes, strict=True):
             index = index * len(attribute.categories) + _category(part, attribute)
         return index
+
+    def check_index(self, index: object) -> int:
+        """A joint category index (0 .. k-1, row-major for several attributes), checked."""
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.k:
+            raise SurveyError(
+                f"question {self.id}: category index must be an integer from 0 to {self.k - 1}, "
+                f"got {index!r} (labels in index order: {_listing(self.labels)})"
+            )
+        return index
+
+    def definition(self) -> dict[str, object]:
+        """Everything that decides how a report is randomized and read: mechanism, parameter,
+        grid, attributes and their categories (not the question text)."""
+        mech = self.mechanism
+        parameter = "rho" if isinstance(mech, GaussianNoise) else "epsilon"
+        additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+        return {
+            "mechanism": mech.name,
+            parameter: float(mech.rho if isinstance(mech, GaussianNoise) else mech.parameter),
+            "granularity_bits": mech.granularity_bits if additive else None,
+            "attributes": [
+                {"name": a.name, "categories": list(a.categories)} for a in self.attributes
+            ],
+        }
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 of the canonical encoding of the question's definition (docs/config.md,
+        "Definition digest"): what a report carries to say which definition randomized it."""
+        mech = self.mechanism
+        value = mech.rho if isinstance(mech, GaussianNoise) else mech.parameter
+        additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+        fields = [
+            DIGEST_FORMAT,
+            self.id,
+            mech.name,
+            struct.pack(">d", float(value)).hex(),
+            str(mech.granularity_bits) if additive else "",
+            str(len(self.attributes)),
+        ]
+        for attribute in self.attributes:
+            fields += [attribute.name, str(len(attribute.categories)), *attribute.categories]
+        encoded = b"".join(
+            len(data).to_bytes(4, "big") + data for data in (f.encode() for f in fields)
+        )
+        return hashlib.sha256(encoded).digest()
 
     def to_proto(self) -> ldp_pb2.Question:
         mech = self.mechanism
@@ -114,16 +175,18 @@ class QuestionSpec:
         )
 
 
-def _category(part: int | str, attribute: Attribute) -> int:
-    if isinstance(part, str):
-        if part in attribute.categories:
-            return attribute.categories.index(part)
-        raise SurveyError(f"{part!r} is not a category of {attribute.name}")
-    if isinstance(part, bool) or not isinstance(part, int):
-        raise SurveyError(f"{part!r} is not a category of {attribute.name}")
-    if not 0 <= part < len(attribute.categories):
-        raise SurveyError(f"{part!r} is not a category index of {attribute.name}")
-    return part
+def _category(label: str, attribute: Attribute) -> int:
+    if label in attribute.categories:
+        return attribute.categories.index(label)
+    raise SurveyError(
+        f"{label!r} is not a category of {attribute.name}; valid labels: "
+        f"{_listing(attribute.categories)}"
+    )
+
+
+def _listing(labels: Sequence[str], limit: int = 20) -> str:
+    shown = ", ".join(repr(label) for label in labels[:limit])
+    return shown if len(labels) <= limit else f"{shown}, ... ({len(labels)} in all)"
 
 
 def build_question(
@@ -218,3 +281,28 @@ class SurveySpec:
             int(message.min_batch_size),
             message.require_device_auth,
         )
+
+
+SURVEY_FILE_FORMAT = "ldp-survey-definition/1"
+
+
+def survey_to_json(survey: SurveySpec) -> str:
+    """A survey definition as a file a device can install (``ldp-client install-survey``):
+    JSON with a format marker and the wire message's fields (protobuf JSON mapping)."""
+    message = json_format.MessageToDict(survey.to_proto(), preserving_proto_field_name=True)
+    return json.dumps({"format": SURVEY_FILE_FORMAT, "survey": message}, indent=2) + "\n"
+
+
+def survey_from_json(text: str) -> SurveySpec:
+    """Parse and validate a survey definition file; SurveyError if it is not one."""
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise SurveyError(f"not a survey definition file (invalid JSON: {exc})") from None
+    if not isinstance(document, dict) or document.get("format") != SURVEY_FILE_FORMAT:
+        raise SurveyError(f"not a survey definition file (expected format {SURVEY_FILE_FORMAT!r})")
+    try:
+        message = json_format.ParseDict(document.get("survey"), ldp_pb2.Survey())
+    except (json_format.ParseError, TypeError, AttributeError) as exc:
+        raise SurveyError(f"invalid survey definition: {exc}") from None
+    return SurveySpec.from_proto(message)

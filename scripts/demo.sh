@@ -32,16 +32,28 @@ for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 [ -s "$work/port" ] || { echo "aggregator did not start" >&2; exit 1; }
 server="127.0.0.1:$(cat "$work/port")"
 
+declare -A truth=(
+    [mood]=0.4,0.3,0.2,0.1
+    [transport]=0.3,0.2,0.2,0.1,0.15,0.05
+    [sleep]=0.1,0.3,0.5,0.1
+    [stress]=0.25,0.4,0.25,0.1
+    [smoking_by_exercise]=0.18,0.3,0.32,0.12,0.05,0.03
+)
+questions=(mood transport sleep stress smoking_by_exercise)
+truths=()
+for question in "${questions[@]}"; do truths+=(--truth "$question=${truth[$question]}"); done
+
+echo "== what one device spends on the survey (and the ldp-client budget flags that cover it)"
+"$bin/ldp-aggregator" cost --config "$config" --survey wellbeing-2026
+echo
 echo "== $devices devices randomize locally and upload over gRPC to $server"
 "$bin/ldp-client" simulate --server "$server" --insecure --survey wellbeing-2026 --devices "$devices" \
-    --seed 7 --truth mood=0.4,0.3,0.2,0.1 --truth transport=0.3,0.2,0.2,0.1,0.15,0.05 \
-    --truth sleep=0.1,0.3,0.5,0.1 --truth stress=0.25,0.4,0.25,0.1 \
-    --truth smoking_by_exercise=0.18,0.3,0.32,0.12,0.05,0.03
+    --seed 7 "${truths[@]}"
 
 run() { "$bin/ldp-aggregator" "$1" --config "$config" --db "$db" --survey wellbeing-2026 "${@:2}"; }
-for question in mood transport sleep stress smoking_by_exercise; do
+for question in "${questions[@]}"; do
     echo
-    echo "== estimate: $question"
+    echo "== estimate: $question (true distribution: ${truth[$question]//,/, })"
     run estimate --question "$question"
 done
 echo

@@ -202,7 +202,7 @@ def test_release_threshold_and_bad_test_input(live_server, survey_file):
     assert_user_error(
         run("agg", "test", *args, "--question", "rr", "gof", "--p0", "0.5,0.5", check=False),
         2,
-        "length 4",
+        "has 4 categories",
     )
     assert_user_error(run("agg", "test", *args, "--question", "rr", "gof", check=False), 2, "--p0")
     assert_user_error(

@@ -293,7 +293,7 @@ def test_unenrolled_device_keeps_its_reports_until_enrolled(tmp_path, auth_surve
     try:
         with Transport(running.target) as transport:
             reporter = Reporter(transport, state, BUDGET)
-            report_id = reporter.answer("secure", "q", 0)
+            report_id = reporter.answer_index("secure", "q", 0)
             result = reporter.flush()
             assert "UNAUTHENTICATED" in result.error and "unknown or revoked" in result.error
             assert (result.pending, result.rejected) == (1, 0)

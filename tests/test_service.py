@@ -53,7 +53,7 @@ def test_end_to_end_every_mechanism(server, tmp_path, question_id):
     payloads = []
     for device in range(40):
         reporter = Reporter(transport, tmp_path / f"device{device}.sqlite", MIXED_BUDGET)
-        reporter.answer("s1", question_id, int(rng.integers(question.k)))
+        reporter.answer_index("s1", question_id, int(rng.integers(question.k)))
         payloads.append(reporter.outbox.pending()[0].payload)
         result = reporter.flush()
         assert (result.accepted, result.pending, result.error) == (1, 0, "")
@@ -180,10 +180,10 @@ def test_killed_client_resends_the_same_report(server, tmp_path):
 
 def test_budget_refuses_before_randomizing(server, tmp_path):
     reporter = Reporter(Transport(server.target), tmp_path / "d.sqlite", Budget(2.5))
-    reporter.answer("s1", "rr", 0)
-    reporter.answer("s1", "fc", 1)
+    reporter.answer_index("s1", "rr", 0)
+    reporter.answer_index("s1", "fc", 1)
     with pytest.raises(BudgetExceeded):
-        reporter.answer("s1", "lap", 2)
+        reporter.answer_index("s1", "lap", 2)
     assert len(reporter.outbox) == 2
     reporter.close()
 
@@ -205,7 +205,7 @@ def test_memoized_answer_replays_without_new_cost(server, tmp_path):
 def test_budget_and_outbox_survive_restart(server, tmp_path):
     state = tmp_path / "d.sqlite"
     reporter = Reporter(Transport(server.target), state, Budget(3.0))
-    reporter.answer("s1", "rr", 1)
+    reporter.answer_index("s1", "rr", 1)
     reporter.close()
     reopened = Reporter(Transport(server.target), state)
     assert reopened.ledger.budget.epsilon == 3.0 and reopened.ledger.spent() == (1.0, 0.0)

@@ -20,6 +20,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from aggregator.errors import LdpError
+from aggregator.store.file_kind import (
+    DEVICE_REGISTRY,
+    FileKindError,
+    claim,
+    open_file,
+    open_read_only,
+)
 from client.device.keys import device_id_for
 
 _SCHEMA = """
@@ -66,14 +73,23 @@ def _raw(key: Ed25519PublicKey) -> bytes:
 class DeviceRegistry:
     """The enrolled devices of one aggregator."""
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, create: bool = False, read_only: bool = False
+    ) -> None:
+        """Open (``create``: or create, mode 0600) a device registry file; ``read_only`` opens
+        it without changing anything. A file of another kind is refused."""
         if not create and not Path(path).exists():
             raise DeviceRegistryError(f"device registry not found: {path}")
         try:
-            self._conn = sqlite3.connect(path, isolation_level=None)
+            if read_only:
+                self._conn = open_read_only(path, DEVICE_REGISTRY)
+                return
+            self._conn = open_file(path, DEVICE_REGISTRY)
+            claim(self._conn, DEVICE_REGISTRY, path)
             self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
+        except FileKindError as exc:
+            raise DeviceRegistryError(str(exc)) from None
         except sqlite3.DatabaseError as exc:
             raise DeviceRegistryError(f"cannot open device registry {path}: {exc}") from None
 

@@ -39,7 +39,7 @@ from aggregator.service.limits import (
     UploadGuard,
     limit_key,
 )
-from aggregator.store import ingest
+from aggregator.store import definitions, ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.report_store import (
     ReportBatch,
@@ -480,12 +480,11 @@ class RunningServer:
 def open_store(
     surveys: dict[str, SurveySpec], db_path: str, *, max_delay: float = 0.002
 ) -> ReportStore:
-    """Open the report store and register every question of the surveys."""
+    """Open the report store, check every question of the surveys against its pinned
+    definition (aggregator/store/definitions.py) and register it."""
     store = ReportStore(db_path, max_delay=max_delay)
     try:
-        for survey in surveys.values():
-            for question in survey.questions:
-                store.register_question(survey.id, question.id, question.k)
+        definitions.register(store, surveys)
     except BaseException:
         store.close()
         raise

@@ -6,7 +6,7 @@ building an object per report."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -45,6 +45,21 @@ def find_question(surveys: dict[str, SurveySpec], survey_id: str, question_id: s
         ) from None
 
 
+def check_digests(question: QuestionSpec, digests: Iterable[bytes]) -> None:
+    """Refuse (FAILED_PRECONDITION) reports randomized under another definition of the question
+    than the one served and pinned; an empty digest (a device before 0.2) is taken as the
+    current definition."""
+    expected = question.digest
+    for digest in digests:
+        if digest and digest != expected:
+            raise ReportRejectedError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"question {question.id!r} was randomized under definition {digest.hex()[:16]}, "
+                f"the aggregator holds {expected.hex()[:16]}: the definition changed; fetch the "
+                "survey again",
+            )
+
+
 def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
     """Decode a payload into its int64 contribution to the question's sufficient statistic:
     a one-hot count (randomized response), the bits (flip components) or the grid values."""
@@ -70,6 +85,7 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
             f"report_id must be {REPORT_ID_BYTES} bytes, got {len(report.report_id)}",
         )
     _, question = find_question(surveys, report.survey_id, report.question_id)
+    check_digests(question, (report.definition_digest,))
     return StoredReport(
         report_id=bytes(report.report_id),
         survey_id=report.survey_id,
@@ -109,22 +125,24 @@ def validate_upload(
     check fails the reports are re-checked one by one, and the error names the first bad one
     (``report[i]``).
     """
-    columns: dict[tuple[str, str], tuple[list[int], list[bytes], list[bytes]]] = {}
+    columns: dict[tuple[str, str], tuple[list[int], list[bytes], list[bytes], set[bytes]]] = {}
     report_ids: list[bytes] = []
     for i, report in enumerate(reports):
         key = (report.survey_id, report.question_id)
         column = columns.get(key)
         if column is None:
-            column = columns[key] = ([], [], [])
+            column = columns[key] = ([], [], [], set())
         report_id = report.report_id
         column[0].append(i)
         column[1].append(report_id)
         column[2].append(report.payload)
+        column[3].add(report.definition_digest)
         report_ids.append(report_id)
     batches = []
     try:
-        for (survey_id, question_id), (_, ids, payloads) in columns.items():
+        for (survey_id, question_id), (_, ids, payloads, digests) in columns.items():
             _, question = find_question(surveys, survey_id, question_id)
+            check_digests(question, digests)
             if set(map(len, ids)) - {REPORT_ID_BYTES}:
                 raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "report_id length")
             rows = _contributions(question, payloads)

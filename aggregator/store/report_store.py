@@ -38,6 +38,13 @@ from typing import Any
 import numpy as np
 
 from aggregator.errors import LdpError
+from aggregator.store.file_kind import (
+    REPORT_STORE,
+    FileKindError,
+    check_kind,
+    open_file,
+    stamp_kind,
+)
 
 SCHEMA_VERSION = 1
 REPORT_ID_BYTES = 16
@@ -160,8 +167,12 @@ class ReportStore:
         self._path = os.fspath(path)
         self._max_batch = max_batch
         self._max_delay = max_delay
-        conn = _connect(self._path)
         try:
+            conn = open_file(self._path)
+        except FileKindError as exc:
+            raise StoreError(str(exc)) from None
+        try:
+            unstamped = check_kind(conn, REPORT_STORE, self._path)
             # A bigger page cache and fewer, larger checkpoints: random 16-byte keys dirty about
             # one B-tree page per inserted report, and a checkpoint writes each page only once.
             conn.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
@@ -176,8 +187,16 @@ class ReportStore:
                 raise StoreError(
                     f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
                 )
+            if unstamped:
+                stamp_kind(conn, REPORT_STORE)
             rows = conn.execute("SELECT survey_id, question_id, k FROM statistics")
             self._k = {(s, q): k for s, q, k in rows}
+        except FileKindError as exc:
+            conn.close()
+            raise StoreError(str(exc)) from None
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(f"{self._path} is not a usable report store (SQLite: {exc})") from None
         except BaseException:
             conn.close()
             raise
@@ -249,6 +268,10 @@ class ReportStore:
         item = _Submit(batches, sum(len(b) for b in batches), Future(), on_write)
         self._enqueue(item)
         return item.future
+
+    def run_in_writer(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn(connection)`` in one write transaction on the writer thread; its result."""
+        return self._call(fn)
 
     def put(self, reports: Sequence[StoredReport]) -> list[bool]:
         """Blocking submit: returns the flags once the reports are durable."""

@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sqlite3
 import time
 from dataclasses import dataclass
 
 from client.device.database import connect, immediate
+from client.device.filekind import DEVICE_STATE, open_read_only
 from client.mechanisms.base import PrivacyCost
 
 #: Relative slack in admission tests, so that e.g. ten charges of 0.1 fit a budget of 1.0.
@@ -182,6 +184,24 @@ class Ledger:
             self._conn.close()
             raise
 
+    @classmethod
+    def read_only(cls, path: str | os.PathLike[str]) -> Ledger:
+        """Open an enrolled device state file for reading only (``ldp-client budget``): nothing
+        is created or changed; FileKindError for a file that is not a device state."""
+        ledger = cls.__new__(cls)
+        ledger._conn = open_read_only(path, DEVICE_STATE)
+        try:
+            row = ledger._conn.execute(
+                "SELECT epsilon, delta, pointwise FROM ledger_budget WHERE id = 1"
+            ).fetchone()
+        except sqlite3.DatabaseError:
+            row = None
+        if row is None:
+            ledger._conn.close()
+            raise LedgerConfigError(f"no budget is enrolled in {path}")
+        ledger._budget = Budget(*row)
+        return ledger
+
     def _enroll(self, budget: Budget | None) -> Budget:
         self._conn.executescript(_SCHEMA)
         with immediate(self._conn):
@@ -248,7 +268,7 @@ class Ledger:
         with immediate(self._conn):
             admitted = self._admit(cost, self.spent())
             if admitted is None:
-                raise BudgetExceeded(f"{cost.kind} cost {cost.value:g} refused: {self.guarantee()}")
+                raise BudgetExceeded(self._refusal(cost))
             bucket, charged = admitted
             row = (
                 request_id,
@@ -267,6 +287,24 @@ class Ledger:
                 row,
             )
         return Charge(cursor.lastrowid, *row)
+
+    def _refusal(self, cost: PrivacyCost) -> str:
+        """Why a charge is refused: the bucket that would pay, and how much it lacks."""
+        left_pure, left_rho = self.remaining()
+        value = float(cost.value)
+        if cost.kind == "zcdp":
+            need = f"rho {value:.6g} from the zCDP bucket, which has {left_rho:.6g} left"
+            if self._budget.rho_cap == 0:
+                need += " (none at all: this device was enrolled pure, --pointwise = --budget)"
+            else:
+                need += f" (missing {value - left_rho:.6g})"
+        else:
+            need = (
+                f"epsilon {value:.6g} from the pointwise bucket, which has {left_pure:.6g} left "
+                f"(missing {value - left_pure:.6g}), or rho {value * value / 2:.6g} from the "
+                f"zCDP bucket, which has {left_rho:.6g} left"
+            )
+        return f"{cost.kind} cost refused: needs {need}; {self.guarantee()}"
 
     def charges(self) -> list[Charge]:
         """The whole charge log, oldest first."""

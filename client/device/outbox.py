@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     question_id TEXT NOT NULL,
     payload BLOB NOT NULL,
     created_at REAL NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0
+    attempts INTEGER NOT NULL DEFAULT 0,
+    definition_digest BLOB NOT NULL DEFAULT x''
 );
 CREATE TABLE IF NOT EXISTS rejected (
     report_id BLOB PRIMARY KEY CHECK (length(report_id) = 16),
@@ -43,7 +44,8 @@ CREATE TABLE IF NOT EXISTS rejected (
     attempts INTEGER NOT NULL,
     code TEXT NOT NULL,
     reason TEXT NOT NULL,
-    rejected_at REAL NOT NULL
+    rejected_at REAL NOT NULL,
+    definition_digest BLOB NOT NULL DEFAULT x''
 );
 CREATE TABLE IF NOT EXISTS memo (
     memo_key BLOB PRIMARY KEY CHECK (length(memo_key) = 32),
@@ -52,7 +54,10 @@ CREATE TABLE IF NOT EXISTS memo (
 );
 """
 
-_ITEM_COLUMNS = "report_id, survey_id, question_id, payload, created_at, attempts"
+_ITEM_COLUMNS = (
+    "report_id, survey_id, question_id, payload, created_at, attempts, definition_digest"
+)
+_DIGEST_COLUMN = "definition_digest BLOB NOT NULL DEFAULT x''"  # added in device state v2
 
 
 class OutboxError(Exception):
@@ -69,6 +74,7 @@ class OutboxItem:
     payload: bytes
     created_at: float
     attempts: int
+    definition_digest: bytes = b""  # of the question definition it was randomized under
 
 
 def _check_report_id(report_id: object) -> bytes:
@@ -134,6 +140,10 @@ class Outbox:
         self._conn = connect(path)
         try:
             self._conn.executescript(_SCHEMA)
+            for table in ("outbox", "rejected"):  # a device state file from before v2
+                columns = {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+                if "definition_digest" not in columns:
+                    self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {_DIGEST_COLUMN}")
         except BaseException:
             self._conn.close()
             raise
@@ -146,6 +156,7 @@ class Outbox:
         payload: bytes,
         *,
         memo_key: bytes | None = None,
+        definition_digest: bytes = b"",
     ) -> None:
         """Store one report (and its memo entry) in one committed transaction.
 
@@ -179,9 +190,9 @@ class Outbox:
                         raise OutboxError(f"report {report_id.hex()} is stored with other content")
                     return
             self._conn.execute(
-                "INSERT INTO outbox (report_id, survey_id, question_id, payload, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (report_id, *content, time.time()),
+                "INSERT INTO outbox (report_id, survey_id, question_id, payload, created_at,"
+                " definition_digest) VALUES (?, ?, ?, ?, ?, ?)",
+                (report_id, *content, time.time(), definition_digest),
             )
 
     def pending(self, limit: int = 1000) -> list[OutboxItem]:
@@ -215,8 +226,8 @@ class Outbox:
         _check_report_id(report_id)
         with immediate(self._conn):
             moved = self._conn.execute(
-                f"INSERT INTO rejected SELECT {_ITEM_COLUMNS}, ?, ?, ? FROM outbox"
-                " WHERE report_id = ?",
+                f"INSERT INTO rejected ({_ITEM_COLUMNS}, code, reason, rejected_at)"
+                f" SELECT {_ITEM_COLUMNS}, ?, ?, ? FROM outbox WHERE report_id = ?",
                 (code, reason, time.time(), report_id),
             ).rowcount
             if moved:
@@ -231,7 +242,7 @@ class Outbox:
         rows = self._conn.execute(
             f"SELECT {_ITEM_COLUMNS}, code, reason FROM rejected ORDER BY rowid"
         )
-        return [(OutboxItem(*row[:6]), row[6], row[7]) for row in rows]
+        return [(OutboxItem(*row[:7]), row[7], row[8]) for row in rows]
 
     def __len__(self) -> int:
         """Number of pending reports."""

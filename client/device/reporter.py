@@ -26,13 +26,21 @@ import grpc
 from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, Ledger
 from client.device.outbox import Outbox, load_or_create_secret, memo_key
+from client.device.survey_cache import SurveyCache
 from client.device.transport import Transport, TransportError
-from client.survey import SurveySpec
+from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 REPORT_ID_BYTES = 16
 # Failures that say nothing about the reports themselves: stop the flush, keep them pending.
 _DEVICE_PROBLEMS = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAUTHENTICATED})
+
+
+def _handshake_failed(exc: TransportError) -> bool:
+    """An UNAVAILABLE that is a TLS refusal (a certificate problem to fix, not a missing
+    signal): gRPC reports both with the same code, only the details tell them apart."""
+    details = exc.details.lower()
+    return any(word in details for word in ("ssl", "handshake", "certificate", "tls"))
 
 
 @dataclass(frozen=True)
@@ -62,16 +70,34 @@ class Reporter:
         self._path = Path(state_path)
         self.ledger = Ledger(self._path, budget)
         self.outbox = Outbox(self._path)
+        self.cache = SurveyCache(self._path)
         self._secret = load_or_create_secret(self._path)
         self._memoize = memoize
         self._surveys: dict[str, SurveySpec] = {}
         self._unknown_surveys: set[str] = set()
         self._device_key: DeviceKey | None = None
+        self.offline = ""  # why a definition came from the cache (the server was unreachable)
 
     def survey(self, survey_id: str) -> SurveySpec:
-        """The survey definition, fetched once from the aggregator."""
+        """The survey definition: fetched once from the aggregator (and cached on the device),
+        or, with the aggregator unreachable, the cached one (fetched earlier or installed)."""
         if survey_id not in self._surveys:
-            self._surveys[survey_id] = self._transport.get_survey(survey_id)
+            try:
+                survey = self._transport.get_survey(survey_id)
+            except TransportError as exc:
+                if not exc.retryable or _handshake_failed(exc):
+                    raise
+                cached = self.cache.get(survey_id)
+                if cached is None:
+                    raise TransportError(
+                        exc.code,
+                        f"{exc.details or 'server unreachable'}; survey {survey_id!r} is not "
+                        "cached on this device (ldp-client install-survey FILE installs it)",
+                    ) from None
+                survey, self.offline = cached.survey, exc.details or exc.code.name
+            else:
+                self.cache.put(survey, "server")
+            self._surveys[survey_id] = survey
         return self._surveys[survey_id]
 
     def device_key(self) -> DeviceKey:
@@ -93,28 +119,43 @@ class Reporter:
                 self._unknown_surveys.add(survey_id)
         return False
 
-    def answer(self, survey_id: str, question_id: str, answer: object) -> bytes:
-        """Randomize one answer and queue it; returns the report id.
+    def answer(self, survey_id: str, question_id: str, answer: str | list[str]) -> bytes:
+        """Randomize one answer, given by its category label ('a|b' or one label per attribute
+        for a joint question), and queue it; returns the report id.
 
-        Raises ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
+        Raises ``SurveyError`` for an unknown label (the message lists the valid ones) and
+        ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
         question's privacy cost. With memoization, asking the same question again with the same
         answer re-queues the stored report at no new cost.
         """
-        survey = self.survey(survey_id)
+        question = self._question(survey_id, question_id)
+        return self._queue(survey_id, question, question.index(answer))
+
+    def answer_index(self, survey_id: str, question_id: str, index: int) -> bytes:
+        """:meth:`answer` for an answer given by its joint category index (0 .. k-1)."""
+        question = self._question(survey_id, question_id)
+        return self._queue(survey_id, question, question.check_index(index))
+
+    def _question(self, survey_id: str, question_id: str) -> QuestionSpec:
         try:
-            question = survey.question(question_id)
+            return self.survey(survey_id).question(question_id)
         except KeyError:
             raise KeyError(f"survey {survey_id!r} has no question {question_id!r}") from None
-        index = question.index(answer)  # type: ignore[arg-type]
+
+    def _queue(self, survey_id: str, question: QuestionSpec, index: int) -> bytes:
+        question_id, digest = question.id, question.digest
         mech = question.mechanism
         described = mech.describe()
         key = None
         if self._memoize:
-            key = memo_key(self._secret, survey_id, question_id, described, index)
+            described_now = f"{described} {digest.hex()}"  # a changed definition: a fresh report
+            key = memo_key(self._secret, survey_id, question_id, described_now, index)
             stored = self.outbox.memo_lookup(key)
             if stored is not None:
                 report_id, payload = stored
-                self.outbox.add(report_id, survey_id, question_id, payload)
+                self.outbox.add(
+                    report_id, survey_id, question_id, payload, definition_digest=digest
+                )
                 return report_id
         report_id = os.urandom(REPORT_ID_BYTES)
         self.ledger.charge(
@@ -125,7 +166,9 @@ class Reporter:
             mechanism=described,
         )
         payload = mech.encode(mech.randomize(index))
-        self.outbox.add(report_id, survey_id, question_id, payload, memo_key=key)
+        self.outbox.add(
+            report_id, survey_id, question_id, payload, memo_key=key, definition_digest=digest
+        )
         return report_id
 
     def flush(self, batch_size: int = 500) -> FlushResult:
@@ -157,6 +200,7 @@ class Reporter:
                 survey_id=item.survey_id,
                 question_id=item.question_id,
                 payload=item.payload,
+                definition_digest=item.definition_digest,
             )
             for item in batch
         ]
@@ -182,3 +226,4 @@ class Reporter:
     def close(self) -> None:
         self.ledger.close()
         self.outbox.close()
+        self.cache.close()

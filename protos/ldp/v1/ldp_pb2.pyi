@@ -72,16 +72,18 @@ class Survey(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("report_id", "survey_id", "question_id", "payload")
+    __slots__ = ("report_id", "survey_id", "question_id", "payload", "definition_digest")
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_DIGEST_FIELD_NUMBER: _ClassVar[int]
     report_id: bytes
     survey_id: str
     question_id: str
     payload: bytes
-    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+    definition_digest: bytes
+    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., definition_digest: _Optional[bytes] = ...) -> None: ...
 
 class ReportResult(_message.Message):
     __slots__ = ("report_id", "status", "code", "reason")

@@ -1,0 +1,82 @@
+"""The analyst's way in from Python: a survey file and a report store give, per question, its
+histogram and labels, after the same checks as the command line (file kind, pinned
+definitions), reading only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from aggregator.config import ConfigError, load_surveys
+from aggregator.histogram import Histogram
+from aggregator.store import ingest
+from aggregator.store.reader import StoreReader
+from client.survey import QuestionSpec, SurveySpec
+
+
+@dataclass(frozen=True)
+class QuestionData:
+    """One question's stored data: its definition, histogram, labels and release state."""
+
+    question: QuestionSpec
+    histogram: Histogram
+    released: bool  # n >= the survey's min_batch_size (what the CLI and the service release)
+
+    @property
+    def labels(self) -> list[str]:
+        """Category labels in the histogram's order ('a|b' for joint categories)."""
+        return self.question.labels
+
+    @property
+    def n(self) -> int:
+        return self.histogram.n
+
+
+@dataclass(frozen=True)
+class SurveyData(Mapping[str, QuestionData]):
+    """A survey's questions by id, each a :class:`QuestionData`."""
+
+    survey: SurveySpec
+    questions: Mapping[str, QuestionData]
+
+    def __getitem__(self, question_id: str) -> QuestionData:
+        try:
+            return self.questions[question_id]
+        except KeyError:
+            known = ", ".join(self.questions)
+            raise KeyError(
+                f"survey {self.survey.id} has no question {question_id!r} ({known})"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.questions)
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+def open_survey(
+    config: str | os.PathLike[str], db: str | os.PathLike[str], survey: str | None = None
+) -> SurveyData:
+    """Every question of ``survey`` (optional when the file defines one survey) with its
+    histogram, read only from the store ``db``. Raises ConfigError for an invalid file or an
+    unknown survey, FileKindError for a file that is not a report store and
+    DefinitionChangedError when the file changes a question the store has reports of."""
+    surveys = load_surveys(config)
+    if survey is None:
+        if len(surveys) != 1:
+            names = ", ".join(surveys)
+            raise ConfigError(f"{config} defines {len(surveys)} surveys: name one ({names})")
+        survey = next(iter(surveys))
+    if survey not in surveys:
+        raise ConfigError(f"{config} has no survey {survey!r} ({', '.join(surveys)})")
+    spec = surveys[survey]
+    questions = {}
+    with StoreReader(db) as reader:
+        reader.check_definitions(surveys, config)
+        for question in spec.questions:
+            n, sums = reader.statistics(spec.id, question.id, question.k)
+            hist = ingest.histogram(question, n, sums)
+            questions[question.id] = QuestionData(question, hist, n >= spec.min_batch_size)
+    return SurveyData(spec, questions)

@@ -1,0 +1,140 @@
+"""Question definitions pinned to their data.
+
+A store's reports mean something only under the definition they were randomized with (mechanism,
+parameter, grid, categories). The store keeps each question's definition beside its statistics;
+until the question has a report the pin follows the configuration, from the first report on a
+configuration that changes it is refused, naming survey, question, field, stored and given value
+(a changed question needs a new question id: docs/config.md, "Changing a question"). A store
+written before pins existed is pinned to the configuration it is next served with.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Mapping
+
+from aggregator.store.report_store import ReportStore, StoreError
+from client.survey import QuestionSpec, SurveySpec
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS question_definitions (
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    definition TEXT NOT NULL,
+    digest BLOB NOT NULL,
+    pinned_at INTEGER NOT NULL,
+    PRIMARY KEY (survey_id, question_id)
+)
+"""
+
+
+class DefinitionChangedError(StoreError):
+    """The configuration changes a question that already has reports in the store."""
+
+
+def register(store: ReportStore, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
+    """Pin (or check) every question of ``surveys`` in the store and register its statistics,
+    in one transaction. Raises DefinitionChangedError for a changed question with reports."""
+
+    def pin_all(conn: sqlite3.Connection) -> None:
+        conn.execute(_SCHEMA)
+        for survey in surveys.values():
+            for question in survey.questions:
+                _pin(conn, survey.id, question, where)
+
+    store.run_in_writer(pin_all)
+    for survey in surveys.values():
+        for question in survey.questions:
+            store.register_question(survey.id, question.id, question.k)
+
+
+def check(conn: sqlite3.Connection, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
+    """Refuse (DefinitionChangedError) a configuration that changes a question with reports,
+    reading only: for read-only commands on a connection of their own."""
+    has_pins = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'question_definitions'"
+    ).fetchone()
+    for survey in surveys.values():
+        for question in survey.questions:
+            n, k = _count(conn, survey.id, question.id)
+            if not n:
+                continue
+            stored = _stored(conn, survey.id, question.id) if has_pins else None
+            if stored is not None and stored[1] != question.digest:
+                raise _changed(survey.id, question, json.loads(stored[0]), where)
+            if stored is None and k != question.k:  # a store from before pins: k is all we know
+                raise DefinitionChangedError(
+                    f"survey {survey.id}, question {question.id}: {where or 'the configuration'} "
+                    f"gives {question.k} categories, the store holds reports with {k}"
+                )
+
+
+def _pin(conn: sqlite3.Connection, survey_id: str, question: QuestionSpec, where: object) -> None:
+    stored = _stored(conn, survey_id, question.id)
+    n, k = _count(conn, survey_id, question.id)
+    definition = json.dumps(question.definition(), sort_keys=True)
+    if stored is not None and stored[1] == question.digest:
+        return
+    if n:
+        if stored is not None:
+            raise _changed(survey_id, question, json.loads(stored[0]), where)
+        if k != question.k:
+            raise DefinitionChangedError(
+                f"survey {survey_id}, question {question.id}: {where or 'the configuration'} "
+                f"gives {question.k} categories, the store holds reports with {k}"
+            )
+    elif k is not None and k != question.k:  # no data yet: the statistics follow the config
+        conn.execute(
+            "UPDATE statistics SET k = ?, sums = ? WHERE survey_id = ? AND question_id = ?",
+            (question.k, bytes(8 * question.k), survey_id, question.id),
+        )
+    conn.execute(
+        "INSERT OR REPLACE INTO question_definitions VALUES (?, ?, ?, ?, ?)",
+        (survey_id, question.id, definition, question.digest, int(time.time())),
+    )
+
+
+def _stored(conn: sqlite3.Connection, survey_id: str, question_id: str) -> tuple[str, bytes] | None:
+    return conn.execute(
+        "SELECT definition, digest FROM question_definitions "
+        "WHERE survey_id = ? AND question_id = ?",
+        (survey_id, question_id),
+    ).fetchone()
+
+
+def _count(conn: sqlite3.Connection, survey_id: str, question_id: str) -> tuple[int, int | None]:
+    row = conn.execute(
+        "SELECT n, k FROM statistics WHERE survey_id = ? AND question_id = ?",
+        (survey_id, question_id),
+    ).fetchone()
+    return (0, None) if row is None else (row[0], row[1])
+
+
+def _changed(
+    survey_id: str, question: QuestionSpec, stored: dict, where: object
+) -> DefinitionChangedError:
+    field, old, new = difference(stored, question.definition())
+    return DefinitionChangedError(
+        f"survey {survey_id}, question {question.id}: {field} is {new!r} in "
+        f"{where or 'the configuration'} but the store holds reports randomized with "
+        f"{field} = {old!r}; give the changed question a new id (docs/config.md)"
+    )
+
+
+def difference(stored: Mapping, given: Mapping) -> tuple[str, object, object]:
+    """The first field in which two question definitions differ: (field, stored, given)."""
+    for key in ("mechanism", "epsilon", "rho", "granularity_bits"):
+        if stored.get(key) != given.get(key):
+            return key, stored.get(key), given.get(key)
+    old, new = stored["attributes"], given["attributes"]
+    if len(old) != len(new):
+        return "number of attributes", len(old), len(new)
+    for i, (a, b) in enumerate(zip(old, new, strict=True)):
+        name = "categories" if len(old) == 1 else f"attribute {i + 1}"
+        if a["name"] != b["name"]:
+            return f"{name} name", a["name"], b["name"]
+        if a["categories"] != b["categories"]:
+            return name, ",".join(a["categories"]), ",".join(b["categories"])
+    return "definition", stored, given

@@ -1,0 +1,62 @@
+"""A read-only view of a report store, for the commands and the Python loader that only read.
+
+It opens the file as a report store (wrong kind, corrupt file, directory, newer version: one
+FileKindError), never creates or changes anything, and checks the configuration against the
+pinned definitions before any number is read, so a changed config can never reinterpret data.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import closing
+
+import numpy as np
+
+from aggregator.store import definitions
+from aggregator.store.file_kind import REPORT_STORE, open_read_only
+from client.survey import SurveySpec
+
+
+class StoreReader:
+    """Committed statistics and reports of one store file, read only."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._conn = open_read_only(path, REPORT_STORE)
+
+    def check_definitions(self, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
+        """DefinitionChangedError if ``surveys`` change a question that has reports here."""
+        definitions.check(self._conn, surveys, where)
+
+    def statistics(self, survey_id: str, question_id: str, k: int) -> tuple[int, np.ndarray]:
+        """The question's (n, int64 sums); (0, zeros) for a question with no row yet."""
+        row = self._conn.execute(
+            "SELECT n, sums FROM statistics WHERE survey_id = ? AND question_id = ?",
+            (survey_id, question_id),
+        ).fetchone()
+        if row is None:
+            return 0, np.zeros(k, dtype=np.int64)
+        return row[0], np.frombuffer(row[1], dtype="<i8").astype(np.int64)
+
+    def iter_reports(
+        self, survey_id: str, question_id: str | None = None, batch: int = 10000
+    ) -> Iterator[tuple[bytes, str, bytes]]:
+        """(report_id, question_id, payload) in report_id order, from one snapshot."""
+        sql = "SELECT report_id, question_id, payload FROM reports WHERE survey_id = ?"
+        params: tuple[str, ...] = (survey_id,)
+        if question_id is not None:
+            sql += " AND question_id = ?"
+            params += (question_id,)
+        with closing(self._conn.execute(sql + " ORDER BY report_id", params)) as cursor:
+            while rows := cursor.fetchmany(batch):
+                yield from rows
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
