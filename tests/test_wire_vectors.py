@@ -114,7 +114,8 @@ def test_aggregator_accepts_each_payload(vector):
     )
     assert question.k == params["k"]
     if "answer_parts" in vector:
-        assert question.index(vector["answer_parts"]) == vector["answer"]
+        labels = [f"c{part}" for part in vector["answer_parts"]]  # answers are labels
+        assert question.index(labels) == vector["answer"]
     survey = SurveySpec("s", "", (question,), 1)
     report = ldp_pb2.Report(
         report_id=bytes(16),
