@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import re
 import signal
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.survey import SurveySpec, survey_to_json
 
 PROG = "ldp-aggregator"
+SECRET_SUFFIXES = (".limits-secret",)  # files beside the store that a backup must carry
 DEFAULT_PORT = 50051
 
 
@@ -277,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--dedup-partitions", type=_positive, default=64, help="partitions of the dedup step"
     )
     job.set_defaults(run=run_job)
+    _add_report(sub)
+    _add_plan(sub)
+    _add_backup(sub)
     return parser
 
 
@@ -794,6 +799,189 @@ def _beam_option(arg: str) -> str:
         return arg
     name, sep, value = arg[2:].partition("=")
     return "--" + name.replace("-", "_") + sep + value
+
+
+def _add_report(sub) -> None:
+    report = _command(sub, "report", "a survey report: every question, plots, declared tests")
+    _common(report)
+    report.add_argument("--survey", help="survey id (optional when the file defines one)")
+    report.add_argument("--out", type=Path, required=True, help="file to write")
+    report.add_argument(
+        "--format", choices=["html", "md"], default="html", help="self-contained HTML or Markdown"
+    )
+    report.add_argument("--confidence", type=float, default=0.95, help="confidence level")
+    report.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
+    report.set_defaults(run=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from aggregator.analyses import load_analyses
+    from aggregator.loader import open_survey
+    from aggregator.report import build_report, render_html, render_markdown
+
+    data = open_survey(args.config, args.db, args.survey)
+    analyses = load_analyses(args.config, {data.survey.id: data.survey})[data.survey.id]
+    histograms = {question_id: item.histogram for question_id, item in data.items()}
+    report = build_report(data.survey, histograms, analyses, args.confidence, args.seed)
+    text = render_html(report) if args.format == "html" else render_markdown(report)
+    args.out.write_text(text, encoding="utf-8")
+    print(f"wrote {args.out} ({len(report.questions)} questions)")
+    return 0
+
+
+PLAN_MECHANISMS = ("all", "randomized_response", "flip_components", "gaussian", "laplace")
+
+
+def _add_plan(sub) -> None:
+    plan = _command(
+        sub,
+        "plan",
+        "study planning: power at n, or the n a target power needs, ranked over mechanisms",
+        epilog="Goodness of fit: --p0 (or --k for a uniform null); independence: --shape R,C. "
+        "The alternative: --alternative (a full distribution) or --effect (Cohen's w; see "
+        "docs/planning.md for the alternative it builds).",
+    )
+    plan.add_argument(
+        "--mechanism", choices=PLAN_MECHANISMS, default="all", help="one mechanism, or rank all"
+    )
+    plan.add_argument("--epsilon", type=float, help="epsilon of the epsilon-LDP mechanisms")
+    plan.add_argument("--rho", type=float, help="rho of --mechanism gaussian (zCDP)")
+    null = plan.add_mutually_exclusive_group(required=True)
+    null.add_argument("--p0", help="goodness of fit against this null (comma-separated)")
+    null.add_argument("--k", type=_positive, help="goodness of fit against uniform on k categories")
+    null.add_argument("--shape", help="independence of an R x C table, e.g. 2,3")
+    alternative = plan.add_mutually_exclusive_group(required=True)
+    alternative.add_argument("--alternative", help="the true distribution to detect")
+    alternative.add_argument("--effect", type=float, help="Cohen's effect size w to detect")
+    goal = plan.add_mutually_exclusive_group(required=True)
+    goal.add_argument("--n", type=_positive, help="planned number of reports: give the power")
+    goal.add_argument("--power", type=float, help="target power: give the reports needed")
+    plan.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    plan.add_argument("--plot", type=Path, help="draw power against n here (.png, .svg, .pdf)")
+    _json(plan)
+    plan.set_defaults(run=run_plan)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from aggregator.plan import (
+        interaction_alternative,
+        plan_study,
+        plot_power_curves,
+        tilted_alternative,
+    )
+
+    null, shape = None, None
+    if args.shape is not None:
+        shape = _shape(args.shape)
+        k = shape[0] * shape[1]
+    elif args.p0 is not None:
+        null = _numbers("--p0", args.p0)
+        k = null.size
+    else:
+        k = args.k
+        null = np.full(k, 1.0 / k)
+    if args.alternative is not None:
+        alternative = _numbers("--alternative", args.alternative)
+        if alternative.size != k:
+            raise UserError(f"--alternative has {alternative.size} probabilities, the null {k}")
+    elif shape is not None:
+        alternative = interaction_alternative(shape, args.effect)
+    else:
+        alternative = tilted_alternative(null, args.effect)
+    epsilon, mechanisms = _plan_mechanisms(args, k)
+    plan = plan_study(
+        k=k,
+        epsilon=epsilon,
+        alternative=alternative,
+        null=null,
+        shape=shape,
+        mechanisms=mechanisms,
+        n=args.n,
+        target_power=args.power,
+        alpha=args.alpha,
+    )
+    if args.plot is not None:
+        plot_power_curves(plan, args.plot)
+    print(json.dumps(plan.to_dict()) if args.json else plan.summary())
+    return 0
+
+
+def _plan_mechanisms(args: argparse.Namespace, k: int):
+    """The epsilon the advisor compares at, and the one mechanism asked for (None: all)."""
+    from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
+
+    if args.mechanism == "gaussian":
+        if args.rho is None:
+            raise UserError("--mechanism gaussian needs --rho")
+        return math.sqrt(2 * args.rho), [GaussianNoise(k, args.rho)]
+    if args.rho is not None:
+        raise UserError("--rho is for --mechanism gaussian; the others take --epsilon")
+    if args.epsilon is None:
+        raise UserError(f"--mechanism {args.mechanism} needs --epsilon")
+    kinds = {
+        "randomized_response": RandomizedResponse,
+        "flip_components": FlipComponents,
+        "laplace": LaplaceNoise,
+    }
+    if args.mechanism == "all":
+        return args.epsilon, None
+    return args.epsilon, [kinds[args.mechanism](k, args.epsilon)]
+
+
+def _numbers(flag: str, text: str) -> np.ndarray:
+    try:
+        return np.array([float(x) for x in text.split(",")])
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: expected comma-separated numbers") from None
+
+
+def _shape(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 2 for p in parts):
+        raise UserError(f"--shape {text!r}: expected two category counts >= 2, e.g. 2,3")
+    return int(parts[0]), int(parts[1])
+
+
+def _add_backup(sub) -> None:
+    backup = _command(sub, "backup", "online backup of a report store and its secret files")
+    backup.add_argument("--db", type=Path, required=True, help="the report store (may be serving)")
+    backup.add_argument("--out", type=Path, required=True, help="a new or empty folder")
+    _json(backup)
+    backup.set_defaults(run=run_backup)
+
+    restore = _command(sub, "restore", "restore a backup (checks every file's SHA-256 first)")
+    restore.add_argument("--from", dest="source", type=Path, required=True, help="backup folder")
+    restore.add_argument("--db", type=Path, required=True, help="the store to restore as")
+    restore.add_argument(
+        "--force", action="store_true", help="replace an existing store (stop its server first)"
+    )
+    _json(restore)
+    restore.set_defaults(run=run_restore)
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    from aggregator.store.backup import backup
+
+    manifest = backup(args.db, args.out, SECRET_SUFFIXES)
+    if args.json:
+        print(json.dumps(manifest))
+    else:
+        print(
+            f"backed up {manifest['reports']:,} reports and {len(manifest['files'])} files "
+            f"to {args.out}"
+        )
+    return 0
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    from aggregator.store.backup import restore
+
+    manifest = restore(args.source, args.db, args.force)
+    if args.json:
+        print(json.dumps(manifest))
+    else:
+        print(f"restored {manifest['reports']:,} reports ({manifest['created']}) as {args.db}")
+    return 0
 
 
 if __name__ == "__main__":
