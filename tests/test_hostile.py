@@ -1,0 +1,250 @@
+"""Hostile traffic on a real server (loopback): uploads refused on their raw bytes before any
+parse, refused requests released at once, and the per-stream limits."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import weakref
+
+import grpc
+import pytest
+from conftest import ServerThread
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aggregator.service import wire
+from aggregator.service.server import MAX_REPORTS_PER_REQUEST, released, stream_response
+from aggregator.service.streams import StreamLimits
+from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+
+RR_PAYLOAD = (1).to_bytes(4, "little")
+
+
+def rr(report_id: bytes | None = None) -> ldp_pb2.Report:
+    return ldp_pb2.Report(
+        report_id=report_id or os.urandom(16), survey_id="s1", question_id="rr", payload=RR_PAYLOAD
+    )
+
+
+def empty_reports_flood(size: int = 4 * 1024 * 1024 - 64) -> bytes:
+    """An UploadRequest of ``size`` bytes made of empty Report entries (two bytes each), built
+    by hand as a hostile client would."""
+    return b"\x0a\x00" * (size // 2)
+
+
+def raw_upload(channel: grpc.Channel, raw: bytes, timeout: float = 10):
+    call = channel.unary_unary(
+        "/ldp.v1.Collector/Upload",
+        request_serializer=None,
+        response_deserializer=ldp_pb2.UploadResponse.FromString,
+    )
+    return call(raw, timeout=timeout)
+
+
+@pytest.fixture
+def channel(server):
+    with grpc.insecure_channel(server.target) as channel:
+        yield channel
+
+
+# --- counting on the raw bytes --------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    reports=st.lists(
+        st.builds(
+            ldp_pb2.Report,
+            report_id=st.binary(max_size=40),
+            survey_id=st.text(max_size=200),
+            payload=st.binary(max_size=300),
+        ),
+        max_size=30,
+    ),
+    signature=st.binary(max_size=70),
+    limit=st.integers(0, 40),
+)
+def test_count_reports_agrees_with_protobuf(reports, signature, limit):
+    raw = ldp_pb2.UploadRequest(reports=reports, signature=signature).SerializeToString()
+    assert wire.count_reports(raw, limit) == min(len(reports), limit + 1)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"\x0a", b"\x0a\x05abc", b"\x0a\xff", b"\x0b", b"\x00\x00", b"\x12\x80\x80\x80\x80\x80"],
+)
+def test_count_reports_refuses_malformed_framing(raw):
+    with pytest.raises(wire.WireFormatError):
+        wire.count_reports(raw, 10)
+
+
+def test_count_stops_past_the_limit():
+    """Counting a 4 MiB flood is bounded by the limit, not by the size (well under 50 ms)."""
+    flood = empty_reports_flood()
+    start = time.perf_counter()
+    assert wire.count_reports(flood, MAX_REPORTS_PER_REQUEST) == MAX_REPORTS_PER_REQUEST + 1
+    assert time.perf_counter() - start < 0.05
+
+
+# --- refusals before parsing ----------------------------------------------------------------
+
+
+def test_a_flood_of_empty_reports_is_refused_unparsed(server, channel):
+    """~2 M empty reports in 4 MiB: refused with RESOURCE_EXHAUSTED, fast (it used to cost half a
+    second of the event loop and 180 MiB each), and the server answers health right after."""
+    flood = empty_reports_flood()
+    started = time.perf_counter()
+    for _ in range(5):
+        with pytest.raises(grpc.RpcError) as error:
+            raw_upload(channel, flood)
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"at most {MAX_REPORTS_PER_REQUEST} reports" in error.value.details()
+    assert (time.perf_counter() - started) / 5 < 0.25
+    response = raw_upload(channel, ldp_pb2.UploadRequest(reports=[rr()]).SerializeToString())
+    assert [r.status for r in response.results] == [ldp_pb2.ACCEPTED]
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b"", grpc.StatusCode.INVALID_ARGUMENT),  # no reports
+        (b"\x0a\x40abc", grpc.StatusCode.INVALID_ARGUMENT),  # a field runs past the end
+        (b"\x0f", grpc.StatusCode.INVALID_ARGUMENT),  # wire type 7
+    ],
+)
+def test_malformed_uploads_get_specific_codes(channel, raw, code):
+    with pytest.raises(grpc.RpcError) as error:
+        raw_upload(channel, raw)
+    assert error.value.code() == code
+
+
+def test_small_rpcs_have_small_bounds_and_echo_ids_truncated(channel):
+    stub = ldp_pb2_grpc.CollectorStub(channel)
+    with pytest.raises(grpc.RpcError) as error:
+        stub.GetSurvey(ldp_pb2.GetSurveyRequest(survey_id="x" * 100_000), timeout=10)
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with pytest.raises(grpc.RpcError) as error:
+        stub.GetSurvey(ldp_pb2.GetSurveyRequest(survey_id="y" * 3000), timeout=10)
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len(error.value.details()) <= 160
+    bad = rr()
+    bad.survey_id = "z" * 100_000
+    with pytest.raises(grpc.RpcError) as error:
+        stub.Upload(ldp_pb2.UploadRequest(reports=[bad]), timeout=10)
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len(error.value.details()) <= 160
+
+
+def test_a_refused_call_releases_its_frames_without_a_garbage_collection():
+    """What an aborted handler built dies with the call: ``released`` cuts the exception loose
+    from its traceback, cause and context (with gc off, a cycle would keep it alive)."""
+
+    class Payload:
+        pass
+
+    holder: list[weakref.ref] = []
+
+    def handler():
+        payload = Payload()
+        holder.append(weakref.ref(payload))
+        try:
+            raise ValueError("invalid report")
+        except ValueError:
+            raise RuntimeError("abort") from None
+
+    def call(cut: bool):
+        try:
+            handler()
+        except RuntimeError as exc:
+            caught = released(exc) if cut else exc
+            caught.__self_reference__ = caught  # the kind of cycle that holds a traceback
+            return None
+
+    gc.disable()
+    try:
+        call(cut=False)
+        assert holder[-1]() is not None  # the cycle keeps the handler's frame alive
+        call(cut=True)
+        assert holder[-1]() is None
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def limited(tmp_path, survey_file):
+    limits = StreamLimits(max_messages=3, max_reports=5, max_seconds=1.0, max_rejected=2)
+    running = ServerThread(survey_file, tmp_path / "streams.sqlite", streams=limits)
+    yield running.start()
+    running.stop()
+
+
+def stream_call(server, messages, timeout=10):
+    with grpc.insecure_channel(server.target) as channel:
+        stub = ldp_pb2_grpc.CollectorStub(channel)
+        return stub.UploadStream(iter(messages), timeout=timeout)
+
+
+def message(*reports):
+    return ldp_pb2.UploadRequest(reports=reports)
+
+
+@pytest.mark.parametrize(
+    ("messages", "needle"),
+    [
+        ([message(rr())] * 4, "at most 3 messages per stream"),
+        ([message(rr(), rr(), rr()), message(rr(), rr(), rr())], "at most 5 reports per stream"),
+    ],
+)
+def test_stream_size_limits(limited, messages, needle):
+    with pytest.raises(grpc.RpcError) as error:
+        stream_call(limited, [ldp_pb2.UploadRequest(reports=m.reports) for m in messages])
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert needle in error.value.details()
+
+
+def test_stream_within_limits_is_answered_per_report(limited):
+    response = stream_call(limited, [message(rr(), rr()), message(rr())])
+    assert [r.status for r in response.results] == [ldp_pb2.ACCEPTED] * 3
+    assert (response.accepted, response.duplicates, response.summarized) == (3, 0, False)
+
+
+def test_too_many_invalid_reports_end_the_stream(limited):
+    bad = [rr(os.urandom(5)) for _ in range(3)]
+    with pytest.raises(grpc.RpcError) as error:
+        stream_call(limited, [message(*bad)])
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "more than 2 invalid reports" in error.value.details()
+
+
+def test_a_silent_stream_is_ended_at_its_duration_limit(limited):
+    """A stream that opens and never sends (slow loris) is ended after max_seconds."""
+
+    def silent():
+        yield message(rr())
+        time.sleep(4)
+        yield message(rr())
+
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as error:
+        stream_call(limited, silent())
+    assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "longer than 1 s" in error.value.details()
+    assert time.monotonic() - started < 3.5
+
+
+def test_stream_results_are_summarized_past_the_message_limit():
+    accepted = [ldp_pb2.ReportResult(report_id=os.urandom(16), status=ldp_pb2.ACCEPTED)] * 50
+    rejected = ldp_pb2.ReportResult(
+        report_id=os.urandom(16), status=ldp_pb2.REJECTED, code="NOT_FOUND", reason="no"
+    )
+    full = stream_response([*accepted, rejected], max_bytes=10_000)
+    assert len(full.results) == 51 and not full.summarized
+    short = stream_response([*accepted, rejected], max_bytes=500)
+    assert list(short.results) == [rejected]
+    assert (short.accepted, short.duplicates, short.summarized) == (50, 0, True)
