@@ -82,7 +82,7 @@ def test_count_reports_refuses_malformed_framing(raw):
 
 def test_count_stops_past_the_limit():
     """Counting a 4 MiB flood is bounded by the limit, not by the size (well under 50 ms)."""
-    flood = empty_reports_flood()
+    flood = id_only_flood()
     start = time.perf_counter()
     assert wire.count_reports(flood, MAX_REPORTS_PER_REQUEST) == MAX_REPORTS_PER_REQUEST + 1
     assert time.perf_counter() - start < 0.05
@@ -91,25 +91,47 @@ def test_count_stops_past_the_limit():
 # --- refusals before parsing ----------------------------------------------------------------
 
 
-def test_a_flood_of_empty_reports_is_refused_unparsed(server, channel):
-    """~2 M empty reports in 4 MiB: refused with RESOURCE_EXHAUSTED, fast (it used to cost half a
-    second of the event loop and 180 MiB each), and the server answers health right after."""
-    flood = empty_reports_flood()
+def id_only_flood(size: int = 4 * 1024 * 1024 - 64) -> bytes:
+    """Reports holding only a 16-byte report_id (20 bytes each): past the short-report check."""
+    entry = b"\x0a\x12" + ldp_pb2.Report(report_id=bytes(16)).SerializeToString()
+    return entry * (size // len(entry))
+
+
+@pytest.mark.parametrize(
+    ("flood", "code", "needle"),
+    [
+        (empty_reports_flood(), grpc.StatusCode.INVALID_ARGUMENT, "report[0]: report_id must be"),
+        (id_only_flood(), grpc.StatusCode.RESOURCE_EXHAUSTED, "at most 10000 reports"),
+    ],
+)
+def test_floods_are_refused_unparsed(server, channel, flood, code, needle):
+    """4 MiB of ~2 M empty reports (refused at the first, too short to be valid) or of ~200,000
+    id-only reports (refused when the count passes the limit): fast (parsing used to cost half a
+    second of the event loop and 180 MiB each), and honest uploads go through right after."""
     started = time.perf_counter()
     for _ in range(5):
         with pytest.raises(grpc.RpcError) as error:
             raw_upload(channel, flood)
-        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert f"at most {MAX_REPORTS_PER_REQUEST} reports" in error.value.details()
+        assert error.value.code() == code
+        assert needle in error.value.details()
     assert (time.perf_counter() - started) / 5 < 0.25
     response = raw_upload(channel, ldp_pb2.UploadRequest(reports=[rr()]).SerializeToString())
     assert [r.status for r in response.results] == [ldp_pb2.ACCEPTED]
+
+
+def test_count_refuses_the_first_short_report():
+    raw = ldp_pb2.UploadRequest(reports=[rr(), ldp_pb2.Report(survey_id="s1")]).SerializeToString()
+    with pytest.raises(wire.ShortReportError) as error:
+        wire.count_reports(raw, 10, min_length=wire.MIN_VALID_REPORT_BYTES)
+    assert error.value.index == 1
+    assert wire.count_reports(raw, 10) == 2
 
 
 @pytest.mark.parametrize(
     ("raw", "code"),
     [
         (b"", grpc.StatusCode.INVALID_ARGUMENT),  # no reports
+        (b"\x0a\x02\x12\x00", grpc.StatusCode.INVALID_ARGUMENT),  # a short report
         (b"\x0a\x40abc", grpc.StatusCode.INVALID_ARGUMENT),  # a field runs past the end
         (b"\x0f", grpc.StatusCode.INVALID_ARGUMENT),  # wire type 7
     ],

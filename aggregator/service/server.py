@@ -150,11 +150,18 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
     async def screen(self, raw: bytes, context, *, allow_empty: bool = False) -> int:
         """Refuse an upload on its raw bytes, before protobuf builds anything: malformed framing
         (INVALID_ARGUMENT), no reports, more than MAX_REPORTS_PER_REQUEST (RESOURCE_EXHAUSTED;
-        counting stops there), or an overloaded store (shed with a retry hint). The count."""
+        counting stops there), or an overloaded store (shed with a retry hint). The count.
+        A unary upload (all or nothing) is also refused at its first report too short to hold a
+        report id, with the answer validation gives that report. A stream message
+        (``allow_empty``) may be empty, and its invalid reports are REJECTED one by one later."""
+        min_length = 0 if allow_empty else wire.MIN_VALID_REPORT_BYTES
         try:
-            n = wire.count_reports(raw, MAX_REPORTS_PER_REQUEST)
+            n = wire.count_reports(raw, MAX_REPORTS_PER_REQUEST, min_length=min_length)
         except wire.WireFormatError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, NOT_AN_UPLOAD)
+        except wire.ShortReportError as exc:
+            code, message = _short_report(exc)
+            await context.abort(code, message)
         if n == 0 and not allow_empty:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no reports")
         if n > MAX_REPORTS_PER_REQUEST:
@@ -366,6 +373,18 @@ async def screened_stream(
         request = await _parse_upload(context, raw)
         raw = None
         yield request
+
+
+def _short_report(exc: wire.ShortReportError) -> tuple[grpc.StatusCode, str]:
+    """The code and message of a report too short to be valid: what validating that one report
+    answers (it never passes), without parsing the rest of the request."""
+    try:
+        ingest.validate(ldp_pb2.Report.FromString(exc.entry), {})
+    except DecodeError:
+        return grpc.StatusCode.INVALID_ARGUMENT, NOT_AN_UPLOAD
+    except ReportRejectedError as rejected:
+        return rejected.code, shortened(f"report[{exc.index}]: {rejected.message}")
+    return grpc.StatusCode.INVALID_ARGUMENT, f"report[{exc.index}] is invalid"
 
 
 def released(exc: BaseException) -> BaseException:

@@ -14,8 +14,21 @@ from aggregator.errors import LdpError
 _REPORTS_TAG = 0x0A  # field 1 (repeated Report reports), wire type 2 (length-delimited)
 
 
+#: The smallest serialized Report that can be valid: its 16-byte report_id alone takes a tag, a
+#: length and the 16 bytes.
+MIN_VALID_REPORT_BYTES = 18
+
+
 class WireFormatError(LdpError):
     """The bytes are not a well-formed protobuf message at the top level."""
+
+
+class ShortReportError(LdpError):
+    """Report number ``index`` is too short to be valid; ``entry`` is its serialized bytes."""
+
+    def __init__(self, index: int, entry: bytes) -> None:
+        super().__init__(f"report[{index}] is {len(entry)} bytes long")
+        self.index, self.entry = index, entry
 
 
 def _varint(raw: bytes, pos: int) -> tuple[int, int]:
@@ -33,11 +46,15 @@ def _varint(raw: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def count_reports(raw: bytes, limit: int) -> int:
+def count_reports(raw: bytes, limit: int, *, min_length: int = 0) -> int:
     """How many ``reports`` entries the serialized UploadRequest holds, counting at most
     ``limit + 1`` (a result above ``limit`` means "too many"). Other top-level fields are
     skipped by their wire type; a malformed frame raises WireFormatError. Nested messages are not
-    looked into: that is protobuf's job once the count is known to be acceptable."""
+    looked into: that is protobuf's job once the count is known to be acceptable.
+
+    With ``min_length`` (an all-or-nothing upload: :data:`MIN_VALID_REPORT_BYTES`), the first
+    report shorter than that raises ShortReportError at once: a flood of empty reports is then
+    refused at its first entry."""
     count = pos = 0
     end = len(raw)
     while pos < end and count <= limit:
@@ -48,6 +65,8 @@ def count_reports(raw: bytes, limit: int) -> int:
                 length, pos = raw[pos], pos + 1
             else:
                 length, pos = _varint(raw, pos)
+            if length < min_length and pos + length <= end:
+                raise ShortReportError(count, raw[pos : pos + length])
             count += 1
         else:
             tag, pos = _varint(raw, pos)
