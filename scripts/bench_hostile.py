@@ -77,6 +77,8 @@ class Server:
         self.db = workdir / "reports.sqlite"
         self.process: subprocess.Popen | None = None
         self.port = 0
+        self.started_at = 0.0
+        self.killed_at: float | None = None
 
     def start(self) -> Server:
         port_file = self.workdir / "port"
@@ -94,6 +96,7 @@ class Server:
                 raise RuntimeError(f"server did not start: {self.process.stderr.read()!r}")
             time.sleep(0.05)
         self.port = int(port_file.read_text())
+        self.started_at = time.monotonic()
         return self
 
     @property
@@ -178,9 +181,17 @@ def _honest(channel: grpc.Channel) -> None:
     ldp_pb2_grpc.CollectorStub(channel).Upload(request, timeout=10)
 
 
+RSS_LIMIT_MIB = 2048  # a server past this is killed, to spare the (shared) machine
+
+
 def _watch_rss(server: Server, stop: threading.Event, peak: list[float]) -> None:
+    """Track the server's peak RSS; kill it past RSS_LIMIT_MIB (recorded as peak = the limit)."""
     while not stop.is_set():
         peak[0] = max(peak[0], server.rss_mib())
+        if peak[0] > RSS_LIMIT_MIB:
+            server.killed_at = time.monotonic() - server.started_at
+            server.stop(kill=True)
+            return
         stop.wait(0.2)
 
 
@@ -224,6 +235,7 @@ def flood(server: Server, args: argparse.Namespace) -> dict:
     return {
         "rss_idle_mib": round(idle_rss),
         "rss_peak_mib": round(peak[0]),
+        "killed_past_rss_limit_after_s": server.killed_at and round(server.killed_at, 1),
         "health": percentiles(health_ms),
         "honest_upload": percentiles(honest_ms),
         "probe_errors": {k: len(v) for k, v in errors.items()},
@@ -303,6 +315,7 @@ def stream(server: Server, args: argparse.Namespace) -> dict:
     watcher.join()
     return {
         "rss_peak_mib": round(peak[0]),
+        "killed_past_rss_limit_after_s": server.killed_at and round(server.killed_at, 1),
         "streams": outcomes,
         "idle_connections_held_after_s": {"seconds": args.seconds, "held": held, "of": 200},
     }
