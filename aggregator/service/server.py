@@ -51,6 +51,8 @@ from aggregator.store.ingest import REPORT_ID_BYTES, ReportRejectedError
 from aggregator.store.report_store import (
     ReportBatch,
     ReportStore,
+    StoreError,
+    StoreFailedError,
     StoreUnavailableError,
     WriteHook,
     batches_of,
@@ -66,6 +68,8 @@ log = logging.getLogger(__name__)
 
 MAX_REPORTS_PER_REQUEST = 10_000
 NOT_AN_UPLOAD = "the request is not an UploadRequest"
+#: Retry hint of an upload the store could not take (a restart is needed, which takes seconds).
+STORE_RETRY_AFTER_MS = 5000
 #: Reasons of REJECTED results are cut to this many characters.
 MAX_REASON_CHARS = 160
 #: A stream's response stays this far below the message limit (room for the status trailer).
@@ -101,9 +105,12 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         guard: UploadGuard,
         auth: DeviceAuthenticator | None = None,
         pseudonym: Callable[[str], str] | None = None,
+        on_store_failure: Callable[[str], None] = lambda reason: None,
     ) -> None:
         """``pseudonym`` turns a limit key into what the limits keep (a keyed hash; by default
-        with a secret that lives as long as this object)."""
+        with a secret that lives as long as this object); ``on_store_failure(reason)`` runs when
+        the store stops acknowledging (the server turns health NOT_SERVING)."""
+        self._on_store_failure = on_store_failure
         self._surveys = surveys
         self._store = store
         self._guard = guard
@@ -297,14 +304,29 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             future = self._store.submit_batches(batches, admission.on_write)
         except BaseException as exc:
             admission.close(None)
-            if isinstance(exc, StoreUnavailableError):
-                await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            if isinstance(exc, StoreError):
+                await self._store_failed(context, exc)
             raise
         future.add_done_callback(admission.finish)
         try:
             return await asyncio.wrap_future(future)
-        except StoreUnavailableError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except StoreError as exc:
+            await self._store_failed(context, exc)
+
+    async def _store_failed(self, context, exc: StoreError) -> None:
+        """Nothing of the call was acknowledged: a store that is unreachable or failed answers
+        UNAVAILABLE with a retry hint (and health turns NOT_SERVING); any other store refusal
+        is INTERNAL. Never UNKNOWN, never a class name."""
+        if isinstance(exc, StoreUnavailableError):
+            if isinstance(exc, StoreFailedError):
+                self._on_store_failure(str(exc))
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                shortened(f"the report store is unavailable: {exc}", 300),
+                trailing_metadata=((RETRY_AFTER_KEY, str(STORE_RETRY_AFTER_MS)),),
+            )
+        log.error("store refused a commit: %s", exc)
+        await context.abort(grpc.StatusCode.INTERNAL, "the report store refused the reports")
 
     async def _store_all(
         self, context, batches: Sequence[ReportBatch], admission: Admission
@@ -735,9 +757,19 @@ async def serve(
             *connections.options(),
         ]
     )
-    add_collector_to_server(Collector(surveys, store, guard, auth, pseudonym), server, streams)
-    ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_servicer = health.aio.HealthServicer()
+    loop = asyncio.get_running_loop()
+
+    turning: list[asyncio.Task] = []  # the one task that turns health NOT_SERVING
+
+    def store_failed(reason: str) -> None:
+        if not turning:
+            log.error("the report store stopped acknowledging: %s", reason)
+            turning.append(loop.create_task(health_servicer.enter_graceful_shutdown()))
+
+    collector = Collector(surveys, store, guard, auth, pseudonym, store_failed)
+    add_collector_to_server(collector, server, streams)
+    ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection:
         from grpc_reflection.v1alpha import reflection as grpc_reflection
