@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import os
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator.config import SurveyLimits
-from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
 from aggregator.service import wire
 from aggregator.service.auth import (
     DEFAULT_WINDOW_SECONDS,
@@ -40,6 +41,7 @@ from aggregator.service.limits import (
     UploadGuard,
     limit_key,
 )
+from aggregator.service.store_lock import StoreLock
 from aggregator.service.streams import (
     ConnectionLimits,
     StreamBudget,
@@ -655,13 +657,35 @@ class RunningServer:
     port: int
     store: Store
     health: health.aio.HealthServicer
+    lock: StoreLock | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
-        (which commits everything already queued)."""
+        (which commits everything already queued), release the store's lock."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         await asyncio.to_thread(self.store.close)
+        if self.lock is not None:
+            self.lock.release()
+
+
+class PortInUseError(LdpError):
+    """The address asked for is already bound by another socket (another aggregator, maybe)."""
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """Raise PortInUseError if anything is bound to ``host:port`` (0: nothing to check). The
+    probe binds without SO_REUSEPORT, so a group of servers sharing the port conflicts too, and
+    with SO_REUSEADDR, so connections of an earlier server in TIME_WAIT do not."""
+    if port == 0:
+        return
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError:
+            raise PortInUseError(f"{host}:{port} is already served by another program") from None
 
 
 def open_store(
@@ -704,12 +728,17 @@ async def start_server(
     shed (RESOURCE_EXHAUSTED with a retry hint). ``streams`` and ``connections`` bound each
     client stream and each HTTP/2 connection (defaults: :mod:`.streams`, docs/limits.md).
     """
-    store = open_store(surveys, db_path, max_delay=max_delay)
+    lock = StoreLock(db_path)  # before anything is opened: one server per store
+    try:
+        store = open_store(surveys, db_path, max_delay=max_delay)
+    except BaseException:
+        lock.release()
+        raise
     try:
         guard = UploadGuard(
             limits or {}, CapCounter.load(db_path), max_inflight_reports=max_inflight_reports
         )
-        return await serve(
+        running = await serve(
             surveys,
             store,
             address,
@@ -723,7 +752,10 @@ async def start_server(
         )
     except BaseException:
         store.close()
+        lock.release()
         raise
+    running.lock = lock
+    return running
 
 
 async def serve(
@@ -776,6 +808,9 @@ async def serve(
 
         names = (*SERVICE_NAMES, grpc_reflection.SERVICE_NAME, health.SERVICE_NAME)
         grpc_reflection.enable_server_reflection(names, server)
+    host, _, port_text = address.rpartition(":")
+    if not share_port and port_text.isdigit():
+        ensure_port_free(host.strip("[]"), int(port_text))
     if credentials is None:
         port = server.add_insecure_port(address)
     else:

@@ -37,8 +37,9 @@ from aggregator.errors import LdpError
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.devices import DeviceRegistry
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
-from aggregator.service.server import open_store, serve
+from aggregator.service.server import ensure_port_free, open_store, serve
 from aggregator.service.store_link import RemoteStore, serve_link
+from aggregator.service.store_lock import StoreLock
 from aggregator.service.tls import server_credentials
 from client.survey import SurveySpec
 
@@ -105,6 +106,34 @@ def serve_workers(
     ``on_serving(port)`` runs once every worker listens. Raises WorkerError if a worker fails."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
+    with StoreLock(db):
+        _serve_locked(
+            config,
+            db,
+            host,
+            port,
+            workers,
+            reflection,
+            security,
+            max_inflight_reports,
+            grace,
+            on_serving,
+        )
+
+
+def _serve_locked(
+    config: Path,
+    db: Path,
+    host: str,
+    port: int,
+    workers: int,
+    reflection: bool,
+    security: WorkerSecurity | None,
+    max_inflight_reports: int,
+    grace: float,
+    on_serving: Callable[[int], None],
+) -> None:
+    """:func:`serve_workers` while holding the store's lock."""
     store = open_store(load_surveys(config), str(db))
     procs: list[multiprocessing.process.BaseProcess] = []
     try:
@@ -176,9 +205,11 @@ def _wait_until_ready(index: int, store: Connection, status: Connection) -> Conn
 @contextlib.contextmanager
 def _reserved_port(host: str, port: int) -> Iterator[int]:
     """Hold ``host:port`` (0: a free port) with a bound, not listening, SO_REUSEPORT socket
-    while the workers bind it too; yields the port. A port another program already uses fails
-    here with OSError."""
+    while the workers bind it too; yields the port. A port another program already uses, another
+    worker group's included (its sockets share the port with SO_REUSEPORT, which would let this
+    group join silently), fails here with PortInUseError (:func:`ensure_port_free`)."""
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    ensure_port_free(host, port)
     with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
