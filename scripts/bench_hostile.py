@@ -7,9 +7,10 @@ Scenarios (``--scenario``):
   ``--flood ids``: ~210,000 reports holding only a report id), while one client probes
   health every 50 ms and another sends honest 10-report uploads every 100 ms. Reports the server's
   peak RSS, health and honest latency percentiles, and the flood calls' status codes.
-* ``stream``: ``--flooders`` client streams that never close, each sending unsigned messages of
-  invalid reports as fast as it can, plus 200 idle HTTP/2 connections; reports the peak RSS, how
-  each stream ended, and how many idle connections the server still holds at the end.
+* ``stream``: ``--flooders`` pairs of client streams that never close (one sending messages of
+  5,000 invalid reports as fast as it can, one an empty message a second), plus 200 idle HTTP/2
+  connections; reports the peak RSS, how each stream ended, and how many idle connections the
+  server still holds after ``--seconds``.
 * ``store``: acknowledged uploads, then the WAL is unlinked under the running server, uploads go
   on for 3 s, the server is SIGKILLed and restarted: acknowledged vs stored reports, and what the
   clients and health saw after the unlink.
@@ -243,15 +244,18 @@ def flood(server: Server, args: argparse.Namespace) -> dict:
     }
 
 
-def _endless_stream(target: str, seconds: float, out) -> None:
-    """One never-closing stream of invalid reports (bounded here by ``seconds``)."""
+def _endless_stream(target: str, seconds: float, slow: bool, out) -> None:
+    """One never-closing stream (bounded here by ``seconds``): messages of 5,000 invalid reports
+    as fast as it can, or (``slow``) an empty message every second, slow-loris style."""
     stop_at = time.monotonic() + seconds
 
     def messages():
         bad = ldp_pb2.Report(report_id=b"x", survey_id="s", question_id="q", payload=b"")
-        request = ldp_pb2.UploadRequest(reports=[bad] * 5000)
+        request = ldp_pb2.UploadRequest(reports=[] if slow else [bad] * 5000)
         while time.monotonic() < stop_at:
             yield request
+            if slow:
+                time.sleep(1)
 
     started = time.monotonic()
     with grpc.insecure_channel(target, options=OPTIONS) as channel:
@@ -261,7 +265,8 @@ def _endless_stream(target: str, seconds: float, out) -> None:
             outcome = "OK"
         except grpc.RpcError as exc:
             outcome = f"{exc.code().name}: {exc.details()[:80]}"
-    out.put({"outcome": outcome, "after_s": round(time.monotonic() - started, 1)})
+    kind = "slow" if slow else "fast"
+    out.put({"stream": kind, "outcome": outcome, "after_s": round(time.monotonic() - started, 1)})
 
 
 def _idle_connections(port: int, count: int) -> list[socket.socket]:
@@ -297,17 +302,20 @@ def stream(server: Server, args: argparse.Namespace) -> dict:
     watcher = threading.Thread(target=_watch_rss, args=(server, stop, peak))
     watcher.start()
     idle = _idle_connections(server.port, 200)
+    ended_at = time.monotonic() + args.seconds
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     procs = [
-        ctx.Process(target=_endless_stream, args=(server.target, args.seconds, out))
+        ctx.Process(target=_endless_stream, args=(server.target, args.seconds, slow, out))
         for _ in range(args.flooders)
+        for slow in (False, True)
     ]
     for proc in procs:
         proc.start()
     outcomes = [out.get(timeout=args.seconds + 120) for _ in procs]
     for proc in procs:
         proc.join()
+    time.sleep(max(0.0, ended_at - time.monotonic()))
     held = sum(_still_open(sock) for sock in idle)
     for sock in idle:
         sock.close()

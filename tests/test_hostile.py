@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gc
 import os
+import socket
+import subprocess
+import sys
 import time
 import weakref
 
@@ -16,7 +19,7 @@ from hypothesis import strategies as st
 
 from aggregator.service import wire
 from aggregator.service.server import MAX_REPORTS_PER_REQUEST, released, stream_response
-from aggregator.service.streams import StreamLimits
+from aggregator.service.streams import ConnectionLimits, StreamLimits
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 RR_PAYLOAD = (1).to_bytes(4, "little")
@@ -270,3 +273,48 @@ def test_stream_results_are_summarized_past_the_message_limit():
     short = stream_response([*accepted, rejected], max_bytes=500)
     assert list(short.results) == [rejected]
     assert (short.accepted, short.duplicates, short.summarized) == (50, 0, True)
+
+
+# --- connections ----------------------------------------------------------------------------
+
+
+def test_idle_connections_are_closed(tmp_path, survey_file):
+    """A connection that opens HTTP/2 and then sends nothing is closed after the idle limit."""
+    limits = ConnectionLimits(max_connection_idle_seconds=1.0)
+    running = ServerThread(survey_file, tmp_path / "idle.sqlite", connections=limits).start()
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    try:
+        with socket.create_connection(("127.0.0.1", running.port), timeout=8) as sock:
+            sock.sendall(preface)
+            started = time.monotonic()
+            while sock.recv(65536):  # the server's SETTINGS, then GOAWAY, then the close
+                pass
+            assert time.monotonic() - started < 6
+    finally:
+        running.stop()
+
+
+def test_connection_limits_become_grpc_options():
+    options = dict(ConnectionLimits(max_concurrent_streams=7).options())
+    assert options["grpc.max_concurrent_streams"] == 7
+    assert options["grpc.max_connection_idle_ms"] == 60_000
+    with pytest.raises(ValueError, match="max_connection_age_seconds must be positive"):
+        ConnectionLimits(max_connection_age_seconds=0)
+
+
+def test_serve_refuses_a_non_positive_limit_in_one_line(survey_file, tmp_path):
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "aggregator.cli", "serve", "--insecure", "--port", "0"),
+            *("--config", str(survey_file), "--db", str(tmp_path / "db.sqlite")),
+            *("--max-stream-seconds", "0"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "ldp-aggregator: error: max_seconds must be positive"
+    ]
