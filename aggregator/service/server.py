@@ -32,6 +32,7 @@ from aggregator.service.auth import (
     UNSIGNED,
     DeviceAuthenticator,
 )
+from aggregator.service.cap_file import CapFile, CapPersistence, create_private
 from aggregator.service.limits import (
     DEFAULT_MAX_INFLIGHT_REPORTS,
     Admission,
@@ -56,7 +57,6 @@ from aggregator.store.report_store import (
     StoreError,
     StoreFailedError,
     StoreUnavailableError,
-    WriteHook,
     batches_of,
 )
 from client.device.transport import MAX_MESSAGE_BYTES, RETRY_AFTER_KEY
@@ -85,9 +85,7 @@ class Store(Protocol):
     """What the servicers need from a report store: the in-process ReportStore, or a worker
     process's RemoteStore that reaches the writer process's one (``serve --workers N``)."""
 
-    def submit_batches(
-        self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
-    ) -> Future[list[bool]]: ...
+    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[bool]]: ...
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]: ...
 
@@ -303,7 +301,7 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         their new/duplicate flags. The admission is settled when the store resolves them, even
         if the caller gave up. A store whose writer is gone answers UNAVAILABLE (retryable)."""
         try:
-            future = self._store.submit_batches(batches, admission.on_write)
+            future = self._store.submit_batches(batches)
         except BaseException as exc:
             admission.close(None)
             if isinstance(exc, StoreError):
@@ -658,12 +656,15 @@ class RunningServer:
     store: Store
     health: health.aio.HealthServicer
     lock: StoreLock | None = None
+    caps: CapPersistence | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
         (which commits everything already queued), release the store's lock."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.caps is not None:
+            await self.caps.close()
         await asyncio.to_thread(self.store.close)
         if self.lock is not None:
             self.lock.release()
@@ -691,7 +692,12 @@ def ensure_port_free(host: str, port: int) -> None:
 def open_store(
     surveys: dict[str, SurveySpec], db_path: str, *, max_delay: float = 0.002
 ) -> ReportStore:
-    """Open the report store and register every question of the surveys."""
+    """Open the report store (its files private to their owner: 0600) and register every
+    question of the surveys."""
+    create_private(db_path)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(db_path + suffix):
+            create_private(db_path + suffix)
     store = ReportStore(db_path, max_delay=max_delay)
     try:
         for survey in surveys.values():
@@ -723,20 +729,22 @@ async def start_server(
     ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
     ``auth_window`` the allowed clock difference of a signature in seconds. ``limits`` are the
-    surveys' per-device limits (their counts persist in the store, under keyed hashes);
+    surveys' per-device limits (their counts persist in ``<db>.caps``, under keyed hashes);
     ``max_inflight_reports`` bounds the reports waiting for the store, past which uploads are
     shed (RESOURCE_EXHAUSTED with a retry hint). ``streams`` and ``connections`` bound each
     client stream and each HTTP/2 connection (defaults: :mod:`.streams`, docs/limits.md).
     """
     lock = StoreLock(db_path)  # before anything is opened: one server per store
     try:
+        caps = CapFile.beside(db_path)
+        caps.adopt_legacy(db_path)
         store = open_store(surveys, db_path, max_delay=max_delay)
     except BaseException:
         lock.release()
         raise
     try:
         guard = UploadGuard(
-            limits or {}, CapCounter.load(db_path), max_inflight_reports=max_inflight_reports
+            limits or {}, CapCounter(caps.load()), max_inflight_reports=max_inflight_reports
         )
         running = await serve(
             surveys,
@@ -755,6 +763,8 @@ async def start_server(
         lock.release()
         raise
     running.lock = lock
+    running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
+    running.caps.start()
     return running
 
 

@@ -47,7 +47,6 @@ from aggregator.store.report_store import (
     StoreError,
     StoreFailedError,
     StoreUnavailableError,
-    WriteHook,
     read_statistics,
     read_stored_ids,
 )
@@ -155,14 +154,9 @@ class RemoteStore(asyncio.Protocol):
         _, store = await loop.create_unix_connection(lambda: cls(db_path, on_lost), sock=sock)
         return store
 
-    def submit_batches(
-        self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
-    ) -> Future[list[bool]]:
-        """As ReportStore.submit_batches, without a write hook: the writer is another process,
-        which is why per-device limits (whose counts the hook writes) need a single process.
-        The future cannot be cancelled: once handed over, the reports may be stored."""
-        if on_write is not None:
-            raise StoreError("a write hook cannot cross to the writer process")
+    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[bool]]:
+        """As ReportStore.submit_batches (the writer is another process). The future cannot be
+        cancelled: once handed over, the reports may be stored."""
         if self._closed:
             raise StoreUnavailableError("the report store is not reachable")
         future: Future[list[bool]] = Future()
