@@ -151,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="server processes sharing the port; with 2 or more, this process only writes the "
         "store (default: 1, everything in one process)",
     )
+    _connection_limits(serve)
     serve.set_defaults(run=run_serve)
 
     enroll = _command(sub, "enroll", "enroll a device's Ed25519 public key")
@@ -311,6 +312,57 @@ def _json(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _connection_limits(serve: argparse.ArgumentParser) -> None:
+    """The per-stream and per-connection limits (docs/limits.md); defaults from their classes."""
+    from aggregator.service.streams import ConnectionLimits, StreamLimits
+
+    streams, connections = StreamLimits(), ConnectionLimits()
+    flags = [
+        ("--max-stream-messages", _positive, streams.max_messages, "messages per upload stream"),
+        ("--max-stream-reports", _positive, streams.max_reports, "reports per upload stream"),
+        ("--max-stream-bytes", _positive, streams.max_bytes, "bytes per upload stream"),
+        ("--max-stream-seconds", float, streams.max_seconds, "seconds an upload stream may last"),
+        (
+            "--max-concurrent-streams",
+            _positive,
+            connections.max_concurrent_streams,
+            "concurrent calls per HTTP/2 connection",
+        ),
+        (
+            "--max-connection-idle",
+            float,
+            connections.max_connection_idle_seconds,
+            "seconds a connection without calls is kept",
+        ),
+        (
+            "--max-connection-age",
+            float,
+            connections.max_connection_age_seconds,
+            "seconds after which a connection is asked to reconnect",
+        ),
+    ]
+    for flag, kind, default, what in flags:
+        serve.add_argument(flag, type=kind, default=default, help=f"{what} (default {default:g})")
+
+
+def _limits_of(args: argparse.Namespace):
+    """The StreamLimits and ConnectionLimits of the serve flags (ValueError if not positive)."""
+    from aggregator.service.streams import ConnectionLimits, StreamLimits
+
+    streams = StreamLimits(
+        max_messages=args.max_stream_messages,
+        max_reports=args.max_stream_reports,
+        max_bytes=args.max_stream_bytes,
+        max_seconds=args.max_stream_seconds,
+    )
+    connections = ConnectionLimits(
+        max_concurrent_streams=args.max_concurrent_streams,
+        max_connection_idle_seconds=args.max_connection_idle,
+        max_connection_age_seconds=args.max_connection_age,
+    )
+    return streams, connections
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="survey definitions (TOML)")
     parser.add_argument(
@@ -341,6 +393,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.auth_window <= 0:
         raise UserError("--auth-window must be positive")
     limits = load_limits(args.config)
+    args.streams, args.connections = _limits_of(args)
     if args.workers == 1:
         try:
             asyncio.run(_serve(surveys, limits, args, credentials, keys))
@@ -373,6 +426,8 @@ def run_serve(args: argparse.Namespace) -> int:
             args.tls_cert, args.tls_key, args.client_ca, args.devices, args.auth_window
         ),
         max_inflight_reports=args.max_inflight_reports,
+        streams=args.streams,
+        connections=args.connections,
         on_serving=serving,
     )
     print(f"{PROG}: stopped", flush=True)
@@ -424,6 +479,8 @@ async def _serve(
         auth_window=args.auth_window,
         limits=limits,
         max_inflight_reports=args.max_inflight_reports,
+        streams=args.streams,
+        connections=args.connections,
     )
     _announce(args, running.port, f"{len(surveys)} survey(s)")
     stop = asyncio.Event()

@@ -89,7 +89,7 @@ def check_contribution(mech: Mechanism, contribution: np.ndarray) -> None:
     elif isinstance(mech, FlipComponents):
         assert contribution.min() >= 0 and contribution.max() <= 1, contribution
     else:
-        limit = mech.scale + mech.noise_bound  # type: ignore[attr-defined]
+        limit = ingest.accepted_bound(mech)  # type: ignore[arg-type]
         assert np.abs(contribution).max() <= limit, contribution
 
 
@@ -154,7 +154,8 @@ def mechanism_from(header: bytes) -> Mechanism:
 
 def check_decode(data: bytes) -> None:
     """Decode a payload under arbitrary parameters: a typed error, or an in-range report whose
-    encoding is the payload itself."""
+    encoding is the payload itself and which the service accepts unless it is outside the
+    (narrower) accepted range of additive noise."""
     if len(data) < 8:
         return
     mech, payload = mechanism_from(data[:8]), data[8:]
@@ -164,7 +165,14 @@ def check_decode(data: bytes) -> None:
         return
     assert mech.encode(report) == payload, "accepted payload is not canonical"
     question = QuestionSpec("q", "", _attribute("q", 2), mech)
-    check_contribution(mech, ingest.contribution(question, payload))
+    try:
+        contribution = ingest.contribution(question, payload)
+    except ReportRejectedError as exc:  # decodable, but outside the range the service accepts
+        limit = ingest.accepted_bound(mech)  # type: ignore[arg-type]
+        assert exc.code == grpc.StatusCode.OUT_OF_RANGE, exc
+        assert np.abs(np.asarray(report)).max() > limit, "rejected inside the accepted range"
+        return
+    check_contribution(mech, contribution)
 
 
 def check_input(data: bytes, scratch: Path) -> None:
@@ -189,7 +197,7 @@ def edge_payload(question: QuestionSpec) -> bytes:
         return mech.encode(k - 1)
     if isinstance(mech, FlipComponents):
         return mech.encode(np.ones(k, dtype=np.uint8))
-    limit = mech.scale + mech.noise_bound  # type: ignore[attr-defined]
+    limit = ingest.accepted_bound(mech)  # type: ignore[arg-type]
     grid = np.zeros(k, dtype=np.int64)
     grid[0], grid[-1] = limit, -limit
     return mech.encode(grid)

@@ -5,8 +5,8 @@ random and mutated wire reports.
 The reference validator is written from the wire contract in protos/ldp/v1/ldp.proto (payload
 layouts) and the status-code table of the service conventions, with plain ``struct`` and bit
 arithmetic, so it shares no decoding code with ``aggregator.store.ingest`` or the mechanisms.
-The only thing it takes from a mechanism is the documented valid range of additive-noise grid
-values (``scale + noise_bound``), which is part of the mechanism's definition.
+The only thing it takes from the product is the documented accepted range of additive-noise grid
+values (``aggregator.store.ingest.accepted_bound``: docs/threat-model.md derives it).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from aggregator.config import load_surveys
+from aggregator.store.ingest import accepted_bound
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -154,8 +155,8 @@ class Verdict:
 
 
 def grid_limit(mechanism: GaussianNoise | LaplaceNoise) -> int:
-    """Largest grid magnitude an additive-noise report may carry (the mechanism's valid range)."""
-    return mechanism.scale + mechanism.noise_bound
+    """Largest grid magnitude an additive-noise report may carry (the accepted range)."""
+    return accepted_bound(mechanism)
 
 
 def reference_verdict(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> Verdict:
@@ -169,8 +170,14 @@ def reference_verdict(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) ->
     return payload_verdict(survey.question(report.question_id).mechanism, bytes(report.payload))
 
 
-def payload_verdict(mech: Mechanism, payload: bytes) -> Verdict:
-    """The verdict on one payload: its length, then its values (ldp.proto payload layouts)."""
+def decode_limit(mechanism: GaussianNoise | LaplaceNoise) -> int:
+    """Largest grid magnitude the device library's ``decode`` takes (wider than accepted)."""
+    return mechanism.scale + mechanism.noise_bound
+
+
+def payload_verdict(mech: Mechanism, payload: bytes, *, decoding: bool = False) -> Verdict:
+    """The verdict on one payload: its length, then its values (ldp.proto payload layouts);
+    ``decoding``: the device library's decoding range instead of the accepted range."""
     k = mech.k
     if isinstance(mech, RandomizedResponse):
         if len(payload) != 4:
@@ -192,7 +199,8 @@ def payload_verdict(mech: Mechanism, payload: bytes) -> Verdict:
     if len(payload) != 8 * k:
         return Verdict(grpc.StatusCode.INVALID_ARGUMENT)
     values = struct.unpack(f"<{k}q", payload)
-    if any(abs(v) > grid_limit(mech) for v in values):
+    limit = decode_limit(mech) if decoding else grid_limit(mech)
+    if any(abs(v) > limit for v in values):
         return Verdict(grpc.StatusCode.OUT_OF_RANGE)
     return Verdict(None, np.array(values, dtype=np.int64))
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from fuzz_support import (
     FUZZ_SETTINGS,
     FUZZ_SURVEYS,
+    decode_limit,
     grid_limit,
     hostile_report_bytes,
     hostile_upload_bytes,
@@ -159,7 +161,8 @@ def mechanism_and_payload(draw) -> tuple[Mechanism, bytes]:
     payload = draw(st.binary(min_size=length, max_size=length))
     if draw(st.booleans()) and isinstance(mech, GaussianNoise | LaplaceNoise) and length == size:
         # Move one coordinate onto the edge of the valid range, where off-by-one bugs live.
-        edge = grid_limit(mech) + draw(st.sampled_from([-1, 0, 1]))
+        edge = draw(st.sampled_from([grid_limit(mech), decode_limit(mech)]))
+        edge += draw(st.sampled_from([-1, 0, 1]))
         edge *= draw(st.sampled_from([-1, 1]))
         coordinate = draw(st.integers(0, mech.k - 1))
         raw = bytearray(payload)
@@ -173,7 +176,7 @@ def mechanism_and_payload(draw) -> tuple[Mechanism, bytes]:
 @given(mechanism_and_payload())
 def test_mechanism_decode(case: tuple[Mechanism, bytes]) -> None:
     mech, payload = case
-    expected = payload_verdict(mech, payload)
+    expected = payload_verdict(mech, payload, decoding=True)
     try:
         decoded = mech.decode(payload)
     except ReportRangeError:
@@ -190,6 +193,12 @@ def test_mechanism_decode(case: tuple[Mechanism, bytes]) -> None:
     assert mech.encode(decoded) == payload  # one canonical payload per report
     if mech.k <= 4096:  # a one-hot vector of k = 2**31 would need 16 GiB
         question = QuestionSpec("q", "", (Attribute("q", ("a", "b")),), mech)
+        accepted = payload_verdict(mech, payload)  # the service's range is narrower
+        if not accepted.accepted:
+            with pytest.raises(ingest.ReportRejectedError) as error:
+                ingest.contribution(question, payload)
+            assert error.value.code == accepted.code
+            return
         contribution = ingest.contribution(question, payload)
         check_in_range(mech, contribution)
         np.testing.assert_array_equal(contribution, expected.contribution)

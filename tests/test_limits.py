@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sqlite3
 from concurrent.futures import Future
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from aggregator.config import ConfigError, SurveyLimits, load_limits, load_surveys
+from aggregator.service.cap_file import CapFile
 from aggregator.service.limits import (
     CapCounter,
     LimitExceededError,
@@ -156,19 +158,24 @@ def test_only_the_first_close_of_an_admission_counts():
     assert guard.inflight_reports == 0
 
 
-def test_cap_counts_persist_through_the_record_hook(tmp_path):
-    db = str(tmp_path / "counts.sqlite")
-    guard = UploadGuard({"s": SurveyLimits(max_reports_per_device={"q": 5})}, CapCounter.load(db))
+def test_changed_cap_counts_are_handed_out_once_and_persist(tmp_path):
+    caps = CapFile(tmp_path / "counts.caps")
+    guard = UploadGuard(
+        {"s": SurveyLimits(max_reports_per_device={"q": 5})}, CapCounter(caps.load())
+    )
     admission = admit(guard, reports(3))
-    with sqlite3.connect(db, isolation_level=None) as conn:
-        conn.execute("BEGIN")
-        admission.record(conn, [True, False, True])
-        conn.execute("COMMIT")
-    reloaded = CapCounter.load(db)
-    assert reloaded.accepted(("dev", "s", "q")) == 2
-    with sqlite3.connect(db) as conn:
-        columns = [row[1] for row in conn.execute("PRAGMA table_info(limit_counts)")]
-    assert "report_id" not in columns  # counts cannot be linked to reports
+    admission.finish(committed([True, False, True]))
+    changed = guard.changed_counts()
+    assert changed == {("dev", "s", "q"): 2}
+    assert guard.changed_counts() == {}
+    caps.save(changed)
+    assert CapCounter(caps.load()).accepted(("dev", "s", "q")) == 2
+    guard.keep_changed(changed)  # a failed write: handed out again
+    assert guard.changed_counts() == {("dev", "s", "q"): 2}
+    with sqlite3.connect(caps.path) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(cap_counts)")]
+    assert columns == ["pseudonym", "survey_id", "question_id", "accepted"]  # no report, no time
+    assert oct(os.stat(caps.path).st_mode & 0o777) == "0o600"
 
 
 # -- load shedding ----------------------------------------------------------------------------

@@ -161,9 +161,9 @@ def test_cap_counts_new_reports_only_and_survives_restart(tmp_path, limited_file
     assert statuses(stub.Upload(ldp_pb2.UploadRequest(reports=first))) == ["DUPLICATE"] * 2
     running.stop()
     assert stored_count(db, "capped") == 2
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT * FROM limit_counts ORDER BY question_id").fetchall()
-    host = KeyPseudonyms.beside(str(db))("host:127.0.0.1")  # the table holds keyed hashes only
+    with sqlite3.connect(f"{db}.caps") as conn:
+        rows = conn.execute("SELECT * FROM cap_counts ORDER BY question_id").fetchall()
+    host = KeyPseudonyms.beside(str(db))("host:127.0.0.1")  # the file holds keyed hashes only
     assert rows == [(host, "capped", "q", 2), (host, "capped", "roomy", 10)]
 
 
@@ -246,8 +246,8 @@ def test_each_client_certificate_has_its_own_bucket(tmp_path, limited_file):
         stubs[1].Upload(ldp_pb2.UploadRequest(reports=reports("capped", 2)), timeout=10)
     finally:
         running.stop()
-    with sqlite3.connect(running.db) as conn:
-        keys = {row[0] for row in conn.execute("SELECT pseudonym FROM limit_counts")}
+    with sqlite3.connect(f"{running.db}.caps") as conn:
+        keys = {row[0] for row in conn.execute("SELECT pseudonym FROM cap_counts")}
     pseudonym = KeyPseudonyms.beside(str(running.db))
     assert keys == {pseudonym("x509:urn:dev:device-1"), pseudonym("x509:urn:dev:device-2")}
 

@@ -5,9 +5,16 @@ signature covers the canonical bytes of :mod:`client.device.signature`. An uploa
 any of its reports belongs to a survey that requires it, or when it carries a signature at all (a
 device that signs is held to its signature). Every failure is UNAUTHENTICATED: missing or malformed
 metadata, an unknown or revoked device, a timestamp outside the window (default +-300 s), or a
-signature that does not match the exact reports received. On the client-streaming RPC a bad
-signature fails the whole call before anything is stored; an unsigned stream has its reports for
-such surveys REJECTED one by one (code UNAUTHENTICATED), like any other invalid report.
+signature that does not match the exact reports received. An unknown device and a bad signature
+get one and the same answer, so the answer does not tell which device ids are enrolled.
+
+On the client-streaming RPC the call's metadata signature covers the header alone (device id and
+timestamp, no reports) and is checked when the stream opens; each message then carries its own
+signature (``UploadRequest.signature``, the canonical bytes of a unary upload of its reports) and
+is verified as it arrives, before anything of it is kept: nothing unauthenticated is buffered. A
+bad message signature ends the call with UNAUTHENTICATED (earlier messages may be stored). An
+unsigned stream has its reports for such surveys REJECTED one by one (code UNAUTHENTICATED), like
+any other invalid report.
 
 Replay within the window resends the same report ids, which the store counts once. The verified
 device id is returned to the handler (for rate limits); it is never passed to the report
@@ -36,6 +43,8 @@ _AUTH_KEYS = (sig.DEVICE_ID_KEY, sig.TIMESTAMP_KEY, sig.SIGNATURE_KEY)
 _TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
 OFF_LOOP_REPORTS = 256  # signed uploads this big are verified in a worker thread
 UNSIGNED = "this survey requires a signed upload from an enrolled device"
+#: The one answer to an unknown or revoked device and to a signature that does not verify.
+NOT_VERIFIED = "the upload's device signature does not verify against an enrolled device"
 
 
 class DeviceAuthError(LdpError):
@@ -64,8 +73,20 @@ class SignedCall:
         try:
             self.key.verify(self.signature, sig.header(self.device_id, self.timestamp) + frames)
         except InvalidSignature:
-            raise DeviceAuthError("invalid device signature") from None
+            raise DeviceAuthError(NOT_VERIFIED) from None
         return self.device_id
+
+    def verify_message(self, reports: Sequence[ldp_pb2.Report], signature: bytes) -> None:
+        """Check one stream message's own signature over its reports, or DeviceAuthError."""
+        if len(signature) != sig.SIGNATURE_BYTES:
+            raise DeviceAuthError(
+                f"each message of a signed stream carries a {sig.SIGNATURE_BYTES}-byte signature"
+            )
+        signed = sig.canonical_upload(self.device_id, self.timestamp, reports)
+        try:
+            self.key.verify(signature, signed)
+        except InvalidSignature:
+            raise DeviceAuthError(NOT_VERIFIED) from None
 
     async def verified(self) -> str:
         """:meth:`verify` off the event loop for big uploads (building the signed bytes of 10,000
@@ -116,16 +137,16 @@ class DeviceAuthenticator:
             raise DeviceAuthError(f"{sig.TIMESTAMP_KEY} must be integer Unix seconds")
         if not isinstance(signature, bytes) or len(signature) != sig.SIGNATURE_BYTES:
             raise DeviceAuthError(f"{sig.SIGNATURE_KEY} must be {sig.SIGNATURE_BYTES} bytes")
-        key = self._keys.get(device_id) if isinstance(device_id, str) else None
-        if key is None:
-            raise DeviceAuthError(f"unknown or revoked device {device_id!r}")
         timestamp = int(stamp)
         skew = timestamp - self._clock()
-        if abs(skew) > self._window:
+        if abs(skew) > self._window:  # checked first: it must not depend on the device id
             raise DeviceAuthError(
                 f"signature timestamp is {skew:+.0f} s from server time (allowed +-"
                 f"{self._window:g} s): check the device clock"
             )
+        key = self._keys.get(device_id) if isinstance(device_id, str) else None
+        if key is None:
+            raise DeviceAuthError(NOT_VERIFIED)
         return SignedCall(device_id, timestamp, signature, key)
 
     def open_upload(
@@ -153,15 +174,22 @@ class DeviceAuthenticator:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
     async def open_stream(self, context) -> SignedCall | None:
-        """:meth:`open_call` for a streaming handler, aborting with UNAUTHENTICATED."""
+        """:meth:`open_call` for a streaming handler, with the metadata signature checked over
+        the header alone; failures abort with UNAUTHENTICATED."""
         try:
-            return self.open_call(context.invocation_metadata())
+            call = self.open_call(context.invocation_metadata())
+            if call is not None:
+                call.verify()  # no reports added: the header only
+            return call
         except DeviceAuthError as exc:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
-    async def finish_stream(self, context, call: SignedCall) -> str | None:
-        """Verify a signed stream once all messages arrived (before anything is stored)."""
+    async def verify_message(self, context, call: SignedCall, request: ldp_pb2.UploadRequest):
+        """Verify one message of a signed stream as it arrives (off the event loop when big)."""
         try:
-            return await call.verified()
+            if len(request.reports) >= OFF_LOOP_REPORTS:
+                await asyncio.to_thread(call.verify_message, request.reports, request.signature)
+            else:
+                call.verify_message(request.reports, request.signature)
         except DeviceAuthError as exc:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))

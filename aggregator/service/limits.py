@@ -15,13 +15,12 @@ take more right now.
 * **Load shedding**: a bound on reports admitted but not yet resolved by the store. Past it an
   upload is refused at once with a retry hint instead of queueing until its deadline expires.
 
-Cap counts survive restarts: they live in their own table (``limit_counts``, keyed by
-(pseudonym, survey, question), with no link to any report id), written by :meth:`Admission.record`
-inside the very transaction that stores the reports, so the counts and the report log never
-disagree, even after a kill. The table holds keyed hashes of limit keys (:class:`KeyPseudonyms`,
-secret kept in a file beside the store), never a device id, certificate name or address. Token
-buckets and the in-flight count are in memory: a restart refills the buckets, which costs at most
-one burst per device.
+Cap counts survive restarts: they live in their own file, apart from the report log, written in
+batches on a timer (:mod:`aggregator.service.cap_file`, which says what a crash may cost), so
+nothing at rest ties a stored report to the device that sent it. The file holds keyed hashes of
+limit keys (:class:`KeyPseudonyms`, secret kept in a file beside the store), never a device id,
+certificate name or address. Token buckets and the in-flight count are in memory: a restart
+refills the buckets, which costs at most one burst per device.
 
 Everything here is plain bookkeeping with an injectable clock and no gRPC; one lock makes it safe
 to settle from the store's writer thread while the event loop admits.
@@ -33,13 +32,12 @@ import hashlib
 import hmac
 import math
 import os
-import sqlite3
+import stat
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from contextlib import closing
 from pathlib import Path
 
 from aggregator.config import SurveyLimits
@@ -53,20 +51,9 @@ DEFAULT_MAX_INFLIGHT_REPORTS = 20_000
 #: Retry hint of a shed upload: long enough for a full queue to drain a few times over.
 SHED_RETRY_AFTER = 1.0
 
-_COUNTS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS limit_counts (
-    pseudonym TEXT NOT NULL,
-    survey_id TEXT NOT NULL,
-    question_id TEXT NOT NULL,
-    accepted INTEGER NOT NULL,
-    PRIMARY KEY (pseudonym, survey_id, question_id)
-) WITHOUT ROWID
-"""
-_ADD_COUNT = """
-INSERT INTO limit_counts VALUES (?, ?, ?, ?)
-ON CONFLICT (pseudonym, survey_id, question_id)
-DO UPDATE SET accepted = accepted + excluded.accepted
-"""
+
+class SecretFileError(LdpError):
+    """A secret file others may read or write, or one that is not a secret of the right size."""
 
 
 class LimitExceededError(LdpError):
@@ -103,14 +90,21 @@ class KeyPseudonyms:
 
     @classmethod
     def beside(cls, db_path: str) -> KeyPseudonyms:
-        """Use the secret in ``<db_path>.limits-secret``, creating it (mode 0600) on first use."""
+        """Use the secret in ``<db_path>.limits-secret``, creating it (mode 0600) on first use.
+        An existing secret that others may read or write is refused (SecretFileError)."""
         path = Path(f"{db_path}.limits-secret")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode & 0o077:
+                raise SecretFileError(
+                    f"{path} has mode {mode:04o}: a secret must be private to its owner "
+                    f"(chmod 600 {path})"
+                ) from None
             secret = path.read_bytes()
             if len(secret) != cls.SECRET_BYTES:
-                raise ValueError(f"{path} is not a {cls.SECRET_BYTES}-byte secret") from None
+                raise SecretFileError(f"{path} is not a {cls.SECRET_BYTES}-byte secret") from None
             return cls(secret)
         secret = os.urandom(cls.SECRET_BYTES)
         with os.fdopen(fd, "wb") as out:
@@ -218,20 +212,23 @@ CountKey = tuple[str, str, str]  # (limit key, survey id, question id)
 
 class CapCounter:
     """Accepted and reserved report counts per (limit key, survey, question), for capped
-    questions only. ``accepted`` mirrors the persistent table; load it with :meth:`load`."""
+    questions only. ``accepted`` starts from the persisted counts; the keys changed since the
+    last :meth:`take_changed` are remembered for the next write."""
 
     def __init__(self, accepted: Mapping[CountKey, int] | None = None) -> None:
         self._accepted: dict[CountKey, int] = dict(accepted or {})
         self._reserved: Counter[CountKey] = Counter()
+        self._changed: set[CountKey] = set()
 
-    @staticmethod
-    def load(db_path: str) -> CapCounter:
-        """Create the counts table if missing and read it."""
-        with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
-            conn.execute("PRAGMA busy_timeout = 5000")
-            conn.execute(_COUNTS_SCHEMA)
-            rows = conn.execute("SELECT * FROM limit_counts")
-            return CapCounter({(k, s, q): n for k, s, q, n in rows})
+    def take_changed(self) -> dict[CountKey, int]:
+        """The counts changed since the last call (and forget that they changed)."""
+        changed = {key: self._accepted[key] for key in self._changed}
+        self._changed = set()
+        return changed
+
+    def mark_changed(self, keys: Iterable[CountKey]) -> None:
+        """Remember ``keys`` as changed again (their write failed)."""
+        self._changed.update(keys)
 
     def accepted(self, key: CountKey) -> int:
         return self._accepted.get(key, 0)
@@ -251,16 +248,18 @@ class CapCounter:
         """Turn a reservation into the counts the store actually accepted."""
         self._reserved.subtract(reserved)
         for key, n in accepted.items():
-            self._accepted[key] = self.accepted(key) + n
+            if n:
+                self._accepted[key] = self.accepted(key) + n
+                self._changed.add(key)
         self._reserved = +self._reserved  # drop zero entries
 
 
 class Admission:
     """One admitted upload: its reservations until the store resolves it.
 
-    Pass :meth:`record` as the store's in-transaction hook and :meth:`finish` as the store
-    future's done-callback (or call :meth:`close` if submitting failed); only the first close
-    has an effect. The store's flags follow the order of ``batches``."""
+    Pass :meth:`finish` as the store future's done-callback (or call :meth:`close` if submitting
+    failed); only the first close has an effect. The store's flags follow the order of
+    ``batches``."""
 
     def __init__(
         self,
@@ -273,7 +272,6 @@ class Admission:
         self._key = key
         self._batches = batches
         self._size = sum(len(b) for b in batches)
-        self._capped = any(guard.cap(b.survey_id, b.question_id) is not None for b in batches)
         self._reserved = reserved
         self._once = threading.Lock()  # acquired by the first close; later closes do nothing
 
@@ -289,15 +287,6 @@ class Admission:
             if self._guard.cap(batch.survey_id, batch.question_id) is not None:
                 counts[(self._key, batch.survey_id, batch.question_id)] += sum(flags)
         return +counts
-
-    @property
-    def on_write(self) -> Callable[[sqlite3.Connection, Sequence[bool]], None] | None:
-        """The store's in-transaction hook: :meth:`record` if a capped question is involved."""
-        return self.record if self._capped else None
-
-    def record(self, conn: sqlite3.Connection, fresh: Sequence[bool]) -> None:
-        """Add the newly stored reports to the persistent counts, in the store's transaction."""
-        conn.executemany(_ADD_COUNT, [(*k, n) for k, n in self.accepted_counts(fresh).items()])
 
     def finish(self, future: Future[list[bool]]) -> None:
         """Settle (committed) or release (failed, cancelled) the reservations."""
@@ -377,6 +366,16 @@ class UploadGuard:
                     f"reports for {survey_id}/{question_id}"
                 )
             return self._admit_rest(key, batches, size, wanted)
+
+    def changed_counts(self) -> dict[CountKey, int]:
+        """Cap counts changed since the last call, to persist (:mod:`.cap_file`)."""
+        with self._lock:
+            return self._caps.take_changed()
+
+    def keep_changed(self, counts: Mapping[CountKey, int]) -> None:
+        """Counts whose write failed: hand them out again next time."""
+        with self._lock:
+            self._caps.mark_changed(counts)
 
     def settle(
         self, size: int, reserved: Mapping[CountKey, int], accepted: Mapping[CountKey, int]

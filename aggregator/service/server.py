@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import os
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -24,12 +25,14 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator.config import SurveyLimits
-from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
+from aggregator.service import wire
 from aggregator.service.auth import (
     DEFAULT_WINDOW_SECONDS,
     UNSIGNED,
     DeviceAuthenticator,
 )
+from aggregator.service.cap_file import CapFile, CapPersistence, create_private
 from aggregator.service.limits import (
     DEFAULT_MAX_INFLIGHT_REPORTS,
     Admission,
@@ -39,13 +42,21 @@ from aggregator.service.limits import (
     UploadGuard,
     limit_key,
 )
+from aggregator.service.store_lock import StoreLock
+from aggregator.service.streams import (
+    ConnectionLimits,
+    StreamBudget,
+    StreamLimitError,
+    StreamLimits,
+)
 from aggregator.store import definitions, ingest
-from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.ingest import REPORT_ID_BYTES, ReportRejectedError
 from aggregator.store.report_store import (
     ReportBatch,
     ReportStore,
+    StoreError,
+    StoreFailedError,
     StoreUnavailableError,
-    WriteHook,
     batches_of,
 )
 from client.device.transport import MAX_MESSAGE_BYTES, RETRY_AFTER_KEY
@@ -58,6 +69,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_REPORTS_PER_REQUEST = 10_000
+NOT_AN_UPLOAD = "the request is not an UploadRequest"
+#: Retry hint of an upload the store could not take (a restart is needed, which takes seconds).
+STORE_RETRY_AFTER_MS = 5000
+#: Reasons of REJECTED results are cut to this many characters.
+MAX_REASON_CHARS = 160
+#: A stream's response stays this far below the message limit (room for the status trailer).
+MAX_RESPONSE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+#: The largest GetSurvey or ListSurveys request taken (a survey id is a short name).
+MAX_SMALL_REQUEST_BYTES = 4096
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
 
 
@@ -65,9 +85,7 @@ class Store(Protocol):
     """What the servicers need from a report store: the in-process ReportStore, or a worker
     process's RemoteStore that reaches the writer process's one (``serve --workers N``)."""
 
-    def submit_batches(
-        self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
-    ) -> Future[list[bool]]: ...
+    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[bool]]: ...
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]: ...
 
@@ -87,9 +105,12 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         guard: UploadGuard,
         auth: DeviceAuthenticator | None = None,
         pseudonym: Callable[[str], str] | None = None,
+        on_store_failure: Callable[[str], None] = lambda reason: None,
     ) -> None:
         """``pseudonym`` turns a limit key into what the limits keep (a keyed hash; by default
-        with a secret that lives as long as this object)."""
+        with a secret that lives as long as this object); ``on_store_failure(reason)`` runs when
+        the store stops acknowledging (the server turns health NOT_SERVING)."""
+        self._on_store_failure = on_store_failure
         self._surveys = surveys
         self._store = store
         self._guard = guard
@@ -99,7 +120,9 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
     async def GetSurvey(self, request, context):
         survey = self._surveys.get(request.survey_id)
         if survey is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown survey {request.survey_id!r}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, shortened(f"unknown survey {request.survey_id!r}")
+            )
         return survey.to_proto()
 
     async def ListSurveys(self, request, context):
@@ -125,39 +148,69 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 self._limit_key(context, device), upload.batches, self._stored_ids
             )
         except ReportRejectedError as exc:
-            await context.abort(exc.code, exc.message)
+            await context.abort(exc.code, shortened(exc.message))
         except LimitExceededError as exc:
             await self._refuse(context, exc)
         flags = await self._committed(context, upload.batches, admission)
         return encode_upload_response(upload.report_ids, upload.in_request_order(flags))
 
-    async def UploadStream(self, request_iterator: AsyncIterator, context):
+    async def screen(self, raw: bytes, context, *, allow_empty: bool = False) -> int:
+        """Refuse an upload on its raw bytes, before protobuf builds anything: malformed framing
+        (INVALID_ARGUMENT), no reports, more than MAX_REPORTS_PER_REQUEST (RESOURCE_EXHAUSTED;
+        counting stops there), or an overloaded store (shed with a retry hint). The count.
+        A unary upload (all or nothing) is also refused at its first report too short to hold a
+        report id, with the answer validation gives that report. A stream message
+        (``allow_empty``) may be empty, and its invalid reports are REJECTED one by one later."""
+        min_length = 0 if allow_empty else wire.MIN_VALID_REPORT_BYTES
+        try:
+            n = wire.count_reports(raw, MAX_REPORTS_PER_REQUEST, min_length=min_length)
+        except wire.WireFormatError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, NOT_AN_UPLOAD)
+        except wire.ShortReportError as exc:
+            code, message = _short_report(exc)
+            await context.abort(code, message)
+        if n == 0 and not allow_empty:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no reports")
+        if n > MAX_REPORTS_PER_REQUEST:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"at most {MAX_REPORTS_PER_REQUEST} reports per request",
+            )
+        try:
+            self._guard.check_load(n)
+        except LimitExceededError as exc:
+            await self._refuse(context, exc)
+        return n
+
+    async def UploadStream(
+        self, request_iterator: AsyncIterator, context, budget: StreamBudget | None = None
+    ):
+        """Each message is admitted as it arrives: a signed stream's messages each carry their
+        own signature and are verified before anything of them is kept; the response lists every
+        report's result unless that would pass the message limit (then only REJECTED ones, with
+        counts of the rest)."""
         signed = await self._auth.open_stream(context)
+        key = self._limit_key(context, None if signed is None else signed.device_id)
         results: list[ldp_pb2.ReportResult | None] = []
         pending: list[tuple[list[int], asyncio.Future]] = []
-        held: list[tuple[list[int], list[ReportBatch]]] = []  # stored once the signature holds
-        key = self._limit_key(context, None) if signed is None else ""
+        budget = budget or StreamBudget(StreamLimits())
         async for request in request_iterator:
-            if len(request.reports) > MAX_REPORTS_PER_REQUEST:
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"at most {MAX_REPORTS_PER_REQUEST} reports per message",
-                )
             if signed is not None:
-                signed.add(request.reports)
+                await self._auth.verify_message(context, signed, request)
             slots, batches = self._validate_each(request.reports, results, signed is not None)
-            if batches and signed is None:
-                await self._admit_message(context, key, slots, batches, results, pending)
-            elif batches:
-                held.append((slots, batches))
-        if signed is not None:
-            key = self._limit_key(context, await self._auth.finish_stream(context, signed))
-            for slots, batches in held:
-                await self._admit_message(context, key, slots, batches, results, pending)
+            refused = len(request.reports) - len(slots)
+            if batches and not await self._admit_message(
+                context, key, slots, batches, results, pending
+            ):
+                refused = len(request.reports)
+            try:
+                budget.reject(refused)
+            except StreamLimitError as exc:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         for slots, future in pending:
             for slot, result in zip(slots, await future, strict=True):
                 results[slot] = result
-        return ldp_pb2.UploadResponse(results=results)
+        return stream_response(results)
 
     def _validate_each(
         self,
@@ -188,10 +241,10 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             except ReportRejectedError as exc:
                 results.append(
                     ldp_pb2.ReportResult(
-                        report_id=report.report_id,
+                        report_id=report.report_id[:REPORT_ID_BYTES],
                         status=ldp_pb2.REJECTED,
                         code=exc.code.name,
-                        reason=exc.message,
+                        reason=shortened(exc.message),
                     )
                 )
             else:
@@ -207,20 +260,24 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         batches: list[ReportBatch],
         results: list[ldp_pb2.ReportResult | None],
         pending: list[tuple[list[int], asyncio.Future]],
-    ) -> None:
-        """Admit one stream message's valid reports and queue them; refused ones are REJECTED."""
+    ) -> bool:
+        """Admit one stream message's valid reports and queue them (True); refused ones are
+        REJECTED with RESOURCE_EXHAUSTED and the retry delay, if waiting helps (False)."""
         try:
             admission = await self._guard.admit(key, batches, self._stored_ids)
         except LimitExceededError as exc:
+            wait = retry_after_ms(exc)
             for slot, report_id in zip(slots, _ids(batches), strict=True):
                 results[slot] = ldp_pb2.ReportResult(
                     report_id=report_id,
                     status=ldp_pb2.REJECTED,
                     code=grpc.StatusCode.RESOURCE_EXHAUSTED.name,
                     reason=str(exc),
+                    retry_after_ms=wait,
                 )
-            return
+            return False
         pending.append((slots, asyncio.ensure_future(self._store_all(context, batches, admission))))
+        return True
 
     def _limit_key(self, context, device: str | None) -> str:
         """Who the per-device limits count this call as (a keyed hash); empty when no survey has
@@ -244,17 +301,32 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         their new/duplicate flags. The admission is settled when the store resolves them, even
         if the caller gave up. A store whose writer is gone answers UNAVAILABLE (retryable)."""
         try:
-            future = self._store.submit_batches(batches, admission.on_write)
+            future = self._store.submit_batches(batches)
         except BaseException as exc:
             admission.close(None)
-            if isinstance(exc, StoreUnavailableError):
-                await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            if isinstance(exc, StoreError):
+                await self._store_failed(context, exc)
             raise
         future.add_done_callback(admission.finish)
         try:
             return await asyncio.wrap_future(future)
-        except StoreUnavailableError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except StoreError as exc:
+            await self._store_failed(context, exc)
+
+    async def _store_failed(self, context, exc: StoreError) -> None:
+        """Nothing of the call was acknowledged: a store that is unreachable or failed answers
+        UNAVAILABLE with a retry hint (and health turns NOT_SERVING); any other store refusal
+        is INTERNAL. Never UNKNOWN, never a class name."""
+        if isinstance(exc, StoreUnavailableError):
+            if isinstance(exc, StoreFailedError):
+                self._on_store_failure(str(exc))
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                shortened(f"the report store is unavailable: {exc}", 300),
+                trailing_metadata=((RETRY_AFTER_KEY, str(STORE_RETRY_AFTER_MS)),),
+            )
+        log.error("store refused a commit: %s", exc)
+        await context.abort(grpc.StatusCode.INTERNAL, "the report store refused the reports")
 
     async def _store_all(
         self, context, batches: Sequence[ReportBatch], admission: Admission
@@ -297,41 +369,129 @@ async def _parse_upload(context, raw: bytes) -> ldp_pb2.UploadRequest:
     try:
         return ldp_pb2.UploadRequest.FromString(raw)
     except DecodeError:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request is not an UploadRequest")
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, NOT_AN_UPLOAD)
 
 
-async def _parse_stream(context, raw_messages: AsyncIterator[bytes]):
-    async for raw in raw_messages:
-        yield await _parse_upload(context, raw)
+async def screened_stream(
+    collector: Collector, context, raw_messages: AsyncIterator[bytes], budget: StreamBudget
+) -> AsyncIterator[ldp_pb2.UploadRequest]:
+    """A stream's messages, each screened on its raw bytes (:meth:`Collector.screen`) and
+    charged to the stream's budget before it is parsed; the duration limit also bounds the wait
+    for the next message, so a stream that sends nothing is ended too."""
+    messages = aiter(raw_messages)
+    while True:
+        try:
+            raw = await asyncio.wait_for(anext(messages), budget.remaining())
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(budget.expired()))
+        count = await collector.screen(raw, context, allow_empty=True)
+        try:
+            budget.take(len(raw), count)
+        except StreamLimitError as exc:
+            code = grpc.StatusCode.DEADLINE_EXCEEDED if exc.deadline else None
+            await context.abort(code or grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        request = await _parse_upload(context, raw)
+        raw = None
+        yield request
 
 
-def add_collector_to_server(collector: Collector, server: grpc.aio.Server) -> None:
+def _short_report(exc: wire.ShortReportError) -> tuple[grpc.StatusCode, str]:
+    """The code and message of a report too short to be valid: what validating that one report
+    answers (it never passes), without parsing the rest of the request."""
+    try:
+        ingest.validate(ldp_pb2.Report.FromString(exc.entry), {})
+    except DecodeError:
+        return grpc.StatusCode.INVALID_ARGUMENT, NOT_AN_UPLOAD
+    except ReportRejectedError as rejected:
+        return rejected.code, shortened(f"report[{exc.index}]: {rejected.message}")
+    return grpc.StatusCode.INVALID_ARGUMENT, f"report[{exc.index}] is invalid"
+
+
+def released(exc: BaseException) -> BaseException:
+    """``exc`` cut loose from the frames it was raised through (traceback, cause, context).
+
+    Why: a refused request is aborted from deep inside its handler, and the exception's traceback
+    keeps every frame of that handler alive, with the request and what was built from it, until
+    a cyclic garbage collection happens to run (the exception ends up in a reference cycle).
+    Under a flood of refused uploads that was hundreds of MiB; cut loose, the frames go as soon
+    as the handler returns."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        following = current.__context__ or current.__cause__
+        current.__traceback__ = None
+        current.__cause__ = current.__context__ = None
+        current = following
+    exc.__suppress_context__ = True
+    return exc
+
+
+def add_collector_to_server(
+    collector: Collector, server: grpc.aio.Server, streams: StreamLimits | None = None
+) -> None:
     """Register the Collector as the generated ``add_CollectorServicer_to_server`` does, except
-    that uploads are parsed in the handler (an unparseable one is INVALID_ARGUMENT) and Upload
-    returns bytes already serialized by :func:`encode_upload_response`."""
+    that requests arrive as bytes and are screened before protobuf parses them: sizes per RPC,
+    the number of reports of an upload counted on the raw bytes (:mod:`.wire`), load shedding;
+    an unparseable request is INVALID_ARGUMENT; Upload returns bytes already serialized by
+    :func:`encode_upload_response`; UploadStream enforces ``streams`` (see :mod:`.streams`)."""
+    streams = streams or StreamLimits()
 
-    def unary(method, request, response):
-        deserializer = request.FromString if request is not None else None  # None: bytes as is
-        return grpc.unary_unary_rpc_method_handler(
-            method, request_deserializer=deserializer, response_serializer=response
-        )
+    def unary(method, parse, response, max_bytes: int):
+        async def handle(raw: bytes, context):
+            try:
+                if len(raw) > max_bytes:
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"request of {len(raw)} bytes; this call takes at most {max_bytes}",
+                    )
+                try:
+                    request = parse(raw)
+                except DecodeError:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
+                raw = None
+                return await method(request, context)
+            except BaseException as exc:
+                raw = request = None
+                raise released(exc) from None
+
+        return grpc.unary_unary_rpc_method_handler(handle, response_serializer=response)
 
     async def upload(raw: bytes, context):
-        return await collector.Upload(await _parse_upload(context, raw), context)
+        try:
+            await collector.screen(raw, context)
+            request = await _parse_upload(context, raw)
+            raw = None
+            return await collector.Upload(request, context)
+        except BaseException as exc:
+            raw = request = None
+            raise released(exc) from None
 
     async def upload_stream(raw_messages: AsyncIterator[bytes], context):
-        return await collector.UploadStream(_parse_stream(context, raw_messages), context)
+        budget = StreamBudget(streams)
+        try:
+            return await collector.UploadStream(
+                screened_stream(collector, context, raw_messages, budget), context, budget
+            )
+        except BaseException as exc:
+            raise released(exc) from None
 
     handlers = {
         "GetSurvey": unary(
-            collector.GetSurvey, ldp_pb2.GetSurveyRequest, ldp_pb2.Survey.SerializeToString
+            collector.GetSurvey,
+            ldp_pb2.GetSurveyRequest.FromString,
+            ldp_pb2.Survey.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
         ),
         "ListSurveys": unary(
             collector.ListSurveys,
-            ldp_pb2.ListSurveysRequest,
+            ldp_pb2.ListSurveysRequest.FromString,
             ldp_pb2.ListSurveysResponse.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
         ),
-        "Upload": unary(upload, None, None),
+        "Upload": grpc.unary_unary_rpc_method_handler(upload),
         "UploadStream": grpc.stream_unary_rpc_method_handler(
             upload_stream,
             response_serializer=ldp_pb2.UploadResponse.SerializeToString,
@@ -354,7 +514,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         try:
             survey, question = ingest.find_question(self._surveys, survey_id, question_id)
         except ReportRejectedError as exc:
-            await context.abort(exc.code, exc.message)
+            await context.abort(exc.code, shortened(exc.message))
         n, sums = await asyncio.to_thread(self._store.statistics, survey_id, question_id)
         if n < survey.min_batch_size:
             await context.abort(
@@ -453,11 +613,38 @@ def test_response(result: TestResult) -> ldp_pb2.TestResponse:
 test_response.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
+def retry_after_ms(exc: LimitExceededError) -> int:
+    """A refusal's retry delay in milliseconds (at least 1), or 0 if retrying cannot help."""
+    if exc.retry_after is None:
+        return 0
+    return max(1, math.ceil(exc.retry_after * 1000))
+
+
 def retry_hint(exc: LimitExceededError) -> tuple[tuple[str, str], ...]:
     """Trailing metadata telling the device when to retry (none if retrying cannot help)."""
-    if exc.retry_after is None:
-        return ()
-    return ((RETRY_AFTER_KEY, str(max(1, math.ceil(exc.retry_after * 1000)))),)
+    wait = retry_after_ms(exc)
+    return ((RETRY_AFTER_KEY, str(wait)),) if wait else ()
+
+
+def shortened(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """``text`` cut to ``limit`` characters: reasons may quote ids a client chose, of any size."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def stream_response(
+    results: Sequence[ldp_pb2.ReportResult], max_bytes: int = MAX_RESPONSE_BYTES
+) -> ldp_pb2.UploadResponse:
+    """A stream's answer: every report's result, with counts; when that would pass the message
+    limit, only the REJECTED results (bounded by the stream limits) and the counts."""
+    accepted = sum(r.status == ldp_pb2.ACCEPTED for r in results)
+    duplicates = sum(r.status == ldp_pb2.DUPLICATE for r in results)
+    response = ldp_pb2.UploadResponse(results=results, accepted=accepted, duplicates=duplicates)
+    if response.ByteSize() <= max_bytes:
+        return response
+    rejected = [r for r in results if r.status == ldp_pb2.REJECTED]
+    return ldp_pb2.UploadResponse(
+        results=rejected, accepted=accepted, duplicates=duplicates, summarized=True
+    )
 
 
 @dataclass
@@ -468,20 +655,49 @@ class RunningServer:
     port: int
     store: Store
     health: health.aio.HealthServicer
+    lock: StoreLock | None = None
+    caps: CapPersistence | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
-        (which commits everything already queued)."""
+        (which commits everything already queued), release the store's lock."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.caps is not None:
+            await self.caps.close()
         await asyncio.to_thread(self.store.close)
+        if self.lock is not None:
+            self.lock.release()
+
+
+class PortInUseError(LdpError):
+    """The address asked for is already bound by another socket (another aggregator, maybe)."""
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """Raise PortInUseError if anything is bound to ``host:port`` (0: nothing to check). The
+    probe binds without SO_REUSEPORT, so a group of servers sharing the port conflicts too, and
+    with SO_REUSEADDR, so connections of an earlier server in TIME_WAIT do not."""
+    if port == 0:
+        return
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError:
+            raise PortInUseError(f"{host}:{port} is in use: another program serves it") from None
 
 
 def open_store(
     surveys: dict[str, SurveySpec], db_path: str, *, max_delay: float = 0.002
 ) -> ReportStore:
-    """Open the report store, check every question of the surveys against its pinned
-    definition (aggregator/store/definitions.py) and register it."""
+    """Open the report store (its files private to their owner: 0600), check every question of
+    the surveys against its pinned definition (aggregator/store/definitions.py) and register it."""
+    create_private(db_path)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(db_path + suffix):
+            create_private(db_path + suffix)
     store = ReportStore(db_path, max_delay=max_delay)
     try:
         definitions.register(store, surveys)
@@ -503,22 +719,32 @@ async def start_server(
     auth_window: float = DEFAULT_WINDOW_SECONDS,
     limits: Mapping[str, SurveyLimits] | None = None,
     max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
+    streams: StreamLimits | None = None,
+    connections: ConnectionLimits | None = None,
 ) -> RunningServer:
     """Open the store, register every question, and start serving on ``address``.
 
     ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
     ``auth_window`` the allowed clock difference of a signature in seconds. ``limits`` are the
-    surveys' per-device limits (their counts persist in the store, under keyed hashes);
+    surveys' per-device limits (their counts persist in ``<db>.caps``, under keyed hashes);
     ``max_inflight_reports`` bounds the reports waiting for the store, past which uploads are
-    shed (RESOURCE_EXHAUSTED with a retry hint).
+    shed (RESOURCE_EXHAUSTED with a retry hint). ``streams`` and ``connections`` bound each
+    client stream and each HTTP/2 connection (defaults: :mod:`.streams`, docs/limits.md).
     """
-    store = open_store(surveys, db_path, max_delay=max_delay)
+    lock = StoreLock(db_path)  # before anything is opened: one server per store
+    try:
+        caps = CapFile.beside(db_path)
+        caps.adopt_legacy(db_path)
+        store = open_store(surveys, db_path, max_delay=max_delay)
+    except BaseException:
+        lock.release()
+        raise
     try:
         guard = UploadGuard(
-            limits or {}, CapCounter.load(db_path), max_inflight_reports=max_inflight_reports
+            limits or {}, CapCounter(caps.load()), max_inflight_reports=max_inflight_reports
         )
-        return await serve(
+        running = await serve(
             surveys,
             store,
             address,
@@ -527,10 +753,17 @@ async def start_server(
             credentials=credentials,
             auth=DeviceAuthenticator(surveys, device_keys or {}, window=auth_window),
             pseudonym=KeyPseudonyms.beside(db_path),
+            streams=streams,
+            connections=connections,
         )
     except BaseException:
         store.close()
+        lock.release()
         raise
+    running.lock = lock
+    running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
+    running.caps.start()
+    return running
 
 
 async def serve(
@@ -544,6 +777,8 @@ async def serve(
     auth: DeviceAuthenticator | None = None,
     pseudonym: Callable[[str], str] | None = None,
     share_port: bool = False,
+    streams: StreamLimits | None = None,
+    connections: ConnectionLimits | None = None,
 ) -> RunningServer:
     """Start serving on ``address`` from an open store (see :func:`start_server` for the
     security and limit arguments; ``guard`` defaults to load shedding only). ``share_port`` lets
@@ -551,22 +786,39 @@ async def serve(
     them); otherwise it is off, so a second server on a busy port fails instead of silently
     taking half its traffic."""
     guard = guard or UploadGuard({}, CapCounter())
+    connections = connections or ConnectionLimits()
     server = grpc.aio.server(
         options=[
+            # The largest message of any RPC: an Upload of MAX_REPORTS_PER_REQUEST reports fits
+            # with room to spare; the smaller RPCs have their own bounds in their handlers.
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", int(share_port)),
+            *connections.options(),
         ]
     )
-    add_collector_to_server(Collector(surveys, store, guard, auth, pseudonym), server)
-    ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_servicer = health.aio.HealthServicer()
+    loop = asyncio.get_running_loop()
+
+    turning: list[asyncio.Task] = []  # the one task that turns health NOT_SERVING
+
+    def store_failed(reason: str) -> None:
+        if not turning:
+            log.error("the report store stopped acknowledging: %s", reason)
+            turning.append(loop.create_task(health_servicer.enter_graceful_shutdown()))
+
+    collector = Collector(surveys, store, guard, auth, pseudonym, store_failed)
+    add_collector_to_server(collector, server, streams)
+    ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection:
         from grpc_reflection.v1alpha import reflection as grpc_reflection
 
         names = (*SERVICE_NAMES, grpc_reflection.SERVICE_NAME, health.SERVICE_NAME)
         grpc_reflection.enable_server_reflection(names, server)
+    host, _, port_text = address.rpartition(":")
+    if not share_port and port_text.isdigit():
+        ensure_port_free(host.strip("[]"), int(port_text))
     if credentials is None:
         port = server.add_insecure_port(address)
     else:

@@ -17,7 +17,8 @@ store submit per upload.
 
 Messages are pickled lists, in multiprocessing's framing (a 4-byte big-endian signed length,
 or -1 and an 8-byte length): worker to writer ``[(request_id, batches), ...]`` or ``_BYE``;
-writer to worker ``[(request_id, flags, error), ...]`` with flags as bytes of 0/1, or ``_BYE``
+writer to worker ``[(request_id, flags, error), ...]`` with flags as bytes of 0/1 and error
+None or (store failed as a whole, text), or ``_BYE``
 once the writer has seen the worker's ``_BYE``. The pipes are inherited from the parent
 process, so only our own processes ever write to them.
 """
@@ -44,8 +45,8 @@ from aggregator.store.report_store import (
     ReportBatch,
     ReportStore,
     StoreError,
+    StoreFailedError,
     StoreUnavailableError,
-    WriteHook,
     read_statistics,
     read_stored_ids,
 )
@@ -91,8 +92,8 @@ def _submit_together(
     try:
         future = store.submit_batches([batch for _, batches in requests for batch in batches])
     except StoreError as exc:
-        if len(requests) == 1:
-            reply([(requests[0][0], None, str(exc))])
+        if len(requests) == 1 or isinstance(exc, StoreFailedError):
+            reply([(request_id, None, _error(exc)) for request_id, _ in requests])
         else:
             for request in requests:
                 _submit_together(store, [request], reply)
@@ -102,10 +103,15 @@ def _submit_together(
     future.add_done_callback(partial(_answer, reply, ids, sizes))
 
 
+def _error(exc: BaseException) -> tuple[bool, str]:
+    """An error as sent to the worker: whether the store failed as a whole, and the text."""
+    return isinstance(exc, StoreFailedError), str(exc)
+
+
 def _answer(reply: _Reply, ids: list[int], sizes: list[int], future: Future[list[bool]]) -> None:
     error = future.exception()
     if error is not None:
-        reply([(request_id, None, str(error)) for request_id in ids])
+        reply([(request_id, None, _error(error)) for request_id in ids])
         return
     flags, answers, start = bytes(future.result()), [], 0
     for request_id, size in zip(ids, sizes, strict=True):
@@ -148,14 +154,9 @@ class RemoteStore(asyncio.Protocol):
         _, store = await loop.create_unix_connection(lambda: cls(db_path, on_lost), sock=sock)
         return store
 
-    def submit_batches(
-        self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
-    ) -> Future[list[bool]]:
-        """As ReportStore.submit_batches, without a write hook: the writer is another process,
-        which is why per-device limits (whose counts the hook writes) need a single process.
-        The future cannot be cancelled: once handed over, the reports may be stored."""
-        if on_write is not None:
-            raise StoreError("a write hook cannot cross to the writer process")
+    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[bool]]:
+        """As ReportStore.submit_batches (the writer is another process). The future cannot be
+        cancelled: once handed over, the reports may be stored."""
         if self._closed:
             raise StoreUnavailableError("the report store is not reachable")
         future: Future[list[bool]] = Future()
@@ -205,7 +206,8 @@ class RemoteStore(asyncio.Protocol):
                 if error is None:
                     future.set_result([bool(flag) for flag in flags])
                 else:
-                    future.set_exception(StoreError(error))
+                    failed, text = error
+                    future.set_exception((StoreFailedError if failed else StoreError)(text))
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail whatever is left; a link lost without our goodbye stops the worker."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import signal
@@ -37,8 +38,10 @@ from aggregator.errors import LdpError
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.devices import DeviceRegistry
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
-from aggregator.service.server import open_store, serve
+from aggregator.service.server import ensure_port_free, open_store, serve
 from aggregator.service.store_link import RemoteStore, serve_link
+from aggregator.service.store_lock import StoreLock
+from aggregator.service.streams import ConnectionLimits, StreamLimits
 from aggregator.service.tls import server_credentials
 from client.survey import SurveySpec
 
@@ -86,6 +89,8 @@ class WorkerSettings:
     log_level: int
     security: WorkerSecurity
     max_inflight_reports: int
+    streams: StreamLimits
+    connections: ConnectionLimits
 
 
 def serve_workers(
@@ -100,25 +105,43 @@ def serve_workers(
     max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
     grace: float = 5.0,
     on_serving: Callable[[int], None] = lambda port: None,
+    streams: StreamLimits | None = None,
+    connections: ConnectionLimits | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT with ``workers`` processes (see the module docstring).
     ``on_serving(port)`` runs once every worker listens. Raises WorkerError if a worker fails."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
-    store = open_store(load_surveys(config), str(db))
+    settings = WorkerSettings(
+        config,
+        db,
+        f"{host}:{port}",  # the port is the one bound once reserved (0: a free one)
+        reflection,
+        grace,
+        logging.getLogger().level,
+        security or WorkerSecurity(),
+        max_inflight_reports,
+        streams or StreamLimits(),
+        connections or ConnectionLimits(),
+    )
+    with StoreLock(db):
+        _serve_locked(settings, host, port, workers, on_serving)
+
+
+def _serve_locked(
+    settings: WorkerSettings,
+    host: str,
+    port: int,
+    workers: int,
+    on_serving: Callable[[int], None],
+) -> None:
+    """:func:`serve_workers` while holding the store's lock."""
+    store = open_store(load_surveys(settings.config), str(settings.db))
+    grace = settings.grace
     procs: list[multiprocessing.process.BaseProcess] = []
     try:
         with _reserved_port(host, port) as bound:
-            settings = WorkerSettings(
-                config,
-                db,
-                f"{host}:{bound}",
-                reflection,
-                grace,
-                logging.getLogger().level,
-                security or WorkerSecurity(),
-                max_inflight_reports,
-            )
+            settings = dataclasses.replace(settings, address=f"{host}:{bound}")
             pending = [_spawn_worker(settings, i, procs) for i in range(workers)]
             links = [_wait_until_ready(i, *pipes) for i, pipes in enumerate(pending)]
         threads = [
@@ -176,9 +199,11 @@ def _wait_until_ready(index: int, store: Connection, status: Connection) -> Conn
 @contextlib.contextmanager
 def _reserved_port(host: str, port: int) -> Iterator[int]:
     """Hold ``host:port`` (0: a free port) with a bound, not listening, SO_REUSEPORT socket
-    while the workers bind it too; yields the port. A port another program already uses fails
-    here with OSError."""
+    while the workers bind it too; yields the port. A port another program already uses, another
+    worker group's included (its sockets share the port with SO_REUSEPORT, which would let this
+    group join silently), fails here with PortInUseError (:func:`ensure_port_free`)."""
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    ensure_port_free(host, port)
     with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
@@ -244,6 +269,8 @@ async def _worker(settings: WorkerSettings, store_conn: Connection, status: Conn
             guard=UploadGuard({}, CapCounter(), max_inflight_reports=settings.max_inflight_reports),
             auth=security.authenticator(surveys),
             share_port=True,
+            streams=settings.streams,
+            connections=settings.connections,
         )
     except Exception as exc:  # reported to the parent, which stops the service
         with contextlib.suppress(OSError), status:

@@ -45,6 +45,7 @@ from aggregator.store.file_kind import (
     open_file,
     stamp_kind,
 )
+from aggregator.store.integrity import FileWatch, failure_message
 
 SCHEMA_VERSION = 1
 REPORT_ID_BYTES = 16
@@ -82,6 +83,12 @@ class StoreError(LdpError):
 class StoreUnavailableError(StoreError):
     """The store's writer is gone (a crashed writer process): nothing was acknowledged, and a
     retry against a restarted server is safe."""
+
+
+class StoreFailedError(StoreUnavailableError):
+    """The store can no longer make reports durable (disk full, read-only, I/O error, its files
+    deleted or replaced; see aggregator/store/integrity.py). It acknowledges nothing more until
+    restarted; everything acknowledged before is durable."""
 
 
 @dataclass(frozen=True)
@@ -191,10 +198,11 @@ class ReportStore:
                 stamp_kind(conn, REPORT_STORE)
             rows = conn.execute("SELECT survey_id, question_id, k FROM statistics")
             self._k = {(s, q): k for s, q, k in rows}
+            self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
             raise StoreError(str(exc)) from None
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"{self._path} is not a usable report store (SQLite: {exc})") from None
         except BaseException:
@@ -204,6 +212,7 @@ class ReportStore:
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()  # orders "closed" against enqueueing
         self._closed = False
+        self._failure: str | None = None  # set once by the writer; then nothing is acknowledged
         self._writer = threading.Thread(target=self._run, name="report-store-writer", daemon=True)
         self._writer.start()
 
@@ -385,10 +394,17 @@ class ReportStore:
         if not isinstance(rows, np.ndarray) or rows.dtype != _INT64 or rows.shape != (m, k):
             raise StoreError(f"contributions must be an int64 matrix of shape ({m}, {k})")
 
+    @property
+    def failure(self) -> str | None:
+        """Why the store stopped acknowledging (None while it works)."""
+        return self._failure
+
     def _enqueue(self, item: _Item) -> None:
         with self._lock:
             if self._closed:
                 raise StoreError("store is closed")
+            if self._failure is not None and not isinstance(item, _Stop):
+                raise StoreFailedError(self._failure)
             self._queue.put(item)
 
     def _call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
@@ -447,9 +463,17 @@ class ReportStore:
         submit alone, so one caller's failure does not fail the other callers' reports."""
         if not group:
             return
+        if self._failure is not None:
+            for submit in group:
+                submit.future.set_exception(StoreFailedError(self._failure))
+            return
         try:
             flags = self._write(group)
         except Exception as exc:
+            failure = failure_message(exc)
+            if failure is not None:
+                self._fail(failure, group)
+                return
             if len(group) > 1:
                 for submit in group:
                     self._commit([submit])
@@ -460,8 +484,31 @@ class ReportStore:
                 error.__cause__ = exc
                 group[0].future.set_exception(error)
             return
+        failure = self._watch.check()
+        if failure is not None and not self._rescue():
+            self._fail(failure, group)
+            return
+        if failure is not None:
+            self._fail(failure, [])  # this group is durable: rescued into the database file
         for submit, submit_flags in zip(group, flags, strict=True):
             submit.future.set_result(submit_flags)
+
+    def _rescue(self) -> bool:
+        """Copy everything committed into the database file (a checkpoint reads the WAL the
+        writer still holds open, even if it was deleted): True if all of it got there."""
+        if not self._watch.database_intact():
+            return False
+        try:
+            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            return False
+        return busy == 0
+
+    def _fail(self, failure: str, group: list[_Submit]) -> None:
+        """Stop acknowledging: fail ``group`` and, from now on, every submit."""
+        self._failure = failure
+        for submit in group:
+            submit.future.set_exception(StoreFailedError(failure))
 
     def _write(self, group: list[_Submit]) -> list[list[bool]]:
         """One transaction: insert the group's reports unless their report_id is stored already

@@ -81,6 +81,20 @@ class DeviceKey:
             (upload_signature.SIGNATURE_KEY, self._key.sign(message)),
         )
 
+    def sign_stream(
+        self, messages: Sequence[Sequence[ldp_pb2.Report]], timestamp: int | None = None
+    ) -> tuple[tuple[tuple[str, str | bytes], ...], list[bytes]]:
+        """A client-streaming upload's call metadata (its signature covers the header alone) and
+        each message's own signature (``UploadRequest.signature``), so the server verifies every
+        message as it arrives."""
+        metadata = self.sign_upload([], timestamp)
+        when = int(metadata[1][1])
+        signatures = [
+            self._key.sign(upload_signature.canonical_upload(self.device_id, when, reports))
+            for reports in messages
+        ]
+        return metadata, signatures
+
 
 def _create(path: Path) -> None:
     pem = Ed25519PrivateKey.generate().private_bytes(

@@ -86,28 +86,38 @@ class Report(_message.Message):
     def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., definition_digest: _Optional[bytes] = ...) -> None: ...
 
 class ReportResult(_message.Message):
-    __slots__ = ("report_id", "status", "code", "reason")
+    __slots__ = ("report_id", "status", "code", "reason", "retry_after_ms")
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     report_id: bytes
     status: ReportStatus
     code: str
     reason: str
-    def __init__(self, report_id: _Optional[bytes] = ..., status: _Optional[_Union[ReportStatus, str]] = ..., code: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    retry_after_ms: int
+    def __init__(self, report_id: _Optional[bytes] = ..., status: _Optional[_Union[ReportStatus, str]] = ..., code: _Optional[str] = ..., reason: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
 class UploadRequest(_message.Message):
-    __slots__ = ("reports",)
+    __slots__ = ("reports", "signature")
     REPORTS_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     reports: _containers.RepeatedCompositeFieldContainer[Report]
-    def __init__(self, reports: _Optional[_Iterable[_Union[Report, _Mapping]]] = ...) -> None: ...
+    signature: bytes
+    def __init__(self, reports: _Optional[_Iterable[_Union[Report, _Mapping]]] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class UploadResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "accepted", "duplicates", "summarized")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ReportResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ...) -> None: ...
+    accepted: int
+    duplicates: int
+    summarized: bool
+    def __init__(self, results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ..., accepted: _Optional[int] = ..., duplicates: _Optional[int] = ..., summarized: _Optional[bool] = ...) -> None: ...
 
 class GetSurveyRequest(_message.Message):
     __slots__ = ("survey_id",)
