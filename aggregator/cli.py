@@ -1,5 +1,6 @@
 """``ldp-aggregator``: serve, estimate, test, export, import, rebuild, job (Beam); enroll, revoke
-and list device keys; check-config, cost and export-survey for the survey file.
+and list device keys; check-config, cost and export-survey for the survey file; report, plan,
+backup and restore.
 
 User mistakes end with a one-line message on stderr (a JSON object with ``--json``) and a
 non-zero exit status (2: bad input, 3: not enough reports to release), never a traceback. Every
@@ -21,10 +22,12 @@ if "debug" not in sys.argv:
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import re
+import shutil
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +50,9 @@ from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.survey import SurveySpec, survey_to_json
 
 PROG = "ldp-aggregator"
-SECRET_SUFFIXES = (".limits-secret",)  # files beside the store that a backup must carry
+#: Files the service keeps beside the store, which a backup carries: the key of the limit
+#: pseudonyms (service/limits.py) and the per-device cap counts (service/cap_file.py).
+SIDECAR_SUFFIXES = (".limits-secret", ".caps")
 DEFAULT_PORT = 50051
 
 
@@ -152,6 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
         "store (default: 1, everything in one process)",
     )
     _connection_limits(serve)
+    serve.add_argument(
+        "--metrics-port",
+        type=_port,
+        help="serve Prometheus metrics on this port (extra [metrics]; default: off)",
+    )
+    serve.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address of the metrics endpoint"
+    )
+    serve.add_argument(
+        "--access-log", action="store_true", help="one JSON line per upload on stderr"
+    )
     serve.set_defaults(run=run_serve)
 
     enroll = _command(sub, "enroll", "enroll a device's Ed25519 public key")
@@ -394,6 +410,41 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("--auth-window must be positive")
     limits = load_limits(args.config)
     args.streams, args.connections = _limits_of(args)
+    if args.workers > 1 and limits:
+        raise UserError(
+            "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
+            "in one process: serve them with --workers 1"
+        )
+    with _metrics_endpoint(args):
+        return _run_serve(args, surveys, limits, credentials, keys)
+
+
+@contextlib.contextmanager
+def _metrics_endpoint(args: argparse.Namespace):
+    """With --metrics-port: the Prometheus endpoint for the life of the server (and, with
+    --workers, the multiprocess directory every process records into, removed afterwards)."""
+    if args.metrics_port is None:
+        yield
+        return
+    from aggregator.service import metrics
+
+    folder = metrics.prepare_multiprocess() if args.workers > 1 else None
+    try:
+        port = metrics.start_exporter(args.metrics_host, args.metrics_port)
+        print(f"{PROG}: metrics on http://{args.metrics_host}:{port}/metrics", flush=True)
+        yield
+    except metrics.MetricsUnavailableError as exc:
+        raise UserError(str(exc)) from None
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror}"
+        ) from None
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_serve(args, surveys, limits, credentials, keys) -> int:
     if args.workers == 1:
         try:
             asyncio.run(_serve(surveys, limits, args, credentials, keys))
@@ -405,11 +456,6 @@ def run_serve(args: argparse.Namespace) -> int:
                 "is not available here"
             ) from None
         return 0
-    if limits:
-        raise UserError(
-            "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
-            "in one process: serve them with --workers 1"
-        )
     from aggregator.service.workers import WorkerSecurity, serve_workers
 
     def serving(port: int) -> None:
@@ -429,6 +475,8 @@ def run_serve(args: argparse.Namespace) -> int:
         streams=args.streams,
         connections=args.connections,
         on_serving=serving,
+        metrics=args.metrics_port is not None,
+        access_log=args.access_log,
     )
     print(f"{PROG}: stopped", flush=True)
     return 0
@@ -467,8 +515,11 @@ async def _serve(
     credentials: grpc.ServerCredentials | None,
     keys: dict[str, Ed25519PublicKey],
 ) -> None:
+    from aggregator.service.metrics import PrometheusMetrics
+    from aggregator.service.observe import Observer, access_log_stream
     from aggregator.service.server import start_server
 
+    recorder = PrometheusMetrics() if args.metrics_port is not None else None
     running = await start_server(
         surveys,
         str(args.db),
@@ -481,6 +532,7 @@ async def _serve(
         max_inflight_reports=args.max_inflight_reports,
         streams=args.streams,
         connections=args.connections,
+        observer=Observer(recorder, access_log_stream(args.access_log)),
     )
     _announce(args, running.port, f"{len(surveys)} survey(s)")
     stop = asyncio.Event()
@@ -1019,7 +1071,7 @@ def _add_backup(sub) -> None:
 def run_backup(args: argparse.Namespace) -> int:
     from aggregator.store.backup import backup
 
-    manifest = backup(args.db, args.out, SECRET_SUFFIXES)
+    manifest = backup(args.db, args.out, SIDECAR_SUFFIXES)
     if args.json:
         print(json.dumps(manifest))
     else:

@@ -121,3 +121,18 @@ def test_bad_sources_and_destinations_are_refused(tmp_path):
     (tmp_path / "ok" / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(BackupError, match="outside the backup"):
         restore(tmp_path / "ok", tmp_path / "t.sqlite")
+
+
+def test_an_sqlite_sidecar_is_copied_through_the_backup_api(tmp_path):
+    db = tmp_path / "reports.sqlite"
+    with ReportStore(db) as store:
+        store.register_question("s", "q", K)
+    caps = Path(f"{db}.caps")
+    with sqlite3.connect(caps) as conn:
+        conn.execute("CREATE TABLE cap_counts (k TEXT, n INTEGER)")
+        conn.executemany("INSERT INTO cap_counts VALUES (?, ?)", [("a", 3), ("b", 5)])
+    manifest = backup(db, tmp_path / "b", [".caps"])
+    assert manifest["files"]["reports.sqlite.caps"]["suffix"] == ".caps"
+    copy = tmp_path / "b" / "reports.sqlite.caps"
+    with sqlite3.connect(copy) as conn:
+        assert conn.execute("SELECT sum(n) FROM cap_counts").fetchone()[0] == 8

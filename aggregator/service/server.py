@@ -42,6 +42,7 @@ from aggregator.service.limits import (
     UploadGuard,
     limit_key,
 )
+from aggregator.service.observe import INVALID_CODES, CallOutcome, Observer
 from aggregator.service.store_lock import StoreLock
 from aggregator.service.streams import (
     ConnectionLimits,
@@ -106,11 +107,14 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         auth: DeviceAuthenticator | None = None,
         pseudonym: Callable[[str], str] | None = None,
         on_store_failure: Callable[[str], None] = lambda reason: None,
+        observer: Observer | None = None,
     ) -> None:
         """``pseudonym`` turns a limit key into what the limits keep (a keyed hash; by default
         with a secret that lives as long as this object); ``on_store_failure(reason)`` runs when
-        the store stops acknowledging (the server turns health NOT_SERVING)."""
+        the store stops acknowledging (the server turns health NOT_SERVING); ``observer``
+        records every upload call (metrics, access log)."""
         self._on_store_failure = on_store_failure
+        self.observer = observer or Observer()
         self._surveys = surveys
         self._store = store
         self._guard = guard
@@ -128,7 +132,8 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
     async def ListSurveys(self, request, context):
         return ldp_pb2.ListSurveysResponse(surveys=[s.to_proto() for s in self._surveys.values()])
 
-    async def Upload(self, request, context):
+    async def Upload(self, request, context, outcome: CallOutcome | None = None):
+        outcome = outcome or CallOutcome()
         reports = request.reports
         if not reports:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no reports")
@@ -152,15 +157,27 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         except LimitExceededError as exc:
             await self._refuse(context, exc)
         flags = await self._committed(context, upload.batches, admission)
+        new = sum(flags)
+        outcome.add("accepted", new)
+        outcome.add("duplicate", len(flags) - new)
+        self.observer.stored(upload.batches, flags)
         return encode_upload_response(upload.report_ids, upload.in_request_order(flags))
 
-    async def screen(self, raw: bytes, context, *, allow_empty: bool = False) -> int:
+    async def screen(
+        self,
+        raw: bytes,
+        context,
+        *,
+        allow_empty: bool = False,
+        outcome: CallOutcome | None = None,
+    ) -> int:
         """Refuse an upload on its raw bytes, before protobuf builds anything: malformed framing
         (INVALID_ARGUMENT), no reports, more than MAX_REPORTS_PER_REQUEST (RESOURCE_EXHAUSTED;
         counting stops there), or an overloaded store (shed with a retry hint). The count.
         A unary upload (all or nothing) is also refused at its first report too short to hold a
         report id, with the answer validation gives that report. A stream message
-        (``allow_empty``) may be empty, and its invalid reports are REJECTED one by one later."""
+        (``allow_empty``) may be empty, and its invalid reports are REJECTED one by one later.
+        ``outcome`` counts the reports received (and, when shed, as shed)."""
         min_length = 0 if allow_empty else wire.MIN_VALID_REPORT_BYTES
         try:
             n = wire.count_reports(raw, MAX_REPORTS_PER_REQUEST, min_length=min_length)
@@ -176,14 +193,22 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"at most {MAX_REPORTS_PER_REQUEST} reports per request",
             )
+        if outcome is not None:
+            outcome.received += n
         try:
             self._guard.check_load(n)
         except LimitExceededError as exc:
+            if outcome is not None:
+                outcome.add("shed", n)
             await self._refuse(context, exc)
         return n
 
     async def UploadStream(
-        self, request_iterator: AsyncIterator, context, budget: StreamBudget | None = None
+        self,
+        request_iterator: AsyncIterator,
+        context,
+        budget: StreamBudget | None = None,
+        outcome: CallOutcome | None = None,
     ):
         """Each message is admitted as it arrives: a signed stream's messages each carry their
         own signature and are verified before anything of them is kept; the response lists every
@@ -210,6 +235,8 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         for slots, future in pending:
             for slot, result in zip(slots, await future, strict=True):
                 results[slot] = result
+        if outcome is not None:
+            outcome.counts.update(_result_kind(result) for result in results)
         return stream_response(results)
 
     def _validate_each(
@@ -333,12 +360,23 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
     ) -> list[ldp_pb2.ReportResult]:
         """Store a stream message's reports; one result per report, in the batches' order."""
         fresh = await self._committed(context, batches, admission)
+        self.observer.stored(batches, fresh)
         return [
             ldp_pb2.ReportResult(
                 report_id=report_id, status=ldp_pb2.ACCEPTED if new else ldp_pb2.DUPLICATE
             )
             for report_id, new in zip(_ids(batches), fresh, strict=True)
         ]
+
+
+def _result_kind(result: ldp_pb2.ReportResult) -> str:
+    """How a stream report's result counts: accepted, duplicate, rejected (invalid) or refused
+    (a limit, or a survey that requires signed uploads)."""
+    if result.status == ldp_pb2.ACCEPTED:
+        return "accepted"
+    if result.status == ldp_pb2.DUPLICATE:
+        return "duplicate"
+    return "rejected" if result.code in INVALID_CODES else "refused"
 
 
 def _ids(batches: Sequence[ReportBatch]) -> list[bytes]:
@@ -373,7 +411,11 @@ async def _parse_upload(context, raw: bytes) -> ldp_pb2.UploadRequest:
 
 
 async def screened_stream(
-    collector: Collector, context, raw_messages: AsyncIterator[bytes], budget: StreamBudget
+    collector: Collector,
+    context,
+    raw_messages: AsyncIterator[bytes],
+    budget: StreamBudget,
+    outcome: CallOutcome | None = None,
 ) -> AsyncIterator[ldp_pb2.UploadRequest]:
     """A stream's messages, each screened on its raw bytes (:meth:`Collector.screen`) and
     charged to the stream's budget before it is parsed; the duration limit also bounds the wait
@@ -386,7 +428,7 @@ async def screened_stream(
             return
         except TimeoutError:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(budget.expired()))
-        count = await collector.screen(raw, context, allow_empty=True)
+        count = await collector.screen(raw, context, allow_empty=True, outcome=outcome)
         try:
             budget.take(len(raw), count)
         except StreamLimitError as exc:
@@ -460,23 +502,28 @@ def add_collector_to_server(
         return grpc.unary_unary_rpc_method_handler(handle, response_serializer=response)
 
     async def upload(raw: bytes, context):
+        outcome = CallOutcome()
         try:
-            await collector.screen(raw, context)
+            await collector.screen(raw, context, outcome=outcome)
             request = await _parse_upload(context, raw)
             raw = None
-            return await collector.Upload(request, context)
+            return await collector.Upload(request, context, outcome)
         except BaseException as exc:
             raw = request = None
             raise released(exc) from None
+        finally:
+            collector.observer.finished("Upload", context, outcome)
 
     async def upload_stream(raw_messages: AsyncIterator[bytes], context):
         budget = StreamBudget(streams)
+        outcome = CallOutcome()
+        messages = screened_stream(collector, context, raw_messages, budget, outcome)
         try:
-            return await collector.UploadStream(
-                screened_stream(collector, context, raw_messages, budget), context, budget
-            )
+            return await collector.UploadStream(messages, context, budget, outcome)
         except BaseException as exc:
             raise released(exc) from None
+        finally:
+            collector.observer.finished("UploadStream", context, outcome)
 
     handlers = {
         "GetSurvey": unary(
@@ -690,7 +737,11 @@ def ensure_port_free(host: str, port: int) -> None:
 
 
 def open_store(
-    surveys: dict[str, SurveySpec], db_path: str, *, max_delay: float = 0.002
+    surveys: dict[str, SurveySpec],
+    db_path: str,
+    *,
+    max_delay: float = 0.002,
+    on_commit: Callable[[float, int], None] | None = None,
 ) -> ReportStore:
     """Open the report store (its files private to their owner: 0600), check every question of
     the surveys against its pinned definition (aggregator/store/definitions.py) and register it."""
@@ -698,7 +749,7 @@ def open_store(
     for suffix in ("-wal", "-shm"):
         if os.path.exists(db_path + suffix):
             create_private(db_path + suffix)
-    store = ReportStore(db_path, max_delay=max_delay)
+    store = ReportStore(db_path, max_delay=max_delay, on_commit=on_commit)
     try:
         definitions.register(store, surveys)
     except BaseException:
@@ -721,6 +772,7 @@ async def start_server(
     max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
     streams: StreamLimits | None = None,
     connections: ConnectionLimits | None = None,
+    observer: Observer | None = None,
 ) -> RunningServer:
     """Open the store, register every question, and start serving on ``address``.
 
@@ -731,12 +783,16 @@ async def start_server(
     ``max_inflight_reports`` bounds the reports waiting for the store, past which uploads are
     shed (RESOURCE_EXHAUSTED with a retry hint). ``streams`` and ``connections`` bound each
     client stream and each HTTP/2 connection (defaults: :mod:`.streams`, docs/limits.md).
+    ``observer`` records uploads and commits (metrics, access log; default: nothing).
     """
+    observer = observer or Observer()
     lock = StoreLock(db_path)  # before anything is opened: one server per store
     try:
         caps = CapFile.beside(db_path)
         caps.adopt_legacy(db_path)
-        store = open_store(surveys, db_path, max_delay=max_delay)
+        store = open_store(
+            surveys, db_path, max_delay=max_delay, on_commit=observer.recorder.commit
+        )
     except BaseException:
         lock.release()
         raise
@@ -752,6 +808,7 @@ async def start_server(
             reflection=reflection,
             credentials=credentials,
             auth=DeviceAuthenticator(surveys, device_keys or {}, window=auth_window),
+            observer=observer,
             pseudonym=KeyPseudonyms.beside(db_path),
             streams=streams,
             connections=connections,
@@ -777,6 +834,7 @@ async def serve(
     auth: DeviceAuthenticator | None = None,
     pseudonym: Callable[[str], str] | None = None,
     share_port: bool = False,
+    observer: Observer | None = None,
     streams: StreamLimits | None = None,
     connections: ConnectionLimits | None = None,
 ) -> RunningServer:
@@ -807,7 +865,7 @@ async def serve(
             log.error("the report store stopped acknowledging: %s", reason)
             turning.append(loop.create_task(health_servicer.enter_graceful_shutdown()))
 
-    collector = Collector(surveys, store, guard, auth, pseudonym, store_failed)
+    collector = Collector(surveys, store, guard, auth, pseudonym, store_failed, observer)
     add_collector_to_server(collector, server, streams)
     ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -38,6 +38,8 @@ from aggregator.errors import LdpError
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.devices import DeviceRegistry
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
+from aggregator.service.metrics import NoMetrics, PrometheusMetrics
+from aggregator.service.observe import Observer, access_log_stream
 from aggregator.service.server import ensure_port_free, open_store, serve
 from aggregator.service.store_link import RemoteStore, serve_link
 from aggregator.service.store_lock import StoreLock
@@ -91,6 +93,8 @@ class WorkerSettings:
     max_inflight_reports: int
     streams: StreamLimits
     connections: ConnectionLimits
+    metrics: bool = False  # record Prometheus metrics (the parent exports them)
+    access_log: bool = False  # one JSON line per upload on stderr
 
 
 def serve_workers(
@@ -107,9 +111,13 @@ def serve_workers(
     on_serving: Callable[[int], None] = lambda port: None,
     streams: StreamLimits | None = None,
     connections: ConnectionLimits | None = None,
+    metrics: bool = False,
+    access_log: bool = False,
 ) -> None:
     """Serve until SIGTERM/SIGINT with ``workers`` processes (see the module docstring).
-    ``on_serving(port)`` runs once every worker listens. Raises WorkerError if a worker fails."""
+    ``on_serving(port)`` runs once every worker listens. Raises WorkerError if a worker fails.
+    With ``metrics``, every process records into prometheus-client's multiprocess directory
+    (:func:`aggregator.service.metrics.prepare_multiprocess`, called before this)."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
     settings = WorkerSettings(
@@ -123,6 +131,8 @@ def serve_workers(
         max_inflight_reports,
         streams or StreamLimits(),
         connections or ConnectionLimits(),
+        metrics,
+        access_log,
     )
     with StoreLock(db):
         _serve_locked(settings, host, port, workers, on_serving)
@@ -136,7 +146,8 @@ def _serve_locked(
     on_serving: Callable[[int], None],
 ) -> None:
     """:func:`serve_workers` while holding the store's lock."""
-    store = open_store(load_surveys(settings.config), str(settings.db))
+    recorder = PrometheusMetrics() if settings.metrics else NoMetrics()
+    store = open_store(load_surveys(settings.config), str(settings.db), on_commit=recorder.commit)
     grace = settings.grace
     procs: list[multiprocessing.process.BaseProcess] = []
     try:
@@ -271,6 +282,10 @@ async def _worker(settings: WorkerSettings, store_conn: Connection, status: Conn
             share_port=True,
             streams=settings.streams,
             connections=settings.connections,
+            observer=Observer(
+                PrometheusMetrics() if settings.metrics else None,
+                access_log_stream(settings.access_log),
+            ),
         )
     except Exception as exc:  # reported to the parent, which stops the service
         with contextlib.suppress(OSError), status:

@@ -1,10 +1,11 @@
 """Online backup and restore of a report store.
 
 ``backup`` copies the live SQLite database with SQLite's backup API in one step (a consistent
-snapshot, taken while the server keeps writing: in WAL mode a reader never blocks the writer), the
-secret files kept beside it (``<db>.limits-secret`` and the like: without them per-device caps
-restart from zero), and writes ``MANIFEST.json`` with every file's SHA-256. ``restore`` checks
-every digest before it writes anything and refuses to overwrite a store unless told to.
+snapshot, taken while the server keeps writing: in WAL mode a reader never blocks the writer),
+the files the service keeps beside it (``<db>.limits-secret``, the key of the per-device limit
+pseudonyms, and ``<db>.caps``, the per-device cap counts: without them caps restart from zero),
+and writes ``MANIFEST.json`` with every file's SHA-256. ``restore`` checks every digest before
+it writes anything and refuses to overwrite a store unless told to.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from aggregator.store.report_store import StoreError
 MANIFEST = "MANIFEST.json"
 FORMAT = "ldp-survey-backup"
 VERSION = 1
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class BackupError(StoreError):
@@ -58,7 +60,7 @@ def backup(db: Path, destination: Path, sidecar_suffixes: Sequence[str] = ()) ->
         sidecar = Path(f"{db}{suffix}")
         if sidecar.is_file():
             target_file = destination / sidecar.name
-            shutil.copyfile(sidecar, target_file)
+            _copy_sidecar(sidecar, target_file)
             files[target_file.name] = _entry(target_file, suffix)
     manifest = {
         "format": FORMAT,
@@ -70,6 +72,24 @@ def backup(db: Path, destination: Path, sidecar_suffixes: Sequence[str] = ()) ->
     }
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def _copy_sidecar(source: Path, target: Path) -> None:
+    """A plain file is copied; an SQLite one (the cap counts, written while serving) goes
+    through the backup API, so a write in progress cannot tear the copy."""
+    with source.open("rb") as stream:
+        is_sqlite = stream.read(16) == SQLITE_HEADER
+    if not is_sqlite:
+        shutil.copyfile(source, target)
+        return
+    try:
+        with (
+            closing(sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)) as src,
+            closing(sqlite3.connect(target)) as dst,
+        ):
+            src.backup(dst)
+    except sqlite3.Error as exc:
+        raise BackupError(f"cannot back up {source}: {exc}") from None
 
 
 def _entry(path: Path, suffix: str) -> dict:

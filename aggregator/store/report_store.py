@@ -167,13 +167,21 @@ class ReportStore:
     """Reports and statistics in one SQLite file; see the module docstring for the guarantees."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, max_batch: int = 2000, max_delay: float = 0.002
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_batch: int = 2000,
+        max_delay: float = 0.002,
+        on_commit: Callable[[float, int], None] | None = None,
     ) -> None:
+        """``on_commit(seconds, reports)`` runs in the writer thread after each committed group
+        (the service's metrics)."""
         if max_batch < 1 or max_delay < 0:
             raise ValueError("max_batch must be >= 1 and max_delay >= 0")
         self._path = os.fspath(path)
         self._max_batch = max_batch
         self._max_delay = max_delay
+        self._on_commit = on_commit
         try:
             conn = open_file(self._path)
         except FileKindError as exc:
@@ -468,7 +476,10 @@ class ReportStore:
                 submit.future.set_exception(StoreFailedError(self._failure))
             return
         try:
+            started = time.perf_counter()
             flags = self._write(group)
+            if self._on_commit is not None:
+                self._on_commit(time.perf_counter() - started, sum(map(len, flags)))
         except Exception as exc:
             failure = failure_message(exc)
             if failure is not None:
