@@ -18,6 +18,7 @@ from conftest import ServerThread
 from test_limits_service import LIMITED_TOML, reports
 
 from aggregator.service.limits import KeyPseudonyms, SecretFileError
+from aggregator.store.report_store import ReportStore
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 
@@ -59,6 +60,8 @@ def test_a_wal_copied_mid_run_holds_no_device_link(tmp_path, limited_file):
         "reports",
         "statistics",
         "sqlite_autoindex_statistics_1",
+        "question_definitions",  # the pinned definitions: one row per question, no device
+        "sqlite_autoindex_question_definitions_1",
     }
     with closing(sqlite3.connect(copy / "reports.sqlite")) as conn:
         assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == 10
@@ -72,6 +75,7 @@ def test_counts_kept_in_the_report_database_move_out(tmp_path, limited_file):
     """An earlier version's in-database counts are adopted and erased from the database file."""
     db = tmp_path / "reports.sqlite"
     pseudonym = KeyPseudonyms.beside(str(db))("host:127.0.0.1")
+    ReportStore(db).close()  # a report store, then the table an earlier version kept in it
     with closing(sqlite3.connect(db)) as conn:
         conn.execute(
             "CREATE TABLE limit_counts (pseudonym TEXT, survey_id TEXT, question_id TEXT,"
