@@ -86,8 +86,14 @@ def _fail(args: argparse.Namespace, message: str, status: int) -> int:
     return status
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """--help shows every option's default."""
+class _Formatter(argparse.HelpFormatter):
+    """--help shows every option's default (unless its text already says it, or it has none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)" if action.option_strings else text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -133,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--auth-window",
         type=float,
         default=DEFAULT_WINDOW_SECONDS,
-        help="allowed clock difference of a device signature, seconds (default 300)",
+        help="allowed clock difference of a device signature, seconds",
     )
     serve.add_argument(
         "--max-inflight-reports",

@@ -71,8 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """--help shows every option's default."""
+class _Formatter(argparse.HelpFormatter):
+    """--help shows every option's default (unless its text already says it, or it has none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)" if action.option_strings else text
 
 
 class _Parser(argparse.ArgumentParser):
