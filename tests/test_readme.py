@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from aggregator_process import free_port
 from conftest import ServerThread
 
 from client.device.transport import Transport
@@ -59,3 +62,29 @@ def test_readme_python_block_runs(index, study, monkeypatch, capsys):
     monkeypatch.chdir(study)
     exec(compile(BLOCKS[index], f"README.md python block {index + 1}", "exec"), {})
     assert capsys.readouterr().out  # every block shows its result
+
+
+def test_readme_run_a_survey_commands_work_as_written(tmp_path):
+    """The bash block of "Run a survey", line by line (on a free port instead of 50051)."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Run a survey") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
+    lines = [line for line in block.replace("\\\n", " ").splitlines() if "|" not in line]
+    port = str(free_port())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, module in (("ldp-aggregator", "aggregator.cli"), ("ldp-client", "client.cli")):
+        wrapper = bin_dir / name
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {module} "$@"\n')
+        wrapper.chmod(0o755)
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "demo_survey.toml", tmp_path / "scripts")
+    script = "\n".join(["set -e", *(line.replace("50051", port) for line in lines)])
+    script += "\nkill %1\nwait\n"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "accepted 1" in done.stdout and "p-value" in done.stdout
+    assert "Traceback" not in done.stderr
