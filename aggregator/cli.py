@@ -629,10 +629,8 @@ def run_import(args: argparse.Namespace) -> int:
     manifest = shards.read_manifest(args.source)
     survey = surveys.get(manifest.survey.id)
     if survey != manifest.survey:
-        raise UserError(
-            f"survey {manifest.survey.id!r} in {args.source} differs from (or is missing in) "
-            f"{args.config}"
-        )
+        change = definitions.survey_change(manifest.survey, survey, args.config)
+        raise UserError(f"{args.source}: {change}")
     shards.verify(args.source, manifest)
     store = _open_store(surveys, args.db, args.config)
     fresh: list[bool] = []

@@ -214,7 +214,18 @@ def test_job_refuses_shards_of_another_definition(tmp_path, survey_file):
     edited = str(changed(survey_file, tmp_path, "epsilon = 1.0", "epsilon = 3.0"))
     results = str(tmp_path / "results.json")
     done = run("agg", "job", "--config", edited, "--shards", str(out), "--out", results)
-    one_line_error(done, "s1")
+    one_line_error(done, "survey s1, question rr: epsilon is 3.0", "epsilon = 1.0")
+    done = run(
+        "agg",
+        "import",
+        "--config",
+        edited,
+        "--db",
+        str(tmp_path / "new.sqlite"),
+        "--from",
+        str(out),
+    )
+    one_line_error(done, "survey s1, question rr: epsilon is 3.0", "epsilon = 1.0")
 
 
 def test_stale_digest_is_refused_on_the_wire_and_never_counted(tmp_path, survey_file, server):
