@@ -15,6 +15,8 @@ import pytest
 from aggregator_process import free_port
 from conftest import ServerThread
 
+from aggregator.config import load_surveys
+from client.budgeting import survey_cost
 from client.device.transport import Transport
 from protos.ldp.v1 import ldp_pb2
 
@@ -88,3 +90,22 @@ def test_readme_run_a_survey_commands_work_as_written(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "accepted 1" in done.stdout and "p-value" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_config_reference_example_is_valid_and_its_cost_is_as_stated(tmp_path):
+    """docs/config.md's worked example loads, and costs what the page says."""
+    text = (REPO / "docs" / "config.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", text, re.DOTALL).group(1)
+    path = tmp_path / "example.toml"
+    path.write_text(example)
+    survey = load_surveys(path)["wellbeing-2026"]
+    assert [q.mechanism.name for q in survey.questions] == [
+        "randomized_response",
+        "flip_components",
+        "gaussian",
+        "laplace",
+        "randomized_response",
+    ]
+    cost = survey_cost(survey.questions)
+    assert cost.flags == "--budget 12.7566 --pointwise 7 --delta 1e-06"
+    assert "--budget 12.7566 --pointwise 7" in text
