@@ -217,3 +217,15 @@ def test_independence_refuses_p0_and_gof_speaks_of_categories(tmp_path):
     ]
     done = run("agg", "test", *question, "independence", "--p0", "0.5,0.5")
     assert done.returncode == 2 and "--p0 is for gof" in done.stderr
+
+
+def test_method_help_lists_every_method_of_every_mechanism():
+    from aggregator.cli import METHOD_HELP
+    from aggregator.stats.composite import COMPOSITE_METHODS
+    from aggregator.stats.gof import GOF_METHODS
+
+    gof, independence = METHOD_HELP.split("independence:")
+    for text, table in ((gof, GOF_METHODS), (independence, COMPOSITE_METHODS)):
+        for mechanism, methods in table.items():
+            listed = text.split(mechanism.name)[1].split(":")[1].split(";")[0].rstrip(". ")
+            assert [m.strip() for m in listed.split(",")] == list(methods), mechanism.name
