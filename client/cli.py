@@ -264,7 +264,7 @@ def run_submit(args: argparse.Namespace) -> int:
     finally:
         reporter.close()
     unreachable = result is not None and bool(result.error) and _unreachable(result.error)
-    out = {
+    out: dict[str, object] = {
         "report_id": report_id.hex(),
         "queued": True,
         "offline": bool(offline) or unreachable,
@@ -309,6 +309,8 @@ def _print_flush(result) -> None:
         f"accepted {result.accepted}, duplicate {result.duplicate}, rejected {result.rejected}, "
         f"still pending {result.pending}"
     )
+    for refusal in result.refusals:
+        print(f"refused for good (kept in the device's dead-letter table): {refusal}")
     if result.error:
         print(f"upload stopped: {result.error}", file=sys.stderr)
     if result.retry_after is not None:

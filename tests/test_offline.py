@@ -100,6 +100,8 @@ def test_definition_changed_while_offline_is_refused_not_miscounted(tmp_path, su
             device = Reporter(transport, state)
             result = device.flush()
             assert (result.accepted, result.rejected, result.pending) == (0, 5, 0)
+            assert len(result.refusals) == 1  # five reports, one reason
+            assert result.refusals[0].startswith("FAILED_PRECONDITION: question 'rr64' was")
             dead = device.outbox.rejected()
             assert {item.report_id for item, _, _ in dead} == set(stale)
             assert {code for _, code, _ in dead} == {"FAILED_PRECONDITION"}
