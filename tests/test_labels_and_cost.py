@@ -229,3 +229,19 @@ def test_method_help_lists_every_method_of_every_mechanism():
         for mechanism, methods in table.items():
             listed = text.split(mechanism.name)[1].split(":")[1].split(";")[0].rstrip(". ")
             assert [m.strip() for m in listed.split(",")] == list(methods), mechanism.name
+
+
+def test_estimate_table_shows_the_projection_beside_out_of_range_values():
+    from aggregator.cli import estimate_table
+    from aggregator.histogram import Histogram
+    from aggregator.stats import estimate
+    from client.mechanisms import RandomizedResponse
+
+    mech = RandomizedResponse(k=4, epsilon=1.0)
+    labels = ["great", "fine", "low", "bad"]
+    odd = estimate_table(estimate(Histogram(mech, 3, [0, 2, 1, 0])), labels)
+    assert "projected" in odd and "outside [0, 1]" in odd and "-0.0000" not in odd
+    row = next(line for line in odd.splitlines() if line.strip().startswith("fine"))
+    assert row.split()[-1] == "1.0000"  # the projection puts all mass on "fine"
+    plain = estimate_table(estimate(Histogram(mech, 4000, [1000, 1000, 1000, 1000])), labels)
+    assert "projected" not in plain and "-0.0000" not in plain
