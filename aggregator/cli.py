@@ -348,6 +348,9 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.auth_window <= 0:
         raise UserError("--auth-window must be positive")
     limits = load_limits(args.config)
+    if args.db.is_file() and args.db.stat().st_size:  # kind and pins, before binding
+        with StoreReader(args.db) as reader:
+            reader.check_definitions(surveys, args.config)
     if args.workers == 1:
         try:
             asyncio.run(_serve(surveys, limits, args, credentials, keys))
