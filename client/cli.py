@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     _json(install)
     install.set_defaults(run=run_install_survey)
 
+    cached = _command(sub, "surveys", "list the survey definitions cached on the device")
+    _state(cached)
+    _json(cached)
+    cached.set_defaults(run=run_surveys)
+
     key = _command(sub, "device-key", "show (and create) the device's signing key")
     _state(key)
     key.add_argument("--out", type=Path, help="write the public key PEM here, not to stdout")
@@ -363,6 +368,33 @@ def run_install_survey(args: argparse.Namespace) -> int:
         print(json.dumps({"survey": survey.id, "installed": changed, "digests": digests}))
     else:
         print(f"{state} survey {survey.id} ({len(survey.questions)} questions) in {args.state}")
+    return 0
+
+
+def run_surveys(args: argparse.Namespace) -> int:
+    if not args.state.exists():
+        raise UserError(f"{args.state} does not exist")
+    with SurveyCache.read_only(args.state) as cache:
+        cached = cache.surveys()
+    rows = [
+        {
+            "survey": c.survey.id,
+            "source": c.source,
+            "stored_at": c.stored_at,
+            "questions": {q.id: q.digest.hex() for q in c.survey.questions},
+        }
+        for c in cached
+    ]
+    if args.json:
+        print(json.dumps(rows))
+    elif not rows:
+        print(f"no survey definitions cached in {args.state}")
+    for row in [] if args.json else rows:
+        stored = time.strftime("%Y-%m-%d %H:%M", time.gmtime(row["stored_at"]))
+        print(
+            f"{row['survey']}: {len(row['questions'])} question(s), "
+            f"from {row['source']}, {stored} UTC"
+        )
     return 0
 
 

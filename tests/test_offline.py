@@ -140,6 +140,8 @@ def test_installed_survey_answers_without_ever_being_online(tmp_path, survey_fil
 
     done = cli("client", "install-survey", str(definition), "--state", str(state))
     assert done.returncode == 0 and "installed survey big" in done.stdout, done.stderr
+    listed = json.loads(cli("client", "surveys", "--state", str(state), "--json").stdout)
+    assert [row["survey"] for row in listed] == ["big"] and listed[0]["source"] == str(definition)
     for label in ("c2", "c2", "c5"):
         done = cli("client", "submit", *common, *answer, "--answer", label)
         assert done.returncode == 0, done.stderr
