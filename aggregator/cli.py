@@ -54,6 +54,12 @@ PROG = "ldp-aggregator"
 #: pseudonyms (service/limits.py) and the per-device cap counts (service/cap_file.py).
 SIDECAR_SUFFIXES = (".limits-secret", ".caps")
 DEFAULT_PORT = 50051
+METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics' method tables
+    "test method; default: the first one of the question's mechanism. gof: "
+    "randomized_response: pearson; flip_components: projected, nonprojected; gaussian: "
+    "projected, nonprojected, imhof; laplace: monte-carlo. independence: randomized_response: "
+    "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap"
+)
 
 
 class UserError(Exception):
@@ -93,8 +99,14 @@ def _fail(args: argparse.Namespace, message: str, status: int) -> int:
     return status
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """--help shows every option's default."""
+class _Formatter(argparse.HelpFormatter):
+    """--help shows every option's default (unless its text already says it, or it has none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)" if action.option_strings else text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -140,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--auth-window",
         type=float,
         default=DEFAULT_WINDOW_SECONDS,
-        help="allowed clock difference of a device signature, seconds (default 300)",
+        help="allowed clock difference of a device signature, seconds",
     )
     serve.add_argument(
         "--max-inflight-reports",
@@ -203,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         "order, comma-separated, summing to 1 within 1e-8",
     )
     test.add_argument("--alpha", type=float, default=0.05, help="significance level")
-    test.add_argument("--method", help="test method (default: the mechanism's recommended one)")
+    test.add_argument("--method", help=METHOD_HELP)
     test.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
     _json(test)
     test.set_defaults(run=run_test)
@@ -415,6 +427,9 @@ def run_serve(args: argparse.Namespace) -> int:
             "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
             "in one process: serve them with --workers 1"
         )
+    if args.db.is_file() and args.db.stat().st_size:  # kind and pins, before binding
+        with StoreReader(args.db) as reader:
+            reader.check_definitions(surveys, args.config)
     with _metrics_endpoint(args):
         return _run_serve(args, surveys, limits, credentials, keys)
 
@@ -737,10 +752,8 @@ def run_import(args: argparse.Namespace) -> int:
     manifest = shards.read_manifest(args.source)
     survey = surveys.get(manifest.survey.id)
     if survey != manifest.survey:
-        raise UserError(
-            f"survey {manifest.survey.id!r} in {args.source} differs from (or is missing in) "
-            f"{args.config}"
-        )
+        change = definitions.survey_change(manifest.survey, survey, args.config)
+        raise UserError(f"{args.source}: {change}")
     shards.verify(args.source, manifest)
     store = _open_store(surveys, args.db, args.config)
     fresh: list[bool] = []

@@ -71,8 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """--help shows every option's default."""
+class _Formatter(argparse.HelpFormatter):
+    """--help shows every option's default (unless its text already says it, or it has none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)" if action.option_strings else text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     _state(install)
     _json(install)
     install.set_defaults(run=run_install_survey)
+
+    cached = _command(sub, "surveys", "list the survey definitions cached on the device")
+    _state(cached)
+    _json(cached)
+    cached.set_defaults(run=run_surveys)
 
     key = _command(sub, "device-key", "show (and create) the device's signing key")
     _state(key)
@@ -258,7 +269,7 @@ def run_submit(args: argparse.Namespace) -> int:
     finally:
         reporter.close()
     unreachable = result is not None and bool(result.error) and _unreachable(result.error)
-    out = {
+    out: dict[str, object] = {
         "report_id": report_id.hex(),
         "queued": True,
         "offline": bool(offline) or unreachable,
@@ -303,6 +314,8 @@ def _print_flush(result) -> None:
         f"accepted {result.accepted}, duplicate {result.duplicate}, rejected {result.rejected}, "
         f"still pending {result.pending}"
     )
+    for refusal in result.refusals:
+        print(f"refused for good (kept in the device's dead-letter table): {refusal}")
     if result.error:
         print(f"upload stopped: {result.error}", file=sys.stderr)
     if result.retry_after is not None:
@@ -355,6 +368,33 @@ def run_install_survey(args: argparse.Namespace) -> int:
         print(json.dumps({"survey": survey.id, "installed": changed, "digests": digests}))
     else:
         print(f"{state} survey {survey.id} ({len(survey.questions)} questions) in {args.state}")
+    return 0
+
+
+def run_surveys(args: argparse.Namespace) -> int:
+    if not args.state.exists():
+        raise UserError(f"{args.state} does not exist")
+    with SurveyCache.read_only(args.state) as cache:
+        cached = cache.surveys()
+    rows = [
+        {
+            "survey": c.survey.id,
+            "source": c.source,
+            "stored_at": c.stored_at,
+            "questions": {q.id: q.digest.hex() for q in c.survey.questions},
+        }
+        for c in cached
+    ]
+    if args.json:
+        print(json.dumps(rows))
+    elif not rows:
+        print(f"no survey definitions cached in {args.state}")
+    for row in [] if args.json else rows:
+        stored = time.strftime("%Y-%m-%d %H:%M", time.gmtime(row["stored_at"]))
+        print(
+            f"{row['survey']}: {len(row['questions'])} question(s), "
+            f"from {row['source']}, {stored} UTC"
+        )
     return 0
 
 

@@ -214,7 +214,18 @@ def test_job_refuses_shards_of_another_definition(tmp_path, survey_file):
     edited = str(changed(survey_file, tmp_path, "epsilon = 1.0", "epsilon = 3.0"))
     results = str(tmp_path / "results.json")
     done = run("agg", "job", "--config", edited, "--shards", str(out), "--out", results)
-    one_line_error(done, "s1")
+    one_line_error(done, "survey s1, question rr: epsilon is 3.0", "epsilon = 1.0")
+    done = run(
+        "agg",
+        "import",
+        "--config",
+        edited,
+        "--db",
+        str(tmp_path / "new.sqlite"),
+        "--from",
+        str(out),
+    )
+    one_line_error(done, "survey s1, question rr: epsilon is 3.0", "epsilon = 1.0")
 
 
 def test_stale_digest_is_refused_on_the_wire_and_never_counted(tmp_path, survey_file, server):
@@ -250,3 +261,37 @@ def test_stale_digest_is_refused_on_the_wire_and_never_counted(tmp_path, survey_
 def stored_count(db: Path) -> int:
     with StoreReader(db) as reader:
         return reader.statistics("s1", "rr", 4)[0]
+
+
+def test_export_refuses_a_non_empty_folder_unless_forced(tmp_path, survey_file):
+    db = tmp_path / "reports.sqlite"
+    store_with_reports(survey_file, db)
+    out = tmp_path / "shards"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    export = ["export", "--config", str(survey_file), "--db", str(db), "--survey", "s1"]
+    one_line_error(run("agg", *export, "--out", str(out)), "not empty", "--force")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    done = run("agg", *export, "--out", str(out), "--force")
+    assert done.returncode == 0 and "exported 6 reports" in done.stdout, done.stderr
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_json_errors_are_json(tmp_path, survey_file):
+    missing = str(tmp_path / "missing.sqlite")
+    agg = run(
+        "agg",
+        "estimate",
+        "--config",
+        str(survey_file),
+        "--db",
+        missing,
+        "--survey",
+        "s1",
+        "--question",
+        "rr",
+        "--json",
+    )
+    assert json.loads(one_line_error(agg))["error"].startswith("report store not found")
+    client = run("client", "budget", "--state", missing, "--json")
+    assert json.loads(one_line_error(client))["status"] == 2

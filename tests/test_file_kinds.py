@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from aggregator_process import spawn_serve
 
+from aggregator.store.report_store import SCHEMA_VERSION
 from client.device.filekind import DEVICE_REGISTRY, DEVICE_STATE, REPORT_STORE
 from client.device.ledger import Budget, Ledger
 
@@ -80,7 +81,7 @@ def files(tmp_path: Path, survey_file: Path):
 
 def test_every_file_carries_its_kind_and_is_private(files):
     db, state, registry = files
-    assert header(db) == (REPORT_STORE.application_id, REPORT_STORE.version)
+    assert header(db) == (REPORT_STORE.application_id, SCHEMA_VERSION)
     assert header(state) == (DEVICE_STATE.application_id, DEVICE_STATE.version)
     assert header(registry) == (DEVICE_REGISTRY.application_id, DEVICE_REGISTRY.version)
     for folder in (db.parent, state.parent, registry.parent):

@@ -217,3 +217,31 @@ def test_independence_refuses_p0_and_gof_speaks_of_categories(tmp_path):
     ]
     done = run("agg", "test", *question, "independence", "--p0", "0.5,0.5")
     assert done.returncode == 2 and "--p0 is for gof" in done.stderr
+
+
+def test_method_help_lists_every_method_of_every_mechanism():
+    from aggregator.cli import METHOD_HELP
+    from aggregator.stats.composite import COMPOSITE_METHODS
+    from aggregator.stats.gof import GOF_METHODS
+
+    gof, independence = METHOD_HELP.split("independence:")
+    for text, table in ((gof, GOF_METHODS), (independence, COMPOSITE_METHODS)):
+        for mechanism, methods in table.items():
+            listed = text.split(mechanism.name)[1].split(":")[1].split(";")[0].rstrip(". ")
+            assert [m.strip() for m in listed.split(",")] == list(methods), mechanism.name
+
+
+def test_estimate_table_shows_the_projection_beside_out_of_range_values():
+    from aggregator.cli import estimate_table
+    from aggregator.histogram import Histogram
+    from aggregator.stats import estimate
+    from client.mechanisms import RandomizedResponse
+
+    mech = RandomizedResponse(k=4, epsilon=1.0)
+    labels = ["great", "fine", "low", "bad"]
+    odd = estimate_table(estimate(Histogram(mech, 3, [0, 2, 1, 0])), labels)
+    assert "projected" in odd and "outside [0, 1]" in odd and "-0.0000" not in odd
+    row = next(line for line in odd.splitlines() if line.strip().startswith("fine"))
+    assert row.split()[-1] == "1.0000"  # the projection puts all mass on "fine"
+    plain = estimate_table(estimate(Histogram(mech, 4000, [1000, 1000, 1000, 1000])), labels)
+    assert "projected" not in plain and "-0.0000" not in plain

@@ -100,6 +100,8 @@ def test_definition_changed_while_offline_is_refused_not_miscounted(tmp_path, su
             device = Reporter(transport, state)
             result = device.flush()
             assert (result.accepted, result.rejected, result.pending) == (0, 5, 0)
+            assert len(result.refusals) == 1  # five reports, one reason
+            assert result.refusals[0].startswith("FAILED_PRECONDITION: question 'rr64' was")
             dead = device.outbox.rejected()
             assert {item.report_id for item, _, _ in dead} == set(stale)
             assert {code for _, code, _ in dead} == {"FAILED_PRECONDITION"}
@@ -138,6 +140,8 @@ def test_installed_survey_answers_without_ever_being_online(tmp_path, survey_fil
 
     done = cli("client", "install-survey", str(definition), "--state", str(state))
     assert done.returncode == 0 and "installed survey big" in done.stdout, done.stderr
+    listed = json.loads(cli("client", "surveys", "--state", str(state), "--json").stdout)
+    assert [row["survey"] for row in listed] == ["big"] and listed[0]["source"] == str(definition)
     for label in ("c2", "c2", "c5"):
         done = cli("client", "submit", *common, *answer, "--answer", label)
         assert done.returncode == 0, done.stderr

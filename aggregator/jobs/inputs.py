@@ -15,6 +15,7 @@ from pathlib import Path
 from apache_beam.io.filesystems import FileSystems
 
 from aggregator.store import shards
+from aggregator.store.definitions import survey_change
 from client.survey import SurveySpec
 
 
@@ -60,10 +61,8 @@ def resolve(sources: list[str], surveys: dict[str, SurveySpec]) -> Inputs:
 def _from_manifest(directory: Path, surveys: dict[str, SurveySpec]) -> list[ShardInput]:
     manifest = shards.read_manifest(directory)
     if surveys.get(manifest.survey.id) != manifest.survey:
-        raise JobInputError(
-            f"survey {manifest.survey.id!r} in {directory} differs from (or is missing in) the "
-            "survey definitions"
-        )
+        given = surveys.get(manifest.survey.id)
+        raise JobInputError(f"{directory}: {survey_change(manifest.survey, given)}")
     return [
         ShardInput(str(directory / name), manifest.survey.id, count, digest)
         for name, count, digest in manifest.shards

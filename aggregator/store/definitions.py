@@ -138,3 +138,29 @@ def difference(stored: Mapping, given: Mapping) -> tuple[str, object, object]:
         if a["categories"] != b["categories"]:
             return name, ",".join(a["categories"]), ",".join(b["categories"])
     return "definition", stored, given
+
+
+def survey_change(stored: SurveySpec, given: SurveySpec | None, where: object = "") -> str:
+    """One line saying how ``given`` (from a survey file) differs from ``stored`` (e.g. a shard
+    manifest's survey): the first changed question and field, or the survey-level key."""
+    place = where or "the configuration"
+    if given is None:
+        return f"survey {stored.id} is not defined in {place}"
+    questions = {q.id: q for q in given.questions}
+    for question in stored.questions:
+        new = questions.get(question.id)
+        if new is None:
+            return f"survey {stored.id}, question {question.id}: missing in {place}"
+        if new.digest != question.digest:
+            field, old, value = difference(question.definition(), new.definition())
+            return (
+                f"survey {stored.id}, question {question.id}: {field} is {value!r} in {place} "
+                f"but the reports were randomized with {field} = {old!r}"
+            )
+    for key in ("title", "min_batch_size", "require_device_auth"):
+        if getattr(stored, key) != getattr(given, key):
+            return (
+                f"survey {stored.id}: {key} is {getattr(given, key)!r} in {place}, "
+                f"{getattr(stored, key)!r} in the reports' definition"
+            )
+    return f"survey {stored.id}: the questions differ from {place} (ids, order or wording)"

@@ -14,7 +14,8 @@ from contextlib import closing
 import numpy as np
 
 from aggregator.store import definitions
-from aggregator.store.file_kind import REPORT_STORE, open_read_only
+from aggregator.store.file_kind import open_read_only
+from aggregator.store.report_store import STORE_KIND
 from client.survey import SurveySpec
 
 
@@ -23,7 +24,7 @@ class StoreReader:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self._conn = open_read_only(path, REPORT_STORE)
+        self._conn = open_read_only(path, STORE_KIND)
 
     def check_definitions(self, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
         """DefinitionChangedError if ``surveys`` change a question that has reports here."""

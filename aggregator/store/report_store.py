@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ from aggregator.store.file_kind import (
 from aggregator.store.integrity import FileWatch, failure_message
 
 SCHEMA_VERSION = 1
+STORE_KIND = replace(REPORT_STORE, version=SCHEMA_VERSION)  # application_id "LDPS" + this version
 REPORT_ID_BYTES = 16
 _IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
 _INT64 = np.dtype(np.int64)
@@ -187,7 +188,7 @@ class ReportStore:
         except FileKindError as exc:
             raise StoreError(str(exc)) from None
         try:
-            unstamped = check_kind(conn, REPORT_STORE, self._path)
+            unstamped = check_kind(conn, STORE_KIND, self._path)
             # A bigger page cache and fewer, larger checkpoints: random 16-byte keys dirty about
             # one B-tree page per inserted report, and a checkpoint writes each page only once.
             conn.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
@@ -203,7 +204,7 @@ class ReportStore:
                     f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
                 )
             if unstamped:
-                stamp_kind(conn, REPORT_STORE)
+                stamp_kind(conn, STORE_KIND)
             rows = conn.execute("SELECT survey_id, question_id, k FROM statistics")
             self._k = {(s, q): k for s, q, k in rows}
             self._watch = FileWatch(self._path)

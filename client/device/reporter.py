@@ -53,6 +53,7 @@ class FlushResult:
     pending: int
     error: str = ""
     retry_after: float | None = None  # seconds the server asked to wait before the next flush
+    refusals: tuple[str, ...] = ()  # why reports were rejected for good ("CODE: reason"), once each
 
 
 class Reporter:
@@ -181,19 +182,26 @@ class Reporter:
         says when to flush again if the server said so.
         """
         totals = {"accepted": 0, "duplicate": 0, "rejected": 0}
+        refusals: dict[str, None] = {}
         error, wait = "", None
         while True:
             batch = self.outbox.pending(batch_size)
             if not batch:
                 break
             try:
-                self._send(batch, totals)
+                self._send(batch, totals, refusals)
             except TransportError as exc:
                 error, wait = str(exc), exc.retry_after
                 break
-        return FlushResult(pending=len(self.outbox), error=error, retry_after=wait, **totals)
+        return FlushResult(
+            pending=len(self.outbox),
+            error=error,
+            retry_after=wait,
+            refusals=tuple(refusals),
+            **totals,
+        )
 
-    def _send(self, batch, totals: dict[str, int]) -> None:
+    def _send(self, batch, totals: dict[str, int], refusals: dict[str, None]) -> None:
         reports = [
             ldp_pb2.Report(
                 report_id=item.report_id,
@@ -214,10 +222,13 @@ class Reporter:
             if len(batch) == 1:
                 self.outbox.reject(batch[0].report_id, exc.code.name, exc.details)
                 totals["rejected"] += 1
+                refusals[
+                    f"{exc.code.name}: {exc.details.partition('report[0]: ')[2] or exc.details}"
+                ] = None
                 return
             middle = len(batch) // 2
-            self._send(batch[:middle], totals)
-            self._send(batch[middle:], totals)
+            self._send(batch[:middle], totals, refusals)
+            self._send(batch[middle:], totals, refusals)
             return
         for result in results:
             totals["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1

@@ -9,10 +9,12 @@ refused by the aggregator (FAILED_PRECONDITION) rather than counted under anothe
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from dataclasses import dataclass
 
 from client.device.database import connect, immediate
+from client.device.filekind import DEVICE_STATE, open_read_only
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -44,6 +46,13 @@ class SurveyCache:
             self._conn.close()
             raise
 
+    @classmethod
+    def read_only(cls, path: str | os.PathLike[str]) -> SurveyCache:
+        """The cache of an existing device state file, opened without changing anything."""
+        cache = cls.__new__(cls)
+        cache._conn = open_read_only(path, DEVICE_STATE)
+        return cache
+
     def get(self, survey_id: str) -> CachedSurvey | None:
         row = self._conn.execute(
             "SELECT definition, source, stored_at FROM survey_cache WHERE survey_id = ?",
@@ -70,7 +79,12 @@ class SurveyCache:
         return True
 
     def surveys(self) -> list[CachedSurvey]:
-        ids = [row[0] for row in self._conn.execute("SELECT survey_id FROM survey_cache")]
+        """Every cached definition, by survey id."""
+        try:
+            rows = self._conn.execute("SELECT survey_id FROM survey_cache ORDER BY survey_id")
+            ids = [row[0] for row in rows]
+        except sqlite3.OperationalError:  # a state file that never cached a survey
+            return []
         return [cached for survey_id in ids if (cached := self.get(survey_id)) is not None]
 
     def close(self) -> None:
