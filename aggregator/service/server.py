@@ -33,6 +33,7 @@ from aggregator.service.auth import (
     DeviceAuthenticator,
 )
 from aggregator.service.cap_file import CapFile, CapPersistence, create_private
+from aggregator.service.devices import DeviceRegistry, RegistryWatch
 from aggregator.service.limits import (
     DEFAULT_MAX_INFLIGHT_REPORTS,
     Admission,
@@ -657,12 +658,15 @@ class RunningServer:
     health: health.aio.HealthServicer
     lock: StoreLock | None = None
     caps: CapPersistence | None = None
+    registry: RegistryWatch | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
         (which commits everything already queued), release the store's lock."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.registry is not None:
+            await self.registry.close()
         if self.caps is not None:
             await self.caps.close()
         await asyncio.to_thread(self.store.close)
@@ -723,6 +727,7 @@ async def start_server(
     max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
     streams: StreamLimits | None = None,
     connections: ConnectionLimits | None = None,
+    devices: str | os.PathLike[str] | None = None,
 ) -> RunningServer:
     """Open the store, register every question, and start serving on ``address``.
 
@@ -733,6 +738,8 @@ async def start_server(
     ``max_inflight_reports`` bounds the reports waiting for the store, past which uploads are
     shed (RESOURCE_EXHAUSTED with a retry hint). ``streams`` and ``connections`` bound each
     client stream and each HTTP/2 connection (defaults: :mod:`.streams`, docs/limits.md).
+    ``devices`` is the device registry file: its keys replace ``device_keys``, and are reloaded
+    when it changes (revocation without a restart).
     """
     lock = StoreLock(db_path)  # before anything is opened: one server per store
     try:
@@ -746,6 +753,13 @@ async def start_server(
         guard = UploadGuard(
             limits or {}, CapCounter(caps.load()), max_inflight_reports=max_inflight_reports
         )
+        registry = None
+        if devices is not None:
+            with DeviceRegistry(devices) as opened:
+                device_keys = opened.active_keys()
+        auth = DeviceAuthenticator(surveys, device_keys or {}, window=auth_window)
+        if devices is not None:
+            registry = RegistryWatch(devices, auth.replace_keys)
         running = await serve(
             surveys,
             store,
@@ -753,7 +767,7 @@ async def start_server(
             guard=guard,
             reflection=reflection,
             credentials=credentials,
-            auth=DeviceAuthenticator(surveys, device_keys or {}, window=auth_window),
+            auth=auth,
             pseudonym=KeyPseudonyms.beside(db_path),
             streams=streams,
             connections=connections,
@@ -763,6 +777,9 @@ async def start_server(
         lock.release()
         raise
     running.lock = lock
+    if registry is not None:
+        running.registry = registry
+        registry.start()
     running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
     running.caps.start()
     return running
