@@ -81,9 +81,9 @@ def process(tmp_path):
     config = tmp_path / "surveys.toml"
     config.write_text(SURVEYS_TOML)
 
-    def start(db: Path) -> AggregatorProcess:
-        server = AggregatorProcess(config, db, free_port(), tmp_path / "server.log")
-        server.start()
+    def start(db: Path, *options: str) -> AggregatorProcess:
+        server = AggregatorProcess(config, db, free_port(), tmp_path / "server.log", options)
+        server.start(timeout=90)
         started.append(server)
         return server
 
@@ -94,9 +94,10 @@ def process(tmp_path):
             server.kill()
 
 
-def test_unlinked_wal_stops_acknowledging_and_loses_nothing(tmp_path, process):
+@pytest.mark.parametrize("options", [(), ("--workers", "2")], ids=["one", "workers"])
+def test_unlinked_wal_stops_acknowledging_and_loses_nothing(tmp_path, process, options):
     db = tmp_path / "reports.sqlite"
-    server = process(db)
+    server = process(db, *options)
     acked = upload_times(server.target, 100, 5)
     Path(f"{db}-wal").unlink()
     more, refusal = upload_until_refused(server.target, 100)
