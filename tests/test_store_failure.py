@@ -154,3 +154,18 @@ def test_a_read_only_store_fails_to_start_with_one_line(tmpfs, tmp_path):
     assert result.returncode != 0
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_wal_deleted_while_idle_turns_health_not_serving(tmp_path, process):
+    """No upload needed: the server's own probe notices, and rescues what was acknowledged."""
+    db = tmp_path / "reports.sqlite"
+    server = process(db)
+    acked = upload_times(server.target, 100, 3)
+    Path(f"{db}-wal").unlink()
+    deadline = time.monotonic() + 5
+    while health(server.target) != health_pb2.HealthCheckResponse.NOT_SERVING:
+        assert time.monotonic() < deadline, "health still SERVING"
+        time.sleep(0.1)
+    server.kill()
+    stored = stored_reports(db)
+    assert all(report_id in stored for report_id in acked), "an acknowledged report was lost"

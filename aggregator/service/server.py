@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 
 MAX_REPORTS_PER_REQUEST = 10_000
 NOT_AN_UPLOAD = "the request is not an UploadRequest"
+#: How often an idle server checks that its store can still make reports durable.
+STORE_PROBE_SECONDS = 1.0
 #: Retry hint of an upload the store could not take (a restart is needed, which takes seconds).
 STORE_RETRY_AFTER_MS = 5000
 #: Reasons of REJECTED results are cut to this many characters.
@@ -659,12 +661,16 @@ class RunningServer:
     lock: StoreLock | None = None
     caps: CapPersistence | None = None
     registry: RegistryWatch | None = None
+    watchdog: asyncio.Task | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
         (which commits everything already queued), release the store's lock."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            await asyncio.gather(self.watchdog, return_exceptions=True)
         if self.registry is not None:
             await self.registry.close()
         if self.caps is not None:
@@ -848,4 +854,22 @@ async def serve(
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("aggregator listening on port %d", port)
-    return RunningServer(server, port, store, health_servicer)
+    running = RunningServer(server, port, store, health_servicer)
+    if isinstance(store, ReportStore):  # in-process store: notice a failure without traffic too
+        running.watchdog = loop.create_task(_probe_store(store, store_failed))
+    return running
+
+
+async def _probe_store(store: ReportStore, failed: Callable[[str], None]) -> None:
+    """Every STORE_PROBE_SECONDS, an empty submit: its (empty) commit runs the store's file
+    checks, so a WAL deleted while no upload comes in turns health NOT_SERVING too (and what
+    was committed is rescued into the database file right away)."""
+    while True:
+        await asyncio.sleep(STORE_PROBE_SECONDS)
+        try:
+            await asyncio.wrap_future(store.submit_batches([]))
+        except StoreFailedError as exc:
+            failed(str(exc))
+            return
+        except StoreError:  # closed: the server is stopping
+            return
