@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
-import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,8 +23,15 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator.config import SurveyLimits
-from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
+from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.service import wire
+from aggregator.service.answers import (
+    released,
+    retry_after_ms,
+    retry_hint,
+    shortened,
+    stream_response,
+)
 from aggregator.service.auth import (
     DEFAULT_WINDOW_SECONDS,
     UNSIGNED,
@@ -43,7 +48,7 @@ from aggregator.service.limits import (
     UploadGuard,
     limit_key,
 )
-from aggregator.service.store_lock import StoreLock
+from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import (
     ConnectionLimits,
     StreamBudget,
@@ -75,10 +80,6 @@ NOT_AN_UPLOAD = "the request is not an UploadRequest"
 STORE_PROBE_SECONDS = 1.0
 #: Retry hint of an upload the store could not take (a restart is needed, which takes seconds).
 STORE_RETRY_AFTER_MS = 5000
-#: Reasons of REJECTED results are cut to this many characters.
-MAX_REASON_CHARS = 160
-#: A stream's response stays this far below the message limit (room for the status trailer).
-MAX_RESPONSE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 #: The largest GetSurvey or ListSurveys request taken (a survey id is a short name).
 MAX_SMALL_REQUEST_BYTES = 4096
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
@@ -412,26 +413,6 @@ def _short_report(exc: wire.ShortReportError) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INVALID_ARGUMENT, f"report[{exc.index}] is invalid"
 
 
-def released(exc: BaseException) -> BaseException:
-    """``exc`` cut loose from the frames it was raised through (traceback, cause, context).
-
-    Why: a refused request is aborted from deep inside its handler, and the exception's traceback
-    keeps every frame of that handler alive, with the request and what was built from it, until
-    a cyclic garbage collection happens to run (the exception ends up in a reference cycle).
-    Under a flood of refused uploads that was hundreds of MiB; cut loose, the frames go as soon
-    as the handler returns."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        following = current.__context__ or current.__cause__
-        current.__traceback__ = None
-        current.__cause__ = current.__context__ = None
-        current = following
-    exc.__suppress_context__ = True
-    return exc
-
-
 def add_collector_to_server(
     collector: Collector, server: grpc.aio.Server, streams: StreamLimits | None = None
 ) -> None:
@@ -616,40 +597,6 @@ def test_response(result: TestResult) -> ldp_pb2.TestResponse:
 test_response.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-def retry_after_ms(exc: LimitExceededError) -> int:
-    """A refusal's retry delay in milliseconds (at least 1), or 0 if retrying cannot help."""
-    if exc.retry_after is None:
-        return 0
-    return max(1, math.ceil(exc.retry_after * 1000))
-
-
-def retry_hint(exc: LimitExceededError) -> tuple[tuple[str, str], ...]:
-    """Trailing metadata telling the device when to retry (none if retrying cannot help)."""
-    wait = retry_after_ms(exc)
-    return ((RETRY_AFTER_KEY, str(wait)),) if wait else ()
-
-
-def shortened(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    """``text`` cut to ``limit`` characters: reasons may quote ids a client chose, of any size."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def stream_response(
-    results: Sequence[ldp_pb2.ReportResult], max_bytes: int = MAX_RESPONSE_BYTES
-) -> ldp_pb2.UploadResponse:
-    """A stream's answer: every report's result, with counts; when that would pass the message
-    limit, only the REJECTED results (bounded by the stream limits) and the counts."""
-    accepted = sum(r.status == ldp_pb2.ACCEPTED for r in results)
-    duplicates = sum(r.status == ldp_pb2.DUPLICATE for r in results)
-    response = ldp_pb2.UploadResponse(results=results, accepted=accepted, duplicates=duplicates)
-    if response.ByteSize() <= max_bytes:
-        return response
-    rejected = [r for r in results if r.status == ldp_pb2.REJECTED]
-    return ldp_pb2.UploadResponse(
-        results=rejected, accepted=accepted, duplicates=duplicates, summarized=True
-    )
-
-
 @dataclass
 class RunningServer:
     """A started aggregator: its port, and how to stop it gracefully."""
@@ -678,25 +625,6 @@ class RunningServer:
         await asyncio.to_thread(self.store.close)
         if self.lock is not None:
             self.lock.release()
-
-
-class PortInUseError(LdpError):
-    """The address asked for is already bound by another socket (another aggregator, maybe)."""
-
-
-def ensure_port_free(host: str, port: int) -> None:
-    """Raise PortInUseError if anything is bound to ``host:port`` (0: nothing to check). The
-    probe binds without SO_REUSEPORT, so a group of servers sharing the port conflicts too, and
-    with SO_REUSEADDR, so connections of an earlier server in TIME_WAIT do not."""
-    if port == 0:
-        return
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError:
-            raise PortInUseError(f"{host}:{port} is already served by another program") from None
 
 
 def open_store(

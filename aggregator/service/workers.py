@@ -38,9 +38,9 @@ from aggregator.errors import LdpError
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.devices import DeviceRegistry, RegistryWatch
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
-from aggregator.service.server import ensure_port_free, open_store, serve
+from aggregator.service.server import open_store, serve
 from aggregator.service.store_link import RemoteStore, serve_link
-from aggregator.service.store_lock import StoreLock
+from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from aggregator.service.tls import server_credentials
 from client.survey import SurveySpec
