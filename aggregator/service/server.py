@@ -783,15 +783,15 @@ async def serve(
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("aggregator listening on port %d", port)
     running = RunningServer(server, port, store, health_servicer)
-    if isinstance(store, ReportStore):  # in-process store: notice a failure without traffic too
-        running.watchdog = loop.create_task(_probe_store(store, store_failed))
+    running.watchdog = loop.create_task(_probe_store(store, store_failed))
     return running
 
 
-async def _probe_store(store: ReportStore, failed: Callable[[str], None]) -> None:
+async def _probe_store(store: Store, failed: Callable[[str], None]) -> None:
     """Every STORE_PROBE_SECONDS, an empty submit: its (empty) commit runs the store's file
     checks, so a WAL deleted while no upload comes in turns health NOT_SERVING too (and what
-    was committed is rescued into the database file right away)."""
+    was committed is rescued into the database file right away). With ``--workers`` every
+    worker probes through its link, so every worker turns NOT_SERVING."""
     while True:
         await asyncio.sleep(STORE_PROBE_SECONDS)
         try:
