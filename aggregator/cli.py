@@ -545,6 +545,7 @@ async def _serve(
         auth_window=args.auth_window,
         limits=limits,
         max_inflight_reports=args.max_inflight_reports,
+        devices=args.devices,
         streams=args.streams,
         connections=args.connections,
         observer=Observer(recorder, access_log_stream(args.access_log)),
@@ -574,7 +575,7 @@ def run_enroll(args: argparse.Namespace) -> int:
 def run_revoke(args: argparse.Namespace) -> int:
     with DeviceRegistry(args.devices) as registry:
         device = registry.revoke(args.device_id)
-    print(f"revoked device {device.device_id} (effective at the next server start)")
+    print(f"revoked device {device.device_id} (a running server refuses it within seconds)")
     return 0
 
 

@@ -530,3 +530,34 @@ def test_report_store_holds_no_device_identity(tmp_path, auth_surveys):
 
 def _contains(cell: bytes | str, secret: bytes) -> bool:
     return secret in (cell.encode() if isinstance(cell, str) else cell)
+
+
+def test_revocation_takes_effect_without_a_restart(tmp_path, auth_surveys, device):
+    """The server watches its registry file: a device revoked while it serves is refused within
+    seconds, and a device enrolled meanwhile is accepted."""
+    registry = tmp_path / "devices.sqlite"
+    enroll(registry, device)
+    running = ServerThread(auth_surveys, tmp_path / "reports.sqlite", devices=registry).start()
+    newcomer = DeviceKey(Ed25519PrivateKey.generate())
+    try:
+        with grpc.insecure_channel(running.target) as channel:
+            stub = ldp_pb2_grpc.CollectorStub(channel)
+            first = [report()]
+            assert upload(stub, first, device.sign_upload(first)) == [ldp_pb2.ACCEPTED]
+            with DeviceRegistry(registry) as opened:
+                opened.revoke(device.device_id)
+                opened.enroll(newcomer.public_key_pem())
+            deadline = time.monotonic() + 5
+            while True:
+                batch = [report()]
+                try:
+                    upload(stub, batch, device.sign_upload(batch))
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.UNAUTHENTICATED
+                    break
+                assert time.monotonic() < deadline, "the revoked device is still accepted"
+                time.sleep(0.1)
+            batch = [report()]
+            assert upload(stub, batch, newcomer.sign_upload(batch)) == [ldp_pb2.ACCEPTED]
+    finally:
+        running.stop()

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import weakref
 
@@ -18,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator.service import wire
-from aggregator.service.server import MAX_REPORTS_PER_REQUEST, released, stream_response
+from aggregator.service.answers import released, stream_response
+from aggregator.service.server import MAX_REPORTS_PER_REQUEST
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
@@ -318,3 +320,31 @@ def test_serve_refuses_a_non_positive_limit_in_one_line(survey_file, tmp_path):
     assert result.stderr.strip().splitlines() == [
         "ldp-aggregator: error: max_seconds must be positive"
     ]
+
+
+def test_concurrent_streams_per_connection_are_bounded(tmp_path, survey_file):
+    """With MAX_CONCURRENT_STREAMS 2, a third call on the same connection waits for a free
+    stream (here: until its deadline) while two open streams hold theirs."""
+    limits = ConnectionLimits(max_concurrent_streams=2)
+    running = ServerThread(survey_file, tmp_path / "streams.sqlite", connections=limits).start()
+    release = threading.Event()
+
+    def held():
+        yield message(rr())
+        release.wait(10)
+
+    try:
+        with grpc.insecure_channel(running.target) as channel:
+            stub = ldp_pb2_grpc.CollectorStub(channel)
+            stub.Upload(ldp_pb2.UploadRequest(reports=[rr()]), timeout=10)  # connected
+            calls = [stub.UploadStream.future(held(), timeout=20) for _ in range(2)]
+            time.sleep(0.5)
+            with pytest.raises(grpc.RpcError) as error:
+                stub.Upload(ldp_pb2.UploadRequest(reports=[rr()]), timeout=1)
+            assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            release.set()
+            assert [call.result().accepted for call in calls] == [1, 1]
+            stub.Upload(ldp_pb2.UploadRequest(reports=[rr()]), timeout=10)
+    finally:
+        release.set()
+        running.stop()

@@ -30,7 +30,9 @@ def reports(n: int) -> list[ldp_pb2.Report]:
 
 
 def health(target: str) -> int:
-    with grpc.insecure_channel(target) as channel:
+    """One probe on a connection of its own (with workers, any of them may answer)."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    with grpc.insecure_channel(target, options=options) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         return stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status
 
@@ -81,9 +83,9 @@ def process(tmp_path):
     config = tmp_path / "surveys.toml"
     config.write_text(SURVEYS_TOML)
 
-    def start(db: Path) -> AggregatorProcess:
-        server = AggregatorProcess(config, db, free_port(), tmp_path / "server.log")
-        server.start()
+    def start(db: Path, *options: str) -> AggregatorProcess:
+        server = AggregatorProcess(config, db, free_port(), tmp_path / "server.log", options)
+        server.start(timeout=90)
         started.append(server)
         return server
 
@@ -94,9 +96,10 @@ def process(tmp_path):
             server.kill()
 
 
-def test_unlinked_wal_stops_acknowledging_and_loses_nothing(tmp_path, process):
+@pytest.mark.parametrize("options", [(), ("--workers", "2")], ids=["one", "workers"])
+def test_unlinked_wal_stops_acknowledging_and_loses_nothing(tmp_path, process, options):
     db = tmp_path / "reports.sqlite"
-    server = process(db)
+    server = process(db, *options)
     acked = upload_times(server.target, 100, 5)
     Path(f"{db}-wal").unlink()
     more, refusal = upload_until_refused(server.target, 100)
@@ -153,3 +156,19 @@ def test_a_read_only_store_fails_to_start_with_one_line(tmpfs, tmp_path):
     assert result.returncode != 0
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("options", [(), ("--workers", "2")], ids=["one", "workers"])
+def test_a_wal_deleted_while_idle_turns_health_not_serving(tmp_path, process, options):
+    """No upload needed: the server's own probe notices (in every worker), and rescues what was
+    acknowledged."""
+    db = tmp_path / "reports.sqlite"
+    server = process(db, *options)
+    acked = upload_times(server.target, 100, 3)
+    Path(f"{db}-wal").unlink()
+    time.sleep(2.5)  # two probe rounds
+    for _ in range(10):  # fresh connections: with workers, the kernel spreads them over both
+        assert health(server.target) == health_pb2.HealthCheckResponse.NOT_SERVING
+    server.kill()
+    stored = stored_reports(db)
+    assert all(report_id in stored for report_id in acked), "an acknowledged report was lost"

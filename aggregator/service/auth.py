@@ -114,6 +114,10 @@ class DeviceAuthenticator:
         self._window = window
         self._clock = clock
 
+    def replace_keys(self, keys: Mapping[str, Ed25519PublicKey]) -> None:
+        """Verify with these enrolled keys from now on (a revoked device's next call fails)."""
+        self._keys = dict(keys)
+
     def required(self, reports: Iterable[ldp_pb2.Report]) -> bool:
         """Whether any of the reports belongs to a survey that requires device auth."""
         return bool(self._required) and any(r.survey_id in self._required for r in reports)

@@ -2,15 +2,19 @@
 
 Keeping identities apart from reports is the point: the report store holds randomized values and
 random report ids only, so nothing in it links a report to a device. The server reads the active
-keys once at start (``ldp-aggregator serve --devices FILE``); enrolling or revoking takes effect at
-the next start.
+keys at start (``ldp-aggregator serve --devices FILE``) and again whenever the file changes
+(:class:`RegistryWatch`, polled every second): enrolling or revoking takes effect on a running
+server within about a second.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,8 @@ from aggregator.store.file_kind import (
     open_read_only,
 )
 from client.device.keys import device_id_for
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (
@@ -117,7 +123,7 @@ class DeviceRegistry:
         return device, True
 
     def revoke(self, device_id: str) -> Device:
-        """Revoke a device for good (its key is refused from the next server start)."""
+        """Revoke a device for good (a running server refuses its key within about a second)."""
         device = self.get(device_id)
         if device is None:
             raise DeviceRegistryError(f"unknown device {device_id!r}")
@@ -166,3 +172,54 @@ class DeviceRegistry:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RegistryWatch:
+    """Calls ``on_change(active keys)`` when the registry file changes (another connection
+    committed: SQLite's ``data_version``), checked every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        on_change: Callable[[dict[str, Ed25519PublicKey]], None],
+        interval: float = 1.0,
+    ) -> None:
+        self._path = os.fspath(path)
+        self._on_change = on_change
+        self._interval = interval
+        self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        self._version = self._data_version()
+        self._task: asyncio.Task | None = None
+
+    def _data_version(self) -> int:
+        return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def _reload(self) -> dict[str, Ed25519PublicKey] | None:
+        """The active keys if the registry changed since the last look, else None."""
+        version = self._data_version()
+        if version == self._version:
+            return None
+        self._version = version
+        with DeviceRegistry(self._path) as registry:
+            return registry.active_keys()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                keys = await asyncio.to_thread(self._reload)
+            except (sqlite3.Error, DeviceRegistryError) as exc:
+                log.error("cannot reload the device registry (keeping the keys): %s", exc)
+                continue
+            if keys is not None:
+                self._on_change(keys)
+                log.info("device registry reloaded: %d active devices", len(keys))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._conn.close()

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
-import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,14 +23,22 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator.config import SurveyLimits
-from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
+from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.service import wire
+from aggregator.service.answers import (
+    released,
+    retry_after_ms,
+    retry_hint,
+    shortened,
+    stream_response,
+)
 from aggregator.service.auth import (
     DEFAULT_WINDOW_SECONDS,
     UNSIGNED,
     DeviceAuthenticator,
 )
 from aggregator.service.cap_file import CapFile, CapPersistence, create_private
+from aggregator.service.devices import DeviceRegistry, RegistryWatch
 from aggregator.service.limits import (
     DEFAULT_MAX_INFLIGHT_REPORTS,
     Admission,
@@ -43,7 +49,7 @@ from aggregator.service.limits import (
     limit_key,
 )
 from aggregator.service.observe import INVALID_CODES, CallOutcome, Observer
-from aggregator.service.store_lock import StoreLock
+from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import (
     ConnectionLimits,
     StreamBudget,
@@ -71,12 +77,10 @@ log = logging.getLogger(__name__)
 
 MAX_REPORTS_PER_REQUEST = 10_000
 NOT_AN_UPLOAD = "the request is not an UploadRequest"
+#: How often an idle server checks that its store can still make reports durable.
+STORE_PROBE_SECONDS = 1.0
 #: Retry hint of an upload the store could not take (a restart is needed, which takes seconds).
 STORE_RETRY_AFTER_MS = 5000
-#: Reasons of REJECTED results are cut to this many characters.
-MAX_REASON_CHARS = 160
-#: A stream's response stays this far below the message limit (room for the status trailer).
-MAX_RESPONSE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 #: The largest GetSurvey or ListSurveys request taken (a survey id is a short name).
 MAX_SMALL_REQUEST_BYTES = 4096
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
@@ -451,26 +455,6 @@ def _short_report(exc: wire.ShortReportError) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INVALID_ARGUMENT, f"report[{exc.index}] is invalid"
 
 
-def released(exc: BaseException) -> BaseException:
-    """``exc`` cut loose from the frames it was raised through (traceback, cause, context).
-
-    Why: a refused request is aborted from deep inside its handler, and the exception's traceback
-    keeps every frame of that handler alive, with the request and what was built from it, until
-    a cyclic garbage collection happens to run (the exception ends up in a reference cycle).
-    Under a flood of refused uploads that was hundreds of MiB; cut loose, the frames go as soon
-    as the handler returns."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        following = current.__context__ or current.__cause__
-        current.__traceback__ = None
-        current.__cause__ = current.__context__ = None
-        current = following
-    exc.__suppress_context__ = True
-    return exc
-
-
 def add_collector_to_server(
     collector: Collector, server: grpc.aio.Server, streams: StreamLimits | None = None
 ) -> None:
@@ -660,40 +644,6 @@ def test_response(result: TestResult) -> ldp_pb2.TestResponse:
 test_response.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-def retry_after_ms(exc: LimitExceededError) -> int:
-    """A refusal's retry delay in milliseconds (at least 1), or 0 if retrying cannot help."""
-    if exc.retry_after is None:
-        return 0
-    return max(1, math.ceil(exc.retry_after * 1000))
-
-
-def retry_hint(exc: LimitExceededError) -> tuple[tuple[str, str], ...]:
-    """Trailing metadata telling the device when to retry (none if retrying cannot help)."""
-    wait = retry_after_ms(exc)
-    return ((RETRY_AFTER_KEY, str(wait)),) if wait else ()
-
-
-def shortened(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    """``text`` cut to ``limit`` characters: reasons may quote ids a client chose, of any size."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def stream_response(
-    results: Sequence[ldp_pb2.ReportResult], max_bytes: int = MAX_RESPONSE_BYTES
-) -> ldp_pb2.UploadResponse:
-    """A stream's answer: every report's result, with counts; when that would pass the message
-    limit, only the REJECTED results (bounded by the stream limits) and the counts."""
-    accepted = sum(r.status == ldp_pb2.ACCEPTED for r in results)
-    duplicates = sum(r.status == ldp_pb2.DUPLICATE for r in results)
-    response = ldp_pb2.UploadResponse(results=results, accepted=accepted, duplicates=duplicates)
-    if response.ByteSize() <= max_bytes:
-        return response
-    rejected = [r for r in results if r.status == ldp_pb2.REJECTED]
-    return ldp_pb2.UploadResponse(
-        results=rejected, accepted=accepted, duplicates=duplicates, summarized=True
-    )
-
-
 @dataclass
 class RunningServer:
     """A started aggregator: its port, and how to stop it gracefully."""
@@ -704,36 +654,24 @@ class RunningServer:
     health: health.aio.HealthServicer
     lock: StoreLock | None = None
     caps: CapPersistence | None = None
+    registry: RegistryWatch | None = None
+    watchdog: asyncio.Task | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
         (which commits everything already queued), release the store's lock."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            await asyncio.gather(self.watchdog, return_exceptions=True)
+        if self.registry is not None:
+            await self.registry.close()
         if self.caps is not None:
             await self.caps.close()
         await asyncio.to_thread(self.store.close)
         if self.lock is not None:
             self.lock.release()
-
-
-class PortInUseError(LdpError):
-    """The address asked for is already bound by another socket (another aggregator, maybe)."""
-
-
-def ensure_port_free(host: str, port: int) -> None:
-    """Raise PortInUseError if anything is bound to ``host:port`` (0: nothing to check). The
-    probe binds without SO_REUSEPORT, so a group of servers sharing the port conflicts too, and
-    with SO_REUSEADDR, so connections of an earlier server in TIME_WAIT do not."""
-    if port == 0:
-        return
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError:
-            raise PortInUseError(f"{host}:{port} is in use: another program serves it") from None
 
 
 def open_store(
@@ -773,6 +711,7 @@ async def start_server(
     streams: StreamLimits | None = None,
     connections: ConnectionLimits | None = None,
     observer: Observer | None = None,
+    devices: str | os.PathLike[str] | None = None,
 ) -> RunningServer:
     """Open the store, register every question, and start serving on ``address``.
 
@@ -784,6 +723,8 @@ async def start_server(
     shed (RESOURCE_EXHAUSTED with a retry hint). ``streams`` and ``connections`` bound each
     client stream and each HTTP/2 connection (defaults: :mod:`.streams`, docs/limits.md).
     ``observer`` records uploads and commits (metrics, access log; default: nothing).
+    ``devices`` is the device registry file: its keys replace ``device_keys``, and are reloaded
+    when it changes (revocation without a restart).
     """
     observer = observer or Observer()
     lock = StoreLock(db_path)  # before anything is opened: one server per store
@@ -800,6 +741,13 @@ async def start_server(
         guard = UploadGuard(
             limits or {}, CapCounter(caps.load()), max_inflight_reports=max_inflight_reports
         )
+        registry = None
+        if devices is not None:
+            with DeviceRegistry(devices) as opened:
+                device_keys = opened.active_keys()
+        auth = DeviceAuthenticator(surveys, device_keys or {}, window=auth_window)
+        if devices is not None:
+            registry = RegistryWatch(devices, auth.replace_keys)
         running = await serve(
             surveys,
             store,
@@ -807,7 +755,7 @@ async def start_server(
             guard=guard,
             reflection=reflection,
             credentials=credentials,
-            auth=DeviceAuthenticator(surveys, device_keys or {}, window=auth_window),
+            auth=auth,
             observer=observer,
             pseudonym=KeyPseudonyms.beside(db_path),
             streams=streams,
@@ -818,6 +766,9 @@ async def start_server(
         lock.release()
         raise
     running.lock = lock
+    if registry is not None:
+        running.registry = registry
+        registry.start()
     running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
     running.caps.start()
     return running
@@ -887,4 +838,22 @@ async def serve(
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("aggregator listening on port %d", port)
-    return RunningServer(server, port, store, health_servicer)
+    running = RunningServer(server, port, store, health_servicer)
+    running.watchdog = loop.create_task(_probe_store(store, store_failed))
+    return running
+
+
+async def _probe_store(store: Store, failed: Callable[[str], None]) -> None:
+    """Every STORE_PROBE_SECONDS, an empty submit: its (empty) commit runs the store's file
+    checks, so a WAL deleted while no upload comes in turns health NOT_SERVING too (and what
+    was committed is rescued into the database file right away). With ``--workers`` every
+    worker probes through its link, so every worker turns NOT_SERVING."""
+    while True:
+        await asyncio.sleep(STORE_PROBE_SECONDS)
+        try:
+            await asyncio.wrap_future(store.submit_batches([]))
+        except StoreFailedError as exc:
+            failed(str(exc))
+            return
+        except StoreError:  # closed: the server is stopping
+            return

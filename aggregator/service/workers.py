@@ -36,13 +36,13 @@ import grpc
 from aggregator.config import load_surveys
 from aggregator.errors import LdpError
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
-from aggregator.service.devices import DeviceRegistry
+from aggregator.service.devices import DeviceRegistry, RegistryWatch
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
 from aggregator.service.metrics import NoMetrics, PrometheusMetrics
 from aggregator.service.observe import Observer, access_log_stream
-from aggregator.service.server import ensure_port_free, open_store, serve
+from aggregator.service.server import open_store, serve
 from aggregator.service.store_link import RemoteStore, serve_link
-from aggregator.service.store_lock import StoreLock
+from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from aggregator.service.tls import server_credentials
 from client.survey import SurveySpec
@@ -271,6 +271,9 @@ async def _worker(settings: WorkerSettings, store_conn: Connection, status: Conn
     try:
         surveys = load_surveys(settings.config)
         security = settings.security
+        auth = security.authenticator(surveys)
+        if security.devices is not None:  # revocation without a restart, in every worker
+            registry = RegistryWatch(security.devices, auth.replace_keys)
         running = await serve(
             surveys,
             store,
@@ -278,7 +281,7 @@ async def _worker(settings: WorkerSettings, store_conn: Connection, status: Conn
             reflection=settings.reflection,
             credentials=security.credentials(),
             guard=UploadGuard({}, CapCounter(), max_inflight_reports=settings.max_inflight_reports),
-            auth=security.authenticator(surveys),
+            auth=auth,
             share_port=True,
             streams=settings.streams,
             connections=settings.connections,
@@ -296,5 +299,8 @@ async def _worker(settings: WorkerSettings, store_conn: Connection, status: Conn
             status.send(("ready", running.port))
     except OSError:  # the parent is gone
         stop.set()
+    if security.devices is not None:
+        running.registry = registry
+        registry.start()
     await stop.wait()
     await running.stop(settings.grace)

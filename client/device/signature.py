@@ -13,8 +13,10 @@ Layout (all integers big-endian)::
         u32 len | payload
 
 Every variable field is length-prefixed, so two different uploads never produce the same bytes;
-the domain string keeps these signatures from being valid for any other purpose or version. An
-upload on the client-streaming RPC signs all reports of all its messages, in order.
+the domain string keeps these signatures from being valid for any other purpose or version. On
+the client-streaming RPC the call's metadata signs the header alone (no reports) and each message
+carries the signature of its own reports, so the server verifies every message as it arrives
+(``DeviceKey.sign_stream``).
 """
 
 from __future__ import annotations
