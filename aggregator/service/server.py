@@ -42,6 +42,8 @@ from aggregator.service.limits import (
 from aggregator.store import ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.report_store import (
+    CONFLICT,
+    STORED,
     ReportBatch,
     ReportStore,
     StoreUnavailableError,
@@ -95,6 +97,9 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         self._guard = guard
         self._auth = auth or DeviceAuthenticator(surveys, {})  # no enrolled devices
         self._pseudonym = pseudonym or KeyPseudonyms(os.urandom(KeyPseudonyms.SECRET_BYTES))
+        #: Reports refused as CONFLICT since start (an id resent with other content): a device
+        #: with a report-id bug shows here (docs/wire.md §6).
+        self.conflicts = 0
 
     async def GetSurvey(self, request, context):
         survey = self._surveys.get(request.survey_id)
@@ -169,7 +174,8 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         per invalid report and a placeholder per valid one to ``results``; return the valid
         reports in bulk form and their placeholders' slots, in the batches' order. In an
         unsigned stream, a report of a survey that requires device authentication is REJECTED
-        with UNAUTHENTICATED."""
+        with UNAUTHENTICATED; one that reuses the id of an earlier report of the same message
+        with other content is REJECTED with INVALID_ARGUMENT."""
         start = len(results)
         if signed or not self._auth.required(reports):
             try:
@@ -179,9 +185,12 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             else:
                 results.extend([None] * len(reports))
                 return [start + p for ps in upload.positions for p in ps], upload.batches
-        slots, valid = [], []
+        slots, valid, first = [], [], {}
         for report in reports:
             try:
+                content = (report.survey_id, report.question_id, report.payload)
+                if first.setdefault(report.report_id, content) != content:
+                    raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, ingest.REUSED_ID)
                 if not signed and self._auth.required((report,)):
                     raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
                 valid.append(ingest.validate(report, self._surveys))
@@ -239,10 +248,11 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
 
     async def _committed(
         self, context, batches: Sequence[ReportBatch], admission: Admission
-    ) -> list[bool]:
+    ) -> list[int]:
         """Queue for group commit and wait until the transaction holding the reports committed;
-        their new/duplicate flags. The admission is settled when the store resolves them, even
-        if the caller gave up. A store whose writer is gone answers UNAVAILABLE (retryable)."""
+        their store flags (STORED, DUPLICATE, CONFLICT; conflicts are counted). The admission is
+        settled when the store resolves them, even if the caller gave up. A store whose writer is
+        gone answers UNAVAILABLE (retryable)."""
         try:
             future = self._store.submit_batches(batches, admission.on_write)
         except BaseException as exc:
@@ -252,20 +262,22 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             raise
         future.add_done_callback(admission.finish)
         try:
-            return await asyncio.wrap_future(future)
+            flags = await asyncio.wrap_future(future)
         except StoreUnavailableError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        conflicts = flags.count(CONFLICT)
+        if conflicts:
+            self.conflicts += conflicts
+            log.warning("%d report(s) refused as CONFLICT: id stored with other content", conflicts)
+        return flags
 
     async def _store_all(
         self, context, batches: Sequence[ReportBatch], admission: Admission
     ) -> list[ldp_pb2.ReportResult]:
         """Store a stream message's reports; one result per report, in the batches' order."""
-        fresh = await self._committed(context, batches, admission)
+        flags = await self._committed(context, batches, admission)
         return [
-            ldp_pb2.ReportResult(
-                report_id=report_id, status=ldp_pb2.ACCEPTED if new else ldp_pb2.DUPLICATE
-            )
-            for report_id, new in zip(_ids(batches), fresh, strict=True)
+            _result(report_id, flag) for report_id, flag in zip(_ids(batches), flags, strict=True)
         ]
 
 
@@ -273,73 +285,116 @@ def _ids(batches: Sequence[ReportBatch]) -> list[bytes]:
     return [report_id for batch in batches for report_id in batch.report_ids]
 
 
+CONFLICT_REASON = "this report id is stored with another survey, question or payload"
+
+
+def _result(report_id: bytes, flag: int) -> ldp_pb2.ReportResult:
+    """The result of a report the store answered with ``flag``."""
+    if flag == CONFLICT:
+        return ldp_pb2.ReportResult(
+            report_id=report_id, status=ldp_pb2.CONFLICT, reason=CONFLICT_REASON
+        )
+    status = ldp_pb2.ACCEPTED if flag == STORED else ldp_pb2.DUPLICATE
+    return ldp_pb2.ReportResult(report_id=report_id, status=status)
+
+
 _ACCEPTED_TAIL = b"\x10" + bytes([ldp_pb2.ACCEPTED])
 _DUPLICATE_TAIL = b"\x10" + bytes([ldp_pb2.DUPLICATE])
 _RESULT_HEAD = b"\x0a\x14\x0a\x10"  # results: 20 bytes long; its report_id: 16 bytes long
 
 
-def encode_upload_response(report_ids: Sequence[bytes], fresh: Sequence[bool]) -> bytes:
-    """The serialized UploadResponse of an all-accepted-or-duplicate upload, written directly:
+def encode_upload_response(report_ids: Sequence[bytes], flags: Sequence[int]) -> bytes:
+    """The serialized UploadResponse of an upload, written directly when no report conflicts:
     one fixed 22-byte record per report (tag + length of the result, tag + length + 16-byte
     report_id, tag + status), several times cheaper than building a message per report. The
-    report ids must be 16 bytes long (validation guarantees it)."""
+    report ids must be 16 bytes long (validation guarantees it). With a conflict (rare: a
+    device bug), the message is built the ordinary way, with its reason."""
+    if CONFLICT in flags:
+        results = [_result(rid, flag) for rid, flag in zip(report_ids, flags, strict=True)]
+        return ldp_pb2.UploadResponse(results=results).SerializeToString()
     return b"".join(
         [
-            _RESULT_HEAD + report_id + (_ACCEPTED_TAIL if new else _DUPLICATE_TAIL)
-            for report_id, new in zip(report_ids, fresh, strict=True)
+            _RESULT_HEAD + report_id + (_ACCEPTED_TAIL if flag else _DUPLICATE_TAIL)
+            for report_id, flag in zip(report_ids, flags, strict=True)
         ]
     )
 
 
-async def _parse_upload(context, raw: bytes) -> ldp_pb2.UploadRequest:
-    """An upload message from its bytes; bytes that are no UploadRequest are INVALID_ARGUMENT
-    (grpc's own deserializer would answer UNKNOWN)."""
+async def _parse(context, message_type, raw: bytes):
+    """A request message from its bytes; bytes that do not parse as ``message_type`` are
+    INVALID_ARGUMENT (grpc's own deserializer would answer UNKNOWN and log a traceback)."""
     try:
-        return ldp_pb2.UploadRequest.FromString(raw)
+        return message_type.FromString(raw)
     except DecodeError:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request is not an UploadRequest")
+        name = message_type.DESCRIPTOR.name
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a {name}")
 
 
 async def _parse_stream(context, raw_messages: AsyncIterator[bytes]):
     async for raw in raw_messages:
-        yield await _parse_upload(context, raw)
+        yield await _parse(context, ldp_pb2.UploadRequest, raw)
+
+
+def _unary(method, request_type, response_serializer):
+    """A unary handler that parses its request itself (see :func:`_parse`); with a None
+    ``response_serializer`` the method returns bytes already serialized."""
+
+    async def handle(raw: bytes, context):
+        return await method(await _parse(context, request_type, raw), context)
+
+    return grpc.unary_unary_rpc_method_handler(handle, response_serializer=response_serializer)
+
+
+def _register(server: grpc.aio.Server, name: str, handlers: dict) -> None:
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
 
 
 def add_collector_to_server(collector: Collector, server: grpc.aio.Server) -> None:
     """Register the Collector as the generated ``add_CollectorServicer_to_server`` does, except
-    that uploads are parsed in the handler (an unparseable one is INVALID_ARGUMENT) and Upload
+    that requests are parsed in the handler (an unparseable one is INVALID_ARGUMENT) and Upload
     returns bytes already serialized by :func:`encode_upload_response`."""
-
-    def unary(method, request, response):
-        deserializer = request.FromString if request is not None else None  # None: bytes as is
-        return grpc.unary_unary_rpc_method_handler(
-            method, request_deserializer=deserializer, response_serializer=response
-        )
-
-    async def upload(raw: bytes, context):
-        return await collector.Upload(await _parse_upload(context, raw), context)
 
     async def upload_stream(raw_messages: AsyncIterator[bytes], context):
         return await collector.UploadStream(_parse_stream(context, raw_messages), context)
 
     handlers = {
-        "GetSurvey": unary(
+        "GetSurvey": _unary(
             collector.GetSurvey, ldp_pb2.GetSurveyRequest, ldp_pb2.Survey.SerializeToString
         ),
-        "ListSurveys": unary(
+        "ListSurveys": _unary(
             collector.ListSurveys,
             ldp_pb2.ListSurveysRequest,
             ldp_pb2.ListSurveysResponse.SerializeToString,
         ),
-        "Upload": unary(upload, None, None),
+        "Upload": _unary(collector.Upload, ldp_pb2.UploadRequest, None),
         "UploadStream": grpc.stream_unary_rpc_method_handler(
             upload_stream,
             response_serializer=ldp_pb2.UploadResponse.SerializeToString,
         ),
     }
-    name = SERVICE_NAMES[0]
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
-    server.add_registered_method_handlers(name, handlers)
+    _register(server, SERVICE_NAMES[0], handlers)
+
+
+def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
+    """Register the Analyst as the generated ``add_AnalystServicer_to_server`` does, except that
+    requests are parsed in the handler (an unparseable one is INVALID_ARGUMENT)."""
+    handlers = {
+        "Estimate": _unary(
+            analyst.Estimate, ldp_pb2.EstimateRequest, ldp_pb2.EstimateResponse.SerializeToString
+        ),
+        "GoodnessOfFit": _unary(
+            analyst.GoodnessOfFit,
+            ldp_pb2.GoodnessOfFitRequest,
+            ldp_pb2.TestResponse.SerializeToString,
+        ),
+        "Independence": _unary(
+            analyst.Independence,
+            ldp_pb2.IndependenceRequest,
+            ldp_pb2.TestResponse.SerializeToString,
+        ),
+    }
+    _register(server, SERVICE_NAMES[1], handlers)
 
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
@@ -560,7 +615,7 @@ async def serve(
         ]
     )
     add_collector_to_server(Collector(surveys, store, guard, auth, pseudonym), server)
-    ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
+    add_analyst_to_server(Analyst(surveys, store), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection:

@@ -17,7 +17,7 @@ store submit per upload.
 
 Messages are pickled lists, in multiprocessing's framing (a 4-byte big-endian signed length,
 or -1 and an 8-byte length): worker to writer ``[(request_id, batches), ...]`` or ``_BYE``;
-writer to worker ``[(request_id, flags, error), ...]`` with flags as bytes of 0/1, or ``_BYE``
+writer to worker ``[(request_id, flags, error), ...]`` with the store's flags as bytes, or ``_BYE``
 once the writer has seen the worker's ``_BYE``. The pipes are inherited from the parent
 process, so only our own processes ever write to them.
 """
@@ -203,7 +203,7 @@ class RemoteStore(asyncio.Protocol):
             for request_id, flags, error in message:
                 future = self._pending.pop(request_id)
                 if error is None:
-                    future.set_result([bool(flag) for flag in flags])
+                    future.set_result(list(flags))  # STORED, DUPLICATE, CONFLICT
                 else:
                     future.set_exception(StoreError(error))
 

@@ -133,9 +133,10 @@ class Reporter:
 
         Accepted and duplicate reports leave the outbox. A batch the server refuses for good is
         split until the offending report is isolated and moved to the dead-letter table (a cap
-        reached is such a refusal). An unreachable server, or one that refuses with a retry hint
-        (rate limit, overload), stops the flush; the rest stays pending, and ``retry_after``
-        says when to flush again if the server said so.
+        reached is such a refusal); a report answered CONFLICT (its id is stored with other
+        content) is dead-lettered too, with code "CONFLICT". An unreachable server, or one that
+        refuses with a retry hint (rate limit, overload), stops the flush; the rest stays
+        pending, and ``retry_after`` says when to flush again if the server said so.
         """
         totals = {"accepted": 0, "duplicate": 0, "rejected": 0}
         error, wait = "", None
@@ -175,9 +176,15 @@ class Reporter:
             self._send(batch[:middle], totals)
             self._send(batch[middle:], totals)
             return
+        delivered = []
         for result in results:
+            if result.status == ldp_pb2.CONFLICT:  # final: the id is stored with other content
+                self.outbox.reject(result.report_id, "CONFLICT", result.reason)
+                totals["rejected"] += 1
+                continue
             totals["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
-        self.outbox.acknowledge([item.report_id for item in batch])
+            delivered.append(result.report_id)
+        self.outbox.acknowledge(delivered)
 
     def close(self) -> None:
         self.ledger.close()
