@@ -33,6 +33,7 @@ from protos.ldp.v1 import ldp_pb2
 REPORT_ID_BYTES = 16
 # Failures that say nothing about the reports themselves: stop the flush, keep them pending.
 _DEVICE_PROBLEMS = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAUTHENTICATED})
+_DELIVERED = frozenset({ldp_pb2.ACCEPTED, ldp_pb2.DUPLICATE})
 
 
 @dataclass(frozen=True)
@@ -176,15 +177,22 @@ class Reporter:
             self._send(batch[:middle], totals)
             self._send(batch[middle:], totals)
             return
-        delivered = []
+        delivered, settled = [], 0
         for result in results:
             if result.status == ldp_pb2.CONFLICT:  # final: the id is stored with other content
                 self.outbox.reject(result.report_id, "CONFLICT", result.reason)
                 totals["rejected"] += 1
-                continue
-            totals["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
-            delivered.append(result.report_id)
+                settled += 1
+            elif result.status in _DELIVERED:
+                totals["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
+                delivered.append(result.report_id)
         self.outbox.acknowledge(delivered)
+        settled += len(delivered)
+        if settled < len(batch):  # an unknown status (a newer server) keeps reports pending
+            raise TransportError(
+                grpc.StatusCode.UNKNOWN,
+                f"the server settled {settled} of {len(batch)} reports; the rest stay pending",
+            )
 
     def close(self) -> None:
         self.ledger.close()
