@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 
 import grpc
 import numpy as np
@@ -276,3 +278,41 @@ def test_unparseable_stream_message_is_invalid_argument(aggregator):
         with pytest.raises(grpc.RpcError) as refused:
             call(iter([NOT_A_MESSAGE]), timeout=10)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# --- shard import --------------------------------------------------------------------------
+
+
+def test_import_reports_conflicting_ids_and_skips_them(tmp_path, survey_file):
+    from aggregator.config import load_surveys
+    from aggregator.store import ingest, shards
+
+    surveys = load_surveys(survey_file)
+    question = surveys["s1"].question("rr")
+    messages = [
+        ldp_pb2.Report(
+            report_id=os.urandom(16), survey_id="s1", question_id="rr", payload=rr(i % 4)
+        )
+        for i in range(40)
+    ]
+    source = ReportStore(tmp_path / "a.sqlite")
+    target = ReportStore(tmp_path / "b.sqlite")
+    for store in (source, target):
+        for q in surveys["s1"].questions:
+            store.register_question("s1", q.id, q.k)
+    source.put([ingest.validate(m, surveys) for m in messages])
+    shards.export_survey(source, surveys["s1"], tmp_path / "out", 2)
+    source.close()
+    taken = ldp_pb2.Report()
+    taken.CopyFrom(messages[0])
+    taken.payload = rr((0 + 1) % question.k)  # the same id, another payload
+    target.put([ingest.validate(taken, surveys)])
+    target.close()
+    done = subprocess.run(
+        [sys.executable, "-m", "aggregator.cli", "import", "--config", str(survey_file),
+         "--db", str(tmp_path / "b.sqlite"), "--from", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "imported 39 new reports (0 already present)" in done.stdout
+    assert "1 report ids are stored with other content" in done.stderr
