@@ -90,3 +90,15 @@ def test_device_keeps_reports_with_an_unknown_status_pending(tmp_path, server):
                 reporter.close()
     finally:
         future_server.stop(None)
+
+
+def test_a_message_over_4_mib_is_resource_exhausted_without_a_hint(server):
+    report = ldp_pb2.Report(
+        report_id=bytes(16), survey_id="s1", question_id="gauss", payload=bytes(MAX_MESSAGE_BYTES)
+    )
+    with grpc.insecure_channel(server.target) as channel:
+        stub = ldp_pb2_grpc.CollectorStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Upload(ldp_pb2.UploadRequest(reports=[report]), timeout=30)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert all(key != "retry-after-ms" for key, _ in refused.value.trailing_metadata() or ())
