@@ -69,3 +69,19 @@ def test_unusable_input_is_one_line_and_exit_2(tmp_path):
 def test_explain_describes_the_procedure():
     done = run("--explain")
     assert done.returncode == 0 and "random_hex" in done.stdout and "request_hex" in done.stdout
+
+
+def test_an_implementation_written_from_the_document_passes(tmp_path):
+    """tests/wire_independent.py follows docs/wire.md only (no client code): the document is
+    complete enough to reproduce every vector."""
+    independent = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "wire_independent.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert independent.returncode == 0, independent.stderr
+    outputs = tmp_path / "independent.jsonl"
+    outputs.write_text(independent.stdout)
+    done = run(str(outputs))
+    assert done.returncode == 0, done.stdout + done.stderr
