@@ -266,7 +266,7 @@ def test_unparseable_unary_request_is_invalid_argument(aggregator, method):
         with pytest.raises(grpc.RpcError) as refused:
             call(NOT_A_MESSAGE, timeout=10)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "the request is not a" in refused.value.details()
+    assert "the request is not a valid ldp.v1." in refused.value.details()
 
 
 def test_unparseable_stream_message_is_invalid_argument(aggregator):

@@ -326,8 +326,8 @@ async def _parse(context, message_type, raw: bytes):
     try:
         return message_type.FromString(raw)
     except DecodeError:
-        name = message_type.DESCRIPTOR.name
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a {name}")
+        name = message_type.DESCRIPTOR.full_name
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {name}")
 
 
 async def _parse_stream(context, raw_messages: AsyncIterator[bytes]):
