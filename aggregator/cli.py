@@ -44,7 +44,7 @@ from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
 from aggregator.store import definitions, ingest, shards
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.reader import StoreReader
-from aggregator.store.report_store import ReportStore, StoreError
+from aggregator.store.report_store import CONFLICT, STORED, ReportStore, StoreError
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.survey import SurveySpec, survey_to_json
@@ -757,7 +757,7 @@ def run_import(args: argparse.Namespace) -> int:
         raise UserError(f"{args.source}: {change}")
     shards.verify(args.source, manifest)
     store = _open_store(surveys, args.db, args.config)
-    fresh: list[bool] = []
+    fresh: list[int] = []
     try:
         for name, _, _ in manifest.shards:
             batch = []
@@ -772,9 +772,15 @@ def run_import(args: argparse.Namespace) -> int:
             fresh += store.put(batch) if batch else []
     finally:
         store.close()
-    accepted = sum(fresh)
-    duplicate = len(fresh) - accepted
+    accepted, conflicts = fresh.count(STORED), fresh.count(CONFLICT)
+    duplicate = len(fresh) - accepted - conflicts
     print(f"imported {accepted} new reports ({duplicate} already present)")
+    if conflicts:
+        print(
+            f"{args.source}: {conflicts} report ids are stored with other content; "
+            "those reports were not imported",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -93,6 +93,16 @@ def check_contribution(mech: Mechanism, contribution: np.ndarray) -> None:
         assert np.abs(contribution).max() <= limit, contribution
 
 
+def _first_reuse(reports) -> int | None:
+    """The first report whose id an earlier report has with other content, if any."""
+    first: dict[bytes, tuple[str, str, bytes]] = {}
+    for i, report in enumerate(reports):
+        content = (report.survey_id, report.question_id, report.payload)
+        if first.setdefault(report.report_id, content) != content:
+            return i
+    return None
+
+
 def check_upload(data: bytes) -> None:
     """Decode an UploadRequest; validate and validate_batch must agree and stay in range."""
     try:
@@ -111,14 +121,20 @@ def check_upload(data: bytes) -> None:
         check_contribution(question.mechanism, stored.contribution)
         singles.append(stored)
     bad = [i for i, s in enumerate(singles) if isinstance(s, ReportRejectedError)]
+    reused = _first_reuse(reports)
     try:
         batch = ingest.validate_batch(reports, SURVEYS)
     except ReportRejectedError as exc:
+        if not bad and reused is not None:  # an id reused for other content: docs/wire.md §6
+            assert exc.code == grpc.StatusCode.INVALID_ARGUMENT, exc.code
+            assert exc.message.startswith(f"report[{reused}]: "), exc.message
+            return
         assert bad, f"validate_batch rejected a valid batch: {exc}"
         assert exc.code == singles[bad[0]].code, (exc.code, singles[bad[0]])  # type: ignore[union-attr]
         assert exc.message.startswith(f"report[{bad[0]}]: "), exc.message
         return
     assert not bad, f"validate_batch accepted report[{bad[0]}]"
+    assert reused is None, f"validate_batch accepted report[{reused}], which reuses an id"
     for single, stored in zip(singles, batch, strict=True):
         assert np.array_equal(single.contribution, stored.contribution)  # type: ignore[union-attr]
         assert stored.contribution.dtype == np.int64
@@ -203,17 +219,22 @@ def edge_payload(question: QuestionSpec) -> bytes:
     return mech.encode(grid)
 
 
+def _seed_id(i: int) -> bytes:
+    """Distinct report ids within a seed request (one id for other content is refused)."""
+    return bytes([i]) + bytes(range(1, 16))
+
+
 def seeds() -> dict[str, bytes]:
     """Valid inputs for every target: one upload per question, one of edge values, a shard,
     decode inputs."""
     rng = np.random.default_rng(4)
     out: dict[str, bytes] = {}
     reports = []
-    for question in SURVEYS["s1"].questions:
+    for i, question in enumerate(SURVEYS["s1"].questions):
         mech = question.mechanism
         payload = mech.encode(mech.simulate(np.array([1]), rng)[0])
         report = ldp_pb2.Report(
-            report_id=bytes(range(16)), survey_id="s1", question_id=question.id, payload=payload
+            report_id=_seed_id(i), survey_id="s1", question_id=question.id, payload=payload
         )
         reports.append(report)
         request = ldp_pb2.UploadRequest(reports=[report]).SerializeToString()
@@ -221,9 +242,9 @@ def seeds() -> dict[str, bytes]:
     out["upload-all"] = bytes([UPLOAD]) + ldp_pb2.UploadRequest(reports=reports).SerializeToString()
     edges = [
         ldp_pb2.Report(
-            report_id=bytes(range(16)), survey_id="s1", question_id=q.id, payload=edge_payload(q)
+            report_id=_seed_id(i), survey_id="s1", question_id=q.id, payload=edge_payload(q)
         )
-        for q in SURVEYS["s1"].questions
+        for i, q in enumerate(SURVEYS["s1"].questions)
     ]
     out["upload-edges"] = bytes([UPLOAD]) + ldp_pb2.UploadRequest(reports=edges).SerializeToString()
     records = b"".join(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import grpc
 import numpy as np
 import pytest
 from fuzz_support import (
@@ -76,19 +77,35 @@ def check_single(report: ldp_pb2.Report) -> ReportRejectedError | None:
     return None
 
 
+def first_reuse(reports: Sequence[ldp_pb2.Report]) -> int | None:
+    """The first report whose id an earlier report has with other content, if any."""
+    first: dict[bytes, tuple[str, str, bytes]] = {}
+    for i, report in enumerate(reports):
+        content = (report.survey_id, report.question_id, report.payload)
+        if first.setdefault(report.report_id, content) != content:
+            return i
+    return None
+
+
 def check_batch(reports: Sequence[ldp_pb2.Report]) -> None:
     """validate_batch() agrees with validate() report by report, and names the first bad one."""
     verdicts = [check_single(report) for report in reports]
     first_bad = next(((i, exc) for i, exc in enumerate(verdicts) if exc is not None), None)
+    reused = first_reuse(reports)
     try:
         batch = ingest.validate_batch(reports, FUZZ_SURVEYS)
     except ReportRejectedError as exc:
+        if first_bad is None and reused is not None:  # docs/wire.md §6
+            assert exc.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert exc.message.startswith(f"report[{reused}]: ")
+            return
         assert first_bad is not None, f"batch rejected ({exc}) but every report is valid"
         index, single = first_bad
         assert exc.code == single.code
         assert exc.message.startswith(f"report[{index}]: ")
         return
     assert first_bad is None, f"batch accepted but report[{first_bad[0]}] is invalid"
+    assert reused is None, f"batch accepted but report[{reused}] reuses an id for other content"
     for report, stored in zip(reports, batch, strict=True):
         expected = ingest.validate(report, FUZZ_SURVEYS)
         assert (stored.report_id, stored.survey_id, stored.question_id, stored.payload) == (

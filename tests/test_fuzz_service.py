@@ -53,19 +53,28 @@ class Model:
     stored: dict[bytes, tuple[str, str, bytes]] = field(default_factory=dict)
 
     def expected_results(self, reports: list[ldp_pb2.Report]) -> list[int]:
-        """ACCEPTED or DUPLICATE for valid reports stored in this order (first occurrence wins);
-        records the accepted ones."""
+        """ACCEPTED, DUPLICATE (same content stored) or CONFLICT (the id is stored with other
+        content) for valid reports stored in this order (first occurrence wins); records the
+        accepted ones."""
         statuses = []
         for report in reports:
-            fresh = report.report_id not in self.stored
-            if fresh:
-                self.stored[report.report_id] = (
-                    report.survey_id,
-                    report.question_id,
-                    report.payload,
-                )
-            statuses.append(ldp_pb2.ACCEPTED if fresh else ldp_pb2.DUPLICATE)
+            content = (report.survey_id, report.question_id, report.payload)
+            known = self.stored.setdefault(report.report_id, content)
+            if known is content:
+                statuses.append(ldp_pb2.ACCEPTED)
+            else:
+                statuses.append(ldp_pb2.DUPLICATE if known == content else ldp_pb2.CONFLICT)
         return statuses
+
+
+def reuses_an_id(reports: list[ldp_pb2.Report]) -> list[bool]:
+    """Per report: whether an earlier report of the list has its id with other content."""
+    first: dict[bytes, tuple[str, str, bytes]] = {}
+    out = []
+    for report in reports:
+        content = (report.survey_id, report.question_id, report.payload)
+        out.append(first.setdefault(report.report_id, content) != content)
+    return out
 
 
 @dataclass
@@ -104,6 +113,8 @@ def upload(service: Service, reports: list[ldp_pb2.Report]) -> None:
 def check_refused(service: Service, reports: list[ldp_pb2.Report], code: grpc.StatusCode):
     verdicts = [reference_verdict(r, service.surveys) for r in reports]
     first_bad = next((v.code for v in verdicts if not v.accepted), None)
+    if first_bad is None and any(reuses_an_id(reports)):
+        first_bad = grpc.StatusCode.INVALID_ARGUMENT  # an id reused with other content
     expected = grpc.StatusCode.INVALID_ARGUMENT if not reports else first_bad
     assert code == expected, f"refused with {code}, the contract says {expected}"
 
@@ -123,11 +134,14 @@ def upload_stream(service: Service, messages: list[list[ldp_pb2.Report]]) -> Non
     requests = [ldp_pb2.UploadRequest(reports=m) for m in messages]
     response = service.stub.UploadStream(iter(requests), timeout=30)
     reports = [r for m in messages for r in m]
+    reused = [flag for m in messages for flag in reuses_an_id(m)]
     assert len(response.results) == len(reports)
-    for report, result in zip(reports, response.results, strict=True):
+    for report, result, reuse in zip(reports, response.results, reused, strict=True):
         assert result.report_id == report.report_id
         verdict = reference_verdict(report, service.surveys)
-        if verdict.accepted:
+        if reuse:
+            assert result.status == ldp_pb2.REJECTED and result.code == "INVALID_ARGUMENT"
+        elif verdict.accepted:
             assert result.status == service.model.expected_results([report])[0]
         else:
             assert result.status == ldp_pb2.REJECTED

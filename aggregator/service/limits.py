@@ -42,7 +42,7 @@ from pathlib import Path
 
 from aggregator.config import SurveyLimits
 from aggregator.errors import LdpError
-from aggregator.store.report_store import ReportBatch
+from aggregator.store.report_store import STORED, ReportBatch
 
 #: Default bound on reports waiting for the store. The store commits about 40k reports/s on a
 #: 2-core machine (docs/performance.md), so 20,000 queued reports wait about half a second:
@@ -285,10 +285,10 @@ class Admission:
             flags = fresh[start : start + len(batch)]
             start += len(batch)
             if self._guard.cap(batch.survey_id, batch.question_id) is not None:
-                counts[(self._key, batch.survey_id, batch.question_id)] += sum(flags)
+                counts[(self._key, batch.survey_id, batch.question_id)] += flags.count(STORED)
         return +counts
 
-    def finish(self, future: Future[list[bool]]) -> None:
+    def finish(self, future: Future[list[int]]) -> None:
         """Settle (committed) or release (failed, cancelled) the reservations."""
         fresh = None
         if not future.cancelled() and future.exception() is None:

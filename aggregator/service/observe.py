@@ -16,7 +16,7 @@ from typing import TextIO
 import grpc
 
 from aggregator.service.metrics import NoMetrics, Recorder
-from aggregator.store.report_store import ReportBatch
+from aggregator.store.report_store import STORED, ReportBatch
 
 #: Codes of a refused call whose reports were invalid (the rest were refused by a limit, by
 #: authentication, or could not be stored).
@@ -68,13 +68,14 @@ class Observer:
             }
             print(json.dumps(line), file=self._access_log, flush=True)
 
-    def stored(self, batches: Sequence[ReportBatch], fresh: Sequence[bool]) -> None:
-        """New reports per question, from a committed call's batches and new/duplicate flags
-        (in the batches' order)."""
+    def stored(self, batches: Sequence[ReportBatch], flags: Sequence[int]) -> None:
+        """New reports per question, from a committed call's batches and the store's flags
+        (STORED, DUPLICATE, CONFLICT; in the batches' order)."""
         start = 0
         for batch in batches:
             end = start + len(batch)
-            self.recorder.stored(batch.survey_id, batch.question_id, sum(fresh[start:end]))
+            new = sum(flag == STORED for flag in flags[start:end])
+            self.recorder.stored(batch.survey_id, batch.question_id, new)
             start = end
 
 

@@ -59,6 +59,9 @@ from aggregator.service.streams import (
 from aggregator.store import definitions, ingest
 from aggregator.store.ingest import REPORT_ID_BYTES, ReportRejectedError
 from aggregator.store.report_store import (
+    CONFLICT,
+    DUPLICATE,
+    STORED,
     ReportBatch,
     ReportStore,
     StoreError,
@@ -76,13 +79,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_REPORTS_PER_REQUEST = 10_000
-NOT_AN_UPLOAD = "the request is not an UploadRequest"
+NOT_AN_UPLOAD = "the request is not a valid ldp.v1.UploadRequest"
 #: How often an idle server checks that its store can still make reports durable.
 STORE_PROBE_SECONDS = 1.0
 #: Retry hint of an upload the store could not take (a restart is needed, which takes seconds).
 STORE_RETRY_AFTER_MS = 5000
 #: The largest GetSurvey or ListSurveys request taken (a survey id is a short name).
 MAX_SMALL_REQUEST_BYTES = 4096
+#: The largest GoodnessOfFit request (its p0 holds 9 bytes per category: k up to ~100,000).
+MAX_ANALYST_REQUEST_BYTES = 1 << 20
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
 
 
@@ -90,7 +95,7 @@ class Store(Protocol):
     """What the servicers need from a report store: the in-process ReportStore, or a worker
     process's RemoteStore that reaches the writer process's one (``serve --workers N``)."""
 
-    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[bool]]: ...
+    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[int]]: ...
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]: ...
 
@@ -124,6 +129,9 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         self._guard = guard
         self._auth = auth or DeviceAuthenticator(surveys, {})  # no enrolled devices
         self._pseudonym = pseudonym or KeyPseudonyms(os.urandom(KeyPseudonyms.SECRET_BYTES))
+        #: Reports refused as CONFLICT since start (an id resent with other content): a device
+        #: with a report-id bug shows here (docs/wire.md §6).
+        self.conflicts = 0
 
     async def GetSurvey(self, request, context):
         survey = self._surveys.get(request.survey_id)
@@ -161,9 +169,9 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         except LimitExceededError as exc:
             await self._refuse(context, exc)
         flags = await self._committed(context, upload.batches, admission)
-        new = sum(flags)
-        outcome.add("accepted", new)
-        outcome.add("duplicate", len(flags) - new)
+        outcome.add("accepted", flags.count(STORED))
+        outcome.add("duplicate", flags.count(DUPLICATE))
+        outcome.add("conflict", flags.count(CONFLICT))
         self.observer.stored(upload.batches, flags)
         return encode_upload_response(upload.report_ids, upload.in_request_order(flags))
 
@@ -253,7 +261,8 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         per invalid report and a placeholder per valid one to ``results``; return the valid
         reports in bulk form and their placeholders' slots, in the batches' order. In an
         unsigned stream, a report of a survey that requires device authentication is REJECTED
-        with UNAUTHENTICATED."""
+        with UNAUTHENTICATED; one that reuses the id of an earlier report of the same message
+        with other content is REJECTED with INVALID_ARGUMENT."""
         start = len(results)
         if signed or not self._auth.required(reports):
             try:
@@ -263,9 +272,12 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             else:
                 results.extend([None] * len(reports))
                 return [start + p for ps in upload.positions for p in ps], upload.batches
-        slots, valid = [], []
+        slots, valid, first = [], [], {}
         for report in reports:
             try:
+                content = (report.survey_id, report.question_id, report.payload)
+                if first.setdefault(report.report_id, content) != content:
+                    raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, ingest.REUSED_ID)
                 if not signed and self._auth.required((report,)):
                     raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
                 valid.append(ingest.validate(report, self._surveys))
@@ -327,10 +339,11 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
 
     async def _committed(
         self, context, batches: Sequence[ReportBatch], admission: Admission
-    ) -> list[bool]:
+    ) -> list[int]:
         """Queue for group commit and wait until the transaction holding the reports committed;
-        their new/duplicate flags. The admission is settled when the store resolves them, even
-        if the caller gave up. A store whose writer is gone answers UNAVAILABLE (retryable)."""
+        their store flags (STORED, DUPLICATE, CONFLICT; conflicts are counted). The admission is
+        settled when the store resolves them, even if the caller gave up. A store whose writer is
+        gone answers UNAVAILABLE (retryable)."""
         try:
             future = self._store.submit_batches(batches)
         except BaseException as exc:
@@ -340,9 +353,14 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             raise
         future.add_done_callback(admission.finish)
         try:
-            return await asyncio.wrap_future(future)
+            flags = await asyncio.wrap_future(future)
         except StoreError as exc:
             await self._store_failed(context, exc)
+        conflicts = flags.count(CONFLICT)
+        if conflicts:
+            self.conflicts += conflicts
+            log.warning("%d report(s) refused as CONFLICT: id stored with other content", conflicts)
+        return flags
 
     async def _store_failed(self, context, exc: StoreError) -> None:
         """Nothing of the call was acknowledged: a store that is unreachable or failed answers
@@ -363,13 +381,10 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         self, context, batches: Sequence[ReportBatch], admission: Admission
     ) -> list[ldp_pb2.ReportResult]:
         """Store a stream message's reports; one result per report, in the batches' order."""
-        fresh = await self._committed(context, batches, admission)
-        self.observer.stored(batches, fresh)
+        flags = await self._committed(context, batches, admission)
+        self.observer.stored(batches, flags)
         return [
-            ldp_pb2.ReportResult(
-                report_id=report_id, status=ldp_pb2.ACCEPTED if new else ldp_pb2.DUPLICATE
-            )
-            for report_id, new in zip(_ids(batches), fresh, strict=True)
+            _result(report_id, flag) for report_id, flag in zip(_ids(batches), flags, strict=True)
         ]
 
 
@@ -380,6 +395,8 @@ def _result_kind(result: ldp_pb2.ReportResult) -> str:
         return "accepted"
     if result.status == ldp_pb2.DUPLICATE:
         return "duplicate"
+    if result.status == ldp_pb2.CONFLICT:
+        return "conflict"
     return "rejected" if result.code in INVALID_CODES else "refused"
 
 
@@ -387,31 +404,49 @@ def _ids(batches: Sequence[ReportBatch]) -> list[bytes]:
     return [report_id for batch in batches for report_id in batch.report_ids]
 
 
+CONFLICT_REASON = "this report id is stored with another survey, question or payload"
+
+
+def _result(report_id: bytes, flag: int) -> ldp_pb2.ReportResult:
+    """The result of a report the store answered with ``flag``."""
+    if flag == CONFLICT:
+        return ldp_pb2.ReportResult(
+            report_id=report_id, status=ldp_pb2.CONFLICT, reason=CONFLICT_REASON
+        )
+    status = ldp_pb2.ACCEPTED if flag == STORED else ldp_pb2.DUPLICATE
+    return ldp_pb2.ReportResult(report_id=report_id, status=status)
+
+
 _ACCEPTED_TAIL = b"\x10" + bytes([ldp_pb2.ACCEPTED])
 _DUPLICATE_TAIL = b"\x10" + bytes([ldp_pb2.DUPLICATE])
 _RESULT_HEAD = b"\x0a\x14\x0a\x10"  # results: 20 bytes long; its report_id: 16 bytes long
 
 
-def encode_upload_response(report_ids: Sequence[bytes], fresh: Sequence[bool]) -> bytes:
-    """The serialized UploadResponse of an all-accepted-or-duplicate upload, written directly:
+def encode_upload_response(report_ids: Sequence[bytes], flags: Sequence[int]) -> bytes:
+    """The serialized UploadResponse of an upload, written directly when no report conflicts:
     one fixed 22-byte record per report (tag + length of the result, tag + length + 16-byte
     report_id, tag + status), several times cheaper than building a message per report. The
-    report ids must be 16 bytes long (validation guarantees it)."""
+    report ids must be 16 bytes long (validation guarantees it). With a conflict (rare: a
+    device bug), the message is built the ordinary way, with its reason."""
+    if CONFLICT in flags:
+        results = [_result(rid, flag) for rid, flag in zip(report_ids, flags, strict=True)]
+        return ldp_pb2.UploadResponse(results=results).SerializeToString()
     return b"".join(
         [
-            _RESULT_HEAD + report_id + (_ACCEPTED_TAIL if new else _DUPLICATE_TAIL)
-            for report_id, new in zip(report_ids, fresh, strict=True)
+            _RESULT_HEAD + report_id + (_ACCEPTED_TAIL if flag else _DUPLICATE_TAIL)
+            for report_id, flag in zip(report_ids, flags, strict=True)
         ]
     )
 
 
-async def _parse_upload(context, raw: bytes) -> ldp_pb2.UploadRequest:
-    """An upload message from its bytes; bytes that are no UploadRequest are INVALID_ARGUMENT
-    (grpc's own deserializer would answer UNKNOWN)."""
+async def _parse(context, message_type, raw: bytes):
+    """A request message from its bytes; bytes that do not parse as ``message_type`` are
+    INVALID_ARGUMENT (grpc's own deserializer would answer UNKNOWN and log a traceback)."""
     try:
-        return ldp_pb2.UploadRequest.FromString(raw)
+        return message_type.FromString(raw)
     except DecodeError:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, NOT_AN_UPLOAD)
+        name = message_type.DESCRIPTOR.full_name
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {name}")
 
 
 async def screened_stream(
@@ -438,9 +473,36 @@ async def screened_stream(
         except StreamLimitError as exc:
             code = grpc.StatusCode.DEADLINE_EXCEEDED if exc.deadline else None
             await context.abort(code or grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        request = await _parse_upload(context, raw)
+        request = await _parse(context, ldp_pb2.UploadRequest, raw)
         raw = None
         yield request
+
+
+def _unary(method, request_type, response_serializer, max_bytes: int):
+    """A unary handler that refuses a request over ``max_bytes`` and parses the rest itself
+    (see :func:`_parse`); with a None ``response_serializer`` the method returns bytes already
+    serialized. A refusal is released from the handler's frames (:func:`released`)."""
+
+    async def handle(raw: bytes, context):
+        try:
+            if len(raw) > max_bytes:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"request of {len(raw)} bytes; this call takes at most {max_bytes}",
+                )
+            request = await _parse(context, request_type, raw)
+            raw = None
+            return await method(request, context)
+        except BaseException as exc:
+            raw = request = None
+            raise released(exc) from None
+
+    return grpc.unary_unary_rpc_method_handler(handle, response_serializer=response_serializer)
+
+
+def _register(server: grpc.aio.Server, name: str, handlers: dict) -> None:
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
 
 
 def _short_report(exc: wire.ShortReportError) -> tuple[grpc.StatusCode, str]:
@@ -462,34 +524,15 @@ def add_collector_to_server(
     that requests arrive as bytes and are screened before protobuf parses them: sizes per RPC,
     the number of reports of an upload counted on the raw bytes (:mod:`.wire`), load shedding;
     an unparseable request is INVALID_ARGUMENT; Upload returns bytes already serialized by
-    :func:`encode_upload_response`; UploadStream enforces ``streams`` (see :mod:`.streams`)."""
+    :func:`encode_upload_response`; UploadStream enforces ``streams`` (see :mod:`.streams`);
+    every upload call is reported to the collector's observer (metrics, access log)."""
     streams = streams or StreamLimits()
-
-    def unary(method, parse, response, max_bytes: int):
-        async def handle(raw: bytes, context):
-            try:
-                if len(raw) > max_bytes:
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"request of {len(raw)} bytes; this call takes at most {max_bytes}",
-                    )
-                try:
-                    request = parse(raw)
-                except DecodeError:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
-                raw = None
-                return await method(request, context)
-            except BaseException as exc:
-                raw = request = None
-                raise released(exc) from None
-
-        return grpc.unary_unary_rpc_method_handler(handle, response_serializer=response)
 
     async def upload(raw: bytes, context):
         outcome = CallOutcome()
         try:
             await collector.screen(raw, context, outcome=outcome)
-            request = await _parse_upload(context, raw)
+            request = await _parse(context, ldp_pb2.UploadRequest, raw)
             raw = None
             return await collector.Upload(request, context, outcome)
         except BaseException as exc:
@@ -510,15 +553,15 @@ def add_collector_to_server(
             collector.observer.finished("UploadStream", context, outcome)
 
     handlers = {
-        "GetSurvey": unary(
+        "GetSurvey": _unary(
             collector.GetSurvey,
-            ldp_pb2.GetSurveyRequest.FromString,
+            ldp_pb2.GetSurveyRequest,
             ldp_pb2.Survey.SerializeToString,
             MAX_SMALL_REQUEST_BYTES,
         ),
-        "ListSurveys": unary(
+        "ListSurveys": _unary(
             collector.ListSurveys,
-            ldp_pb2.ListSurveysRequest.FromString,
+            ldp_pb2.ListSurveysRequest,
             ldp_pb2.ListSurveysResponse.SerializeToString,
             MAX_SMALL_REQUEST_BYTES,
         ),
@@ -528,9 +571,33 @@ def add_collector_to_server(
             response_serializer=ldp_pb2.UploadResponse.SerializeToString,
         ),
     }
-    name = SERVICE_NAMES[0]
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
-    server.add_registered_method_handlers(name, handlers)
+    _register(server, SERVICE_NAMES[0], handlers)
+
+
+def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
+    """Register the Analyst as the generated ``add_AnalystServicer_to_server`` does, except that
+    requests are parsed in the handler (an unparseable one is INVALID_ARGUMENT)."""
+    handlers = {
+        "Estimate": _unary(
+            analyst.Estimate,
+            ldp_pb2.EstimateRequest,
+            ldp_pb2.EstimateResponse.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
+        ),
+        "GoodnessOfFit": _unary(
+            analyst.GoodnessOfFit,
+            ldp_pb2.GoodnessOfFitRequest,
+            ldp_pb2.TestResponse.SerializeToString,
+            MAX_ANALYST_REQUEST_BYTES,
+        ),
+        "Independence": _unary(
+            analyst.Independence,
+            ldp_pb2.IndependenceRequest,
+            ldp_pb2.TestResponse.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
+        ),
+    }
+    _register(server, SERVICE_NAMES[1], handlers)
 
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
@@ -818,7 +885,7 @@ async def serve(
 
     collector = Collector(surveys, store, guard, auth, pseudonym, store_failed, observer)
     add_collector_to_server(collector, server, streams)
-    ldp_pb2_grpc.add_AnalystServicer_to_server(Analyst(surveys, store), server)
+    add_analyst_to_server(Analyst(surveys, store), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection:
         from grpc_reflection.v1alpha import reflection as grpc_reflection

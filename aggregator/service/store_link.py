@@ -17,7 +17,7 @@ store submit per upload.
 
 Messages are pickled lists, in multiprocessing's framing (a 4-byte big-endian signed length,
 or -1 and an 8-byte length): worker to writer ``[(request_id, batches), ...]`` or ``_BYE``;
-writer to worker ``[(request_id, flags, error), ...]`` with flags as bytes of 0/1 and error
+writer to worker ``[(request_id, flags, error), ...]`` with the store's flags as bytes and error
 None or (store failed as a whole, text), or ``_BYE``
 once the writer has seen the worker's ``_BYE``. The pipes are inherited from the parent
 process, so only our own processes ever write to them.
@@ -108,7 +108,7 @@ def _error(exc: BaseException) -> tuple[bool, str]:
     return isinstance(exc, StoreFailedError), str(exc)
 
 
-def _answer(reply: _Reply, ids: list[int], sizes: list[int], future: Future[list[bool]]) -> None:
+def _answer(reply: _Reply, ids: list[int], sizes: list[int], future: Future[list[int]]) -> None:
     error = future.exception()
     if error is not None:
         reply([(request_id, None, _error(error)) for request_id in ids])
@@ -133,7 +133,7 @@ class RemoteStore(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._received = bytearray()
         self._outbox: list[tuple[int, list[ReportBatch]]] = []
-        self._pending: dict[int, Future[list[bool]]] = {}
+        self._pending: dict[int, Future[list[int]]] = {}
         self._ids = itertools.count()
         self._closed = False  # no more submits
         self._said_bye = False  # the writer answered our goodbye
@@ -154,12 +154,12 @@ class RemoteStore(asyncio.Protocol):
         _, store = await loop.create_unix_connection(lambda: cls(db_path, on_lost), sock=sock)
         return store
 
-    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[bool]]:
+    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[int]]:
         """As ReportStore.submit_batches (the writer is another process). The future cannot be
         cancelled: once handed over, the reports may be stored."""
         if self._closed:
             raise StoreUnavailableError("the report store is not reachable")
-        future: Future[list[bool]] = Future()
+        future: Future[list[int]] = Future()
         future.set_running_or_notify_cancel()
         request_id = next(self._ids)
         self._pending[request_id] = future
@@ -204,7 +204,7 @@ class RemoteStore(asyncio.Protocol):
             for request_id, flags, error in message:
                 future = self._pending.pop(request_id)
                 if error is None:
-                    future.set_result([bool(flag) for flag in flags])
+                    future.set_result(list(flags))  # STORED, DUPLICATE, CONFLICT
                 else:
                     failed, text = error
                     future.set_exception((StoreFailedError if failed else StoreError)(text))

@@ -152,11 +152,11 @@ class ValidatedUpload:
     batches: list[ReportBatch]
     positions: list[list[int]]
 
-    def in_request_order(self, flags: list[bool]) -> list[bool]:
+    def in_request_order(self, flags: list[int]) -> list[int]:
         """Per-report flags given in batch order (as the store answers), in request order."""
         if len(self.batches) == 1:
             return flags
-        out = [False] * len(self.report_ids)
+        out = [0] * len(self.report_ids)
         for position, flag in zip(
             (p for positions in self.positions for p in positions), flags, strict=True
         ):
@@ -171,7 +171,9 @@ def validate_upload(
 
     Accepts exactly what ``[validate(r, surveys) for r in reports]`` accepts; when a vectorized
     check fails the reports are re-checked one by one, and the error names the first bad one
-    (``report[i]``).
+    (``report[i]``). A report id repeated within the request must repeat the same report
+    (survey, question, payload; the store answers the later copies DUPLICATE), else the request
+    is INVALID_ARGUMENT (docs/wire.md §6).
     """
     columns: dict[tuple[str, str], tuple[list[int], list[bytes], list[bytes], set[bytes]]] = {}
     report_ids: list[bytes] = []
@@ -202,7 +204,25 @@ def validate_upload(
             except ReportRejectedError as exc:
                 raise ReportRejectedError(exc.code, f"report[{i}]: {exc.message}") from None
         raise
+    if len(set(report_ids)) != len(report_ids):
+        check_repeats(reports)
     return ValidatedUpload(report_ids, batches, [column[0] for column in columns.values()])
+
+
+REUSED_ID = "report_id is reused with another survey, question or payload in this request"
+
+
+def check_repeats(reports: Sequence[ldp_pb2.Report]) -> None:
+    """INVALID_ARGUMENT naming the first report whose id an earlier report of the same request
+    has with other content: which copy the store would keep would be arbitrary."""
+    first: dict[bytes, tuple[int, tuple[str, str, bytes]]] = {}
+    for i, report in enumerate(reports):
+        content = (report.survey_id, report.question_id, report.payload)
+        earlier, known = first.setdefault(report.report_id, (i, content))
+        if known != content:
+            raise ReportRejectedError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"report[{i}]: {REUSED_ID} (report[{earlier}])"
+            )
 
 
 def validate_batch(

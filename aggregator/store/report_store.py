@@ -8,8 +8,11 @@ Why this shape (notes/service-conventions.md §3):
   transaction and resolves the callers' futures only after COMMIT. With WAL and
   ``synchronous=FULL`` an acknowledged report survives a process kill and a power loss.
 * ``report_id`` (16 random bytes chosen by the device) is the primary key, so a resend is reported
-  as a duplicate and counted once. No device identity is stored with a report (the per-device
-  cap counts of aggregator/service/limits.py live in their own table, with no report ids).
+  as a duplicate and counted once. Ids are global, not scoped per survey: an id stored with a
+  different survey, question or payload is a conflict (docs/wire.md §6), neither stored nor
+  counted, and never mistaken for a resend. No device identity is stored with a report (the
+  per-device cap counts of aggregator/service/limits.py live in their own table, with no report
+  ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
 
 Threading: :meth:`ReportStore.submit` and :meth:`ReportStore.submit_batches` never block (they
@@ -77,6 +80,13 @@ COMMIT;
 """
 
 
+#: What the store did with one submitted report (the flags its futures resolve to). STORED is 1
+#: and DUPLICATE 0, so they read as the booleans "newly stored" / "not stored" they once were.
+STORED = 1  # newly stored and counted
+DUPLICATE = 0  # the identical report (same id, survey, question, payload) was stored before
+CONFLICT = 2  # the id is stored with another survey, question or payload: refused
+
+
 class StoreError(LdpError):
     """The store refused an operation: closed, unknown question, malformed report, failed commit."""
 
@@ -103,7 +113,7 @@ class StoredReport:
     contribution: np.ndarray  # int64, length k: what the report adds to the question's sums
 
 
-WriteHook = Callable[[sqlite3.Connection, list[bool]], None]
+WriteHook = Callable[[sqlite3.Connection, list[int]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +157,7 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
 class _Submit:
     batches: list[ReportBatch]
     size: int
-    future: Future[list[bool]]
+    future: Future[list[int]]
     on_write: WriteHook | None = None
 
 
@@ -260,11 +270,12 @@ class ReportStore:
 
     def submit(
         self, reports: Sequence[StoredReport], on_write: WriteHook | None = None
-    ) -> Future[list[bool]]:
+    ) -> Future[list[int]]:
         """Queue reports for the next group commit without blocking. The future resolves after
-        their transaction committed, with one flag per report: True = newly stored, False =
-        duplicate report_id (stored earlier or repeated in the same transaction; the first
-        occurrence wins). A malformed report raises StoreError here and nothing is queued.
+        their transaction committed, with one flag per report: STORED, DUPLICATE (the identical
+        report was stored earlier or earlier in the same transaction) or CONFLICT (its id was,
+        with another survey, question or payload; the first occurrence wins). A malformed
+        report raises StoreError here and nothing is queued.
         A future cancelled before the writer takes it up is not written.
 
         ``on_write(connection, flags)`` runs on the writer thread inside the transaction that
@@ -278,7 +289,7 @@ class ReportStore:
 
     def submit_batches(
         self, batches: Sequence[ReportBatch], on_write: WriteHook | None = None
-    ) -> Future[list[bool]]:
+    ) -> Future[list[int]]:
         """:meth:`submit` for reports in bulk form; the flags follow the batches' order."""
         batches = list(batches)
         for batch in batches:
@@ -291,7 +302,7 @@ class ReportStore:
         """Run ``fn(connection)`` in one write transaction on the writer thread; its result."""
         return self._call(fn)
 
-    def put(self, reports: Sequence[StoredReport]) -> list[bool]:
+    def put(self, reports: Sequence[StoredReport]) -> list[int]:
         """Blocking submit: returns the flags once the reports are durable."""
         return self.submit(reports).result()
 
@@ -522,13 +533,14 @@ class ReportStore:
         for submit in group:
             submit.future.set_exception(StoreFailedError(failure))
 
-    def _write(self, group: list[_Submit]) -> list[list[bool]]:
+    def _write(self, group: list[_Submit]) -> list[list[int]]:
         """One transaction: insert the group's reports unless their report_id is stored already
         (or earlier in the group), add the new ones' contributions to their questions' rows.
 
         The usual case, no duplicates, costs one INSERT OR IGNORE per report in report_id order
         (neighbouring keys share B-tree pages). Only when the insert count shows a duplicate is
-        the insert undone and redone after looking the ids up, to learn which ones were new."""
+        the insert undone and redone after looking the ids up, to learn which ones were new and
+        which repeat an id with other content (conflicts)."""
         conn = self._conn
         batches = [batch for submit in group for batch in submit.batches]
         now = int(time.time())
@@ -550,12 +562,13 @@ class ReportStore:
             conn.executemany(_INSERT_OR_IGNORE, sorted(rows))
             if conn.total_changes - before == len(rows):
                 conn.execute("RELEASE optimistic")
-                fresh = [True] * len(rows)
+                fresh = [STORED] * len(rows)
             else:
                 conn.execute("ROLLBACK TO optimistic")
                 conn.execute("RELEASE optimistic")
-                fresh = _first_unseen(conn, [row[0] for row in rows])
-                conn.executemany(_INSERT_OR_IGNORE, itertools.compress(rows, fresh))
+                fresh = _outcomes(conn, rows)
+                new = [flag == STORED for flag in fresh]
+                conn.executemany(_INSERT_OR_IGNORE, itertools.compress(rows, new))
             self._add_statistics(batches, fresh)
             out, start = [], 0
             for submit in group:
@@ -565,13 +578,13 @@ class ReportStore:
                     submit.on_write(conn, out[-1])
         return out
 
-    def _add_statistics(self, batches: list[ReportBatch], fresh: list[bool]) -> None:
+    def _add_statistics(self, batches: list[ReportBatch], fresh: list[int]) -> None:
         """Add the new reports' contributions to their questions' rows (vectorized per
         question)."""
         by_question: dict[tuple[str, str], list[np.ndarray]] = {}
         start = 0
         for b in batches:
-            mask = fresh[start : start + len(b)]
+            mask = [flag == STORED for flag in fresh[start : start + len(b)]]
             start += len(b)
             rows = b.contributions if all(mask) else b.contributions[np.array(mask, dtype=bool)]
             by_question.setdefault((b.survey_id, b.question_id), []).append(rows)
@@ -586,14 +599,36 @@ class ReportStore:
 _INSERT_OR_IGNORE = "INSERT OR IGNORE INTO reports VALUES (?, ?, ?, ?, ?)"
 
 
-def _first_unseen(conn: sqlite3.Connection, ids: list[bytes]) -> list[bool]:
-    """Per id: True if it is neither in the log nor earlier in ``ids``."""
-    seen = _stored_ids(conn, list(dict.fromkeys(ids)))
+def _outcomes(conn: sqlite3.Connection, rows: list[tuple]) -> list[int]:
+    """Per report row (report_id, survey_id, question_id, payload, ...): STORED if its id is
+    neither in the log nor earlier in ``rows``; else DUPLICATE if that report has the same
+    survey, question and payload, CONFLICT if not."""
+    seen = _stored_contents(conn, list(dict.fromkeys(row[0] for row in rows)))
     flags = []
-    for report_id in ids:
-        flags.append(report_id not in seen)
-        seen.add(report_id)
+    for report_id, survey_id, question_id, payload, *_ in rows:
+        content = (survey_id, question_id, payload)
+        known = seen.setdefault(report_id, content)
+        if known is content:
+            flags.append(STORED)
+        else:
+            flags.append(DUPLICATE if known == content else CONFLICT)
     return flags
+
+
+def _stored_contents(
+    conn: sqlite3.Connection, report_ids: Sequence[bytes]
+) -> dict[bytes, tuple[str, str, bytes]]:
+    """(survey_id, question_id, payload) of each of ``report_ids`` the log holds."""
+    found: dict[bytes, tuple[str, str, bytes]] = {}
+    for start in range(0, len(report_ids), _IN_CHUNK):
+        chunk = list(report_ids[start : start + _IN_CHUNK])
+        marks = ",".join("?" * len(chunk))
+        sql = (
+            "SELECT report_id, survey_id, question_id, payload FROM reports"
+            f" WHERE report_id IN ({marks})"
+        )
+        found.update((row[0], (row[1], row[2], row[3])) for row in conn.execute(sql, chunk))
+    return found
 
 
 def read_statistics(

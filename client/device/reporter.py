@@ -34,6 +34,7 @@ from protos.ldp.v1 import ldp_pb2
 REPORT_ID_BYTES = 16
 # Failures that say nothing about the reports themselves: stop the flush, keep them pending.
 _DEVICE_PROBLEMS = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAUTHENTICATED})
+_DELIVERED = frozenset({ldp_pb2.ACCEPTED, ldp_pb2.DUPLICATE})
 
 
 def _handshake_failed(exc: TransportError) -> bool:
@@ -177,9 +178,10 @@ class Reporter:
 
         Accepted and duplicate reports leave the outbox. A batch the server refuses for good is
         split until the offending report is isolated and moved to the dead-letter table (a cap
-        reached is such a refusal). An unreachable server, or one that refuses with a retry hint
-        (rate limit, overload), stops the flush; the rest stays pending, and ``retry_after``
-        says when to flush again if the server said so.
+        reached is such a refusal); a report answered CONFLICT (its id is stored with other
+        content) is dead-lettered too, with code "CONFLICT". An unreachable server, or one that
+        refuses with a retry hint (rate limit, overload), stops the flush; the rest stays
+        pending, and ``retry_after`` says when to flush again if the server said so.
         """
         totals = {"accepted": 0, "duplicate": 0, "rejected": 0}
         refusals: dict[str, None] = {}
@@ -230,9 +232,22 @@ class Reporter:
             self._send(batch[:middle], totals, refusals)
             self._send(batch[middle:], totals, refusals)
             return
+        delivered, settled = [], 0
         for result in results:
-            totals["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
-        self.outbox.acknowledge([item.report_id for item in batch])
+            if result.status == ldp_pb2.CONFLICT:  # final: the id is stored with other content
+                self.outbox.reject(result.report_id, "CONFLICT", result.reason)
+                totals["rejected"] += 1
+                settled += 1
+            elif result.status in _DELIVERED:
+                totals["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
+                delivered.append(result.report_id)
+        self.outbox.acknowledge(delivered)
+        settled += len(delivered)
+        if settled < len(batch):  # an unknown status (a newer server) keeps reports pending
+            raise TransportError(
+                grpc.StatusCode.UNKNOWN,
+                f"the server settled {settled} of {len(batch)} reports; the rest stay pending",
+            )
 
     def close(self) -> None:
         self.ledger.close()

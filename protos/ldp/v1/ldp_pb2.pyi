@@ -21,6 +21,7 @@ class ReportStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACCEPTED: _ClassVar[ReportStatus]
     DUPLICATE: _ClassVar[ReportStatus]
     REJECTED: _ClassVar[ReportStatus]
+    CONFLICT: _ClassVar[ReportStatus]
 MECHANISM_UNSPECIFIED: Mechanism
 RANDOMIZED_RESPONSE: Mechanism
 FLIP_COMPONENTS: Mechanism
@@ -30,6 +31,7 @@ REPORT_STATUS_UNSPECIFIED: ReportStatus
 ACCEPTED: ReportStatus
 DUPLICATE: ReportStatus
 REJECTED: ReportStatus
+CONFLICT: ReportStatus
 
 class Attribute(_message.Message):
     __slots__ = ("name", "categories")

@@ -72,7 +72,8 @@ class CollectorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Upload(self, request, context):
-        """Batched unary upload (all-or-nothing validation, per-report accepted/duplicate status).
+        """Batched unary upload (all-or-nothing validation, per-report accepted/duplicate/conflict
+        status). Status codes and device actions: docs/wire.md §8.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

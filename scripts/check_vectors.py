@@ -1,0 +1,196 @@
+"""Check a device implementation against the wire conformance vectors (docs/wire.md §9).
+
+A device in any language runs its own sampler, encoder and signer on the vectors of
+protos/ldp/v1/testvectors.json and writes what it produced as JSON lines, one object per vector:
+
+    {"index": 0, "payload_hex": "01000000", "consumed": 9}
+    {"signature": 0, "device_id": "dev-…", "signed_bytes_hex": "…", "signature_hex": "…"}
+
+``index`` is the position in ``reports``, ``consumed`` the number of random bytes its sampler
+read; ``signature`` is the position in ``signatures``. This script compares them with the vectors
+and prints one line per difference (exit 0: all match; 1: differences; 2: unusable input).
+
+    python scripts/check_vectors.py device-outputs.jsonl
+    python scripts/check_vectors.py --explain          # how to produce the outputs
+    python scripts/check_vectors.py --emit-python      # the Python client's outputs (reference)
+
+Checking needs only the standard library; ``--emit-python`` needs this repository's client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VECTORS_PATH = ROOT / "protos" / "ldp" / "v1" / "testvectors.json"
+
+EXPLAIN = """\
+How a device implementation checks itself (docs/wire.md §9):
+
+For report vector i (the list "reports"):
+  1. Build the question's mechanism from "mechanism" and "params" (k, epsilon, rho,
+     granularity_bits), exactly as from a survey (docs/wire.md §2). Optionally compare your
+     derived integers (thresholds, rational parameters, bound) with "derived".
+  2. Replace your secure random source with one that returns the bytes of "random_hex" in order
+     and fails if asked for more.
+  3. Randomize "answer" (the joint index; "answer_parts" gives the per-attribute indices of a
+     multi-attribute question: check your joint index too) and encode the report.
+  4. Write {"index": i, "payload_hex": <hex of the payload>, "consumed": <bytes read>}.
+
+For signature vector i (the list "signatures"):
+  1. Load the Ed25519 private key from the 32-byte seed "private_key_hex"; derive the device id.
+  2. Parse "request_hex" as an ldp.v1.UploadRequest and build the signed bytes for it with the
+     device id and "timestamp" (docs/wire.md §7); sign them.
+  3. Write {"signature": i, "device_id": ..., "signed_bytes_hex": ..., "signature_hex": ...}.
+
+Then run: python scripts/check_vectors.py <your-outputs.jsonl>
+"""
+
+
+class InputError(Exception):
+    """The outputs file cannot be read as the documented JSON lines."""
+
+
+def read_outputs(path: Path) -> tuple[dict[int, dict], dict[int, dict]]:
+    """Report and signature outputs by vector position."""
+    reports: dict[int, dict] = {}
+    signatures: dict[int, dict] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if not isinstance(entry, dict):
+            raise InputError(f"{path}:{number}: expected a JSON object")
+        kind, target = ("index", reports) if "index" in entry else ("signature", signatures)
+        position = entry.get(kind)
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise InputError(f"{path}:{number}: needs an integer 'index' or 'signature'")
+        if position in target:
+            raise InputError(f"{path}:{number}: {kind} {position} appears twice")
+        target[position] = entry
+    return reports, signatures
+
+
+def compare(vectors: dict, reports: dict[int, dict], signatures: dict[int, dict]) -> list[str]:
+    """One line per difference between the outputs and the vectors."""
+    problems = []
+    expected_reports = vectors["reports"]
+    for i, vector in enumerate(expected_reports):
+        label = f"report {i} ({vector['mechanism']} {json.dumps(vector['params'])})"
+        output = reports.get(i)
+        if output is None:
+            problems.append(f"{label}: missing")
+            continue
+        payload = str(output.get("payload_hex", "")).lower()
+        if payload != vector["payload_hex"]:
+            problems.append(f"{label}: payload {payload!r}, expected {vector['payload_hex']!r}")
+        consumed = len(vector["random_hex"]) // 2
+        if "consumed" in output and output["consumed"] != consumed:
+            problems.append(f"{label}: read {output['consumed']} random bytes, expected {consumed}")
+    for i, vector in enumerate(vectors["signatures"]):
+        label = f"signature {i} ({vector['device_id']})"
+        output = signatures.get(i)
+        if output is None:
+            problems.append(f"{label}: missing")
+            continue
+        for field in ("device_id", "signed_bytes_hex", "signature_hex"):
+            got = str(output.get(field, ""))
+            got = got if field == "device_id" else got.lower()
+            if got != vector[field]:
+                problems.append(f"{label}: {field} differs")
+    extra = sorted(set(reports) - set(range(len(expected_reports))))
+    extra_signatures = sorted(set(signatures) - set(range(len(vectors["signatures"]))))
+    problems += [f"report {i}: no such vector" for i in extra]
+    problems += [f"signature {i}: no such vector" for i in extra_signatures]
+    return problems
+
+
+def python_outputs(vectors: dict) -> list[dict]:
+    """What the Python client produces for every vector (the reference implementation)."""
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from gen_test_vectors import ReplayRandom, build_mechanism
+
+    from client.device import signature
+    from client.device.keys import DeviceKey
+    from protos.ldp.v1 import ldp_pb2
+
+    out: list[dict] = []
+    for i, vector in enumerate(vectors["reports"]):
+        mech = build_mechanism(vector["mechanism"], vector["params"])
+        data = bytes.fromhex(vector["random_hex"])
+        source = ReplayRandom(data)
+        payload = mech.encode(mech.randomize(vector["answer"], source))
+        out.append(
+            {"index": i, "payload_hex": payload.hex(), "consumed": len(data) - source.remaining}
+        )
+    for i, vector in enumerate(vectors["signatures"]):
+        seed = bytes.fromhex(vector["private_key_hex"])
+        key = DeviceKey(Ed25519PrivateKey.from_private_bytes(seed))
+        request = ldp_pb2.UploadRequest.FromString(bytes.fromhex(vector["request_hex"]))
+        timestamp = int(vector["timestamp"])
+        metadata = dict(key.sign_upload(request.reports, timestamp))
+        signed = signature.canonical_upload(key.device_id, timestamp, request.reports)
+        out.append(
+            {
+                "signature": i,
+                "device_id": key.device_id,
+                "signed_bytes_hex": signed.hex(),
+                "signature_hex": metadata[signature.SIGNATURE_KEY].hex(),
+            }
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("outputs", nargs="?", type=Path, help="the device's JSON lines")
+    parser.add_argument("--vectors", type=Path, default=VECTORS_PATH)
+    parser.add_argument("--explain", action="store_true", help="print how to produce the outputs")
+    parser.add_argument(
+        "--emit-python", action="store_true", help="print the Python client's outputs"
+    )
+    args = parser.parse_args(argv)
+    if args.explain:
+        print(EXPLAIN, end="")
+        return 0
+    try:
+        vectors = json.loads(args.vectors.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"error: cannot read the vectors {args.vectors}: {exc}", file=sys.stderr)
+        return 2
+    if args.emit_python:
+        for entry in python_outputs(vectors):
+            print(json.dumps(entry))
+        return 0
+    if args.outputs is None:
+        parser.error("give the outputs file, --explain or --emit-python")
+    try:
+        reports, signatures = read_outputs(args.outputs)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    problems = compare(vectors, reports, signatures)
+    for problem in problems:
+        print(problem)
+    total = len(vectors["reports"]) + len(vectors["signatures"])
+    if problems:
+        print(f"{len(problems)} difference(s) against {total} vectors", file=sys.stderr)
+        return 1
+    print(f"all {total} vectors match (vectors version {vectors['version']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""A second implementation of the device side, written from docs/wire.md alone (standard library
+and an Ed25519 signer; nothing from client/ or protos/): if the document left anything out, this
+would disagree with the vectors. It writes the JSON lines scripts/check_vectors.py reads.
+
+    python tests/wire_independent.py > outputs.jsonl
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+from fractions import Fraction
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+VECTORS = Path(__file__).resolve().parents[1] / "protos" / "ldp" / "v1" / "testvectors.json"
+
+
+class Stream:
+    """§4.1: the random byte stream and the primitives over it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise EOFError("stream exhausted")
+        self.pos += n
+        return self.data[self.pos - n : self.pos]
+
+    def bits(self, m: int) -> int:
+        nb = (m + 7) // 8
+        return int.from_bytes(self.take(nb), "little") >> (8 * nb - m)
+
+    def below(self, u: int) -> int:
+        if u == 1:
+            return 0
+        m = (u - 1).bit_length()
+        while (v := self.bits(m)) >= u:
+            pass
+        return v
+
+    def unit(self, num: int, den: int) -> bool:
+        i = 1
+        while self.below(den * i) < num:
+            i += 1
+        return i % 2 == 1
+
+    def bern_exp(self, num: int, den: int) -> bool:
+        while num > den:
+            if not self.unit(1, 1):
+                return False
+            num -= den
+        return self.unit(num, den)
+
+    def geometric(self, t: int, s: int) -> int:
+        while True:
+            u = self.below(t)
+            if self.bern_exp(u, t):
+                break
+        v = 0
+        while self.bern_exp(1, 1):
+            v += 1
+        return (u + t * v) // s
+
+
+def _decimal(fn):
+    with localcontext() as ctx:
+        ctx.prec, ctx.Emax, ctx.Emin = 80, MAX_EMAX, MIN_EMIN
+        return fn()
+
+
+def randomized_response(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.2 and §3.2."""
+    big = k * 2**64
+    threshold = _decimal(
+        lambda: int((big / (1 + (k - 1) * (-Decimal(eps)).exp())).to_integral_value(ROUND_FLOOR))
+    )
+    threshold = max(threshold - 1, 2**64)
+    other, keep = divmod(r.below((k - 1) * big), big)
+    index = x if keep < threshold else other + (1 if other >= x else 0)
+    return struct.pack("<I", index)
+
+
+def flip_components(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.3 and §3.3."""
+    threshold = _decimal(
+        lambda: int((2**64 / ((Decimal(eps) / 2).exp() + 1)).to_integral_value(ROUND_CEILING))
+    )
+    threshold = min(threshold + 1, 2**63)
+    block = r.take(8 * k)
+    bits = [int(int.from_bytes(block[8 * j : 8 * j + 8], "little") < threshold) for j in range(k)]
+    bits[x] ^= 1
+    out = bytearray((k + 7) // 8)
+    for j, bit in enumerate(bits):
+        out[j // 8] |= bit << (j % 8)
+    return bytes(out)
+
+
+def additive(mechanism: str, k: int, parameter: float, bits: int, x: int, r: Stream) -> bytes:
+    """§4.4-§4.7 and §3.4."""
+    g = 2**bits
+    values = []
+    for _ in range(k):
+        if mechanism == "laplace":
+            scale = Fraction(2 * g) / Fraction(parameter)
+            t, s = scale.numerator, scale.denominator
+            values.append(r.geometric(t, s) - r.geometric(t, s))
+            continue
+        sigma2 = Fraction(g * g) / Fraction(parameter)
+        a, b = sigma2.numerator, sigma2.denominator
+        t = math.isqrt(a // b) + 1  # the largest r with r*r*b <= a, plus 1
+        while True:
+            y = r.geometric(t, 1)
+            negative = r.bits(1) == 1
+            if negative and y == 0:
+                continue
+            if r.bern_exp((y * b * t - a) ** 2, 2 * a * b * t * t):
+                values.append(-y if negative else y)
+                break
+    values[x] += g
+    return b"".join(struct.pack("<q", v) for v in values)
+
+
+def report(vector: dict) -> tuple[bytes, int]:
+    r = Stream(bytes.fromhex(vector["random_hex"]))
+    p, x, mechanism = vector["params"], vector["answer"], vector["mechanism"]
+    if "answer_parts" in vector:  # §3.1
+        index = 0
+        for part, size in zip(vector["answer_parts"], vector["attributes"], strict=True):
+            index = index * size + part
+        assert index == x
+    if mechanism == "randomized_response":
+        payload = randomized_response(p["k"], p["epsilon"], x, r)
+    elif mechanism == "flip_components":
+        payload = flip_components(p["k"], p["epsilon"], x, r)
+    else:
+        parameter = p["rho"] if mechanism == "gaussian" else p["epsilon"]
+        payload = additive(mechanism, p["k"], parameter, p["granularity_bits"], x, r)
+    return payload, r.pos
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if byte < 0x80:
+            return value, pos
+
+
+def _fields(data: bytes) -> list[tuple[int, bytes]]:
+    """The length-delimited fields of a protobuf message (all the request uses)."""
+    out, pos = [], 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        length, pos = _varint(data, pos)
+        out.append((key >> 3, data[pos : pos + length]))
+        pos += length
+    return out
+
+
+def signature(vector: dict) -> dict:
+    """§7, parsing the UploadRequest by hand (field 1: reports; Report fields 1-4)."""
+    key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(vector["private_key_hex"]))
+    raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    device_id = "dev-" + hashlib.sha256(raw).hexdigest()[:24]
+
+    def field(value: bytes) -> bytes:
+        return struct.pack(">I", len(value)) + value
+
+    signed = b"ldp-survey/upload-signature/v1\x00" + field(device_id.encode())
+    signed += struct.pack(">Q", int(vector["timestamp"]))
+    for number, message in _fields(bytes.fromhex(vector["request_hex"])):
+        assert number == 1
+        parts = {n: v for n, v in _fields(message)}
+        for n in (2, 3, 1, 4):  # survey_id, question_id, report_id, payload
+            signed += field(parts.get(n, b""))
+    return {
+        "device_id": device_id,
+        "signed_bytes_hex": signed.hex(),
+        "signature_hex": key.sign(signed).hex(),
+    }
+
+
+def main() -> None:
+    vectors = json.loads(VECTORS.read_text())
+    for i, vector in enumerate(vectors["reports"]):
+        payload, consumed = report(vector)
+        print(json.dumps({"index": i, "payload_hex": payload.hex(), "consumed": consumed}))
+    for i, vector in enumerate(vectors["signatures"]):
+        print(json.dumps({"signature": i, **signature(vector)}))
+
+
+if __name__ == "__main__":
+    main()
