@@ -143,11 +143,13 @@ def test_extreme_privacy_parameters_give_finite_results(mech):
 
 @pytest.mark.parametrize("mech", MECHANISMS, ids=IDS)
 def test_tiny_samples(mech):
-    """n = 1 and n = 20: a result or an explicit inconclusive, never a NaN."""
+    """n = 1 and n = 20: a calibrated result (or, asymptotically, an explicit inconclusive)."""
     for n in (1, 20):
         result = independence(sample(mech, n), (2, 2), rng=0, n_draws=19)
-        assert all_finite(result)
+        assert all_finite(result) and not result.inconclusive
+        assert result.calibration == "monte-carlo" and result.n_draws == 19
         if isinstance(mech, GaussianNoise | LaplaceNoise):
+            result = independence(sample(mech, n), (2, 2), calibration="asymptotic")
             assert result.inconclusive and not result.reject and result.pvalue == 1.0
             assert "n*p" in result.reason and "inconclusive" in result.summary()
         assert all_finite(goodness_of_fit(sample(mech, n), UNIFORM, rng=0))

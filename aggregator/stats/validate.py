@@ -54,6 +54,22 @@ def check_method(method: str | None, allowed: tuple[str, ...], mechanism_name: s
     return method
 
 
+def check_finite_statistic(statistic: float, name: str = "hist") -> float:
+    """A statistic that overflowed (values near the float range) is the input's fault."""
+    if not np.isfinite(statistic):
+        raise InvalidInputError(
+            f"{name}: the test statistic is not finite; the values are too large to test"
+        )
+    return statistic
+
+
+def check_count(n: object, name: str = "n") -> float:
+    """A planned number of reports: a finite real number >= 1."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 1:
+        raise InvalidInputError(f"{name} must be a finite number of reports >= 1, got {n!r}")
+    return float(n)
+
+
 def make_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
