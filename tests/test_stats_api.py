@@ -215,3 +215,47 @@ def test_power_input_errors():
         sample_size(mech, alt, null=UNIFORM, power=0.01)
     assert power(mech, alt, 1000, null=UNIFORM) < power(mech, alt, 100_000, null=UNIFORM)
     assert power(mech, UNIFORM, 10**6, null=UNIFORM) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("mech", MECHANISMS, ids=IDS)
+def test_calibration_is_recorded(mech):
+    hist = sample(mech, 5000)
+    for test in (
+        lambda cal: goodness_of_fit(hist, UNIFORM, calibration=cal, rng=0, n_draws=99),
+        lambda cal: independence(hist, (2, 2), calibration=cal, rng=0, n_draws=99),
+    ):
+        simulated = test("monte-carlo")
+        assert simulated.calibration == "monte-carlo" and simulated.n_draws == 99
+        assert simulated.dof is None and "m = 99" in simulated.summary()
+        asymptotic = test("asymptotic")
+        assert asymptotic.calibration == "asymptotic" and asymptotic.n_draws is None
+        assert test("auto").calibration_reason
+        assert json.loads(json.dumps(simulated.to_dict()))["n_draws"] == 99
+        with pytest.raises(InvalidInputError, match="calibration"):
+            test("bootstrap")
+
+
+def test_auto_keeps_the_asymptotic_law_where_the_diagnostics_pass():
+    dense = goodness_of_fit(sample(RandomizedResponse(4, 1.0), 5000), UNIFORM)
+    assert dense.calibration == "asymptotic" and dense.dof == 3
+    sparse = goodness_of_fit(sample(RandomizedResponse(4, 8.0), 12), UNIFORM, rng=0)
+    assert sparse.calibration == "monte-carlo" and "expected privatized count" in (
+        sparse.calibration_reason
+    )
+
+
+def test_monte_carlo_floor_prints_as_a_bound():
+    mech = RandomizedResponse(4, 2.0)
+    hist = Histogram(mech, 400, np.array([400, 0, 0, 0]))
+    result = goodness_of_fit(hist, UNIFORM, calibration="monte-carlo", rng=0, n_draws=99)
+    assert result.pvalue == 0.01 and result.at_floor
+    assert "p <= 0.01 = 1/(m+1), m = 99" in result.summary()
+    assert result.to_dict()["pvalue_at_floor"] is True
+
+
+def test_laplace_bootstrap_with_a_marginal_on_the_boundary():
+    """Issue 11: a fitted marginal at 0 made the bootstrap sampler raise NumPy's ValueError."""
+    mech = LaplaceNoise(4, 8.0)
+    draw = mech.simulate_histogram(200, np.array([1.0, 0, 0, 0]), np.random.default_rng(4))
+    result = independence(Histogram(mech, 200, draw), (2, 2), rng=0, n_draws=99)
+    assert all_finite(result) and result.calibration == "monte-carlo"
