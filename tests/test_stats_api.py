@@ -13,6 +13,7 @@ from aggregator.histogram import Histogram
 from aggregator.stats import (
     FunctionModel,
     TestResult,
+    advise,
     composite,
     estimate,
     goodness_of_fit,
@@ -259,3 +260,32 @@ def test_laplace_bootstrap_with_a_marginal_on_the_boundary():
     draw = mech.simulate_histogram(200, np.array([1.0, 0, 0, 0]), np.random.default_rng(4))
     result = independence(Histogram(mech, 200, draw), (2, 2), rng=0, n_draws=99)
     assert all_finite(result) and result.calibration == "monte-carlo"
+
+
+def test_issue_11_edge_numbers_are_typed_errors():
+    import time
+
+    mech = RandomizedResponse(4, 1.0)
+    alt = UNIFORM + 0.01 * np.array([1, -1, -1, 1])
+    for n in (float("nan"), float("inf"), -5):
+        with pytest.raises(InvalidInputError, match="n must be"):
+            power(mech, alt, n, null=UNIFORM)
+        with pytest.raises(InvalidInputError, match="n must be"):
+            advise(4, 1.0, alt, n, null=UNIFORM)
+    start = time.perf_counter()
+    with pytest.raises(InvalidInputError, match=r"needs about n = [0-9.e+]+ reports"):
+        sample_size(mech, UNIFORM + 1e-15 * np.array([1, -1, -1, 1]), null=UNIFORM)
+    assert time.perf_counter() - start < 2
+    hist = sample(mech)
+    over = FunctionModel(4, lambda t: np.full(4, 0.3), lambda p: np.array([0.5]), n_params=1)
+    with pytest.raises(InvalidInputError, match=r"sums to 1\.2"):
+        composite(hist, over)
+    nan = FunctionModel(4, lambda t: np.full(4, np.nan), lambda p: np.array([0.5]), n_params=1)
+    with pytest.raises(InvalidInputError, match="not finite"):
+        composite(hist, nan)
+    gauss = Histogram(GaussianNoise(4, 0.5), 100, np.array([1e200, -1e200, 1e200, 3.0]))
+    for fn in (lambda: independence(gauss, (2, 2)), lambda: goodness_of_fit(gauss, UNIFORM)):
+        with pytest.raises(InvalidInputError, match="hist"):
+            fn()
+    with pytest.raises(InvalidInputError, match="rng"):
+        goodness_of_fit(hist, UNIFORM, rng="seed", calibration="monte-carlo")

@@ -98,7 +98,16 @@ def choose(
     return Choice("asymptotic", "diagnostics passed")
 
 
-def null_distribution(p: np.ndarray) -> np.ndarray:
-    """p clipped to >= 0 and renormalised, so rounding at the boundary never reaches a sampler."""
+def simulate_null(
+    mech: Mechanism, n: int, p: np.ndarray, rng: np.random.Generator, size: int
+) -> np.ndarray:
+    """``size`` exact draws of the sufficient statistic under p (clipped to >= 0 and
+    renormalised, so rounding at the boundary of the simplex never reaches the sampler)."""
     p = np.clip(np.asarray(p, dtype=float), 0.0, None)
-    return p / p.sum()
+    try:
+        return mech.simulate_histogram(n, p / p.sum(), rng, size=size)
+    except ValueError as exc:  # NumPy's samplers refuse parameters this extreme
+        raise InvalidInputError(
+            f"calibration: the null of {mech.describe()} with n = {n} cannot be simulated "
+            f"({exc}); use calibration='asymptotic'"
+        ) from None

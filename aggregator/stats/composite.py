@@ -17,7 +17,7 @@ from scipy import stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
-from aggregator.stats.calibration import Choice, check_calibration, choose, null_distribution
+from aggregator.stats.calibration import Choice, check_calibration, choose, simulate_null
 from aggregator.stats.channel import (
     debiased,
     is_randomized_response,
@@ -108,6 +108,7 @@ def composite(
     hist = check_histogram(hist)
     alpha = check_alpha(alpha)
     calibration = check_calibration(calibration)
+    n_draws = check_draws(n_draws, alpha)
     mech = hist.mechanism
     if not isinstance(model, ParametricModel):
         raise InvalidInputError("model must be an aggregator.stats.ParametricModel")
@@ -142,9 +143,7 @@ def composite(
         calibration_reason=choice.reason,
     )
     if choice.simulated:
-        n_draws = check_draws(n_draws, alpha)
-        null_p = null_distribution(fit.fitted[0])
-        draws = mech.simulate_histogram(n, null_p, make_rng(rng), size=n_draws)
+        draws = simulate_null(mech, n, fit.fitted[0], make_rng(rng), n_draws)
         null = _fit(mech, model, draws, n, projected).statistic
         pvalue = monte_carlo_pvalue(statistic, null)
         reject = pvalue <= alpha

@@ -7,7 +7,7 @@ from scipy import stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
-from aggregator.stats.calibration import check_calibration, choose
+from aggregator.stats.calibration import check_calibration, choose, simulate_null
 from aggregator.stats.channel import debiased, extra_variance, quadratic_form
 from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
@@ -67,6 +67,7 @@ def goodness_of_fit(
     hist = check_histogram(hist)
     alpha = check_alpha(alpha)
     calibration = check_calibration(calibration)
+    n_draws = check_draws(n_draws, alpha)
     mech = hist.mechanism
     p0 = check_distribution(p0, mech.k)
     kind = type(mech)
@@ -91,8 +92,7 @@ def goodness_of_fit(
         calibration_reason=choice.reason,
     )
     if choice.simulated:
-        n_draws = check_draws(n_draws, alpha)
-        draws = mech.simulate_histogram(n, p0, make_rng(rng), size=n_draws)
+        draws = simulate_null(mech, n, p0, make_rng(rng), n_draws)
         pvalue = monte_carlo_pvalue(statistic, statistic_of(draws))
         reject = pvalue <= alpha
         return TestResult(statistic, pvalue, None, reject=reject, n_draws=n_draws, **common)

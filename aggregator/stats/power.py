@@ -11,6 +11,7 @@ Gaussian-limit approximation; the Gaussian ``imhof`` method uses a weighted nonc
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ from aggregator.stats.gof import GOF_METHODS, imhof_matrix
 from aggregator.stats.imhof import weighted_chi2_isf, weighted_chi2_sf
 from aggregator.stats.minchisq import fit_minimum_chi_square
 from aggregator.stats.models import IndependenceModel, ParametricModel
-from aggregator.stats.validate import check_alpha, check_distribution, check_method
+from aggregator.stats.validate import check_alpha, check_count, check_distribution, check_method
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -97,7 +98,8 @@ def _power(plan: _Plan, n: float, alpha: float) -> float:
         tau = weighted_chi2_isf(alpha, lam)
         return weighted_chi2_sf(tau, lam, n * per_n)
     critical = stats.chi2.isf(alpha, plan.dof)
-    return float(stats.ncx2.sf(critical, plan.dof, n * plan.nu_per_n))
+    value = float(stats.ncx2.sf(critical, plan.dof, n * plan.nu_per_n))
+    return 1.0 if np.isnan(value) else value  # SciPy gives NaN only far out in the upper tail
 
 
 def noncentrality(
@@ -111,6 +113,7 @@ def noncentrality(
     method: str | None = None,
 ) -> float:
     """Noncentrality nu of the test's limiting chi-square at sample size n."""
+    n = check_count(n)
     plan = _plan(mechanism, alternative, null, shape, model, method)
     if plan.imhof is not None:
         return float(n * np.sum(plan.imhof[1] * plan.imhof[0]))
@@ -134,8 +137,7 @@ def power(
     null; ``method`` as in the corresponding test.
     """
     alpha = check_alpha(alpha)
-    if n < 1:
-        raise InvalidInputError(f"n must be a positive number of reports, got {n}")
+    n = check_count(n)
     return _power(_plan(mechanism, alternative, null, shape, model, method), n, alpha)
 
 
@@ -152,7 +154,7 @@ def sample_size(
 ) -> int:
     """Smallest n whose asymptotic power reaches ``power``."""
     alpha = check_alpha(alpha)
-    if not alpha < power < 1:
+    if isinstance(power, bool) or not isinstance(power, numbers.Real) or not alpha < power < 1:
         raise InvalidInputError(f"power must be in (alpha, 1), got {power!r}")
     plan = _plan(mechanism, alternative, null, shape, model, method)
     per_n = plan.nu_per_n if plan.imhof is None else float(np.sum(plan.imhof[1]))
@@ -163,20 +165,41 @@ def sample_size(
         target = optimize.brentq(
             lambda nu: stats.ncx2.sf(critical, plan.dof, nu) - power, 1e-9, 1e9
         )
+        _check_plannable(target / per_n)
         n = max(1, math.ceil(target / per_n))
-        while n > 1 and _power(plan, n - 1, alpha) >= power:
-            n -= 1
-        while _power(plan, n, alpha) < power:
-            n += 1
+        for _ in range(8):  # power is increasing in n * per_n, so n is off by rounding at most
+            if n > 1 and _power(plan, n - 1, alpha) >= power:
+                n -= 1
+            elif _power(plan, n, alpha) < power:
+                n += 1
+            else:
+                break
         return n
+    lam, per_cell = plan.imhof
+    critical = stats.chi2.isf(alpha, lam.size)  # the chi-square guess bounds the work
+    guess = optimize.brentq(lambda nu: stats.ncx2.sf(critical, lam.size, nu) - power, 1e-9, 1e9)
+    _check_plannable(guess / float(np.sum(per_cell * lam)) * lam.min() / 10)
     hi = 1
     while _power(plan, hi, alpha) < power:
+        _check_plannable(2 * hi)
         hi *= 2
     lo = hi // 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if _power(plan, mid, alpha) >= power else (mid, hi)
     return hi
+
+
+MAX_SAMPLE_SIZE = 10**12
+
+
+def _check_plannable(n_needed: float) -> None:
+    """Bound the work of planning: an effect this small is an error naming the n it needs."""
+    if not n_needed <= MAX_SAMPLE_SIZE:
+        raise InvalidInputError(
+            f"alternative: the effect is too small to plan for; it needs about n = "
+            f"{n_needed:.3g} reports (the limit is {MAX_SAMPLE_SIZE:.0e})"
+        )
 
 
 @dataclass(frozen=True)
@@ -204,16 +227,20 @@ def advise(
 
     Gaussian noise is compared at rho = epsilon^2 / 2, a weaker guarantee than epsilon-LDP.
     """
-    candidates: list[tuple[Mechanism, str]] = [
-        (RandomizedResponse(k, epsilon), ""),
-        (FlipComponents(k, epsilon), ""),
-        (LaplaceNoise(k, epsilon), "Monte Carlo level; power from the Gaussian limit"),
-        (GaussianNoise(k, epsilon**2 / 2), "rho = eps^2/2 zCDP: weaker than eps-LDP"),
-    ]
+    n = check_count(n)
+    alpha = check_alpha(alpha)
+    try:
+        candidates: list[tuple[Mechanism, str]] = [
+            (RandomizedResponse(k, epsilon), ""),
+            (FlipComponents(k, epsilon), ""),
+            (LaplaceNoise(k, epsilon), "Monte Carlo level; power from the Gaussian limit"),
+            (GaussianNoise(k, epsilon**2 / 2), "rho = eps^2/2 zCDP: weaker than eps-LDP"),
+        ]
+    except (ValueError, TypeError, OverflowError) as exc:
+        name = "k" if str(exc).startswith("k ") else "epsilon"
+        raise InvalidInputError(f"{name}: {exc}") from None
     advice = []
     for mech, note in candidates:
         plan = _plan(mech, alternative, null, shape, None, None)
-        advice.append(
-            Advice(mech, plan.method, _power(plan, n, check_alpha(alpha)), n * plan.nu_per_n, note)
-        )
+        advice.append(Advice(mech, plan.method, _power(plan, n, alpha), n * plan.nu_per_n, note))
     return sorted(advice, key=lambda a: -a.power)
