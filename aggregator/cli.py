@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(est)
     _question(est)
     est.add_argument("--confidence", type=float, default=0.95)
+    est.add_argument(
+        "--simultaneous", action="store_true", help="also intervals covering all categories at once"
+    )
     est.add_argument("--json", action="store_true", help="machine-readable output")
     est.set_defaults(run=run_estimate)
 
@@ -134,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--alpha", type=float, default=0.05)
     test.add_argument("--method", help="test method (default: the mechanism's recommended one)")
     test.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
+    test.add_argument(
+        "--calibration",
+        choices=["auto", "asymptotic", "monte-carlo"],
+        default="auto",
+        help="null distribution of the p-value (default auto: simulated where the chi-square "
+        "limit is not accurate)",
+    )
     test.add_argument("--json", action="store_true", help="machine-readable output")
     test.set_defaults(run=run_test)
 
@@ -177,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--alpha", type=float, default=0.05)
     job.add_argument("--confidence", type=float, default=0.95)
     job.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
+    job.add_argument("--calibration", choices=["auto", "asymptotic", "monte-carlo"], default="auto")
     job.add_argument(
         "--dedup",
         choices=["auto", "always", "never"],
@@ -379,7 +390,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     from aggregator.stats import estimate  # SciPy: imported only by the commands that need it
 
     question, hist = _load(args)
-    est = estimate(hist, args.confidence)
+    est = estimate(hist, args.confidence, simultaneous=args.simultaneous)
     if args.json:
         print(json.dumps({"question": question.id, "labels": question.labels, **est.to_dict()}))
     else:
@@ -396,11 +407,20 @@ def run_test(args: argparse.Namespace) -> int:
             if not args.p0:
                 raise UserError("gof needs --p0 (comma-separated probabilities)")
             p0 = np.array([float(x) for x in args.p0.split(",")])
-            result = goodness_of_fit(hist, p0, args.alpha, args.method, rng=args.seed)
+            result = goodness_of_fit(
+                hist, p0, args.alpha, args.method, calibration=args.calibration, rng=args.seed
+            )
         else:
             if len(question.shape) != 2:
                 raise UserError(f"question {question.id} does not have exactly 2 attributes")
-            result = independence(hist, question.shape, args.alpha, args.method, rng=args.seed)
+            result = independence(
+                hist,
+                question.shape,
+                args.alpha,
+                args.method,
+                calibration=args.calibration,
+                rng=args.seed,
+            )
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     print(json.dumps(result.to_dict()) if args.json else result.summary())
