@@ -72,13 +72,18 @@ def choose(
     null: np.ndarray,
     *,
     composite: bool,
+    laplace_always: bool = True,
 ) -> Choice:
-    """Resolve ``calibration`` for a test of ``null`` (p0, or the fitted null) with n reports."""
+    """Resolve ``calibration`` for a test of ``null`` (p0, or the fitted null) with n reports.
+
+    ``laplace_always=False`` applies the diagnostics to Laplace noise too: planning uses it,
+    since where they pass the simulated null and the chi-square law give the same power.
+    """
     if calibration == "asymptotic":
         return Choice("asymptotic", "requested")
     if calibration == "monte-carlo":
         return Choice("monte-carlo", "requested")
-    if isinstance(mech, LaplaceNoise):
+    if laplace_always and isinstance(mech, LaplaceNoise):
         return Choice("monte-carlo", "Laplace noise: its null is always simulated")
     counts = effective_counts(mech, n, null)
     if counts.min() < MIN_EFFECTIVE_COUNT:
