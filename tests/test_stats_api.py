@@ -289,3 +289,21 @@ def test_issue_11_edge_numbers_are_typed_errors():
             fn()
     with pytest.raises(InvalidInputError, match="rng"):
         goodness_of_fit(hist, UNIFORM, rng="seed", calibration="monte-carlo")
+
+
+def test_model_and_shape_inputs_are_typed_errors():
+    from aggregator.stats import IndependenceModel
+
+    hist = sample(RandomizedResponse(4, 1.0))
+    for bad in (lambda: IndependenceModel("a", 2), lambda: IndependenceModel(2.5, 2)):
+        with pytest.raises(InvalidInputError, match="integers r, c"):
+            bad()
+    with pytest.raises(InvalidInputError, match="pair of integers"):
+        independence(hist, (2.5, 2))
+    with pytest.raises(InvalidInputError, match="n_params"):
+        FunctionModel(4, lambda t: t, lambda p: p, n_params=0)
+    failing = FunctionModel(4, lambda t: 1 / 0, lambda p: np.array([0.5]), n_params=1)
+    with pytest.raises(InvalidInputError, match="model: probabilities"):
+        composite(hist, failing)
+    with pytest.raises(InvalidInputError):
+        holm(["a"])

@@ -187,9 +187,12 @@ def independence(
     """
     hist = check_histogram(hist)
     try:
-        r, c = (int(x) for x in shape)
+        r, c = shape
+        if int(r) != r or int(c) != c:
+            raise ValueError
+        r, c = int(r), int(c)
     except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"shape must be a pair (r, c), got {shape!r}") from exc
+        raise InvalidInputError(f"shape must be a pair of integers (r, c), got {shape!r}") from exc
     if r * c != hist.k:
         raise InvalidInputError(f"shape {r}x{c} does not match the question's {hist.k} categories")
     return composite(
