@@ -202,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(est)
     _question(est)
     est.add_argument("--confidence", type=float, default=0.95, help="confidence level")
+    est.add_argument(
+        "--simultaneous", action="store_true", help="also intervals covering all categories at once"
+    )
     _json(est)
     est.set_defaults(run=run_estimate)
 
@@ -217,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--alpha", type=float, default=0.05, help="significance level")
     test.add_argument("--method", help=METHOD_HELP)
     test.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
+    test.add_argument(
+        "--calibration",
+        choices=["auto", "asymptotic", "monte-carlo"],
+        default="auto",
+        help="null distribution of the p-value (auto: simulated where the chi-square limit is "
+        "not accurate)",
+    )
     _json(test)
     test.set_defaults(run=run_test)
 
@@ -298,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--alpha", type=float, default=0.05, help="significance level")
     job.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     job.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
+    job.add_argument("--calibration", choices=["auto", "asymptotic", "monte-carlo"], default="auto")
     job.add_argument(
         "--dedup",
         choices=["auto", "always", "never"],
@@ -624,7 +635,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     from aggregator.stats import estimate  # SciPy: imported only by the commands that need it
 
     question, hist = _load(args)
-    est = estimate(hist, args.confidence)
+    est = estimate(hist, args.confidence, simultaneous=args.simultaneous)
     if args.json:
         print(json.dumps({"question": question.id, "labels": question.labels, **est.to_dict()}))
     else:
@@ -633,30 +644,35 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 
 def estimate_table(est, labels: list[str]) -> str:
-    """The estimate as a table; when an unbiased value falls outside [0, 1], the projected
-    distribution is shown beside it, with what it means."""
+    """The estimate as a table with its interval method; simultaneous intervals when computed;
+    when an unbiased value falls outside [0, 1], the projected distribution is shown beside it,
+    with what it means."""
     projected = est.projected()
     outside = bool(((est.frequencies < 0) | (est.frequencies > 1)).any())
+    joint = est.simultaneous_low is not None
     width = max(8, *(len(label) for label in labels))
     level = f"{100 * est.confidence:g}% CI"
     header = f"  {'category':<{width}}  estimate    s.e.   {level:<18}"
+    if joint:
+        header += f"  {'simultaneous':<18}"
+    method = f", intervals: {est.interval_method}" if est.interval_method else ""
     lines = [
-        f"estimate [{est.mechanism}], n = {est.n}",
+        f"estimate [{est.mechanism}], n = {est.n}{method}",
         header + ("  projected" if outside else ""),
     ]
-    rows = zip(
-        labels,
-        est.frequencies,
-        est.standard_errors,
-        est.ci_low,
-        est.ci_high,
-        projected,
-        strict=True,
-    )
-    for label, f, se, lo, hi, proj in rows:
-        interval = f"[{_num(lo)}, {_num(hi)}]"
-        line = f"  {label:<{width}}  {_num(f):>8}  {_num(se):>6}   {interval:<18}"
-        lines.append(line + (f"  {_num(proj):>9}" if outside else ""))
+    for j, label in enumerate(labels):
+        interval = f"[{_num(est.ci_low[j])}, {_num(est.ci_high[j])}]"
+        line = f"  {label:<{width}}  {_num(est.frequencies[j]):>8}  "
+        line += f"{_num(est.standard_errors[j]):>6}   {interval:<18}"
+        if joint:
+            both = f"[{_num(est.simultaneous_low[j])}, {_num(est.simultaneous_high[j])}]"
+            line += f"  {both:<18}"
+        lines.append(line + (f"  {_num(projected[j]):>9}" if outside else ""))
+    if joint:
+        lines.append(
+            f"  'simultaneous': all {len(labels)} intervals cover at once with probability at "
+            f"least {100 * est.confidence:g}%"
+        )
     if outside:
         lines.append(
             "  An unbiased estimate can fall outside [0, 1] by noise; 'projected' is the nearest "
@@ -684,11 +700,20 @@ def run_test(args: argparse.Namespace) -> int:
     try:
         if args.kind == "gof":
             p0 = _p0(args.p0, question)
-            result = goodness_of_fit(hist, p0, args.alpha, args.method, rng=args.seed)
+            result = goodness_of_fit(
+                hist, p0, args.alpha, args.method, calibration=args.calibration, rng=args.seed
+            )
         else:
             if len(question.shape) != 2:
                 raise UserError(f"question {question.id} does not have exactly 2 attributes")
-            result = independence(hist, question.shape, args.alpha, args.method, rng=args.seed)
+            result = independence(
+                hist,
+                question.shape,
+                args.alpha,
+                args.method,
+                calibration=args.calibration,
+                rng=args.seed,
+            )
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     if args.json:

@@ -180,6 +180,36 @@ def bench_tests(reps: int, rng: np.random.Generator) -> list[Row]:
     return rows
 
 
+def bench_calibrated(reps: int, rng: np.random.Generator) -> list[Row]:
+    """Calibrated tests (issue 11 targets): exact Monte Carlo GOF at k = 1,024 with m = 999 on a
+    sparse Zipf null, and the parametric-bootstrap independence test of a 10x10 table, m = 199."""
+    rows = []
+    k = 1024
+    weights = 1 / np.arange(1, k + 1)
+    p0 = weights / weights.sum()
+    for label, mech in mechanisms(k).items():
+        hist = Histogram(mech, 1000, mech.simulate_histogram(1000, p0, rng))
+        seconds = timings(
+            lambda h=hist: goodness_of_fit(h, p0, calibration="monte-carlo", rng=rng, n_draws=999),
+            reps,
+        )
+        name = f"{label}, k={k}, m=999, n=1000"
+        rows.append(latency("calibrated goodness of fit", name, seconds, "ms", 1000.0))
+    rows_p, cols_p = weights[:10] / weights[:10].sum(), weights[:10] / weights[:10].sum()
+    table = np.outer(rows_p, cols_p).ravel()
+    for label, mech in mechanisms(100).items():
+        hist = Histogram(mech, 20000, mech.simulate_histogram(20000, table, rng))
+        seconds = timings(
+            lambda h=hist: independence(
+                h, (10, 10), calibration="monte-carlo", rng=rng, n_draws=199
+            ),
+            reps,
+        )
+        name = f"{label}, m=199, n=20000, Zipf x Zipf"
+        rows.append(latency("bootstrap independence 10x10", name, seconds, "ms", 2000.0))
+    return rows
+
+
 def machine() -> dict[str, str]:
     """Platform, CPU model, core count, library versions, date and load average."""
     cpu = "unknown"
@@ -235,12 +265,23 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write figures as JSON")
+    parser.add_argument(
+        "--calibrated-only", action="store_true", help="only the calibrated tests (issue 11)"
+    )
     args = parser.parse_args()
     reps, scale = (3, 0.1) if args.quick else (15, 1.0)
     rng = np.random.default_rng(SEED)
     started = time.perf_counter()
     info = machine()
-    rows = bench_simulate(reps, rng) + bench_randomize(scale) + bench_tests(reps, rng)
+    if args.calibrated_only:
+        rows = bench_calibrated(reps, rng)
+    else:
+        rows = (
+            bench_simulate(reps, rng)
+            + bench_randomize(scale)
+            + bench_tests(reps, rng)
+            + bench_calibrated(reps, rng)
+        )
     print_table(info, rows)
     targeted = [r for r in rows if r.target is not None]
     met = sum(r.status == "PASS" for r in targeted)

@@ -186,6 +186,10 @@ def test_declared_tests_run_with_their_level_and_a_sentence(config):
     assert "smoker and sport are related at the 0.01 level" in independence.sentence
     assert "n = 4,000" in independence.sentence and "randomized_response" in independence.sentence
     assert ("consistent with" in gof.sentence) != gof.result.reject
+    assert gof.result.calibration == "asymptotic" and "chi-square limit)" in gof.sentence
+    simulated = goodness_of_fit(hists["mood"], np.full(4, 0.25), calibration="monte-carlo", rng=1)
+    sentence = result_sentence("goodness_of_fit", simulated, ["mood"])
+    assert f"Monte Carlo null, {simulated.n_draws:,} draws)" in sentence
 
 
 def test_sentences_say_what_can_and_cannot_be_concluded(config):

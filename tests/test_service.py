@@ -19,7 +19,7 @@ from conftest import ServerThread
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aggregator.histogram import Histogram
-from aggregator.stats import estimate
+from aggregator.stats import estimate, goodness_of_fit
 from aggregator.store.ingest import accepted_bound
 from client.device.ledger import Budget, BudgetExceeded
 from client.device.reporter import Reporter
@@ -84,6 +84,44 @@ def test_tests_over_rpc(server):
         ldp_pb2.GoodnessOfFitRequest(survey_id="s1", question_id="joint", p0=[1 / 6] * 6)
     )
     assert gof.reject and gof.HasField("dof")
+    assert gof.calibration == "asymptotic" and not gof.HasField("n_draws")
+
+
+def test_calibration_over_rpc_matches_the_library(server):
+    """A Monte Carlo p-value asked for over the Analyst RPC, with a seed, equals the library's
+    on the same histogram; the response says how it was calibrated. A bad calibration name is
+    INVALID_ARGUMENT."""
+    collector, analyst = stubs(server)
+    rng = np.random.default_rng(5)
+    question = server.surveys["s1"].question("joint")
+    mech = question.mechanism
+    truth = rng.choice(6, size=400, p=[1 / 6] * 6)
+    values = mech.simulate(truth, rng)
+    collector.Upload(
+        ldp_pb2.UploadRequest(reports=[report("s1", "joint", mech.encode(v)) for v in values])
+    )
+    request = ldp_pb2.GoodnessOfFitRequest(
+        survey_id="s1", question_id="joint", p0=[1 / 6] * 6, calibration="monte-carlo", seed=7
+    )
+    remote = analyst.GoodnessOfFit(request)
+    local = goodness_of_fit(
+        Histogram.from_reports(mech, values), np.full(6, 1 / 6), calibration="monte-carlo", rng=7
+    )
+    assert remote.calibration == "monte-carlo" and remote.n_draws == local.n_draws > 0
+    assert remote.pvalue == local.pvalue and not remote.HasField("dof")
+    independence = analyst.Independence(
+        ldp_pb2.IndependenceRequest(survey_id="s1", question_id="joint", seed=3)
+    )
+    assert independence.calibration in ("asymptotic", "monte-carlo")
+    assert independence.calibration_reason
+    with pytest.raises(grpc.RpcError) as refused:
+        analyst.GoodnessOfFit(
+            ldp_pb2.GoodnessOfFitRequest(
+                survey_id="s1", question_id="joint", p0=[1 / 6] * 6, calibration="exact"
+            )
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "calibration" in refused.value.details()
 
 
 def test_idempotent_upload_counts_exactly(server):

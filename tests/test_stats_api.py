@@ -13,6 +13,7 @@ from aggregator.histogram import Histogram
 from aggregator.stats import (
     FunctionModel,
     TestResult,
+    advise,
     composite,
     estimate,
     goodness_of_fit,
@@ -143,11 +144,13 @@ def test_extreme_privacy_parameters_give_finite_results(mech):
 
 @pytest.mark.parametrize("mech", MECHANISMS, ids=IDS)
 def test_tiny_samples(mech):
-    """n = 1 and n = 20: a result or an explicit inconclusive, never a NaN."""
+    """n = 1 and n = 20: a calibrated result (or, asymptotically, an explicit inconclusive)."""
     for n in (1, 20):
         result = independence(sample(mech, n), (2, 2), rng=0, n_draws=19)
-        assert all_finite(result)
+        assert all_finite(result) and not result.inconclusive
+        assert result.calibration == "monte-carlo" and result.n_draws == 19
         if isinstance(mech, GaussianNoise | LaplaceNoise):
+            result = independence(sample(mech, n), (2, 2), calibration="asymptotic")
             assert result.inconclusive and not result.reject and result.pvalue == 1.0
             assert "n*p" in result.reason and "inconclusive" in result.summary()
         assert all_finite(goodness_of_fit(sample(mech, n), UNIFORM, rng=0))
@@ -213,3 +216,94 @@ def test_power_input_errors():
         sample_size(mech, alt, null=UNIFORM, power=0.01)
     assert power(mech, alt, 1000, null=UNIFORM) < power(mech, alt, 100_000, null=UNIFORM)
     assert power(mech, UNIFORM, 10**6, null=UNIFORM) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("mech", MECHANISMS, ids=IDS)
+def test_calibration_is_recorded(mech):
+    hist = sample(mech, 5000)
+    for test in (
+        lambda cal: goodness_of_fit(hist, UNIFORM, calibration=cal, rng=0, n_draws=99),
+        lambda cal: independence(hist, (2, 2), calibration=cal, rng=0, n_draws=99),
+    ):
+        simulated = test("monte-carlo")
+        assert simulated.calibration == "monte-carlo" and simulated.n_draws == 99
+        assert simulated.dof is None and "m = 99" in simulated.summary()
+        asymptotic = test("asymptotic")
+        assert asymptotic.calibration == "asymptotic" and asymptotic.n_draws is None
+        assert test("auto").calibration_reason
+        assert json.loads(json.dumps(simulated.to_dict()))["n_draws"] == 99
+        with pytest.raises(InvalidInputError, match="calibration"):
+            test("bootstrap")
+
+
+def test_auto_keeps_the_asymptotic_law_where_the_diagnostics_pass():
+    dense = goodness_of_fit(sample(RandomizedResponse(4, 1.0), 5000), UNIFORM)
+    assert dense.calibration == "asymptotic" and dense.dof == 3
+    sparse = goodness_of_fit(sample(RandomizedResponse(4, 8.0), 12), UNIFORM, rng=0)
+    assert sparse.calibration == "monte-carlo" and "expected privatized count" in (
+        sparse.calibration_reason
+    )
+
+
+def test_monte_carlo_floor_prints_as_a_bound():
+    mech = RandomizedResponse(4, 2.0)
+    hist = Histogram(mech, 400, np.array([400, 0, 0, 0]))
+    result = goodness_of_fit(hist, UNIFORM, calibration="monte-carlo", rng=0, n_draws=99)
+    assert result.pvalue == 0.01 and result.at_floor
+    assert "p <= 0.01 = 1/(m+1), m = 99" in result.summary()
+    assert result.to_dict()["pvalue_at_floor"] is True
+
+
+def test_laplace_bootstrap_with_a_marginal_on_the_boundary():
+    """Issue 11: a fitted marginal at 0 made the bootstrap sampler raise NumPy's ValueError."""
+    mech = LaplaceNoise(4, 8.0)
+    draw = mech.simulate_histogram(200, np.array([1.0, 0, 0, 0]), np.random.default_rng(4))
+    result = independence(Histogram(mech, 200, draw), (2, 2), rng=0, n_draws=99)
+    assert all_finite(result) and result.calibration == "monte-carlo"
+
+
+def test_issue_11_edge_numbers_are_typed_errors():
+    import time
+
+    mech = RandomizedResponse(4, 1.0)
+    alt = UNIFORM + 0.01 * np.array([1, -1, -1, 1])
+    for n in (float("nan"), float("inf"), -5):
+        with pytest.raises(InvalidInputError, match="n must be"):
+            power(mech, alt, n, null=UNIFORM)
+        with pytest.raises(InvalidInputError, match="n must be"):
+            advise(4, 1.0, alt, n, null=UNIFORM)
+    start = time.perf_counter()
+    with pytest.raises(InvalidInputError, match=r"needs about n = [0-9.e+]+ reports"):
+        sample_size(mech, UNIFORM + 1e-15 * np.array([1, -1, -1, 1]), null=UNIFORM)
+    assert time.perf_counter() - start < 2
+    hist = sample(mech)
+    over = FunctionModel(4, lambda t: np.full(4, 0.3), lambda p: np.array([0.5]), n_params=1)
+    with pytest.raises(InvalidInputError, match=r"sums to 1\.2"):
+        composite(hist, over)
+    nan = FunctionModel(4, lambda t: np.full(4, np.nan), lambda p: np.array([0.5]), n_params=1)
+    with pytest.raises(InvalidInputError, match="not finite"):
+        composite(hist, nan)
+    gauss = Histogram(GaussianNoise(4, 0.5), 100, np.array([1e200, -1e200, 1e200, 3.0]))
+    for fn in (lambda: independence(gauss, (2, 2)), lambda: goodness_of_fit(gauss, UNIFORM)):
+        with pytest.raises(InvalidInputError, match="hist"):
+            fn()
+    with pytest.raises(InvalidInputError, match="rng"):
+        goodness_of_fit(hist, UNIFORM, rng="seed", calibration="monte-carlo")
+
+
+def test_model_and_shape_inputs_are_typed_errors():
+    from aggregator.stats import IndependenceModel
+
+    hist = sample(RandomizedResponse(4, 1.0))
+    for bad in (lambda: IndependenceModel("a", 2), lambda: IndependenceModel(2.5, 2)):
+        with pytest.raises(InvalidInputError, match="integers r, c"):
+            bad()
+    with pytest.raises(InvalidInputError, match="pair of integers"):
+        independence(hist, (2.5, 2))
+    with pytest.raises(InvalidInputError, match="n_params"):
+        FunctionModel(4, lambda t: t, lambda p: p, n_params=0)
+    failing = FunctionModel(4, lambda t: 1 / 0, lambda p: np.array([0.5]), n_params=1)
+    with pytest.raises(InvalidInputError, match="model: probabilities"):
+        composite(hist, failing)
+    with pytest.raises(InvalidInputError):
+        holm(["a"])

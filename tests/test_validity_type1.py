@@ -124,6 +124,8 @@ def test_general_composite_type1(label):
     factory, method = INDEPENDENCE_TESTS[label]
     p = stats.binom.pmf(np.arange(4), 3, 0.3)
     model = binomial_model()
-    runner = lambda hist, rng: composite(hist, model, method=method)  # noqa: E731
+    runner = lambda hist, rng: composite(  # noqa: E731
+        hist, model, method=method, calibration="asymptotic"
+    )
     rate = rejection_rate(factory(4, 2.0), p, 10000, runner, trials=300, seed=5)
     assert rate.within_band(ALPHA), f"{label}: Type I {rate.rate:.3f}"

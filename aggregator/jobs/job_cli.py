@@ -27,6 +27,7 @@ def run_job_command(args: argparse.Namespace) -> int:
         confidence=args.confidence,
         alpha=args.alpha,
         seed=args.seed,
+        calibration=args.calibration,
         gof=dict(parse_gof(option, surveys) for option in args.gof),
     )
     found = inputs.resolve(args.shards, surveys)

@@ -25,6 +25,7 @@ class Analysis:
     confidence: float = 0.95
     alpha: float = 0.05
     seed: int | None = None
+    calibration: str = "auto"
     gof: dict[tuple[str, str], tuple[float, ...]] = field(default_factory=dict)
 
 
@@ -55,11 +56,23 @@ def question_result(survey: SurveySpec, question_id: str, total: Partial, analys
     p0 = analysis.gof.get((survey.id, question.id))
     if p0 is not None:
         tests["gof"] = _run(
-            lambda: goodness_of_fit(hist, np.array(p0), analysis.alpha, rng=analysis.seed)
+            lambda: goodness_of_fit(
+                hist,
+                np.array(p0),
+                analysis.alpha,
+                calibration=analysis.calibration,
+                rng=analysis.seed,
+            )
         )
     if len(question.shape) == 2:
         tests["independence"] = _run(
-            lambda: independence(hist, question.shape, analysis.alpha, rng=analysis.seed)
+            lambda: independence(
+                hist,
+                question.shape,
+                analysis.alpha,
+                calibration=analysis.calibration,
+                rng=analysis.seed,
+            )
         )
     out["tests"] = tests
     return out

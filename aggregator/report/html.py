@@ -8,7 +8,7 @@ from html import escape
 from aggregator.report.content import Marginal, QuestionSection, SurveyReport, TestSection
 from aggregator.report.numbers import interval, out_of_range, share
 from aggregator.report.plots import PLOT_EXTRA_HINT, interval_plot, plots_available
-from aggregator.report.sentences import format_p
+from aggregator.report.sentences import calibration_text, result_p
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem;
@@ -154,8 +154,8 @@ def _test(test: TestSection) -> str:
     if result is not None:
         dof = "Monte Carlo null" if result.dof is None else f"{result.dof} degrees of freedom"
         parts.append(
-            f'<p class="note">statistic {result.statistic:.4g}, {dof}, {format_p(result.pvalue)}, '
-            f"α = {result.alpha:g}</p>"
+            f'<p class="note">statistic {result.statistic:.4g}, {dof}, {result_p(result)}, '
+            f"α = {result.alpha:g}; {calibration_text(result)}</p>"
         )
     parts.append("</div>")
     return "\n".join(parts)

@@ -40,17 +40,10 @@ def interval_plot(
     fig = Figure(figsize=(6.4, height))
     ax = fig.add_subplot()
     rows = np.arange(k)[::-1]
-    ax.errorbar(
-        frequencies,
-        rows,
-        xerr=np.vstack([frequencies - ci_low, ci_high - frequencies]),
-        fmt="o",
-        color="#1f4e79",
-        ecolor="#6b8fb3",
-        capsize=3,
-        markersize=4,
-        label="estimate with interval",
-    )
+    # Intervals need not be centred on the estimate (exact intervals mapped through the
+    # channel), so they are drawn as segments, not as symmetric error bars.
+    ax.hlines(rows, ci_low, ci_high, color="#6b8fb3", linewidth=1.6, label="interval")
+    ax.plot(frequencies, rows, "o", color="#1f4e79", markersize=4, label="estimate")
     if projected is not None:
         ax.plot(projected, rows, "D", mfc="none", color="#b35900", markersize=5, label="projected")
     ax.axvline(0.0, color="#999999", linewidth=0.8)

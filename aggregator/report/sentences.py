@@ -12,10 +12,27 @@ def format_p(pvalue: float) -> str:
     return f"p = {pvalue:.4f}" if pvalue < 0.01 else f"p = {pvalue:.3f}"
 
 
+def result_p(result: TestResult) -> str:
+    """The p-value of a result: a Monte Carlo p-value at its floor reads p <= 1/(m+1)."""
+    if result.at_floor:
+        return f"p <= 1/{result.n_draws + 1:,}"
+    return format_p(result.pvalue)
+
+
+def calibration_text(result: TestResult) -> str:
+    """How the p-value was calibrated, in words."""
+    if result.calibration == "monte-carlo":
+        return f"Monte Carlo null, {result.n_draws:,} draws"
+    return "chi-square limit"
+
+
 def result_sentence(test: str, result: TestResult, attributes: list[str]) -> str:
     """One or two sentences stating the outcome of ``result`` with its basis (mechanism, n,
     method and level)."""
-    basis = f"({format_p(result.pvalue)}; {result.method}, {result.mechanism}, n = {result.n:,})"
+    basis = (
+        f"({result_p(result)}; {result.method}, {result.mechanism}, n = {result.n:,}, "
+        f"{calibration_text(result)})"
+    )
     if result.inconclusive:
         return (
             f"No conclusion can be drawn: {result.reason}. The hypothesis is not rejected {basis}."

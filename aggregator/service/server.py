@@ -636,6 +636,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             confidence=est.confidence,
             mechanism=est.mechanism,
             projected=est.projected(),
+            interval_method=est.interval_method,
         )
 
     async def GoodnessOfFit(self, request, context):
@@ -647,6 +648,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             np.asarray(request.p0, dtype=float),
             request.alpha or 0.05,
             request.method or None,
+            **_calibration(request),
         )
         return test_response(result)
 
@@ -665,28 +667,35 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             question.shape,
             request.alpha or 0.05,
             request.method or None,
+            **_calibration(request),
         )
         return test_response(result)
 
 
-async def _analyse(context, function: str, *args):
+def _calibration(request) -> dict:
+    """The calibration and seed arguments of a test request ("auto" when unset)."""
+    seed = request.seed if request.HasField("seed") else None
+    return {"calibration": request.calibration or "auto", "rng": seed}
+
+
+async def _analyse(context, function: str, *args, **kwargs):
     """Run ``aggregator.stats.<function>`` off the event loop; user errors become specific status
     codes."""
     try:
-        return await asyncio.to_thread(_call_stats, function, *args)
+        return await asyncio.to_thread(_call_stats, function, *args, **kwargs)
     except InsufficientDataError as exc:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     except (InvalidInputError, ValueError) as exc:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
 
-def _call_stats(function: str, *args):
+def _call_stats(function: str, *args, **kwargs):
     """The statistics package is imported on first use, in a worker thread: it pulls in SciPy,
     which would add about a second to every start (health SERVING comes later after a crash) and
     would stall the event loop if imported there."""
     from aggregator import stats
 
-    return getattr(stats, function)(*args)
+    return getattr(stats, function)(*args, **kwargs)
 
 
 def test_response(result: TestResult) -> ldp_pb2.TestResponse:
@@ -702,9 +711,13 @@ def test_response(result: TestResult) -> ldp_pb2.TestResponse:
         expected=result.expected,
         observed=result.observed,
         mechanism=result.mechanism,
+        calibration=result.calibration,
+        calibration_reason=result.calibration_reason,
     )
     if result.dof is not None:
         message.dof = result.dof
+    if result.n_draws is not None:
+        message.n_draws = result.n_draws
     return message
 
 

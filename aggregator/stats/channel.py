@@ -15,11 +15,18 @@ additive-noise statistic with ``b = A / (A - 1)^2``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse
+
+#: Bounds past which a mechanism's numbers overflow double precision in the tests: a slope of
+#: 1e-10 (or noise variance of 1e20) per report would need about 1e20 reports to detect anything.
+MIN_SLOPE = 1e-10
+MAX_NOISE_VARIANCE = 1e20
 
 
 def is_randomized_response(mechanism: Mechanism) -> bool:
@@ -30,15 +37,40 @@ def extra_variance(mechanism: Mechanism) -> float:
     """b in ``n Cov(p_hat) = Diag p - p p^T + b I`` (not defined for randomized response)."""
     if isinstance(mechanism, FlipComponents):
         s = mechanism.flip_probability
-        return s * (1 - s) / mechanism.slope**2
+        return s * (1 - s) / check_signal(mechanism) ** 2
     if is_randomized_response(mechanism):
         raise TypeError("randomized response has no additive covariance form")
-    return mechanism.noise_variance  # type: ignore[attr-defined]
+    try:
+        b = float(mechanism.noise_variance)  # type: ignore[attr-defined]
+    except (ZeroDivisionError, OverflowError):
+        b = math.inf
+    if not b <= MAX_NOISE_VARIANCE:
+        raise InvalidInputError(
+            f"{_parameter(mechanism)}: {mechanism.describe()} adds noise too large to compute "
+            "with (per-report variance above 1e20); use a larger privacy parameter"
+        )
+    return b
+
+
+def check_signal(mechanism: Mechanism) -> float:
+    """The channel's slope c1, which every de-biased number divides by (squared, for variances):
+    an epsilon so small that it underflows carries no usable signal."""
+    slope = float(mechanism.slope)
+    if not slope >= MIN_SLOPE:
+        raise InvalidInputError(
+            f"{_parameter(mechanism)}: {mechanism.describe()} carries no usable signal (its "
+            "channel's slope is below 1e-10); use a larger privacy parameter"
+        )
+    return slope
+
+
+def _parameter(mechanism: Mechanism) -> str:
+    return "epsilon" if mechanism.cost.kind == "pure" else "rho"
 
 
 def debiased(values: np.ndarray, n: int, mechanism: Mechanism) -> np.ndarray:
     """Unbiased frequency estimate(s) from sufficient statistics (rows of ``values``)."""
-    return (np.asarray(values, dtype=float) / n - mechanism.offset) / mechanism.slope
+    return (np.asarray(values, dtype=float) / n - mechanism.offset) / check_signal(mechanism)
 
 
 def debiased_histogram(hist: Histogram) -> np.ndarray:

@@ -17,6 +17,7 @@ from scipy import stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
+from aggregator.stats.calibration import Choice, check_calibration, choose, simulate_null
 from aggregator.stats.channel import (
     debiased,
     is_randomized_response,
@@ -28,7 +29,13 @@ from aggregator.stats.minchisq import fit_minimum_chi_square
 from aggregator.stats.models import IndependenceModel, ParametricModel
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
-from aggregator.stats.validate import check_alpha, check_histogram, check_method, make_rng
+from aggregator.stats.validate import (
+    check_alpha,
+    check_finite_statistic,
+    check_histogram,
+    check_method,
+    make_rng,
+)
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -48,7 +55,7 @@ _LABELS = {
     (RandomizedResponse, "min-chi-square"): "LocalGeneral: minimum chi-square on privatized counts",
     (GaussianNoise, "projected"): "projected GenChiTest, Gaussian noise",
     (GaussianNoise, "nonprojected"): "non-projected GenChiTest, Gaussian noise",
-    (LaplaceNoise, "bootstrap"): "projected MC-GenChiTest, Laplace noise, parametric bootstrap",
+    (LaplaceNoise, "bootstrap"): "projected GenChiTest, Laplace noise",
     (FlipComponents, "projected"): "projected general chi-square, flip components",
     (FlipComponents, "nonprojected"): "non-projected general chi-square, flip components",
 }
@@ -85,19 +92,23 @@ def composite(
     alpha: float = 0.05,
     method: str | None = None,
     *,
+    calibration: str = "auto",
     rng: np.random.Generator | int | None = None,
     n_draws: int = 199,
     title: str = "composite",
 ) -> TestResult:
     """Test H0: p = p(theta) for some theta, with the general minimum chi-square statistic.
 
-    Degrees of freedom are k - 1 - s (randomized response, projected forms) or k - s
-    (non-projected). Laplace noise uses a parametric bootstrap of ``n_draws`` replicates from
-    p(theta_hat), re-fitting every replicate (level approximately alpha; spec 4.7). With
-    additive noise the result is inconclusive when a fitted rough cell has n p <= 5.
+    ``calibration``: ``"asymptotic"`` (chi-square with k - 1 - s degrees of freedom, or k - s
+    non-projected; with additive noise inconclusive when a rough cell has n p <= 5),
+    ``"monte-carlo"`` (parametric bootstrap: ``n_draws`` replicates drawn at p(theta_hat), boundary
+    fits included, each re-fitted) or ``"auto"`` (asymptotic only where the diagnostics of
+    ``stats.calibration`` pass; Laplace noise is always bootstrapped).
     """
     hist = check_histogram(hist)
     alpha = check_alpha(alpha)
+    calibration = check_calibration(calibration)
+    n_draws = check_draws(n_draws, alpha)
     mech = hist.mechanism
     if not isinstance(model, ParametricModel):
         raise InvalidInputError("model must be an aggregator.stats.ParametricModel")
@@ -114,7 +125,13 @@ def composite(
         )
 
     fit = _fit(mech, model, hist.values[None, :], n, projected)
-    statistic = float(fit.statistic[0])
+    _check_model_output(fit.fitted[0])
+    statistic = check_finite_statistic(float(fit.statistic[0]))
+    choice = choose(calibration, mech, n, fit.fitted[0], composite=True)
+    sparse = np.min(n * fit.rough[0]) <= MIN_EXPECTED_CELL
+    additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+    if additive and sparse and calibration == "auto" and not choice.simulated:
+        choice = Choice("monte-carlo", f"an estimated cell has n*p <= {MIN_EXPECTED_CELL:g}")
     common = dict(
         method=f"{title}: {_LABELS[(kind, method)]}",
         n=n,
@@ -122,24 +139,33 @@ def composite(
         expected=n * mech.report_mean(fit.fitted[0]),
         observed=hist.values.copy(),
         mechanism=mech.describe(),
+        calibration=choice.calibration,
+        calibration_reason=choice.reason,
     )
-    additive = isinstance(mech, GaussianNoise | LaplaceNoise)
-    if additive and np.min(n * fit.rough[0]) <= MIN_EXPECTED_CELL:
-        reason = f"an estimated cell has n*p <= {MIN_EXPECTED_CELL:g}"
-        dof_out = None if method == "bootstrap" else dof
-        return TestResult(
-            statistic, 1.0, dof_out, reject=False, inconclusive=True, reason=reason, **common
-        )
-
-    if method == "bootstrap":
-        n_draws = check_draws(n_draws, alpha)
-        draws = mech.simulate_histogram(n, fit.fitted[0], make_rng(rng), size=n_draws)
+    if choice.simulated:
+        draws = simulate_null(mech, n, fit.fitted[0], make_rng(rng), n_draws)
         null = _fit(mech, model, draws, n, projected).statistic
         pvalue = monte_carlo_pvalue(statistic, null)
-        return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
-
+        reject = pvalue <= alpha
+        return TestResult(statistic, pvalue, None, reject=reject, n_draws=n_draws, **common)
+    if additive and sparse:
+        reason = f"an estimated cell has n*p <= {MIN_EXPECTED_CELL:g}"
+        return TestResult(
+            statistic, 1.0, dof, reject=False, inconclusive=True, reason=reason, **common
+        )
     pvalue = float(stats.chi2.sf(statistic, dof))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+
+
+def _check_model_output(p: np.ndarray) -> None:
+    """p(theta_hat) must be a probability vector, or the statistic means nothing."""
+    if not np.isfinite(p).all():
+        raise InvalidInputError("model: p(theta) is not finite at the fitted parameters")
+    if p.min() < -1e-9 or abs(p.sum() - 1) > 1e-6:
+        raise InvalidInputError(
+            f"model: p(theta) must be a probability vector; at the fit it sums to {p.sum():.6g} "
+            f"with smallest cell {p.min():.3g}"
+        )
 
 
 def independence(
@@ -148,6 +174,7 @@ def independence(
     alpha: float = 0.05,
     method: str | None = None,
     *,
+    calibration: str = "auto",
     rng: np.random.Generator | int | None = None,
     n_draws: int = 199,
 ) -> TestResult:
@@ -155,15 +182,26 @@ def independence(
 
     Category ``i * c + j`` is row i, column j. Methods: randomized response ``min-chi-square``;
     Gaussian ``projected`` (default) or ``nonprojected``; Laplace ``bootstrap``; flip components
-    ``projected`` (default) or ``nonprojected``. Degrees of freedom (r - 1)(c - 1).
+    ``projected`` (default) or ``nonprojected``. Degrees of freedom (r - 1)(c - 1);
+    ``calibration`` as in ``composite``.
     """
     hist = check_histogram(hist)
     try:
-        r, c = (int(x) for x in shape)
+        r, c = shape
+        if int(r) != r or int(c) != c:
+            raise ValueError
+        r, c = int(r), int(c)
     except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"shape must be a pair (r, c), got {shape!r}") from exc
+        raise InvalidInputError(f"shape must be a pair of integers (r, c), got {shape!r}") from exc
     if r * c != hist.k:
         raise InvalidInputError(f"shape {r}x{c} does not match the question's {hist.k} categories")
     return composite(
-        hist, IndependenceModel(r, c), alpha, method, rng=rng, n_draws=n_draws, title="independence"
+        hist,
+        IndependenceModel(r, c),
+        alpha,
+        method,
+        calibration=calibration,
+        rng=rng,
+        n_draws=n_draws,
+        title="independence",
     )

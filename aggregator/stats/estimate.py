@@ -1,11 +1,12 @@
-"""Unbiased frequency estimates with closed-form standard errors and confidence intervals."""
+"""Unbiased frequency estimates with closed-form standard errors and confidence intervals
+(``stats.intervals``)."""
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
@@ -15,15 +16,23 @@ from aggregator.stats.channel import (
     is_randomized_response,
     project_simplex,
 )
-from aggregator.stats.validate import check_histogram
+from aggregator.stats.intervals import (
+    confidence_intervals,
+    interval_method,
+    simultaneous_intervals,
+)
+from aggregator.stats.validate import check_finite_statistic, check_histogram
 
 
 @dataclass(frozen=True)
 class Estimate:
     """Unbiased estimate of the true answer distribution.
 
-    ``frequencies`` may be negative or exceed 1 (that is what unbiased means); ``projected()``
-    is the separate, optional projection onto the probability simplex.
+    ``frequencies`` may be negative or exceed 1 (that is what unbiased means); ``outside`` flags
+    those cells and ``projected()`` is the separate, optional projection onto the probability
+    simplex. ``ci_low``/``ci_high`` are per-coordinate intervals of at least nominal coverage
+    (``interval_method``; docs/calibration.md); ``simultaneous_low``/``simultaneous_high``, when
+    asked for, cover all k coordinates at once.
     """
 
     frequencies: np.ndarray
@@ -34,6 +43,14 @@ class Estimate:
     n: int
     covariance: np.ndarray = field(repr=False)
     mechanism: str = ""
+    interval_method: str = ""
+    simultaneous_low: np.ndarray | None = None
+    simultaneous_high: np.ndarray | None = None
+
+    @property
+    def outside(self) -> np.ndarray:
+        """Cells whose unbiased estimate lies outside [0, 1]."""
+        return (self.frequencies < 0) | (self.frequencies > 1)
 
     def projected(self) -> np.ndarray:
         """Euclidean projection of the estimate onto the probability simplex (biased)."""
@@ -48,7 +65,11 @@ class Estimate:
             "standard_errors": self.standard_errors.tolist(),
             "ci_low": self.ci_low.tolist(),
             "ci_high": self.ci_high.tolist(),
+            "interval_method": self.interval_method,
+            "outside_unit_interval": self.outside.tolist(),
             "projected": self.projected().tolist(),
+            "simultaneous_low": _listed(self.simultaneous_low),
+            "simultaneous_high": _listed(self.simultaneous_high),
         }
 
     def summary(self, labels: list[str] | None = None) -> str:
@@ -57,14 +78,24 @@ class Estimate:
         width = max(8, *(len(name) for name in names))
         level = f"{100 * self.confidence:g}% CI"
         lines = [
-            f"estimate [{self.mechanism}], n = {self.n}",
+            f"estimate [{self.mechanism}], n = {self.n}; intervals: {self.interval_method}",
             f"  {'category':<{width}}  estimate    s.e.   {level}",
         ]
+        projected = self.projected()
         rows = zip(
             names, self.frequencies, self.standard_errors, self.ci_low, self.ci_high, strict=True
         )
-        for name, f, se, lo, hi in rows:
-            lines.append(f"  {name:<{width}}  {f:8.4f}  {se:6.4f}   [{lo:.4f}, {hi:.4f}]")
+        for j, (name, f, se, lo, hi) in enumerate(rows):
+            line = f"  {name:<{width}}  {f:8.4f}  {se:6.4f}   [{lo:.4f}, {hi:.4f}]"
+            if self.outside[j]:
+                line += f"  * outside [0, 1]; projected {projected[j]:.4f}"
+            lines.append(line)
+        if self.simultaneous_low is not None:
+            lines.append(f"  simultaneous {level} over all {self.frequencies.size} categories:")
+            for name, lo, hi in zip(
+                names, self.simultaneous_low, self.simultaneous_high, strict=True
+            ):
+                lines.append(f"  {name:<{width}}  [{lo:.4f}, {hi:.4f}]")
         return "\n".join(lines)
 
 
@@ -82,22 +113,34 @@ def estimate_covariance(hist: Histogram) -> np.ndarray:
     return (np.diag(p) - np.outer(p, p) + extra_variance(mech) * np.eye(mech.k)) / n
 
 
-def estimate(hist: Histogram, confidence: float = 0.95) -> Estimate:
-    """Unbiased frequencies, standard errors and normal-approximation confidence intervals."""
+def estimate(hist: Histogram, confidence: float = 0.95, *, simultaneous: bool = False) -> Estimate:
+    """Unbiased frequencies, standard errors and per-coordinate confidence intervals of at least
+    nominal coverage; with ``simultaneous``, also Bonferroni intervals over all k categories."""
     hist = check_histogram(hist)
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
+        raise InvalidInputError(f"confidence must be a number in (0, 1), got {confidence!r}")
     if not 0 < confidence < 1:
         raise InvalidInputError(f"confidence must be in (0, 1), got {confidence!r}")
     freqs = debiased_histogram(hist)
+    check_finite_statistic(float(np.sum(freqs * freqs)))
     cov = estimate_covariance(hist)
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    z = float(stats.norm.isf((1 - confidence) / 2))
+    low, high = confidence_intervals(hist, confidence)
+    both = simultaneous_intervals(hist, confidence) if simultaneous else (None, None)
     return Estimate(
         frequencies=freqs,
         standard_errors=se,
-        ci_low=freqs - z * se,
-        ci_high=freqs + z * se,
+        ci_low=low,
+        ci_high=high,
         confidence=float(confidence),
         n=hist.n,
         covariance=cov,
         mechanism=hist.mechanism.describe(),
+        interval_method=interval_method(hist),
+        simultaneous_low=both[0],
+        simultaneous_high=both[1],
     )
+
+
+def _listed(values: np.ndarray | None) -> list | None:
+    return None if values is None else values.tolist()

@@ -7,18 +7,26 @@ from scipy import stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
-from aggregator.stats.channel import debiased_histogram, extra_variance, quadratic_form
+from aggregator.stats.calibration import check_calibration, choose, simulate_null
+from aggregator.stats.channel import debiased, extra_variance, quadratic_form
 from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
 from aggregator.stats.validate import (
     check_alpha,
     check_distribution,
+    check_finite_statistic,
     check_histogram,
     check_method,
     make_rng,
 )
-from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
+from client.mechanisms import (
+    FlipComponents,
+    GaussianNoise,
+    LaplaceNoise,
+    Mechanism,
+    RandomizedResponse,
+)
 
 GOF_METHODS: dict[type, tuple[str, ...]] = {
     RandomizedResponse: ("pearson",),
@@ -32,7 +40,7 @@ _LABELS = {
     (GaussianNoise, "projected"): "projected chi-square, Gaussian noise (NewStatAsymptGOF)",
     (GaussianNoise, "nonprojected"): "non-projected chi-square, Gaussian noise",
     (GaussianNoise, "imhof"): "noisy Pearson with weighted chi-square null (AsymptGOF, Imhof)",
-    (LaplaceNoise, "monte-carlo"): "projected chi-square, Laplace noise, exact Monte Carlo null",
+    (LaplaceNoise, "monte-carlo"): "projected chi-square, Laplace noise",
     (FlipComponents, "projected"): "projected chi-square T_FC, flip components",
     (FlipComponents, "nonprojected"): "non-projected chi-square, flip components",
 }
@@ -44,49 +52,65 @@ def goodness_of_fit(
     alpha: float = 0.05,
     method: str | None = None,
     *,
+    calibration: str = "auto",
     rng: np.random.Generator | int | None = None,
     n_draws: int = 999,
 ) -> TestResult:
     """Test H0: the true answers are distributed as ``p0``, from randomized reports only.
 
     Methods: randomized response ``pearson``; Gaussian ``projected`` (default), ``nonprojected``,
-    ``imhof``; Laplace ``monte-carlo`` (exact level at every n, ``n_draws`` fresh null draws);
-    flip components ``projected`` (default), ``nonprojected``.
+    ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default), ``nonprojected``.
+    ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
+    exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or
+    ``"auto"`` (asymptotic only where the diagnostics of ``stats.calibration`` pass).
     """
     hist = check_histogram(hist)
     alpha = check_alpha(alpha)
+    calibration = check_calibration(calibration)
+    n_draws = check_draws(n_draws, alpha)
     mech = hist.mechanism
     p0 = check_distribution(p0, mech.k)
     kind = type(mech)
     method = check_method(method, GOF_METHODS[kind], mech.name)
     n = hist.n
-    deviation = debiased_histogram(hist) - p0
-    expected = n * mech.report_mean(p0)
+    if method == "imhof" and (p0 <= 0).any():
+        raise InvalidInputError(
+            "the imhof method divides by p0 and needs every cell > 0; use method='projected'"
+        )
+    statistic_of = _statistic(mech, method, n, p0)
+    statistic = float(statistic_of(hist.values[None, :])[0])
+    check_finite_statistic(statistic)
+    choice = choose(calibration, mech, n, p0, composite=False)
     common = dict(
         method=_LABELS[(kind, method)],
         n=n,
         alpha=alpha,
-        expected=expected,
+        expected=n * mech.report_mean(p0),
         observed=hist.values.copy(),
         mechanism=mech.describe(),
+        calibration=choice.calibration,
+        calibration_reason=choice.reason,
     )
-
+    if choice.simulated:
+        draws = simulate_null(mech, n, p0, make_rng(rng), n_draws)
+        pvalue = monte_carlo_pvalue(statistic, statistic_of(draws))
+        reject = pvalue <= alpha
+        return TestResult(statistic, pvalue, None, reject=reject, n_draws=n_draws, **common)
     if method == "imhof":
-        statistic, pvalue = _imhof(hist, p0)
+        weights = np.linalg.eigvalsh(imhof_matrix(p0, extra_variance(mech)))
+        pvalue = weighted_chi2_sf(statistic, weights)
         return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
-
-    projected = method != "nonprojected"
-    statistic = float(n * quadratic_form(mech, deviation, p0, projected))
-    if method == "monte-carlo":
-        n_draws = check_draws(n_draws, alpha)
-        draws = mech.simulate_histogram(n, p0, make_rng(rng), size=n_draws)
-        null = n * quadratic_form(mech, (draws / n - mech.offset) / mech.slope - p0, p0)
-        pvalue = monte_carlo_pvalue(statistic, null)
-        return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
-
-    dof = mech.k - 1 if projected else mech.k
+    dof = mech.k if method == "nonprojected" else mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+
+
+def _statistic(mech: Mechanism, method: str, n: int, p0: np.ndarray):
+    """The method's statistic as a function of stacked sufficient statistics (m, k) -> (m,)."""
+    if method == "imhof":
+        return lambda values: np.sum((values - n * p0) ** 2 / (n * p0), axis=-1)
+    projected = method != "nonprojected"
+    return lambda values: n * quadratic_form(mech, debiased(values, n, mech) - p0, p0, projected)
 
 
 def imhof_matrix(p0: np.ndarray, noise_variance: float) -> np.ndarray:
@@ -94,14 +118,3 @@ def imhof_matrix(p0: np.ndarray, noise_variance: float) -> np.ndarray:
     Pearson residuals, whose eigenvalues weight the null (spec 3.3 / 4.1)."""
     root = np.sqrt(p0)
     return np.eye(p0.size) - np.outer(root, root) + np.diag(noise_variance / p0)
-
-
-def _imhof(hist: Histogram, p0: np.ndarray) -> tuple[float, float]:
-    if (p0 <= 0).any():
-        raise InvalidInputError(
-            "the imhof method divides by p0 and needs every cell > 0; use method='projected'"
-        )
-    n = hist.n
-    statistic = float(np.sum((hist.values - n * p0) ** 2 / (n * p0)))
-    weights = np.linalg.eigvalsh(imhof_matrix(p0, extra_variance(hist.mechanism)))
-    return statistic, weighted_chi2_sf(statistic, weights)

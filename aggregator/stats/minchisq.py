@@ -1,7 +1,9 @@
 """Minimum chi-square fitting (spec 2.5 / 3.5): minimise (v - p(theta))^T W (v - p(theta)).
 
 Gauss-Newton steps, each projected onto the feasible set and halved until the objective does
-not increase, batched over replicates.
+not increase, batched over replicates. Rows that have converged leave the batch, and the line
+search only re-evaluates the rows still looking for a step, so a bootstrap of hundreds of
+replicates costs a few full-batch iterations.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from aggregator.stats.models import ParametricModel
 
 def objective(model: ParametricModel, v: np.ndarray, weights: np.ndarray, theta: np.ndarray):
     residual = v - model.probabilities(theta)
-    return np.einsum("mi,mij,mj->m", residual, weights, residual)
+    return np.einsum("mi,mi->m", residual, (weights @ residual[..., None])[..., 0])
 
 
 def fit_minimum_chi_square(
@@ -27,29 +29,33 @@ def fit_minimum_chi_square(
     """theta_hat per row of ``v`` (m, k) with metric ``weights`` (m, k, k), started at theta0."""
     theta = model.project(theta0)
     value = objective(model, v, weights, theta)
+    active = np.arange(theta.shape[0])
     for _ in range(max_iter):
-        jac = model.jacobian(theta)
-        residual = v - model.probabilities(theta)
-        wj = weights @ jac
+        if active.size == 0:
+            break
+        t, w, y = theta[active], weights[active], v[active]
+        jac = model.jacobian(t)
+        residual = y - model.probabilities(t)
+        wj = w @ jac
         normal = np.einsum("mki,mkj->mij", jac, wj)
         gradient = np.einsum("mki,mk->mi", wj, residual)
         step = _solve(normal, gradient)
-        length = np.ones(theta.shape[0])
-        improved = np.zeros(theta.shape[0], dtype=bool)
-        candidate, cand_value = theta.copy(), value.copy()
+        old = value[active]
+        new_theta, new_value = t.copy(), old.copy()
+        searching = np.arange(active.size)
+        length = 1.0
         for _ in range(40):
-            trial = model.project(theta + length[:, None] * step)
-            trial_value = objective(model, v, weights, trial)
-            ok = (trial_value <= value) & ~improved
-            candidate[ok], cand_value[ok] = trial[ok], trial_value[ok]
-            improved |= ok
-            if improved.all():
+            trial = model.project(t[searching] + length * step[searching])
+            trial_value = objective(model, y[searching], w[searching], trial)
+            ok = trial_value <= old[searching]
+            new_theta[searching[ok]], new_value[searching[ok]] = trial[ok], trial_value[ok]
+            searching = searching[~ok]
+            if searching.size == 0:
                 break
-            length = np.where(improved, length, length / 2)
-        change = value - cand_value
-        theta, value = candidate, cand_value
-        if np.all(change <= tol * (1 + value)):
-            break
+            length /= 2
+        theta[active], value[active] = new_theta, new_value
+        converged = old - new_value <= tol * (1 + new_value)
+        active = active[~converged]
     return theta
 
 

@@ -6,6 +6,7 @@ Jacobians (m, k, s), so Monte Carlo replicates are fitted together.
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -45,8 +46,9 @@ class IndependenceModel(ParametricModel):
     """
 
     def __init__(self, r: int, c: int) -> None:
-        if r < 2 or c < 2:
-            raise InvalidInputError(f"an independence table needs r, c >= 2, got {r}x{c}")
+        if not (_is_count(r) and _is_count(c)) or r < 2 or c < 2:
+            raise InvalidInputError(f"an independence table needs integers r, c >= 2, got {r}x{c}")
+        r, c = int(r), int(c)
         self.r, self.c = r, c
         self.k = r * c
         self.n_params = r + c - 2
@@ -105,7 +107,11 @@ class FunctionModel(ParametricModel):
         bounds: tuple[np.ndarray, np.ndarray] | None = None,
         step: float = 1e-6,
     ) -> None:
-        self.k, self.n_params = k, n_params
+        if not _is_count(k) or k < 2:
+            raise InvalidInputError(f"k must be an integer >= 2, got {k!r}")
+        if not _is_count(n_params) or n_params < 1:
+            raise InvalidInputError(f"n_params must be an integer >= 1, got {n_params!r}")
+        self.k, self.n_params = int(k), int(n_params)
         self._probabilities, self._initial = probabilities, initial
         if bounds is None:
             bounds = (np.full(n_params, -np.inf), np.full(n_params, np.inf))
@@ -114,7 +120,7 @@ class FunctionModel(ParametricModel):
         self._step = step
 
     def probabilities(self, theta: np.ndarray) -> np.ndarray:
-        out = np.array([np.asarray(self._probabilities(row), dtype=float) for row in theta])
+        out = np.array([_user_vector(self._probabilities, row, "probabilities") for row in theta])
         if out.shape != (theta.shape[0], self.k):
             raise InvalidInputError(f"the model must return {self.k} probabilities")
         return out
@@ -132,7 +138,19 @@ class FunctionModel(ParametricModel):
 
     def initial(self, p_rough: np.ndarray) -> np.ndarray:
         rows = project_simplex(p_rough)
-        return self.project(np.array([np.asarray(self._initial(p), dtype=float) for p in rows]))
+        return self.project(np.array([_user_vector(self._initial, p, "initial") for p in rows]))
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         return np.clip(theta, self._lower, self._upper)
+
+
+def _is_count(x: object) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _user_vector(function: Callable, argument: np.ndarray, name: str) -> np.ndarray:
+    """Call a user-supplied model function; its failure is the model's fault, said as such."""
+    try:
+        return np.asarray(function(argument), dtype=float)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise InvalidInputError(f"model: {name}({argument.tolist()}) failed: {exc}") from None

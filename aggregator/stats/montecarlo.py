@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from aggregator.errors import InvalidInputError
+
 
 def minimum_draws(alpha: float) -> int:
     """Smallest m for which the Monte Carlo test can reject at level alpha: ceil(1/alpha) - 1."""
@@ -15,9 +17,9 @@ def minimum_draws(alpha: float) -> int:
 def check_draws(n_draws: int, alpha: float) -> int:
     """Validate the number of Monte Carlo draws for level alpha."""
     if isinstance(n_draws, bool) or not isinstance(n_draws, int) or n_draws < 1:
-        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}")
+        raise InvalidInputError(f"n_draws must be a positive integer, got {n_draws!r}")
     if n_draws < minimum_draws(alpha):
-        raise ValueError(
+        raise InvalidInputError(
             f"n_draws={n_draws} cannot reach level alpha={alpha}: need at least "
             f"{minimum_draws(alpha)}"
         )
@@ -25,6 +27,10 @@ def check_draws(n_draws: int, alpha: float) -> int:
 
 
 def monte_carlo_pvalue(observed: float, null_draws: np.ndarray) -> float:
-    """``(1 + #{r_i >= observed}) / (m + 1)``; rejecting when it is <= alpha is exact."""
-    null_draws = np.asarray(null_draws)
+    """``(1 + #{r_i >= observed}) / (m + 1)``; rejecting when it is <= alpha is exact.
+
+    A replicate whose statistic is NaN counts as exceeding the observed one (conservative).
+    """
+    null_draws = np.asarray(null_draws, dtype=float)
+    null_draws = np.where(np.isnan(null_draws), np.inf, null_draws)  # a failed replicate counts
     return float((1 + np.count_nonzero(null_draws >= observed)) / (null_draws.size + 1))

@@ -22,7 +22,10 @@ class HolmResult:
 def holm(pvalues: np.ndarray, alpha: float = 0.05) -> HolmResult:
     """Holm (1979): controls the family-wise error rate at alpha under any dependence."""
     alpha = check_alpha(alpha)
-    p = np.asarray(pvalues, dtype=float)
+    try:
+        p = np.asarray(pvalues, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"pvalues must be a vector of numbers: {exc}") from None
     if p.ndim != 1 or p.size == 0:
         raise InvalidInputError("pvalues must be a non-empty vector")
     if not np.isfinite(p).all() or (p < 0).any() or (p > 1).any():

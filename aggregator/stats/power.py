@@ -1,29 +1,34 @@
-"""Power and sample size of every local test from its noncentral chi-square (spec section 5),
-and an advisor that ranks mechanisms by power for a planned study.
+"""Power and sample size of every local test as it is run (spec section 5), and an advisor that
+ranks mechanisms by power for a planned study. Where the test with its ``calibration`` uses the
+asymptotic law, the plan uses the noncentral chi-square below; where the test simulates its null,
+the plan simulates the test (``stats.simulated_power``; docs/calibration.md).
 
 For a fixed alternative p1 the statistics are asymptotically noncentral chi-square with
 noncentrality ``nu = n * (p1 - p0)^T W(p0) (p1 - p0)`` (goodness of fit) or
 ``nu = n * min_theta (p1 - p(theta))^T W(phi) (p1 - p(theta))`` (composite nulls), W being the
-test's metric in de-biased units. The Laplace Monte Carlo and bootstrap tests use the same
-Gaussian-limit approximation; the Gaussian ``imhof`` method uses a weighted noncentral sum.
+test's metric in de-biased units (with ``calibration="asymptotic"`` the Laplace tests use the
+same Gaussian limit); the Gaussian ``imhof`` method uses a weighted noncentral sum.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize, stats
 
 from aggregator.errors import InvalidInputError
+from aggregator.stats.calibration import check_calibration, choose
 from aggregator.stats.channel import extra_variance, metric_matrix, quadratic_form
 from aggregator.stats.composite import COMPOSITE_METHODS
 from aggregator.stats.gof import GOF_METHODS, imhof_matrix
 from aggregator.stats.imhof import weighted_chi2_isf, weighted_chi2_sf
 from aggregator.stats.minchisq import fit_minimum_chi_square
 from aggregator.stats.models import IndependenceModel, ParametricModel
-from aggregator.stats.validate import check_alpha, check_distribution, check_method
+from aggregator.stats.simulated_power import simulated_power
+from aggregator.stats.validate import check_alpha, check_count, check_distribution, check_method
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -42,6 +47,9 @@ class _Plan:
     dof: int
     nu_per_n: float
     imhof: tuple[np.ndarray, np.ndarray] | None = None  # weights, per-n noncentralities
+    alternative: np.ndarray | None = None
+    null: np.ndarray | None = None  # p0, or the model's closest fit to the alternative
+    model: ParametricModel | None = None
 
 
 def _plan(
@@ -73,10 +81,11 @@ def _plan(
             raise InvalidInputError("the imhof method needs every null cell > 0")
         lam, vectors = np.linalg.eigh(imhof_matrix(p0, extra_variance(mechanism)))
         mu = delta / np.sqrt(p0)
-        return _Plan(mechanism, method, k, 0.0, (lam, (vectors.T @ mu) ** 2 / lam))
+        imhof = (lam, (vectors.T @ mu) ** 2 / lam)
+        return _Plan(mechanism, method, k, 0.0, imhof, alternative=p1, null=p0)
     projected = method != "nonprojected"
     nu = float(quadratic_form(mechanism, delta, p0, projected))
-    return _Plan(mechanism, method, k - 1 if projected else k, nu)
+    return _Plan(mechanism, method, k - 1 if projected else k, nu, alternative=p1, null=p0)
 
 
 def _composite_plan(mechanism: Mechanism, p1: np.ndarray, model: ParametricModel, method):
@@ -85,10 +94,39 @@ def _composite_plan(mechanism: Mechanism, p1: np.ndarray, model: ParametricModel
     rough_theta = model.initial(p1[None, :])
     weights = metric_matrix(mechanism, model.probabilities(rough_theta), projected)
     theta = fit_minimum_chi_square(model, p1[None, :], weights, rough_theta)
-    residual = p1 - model.probabilities(theta)[0]
+    fitted = model.probabilities(theta)[0]
+    residual = p1 - fitted
     nu = float(residual @ weights[0] @ residual)
     dof = mechanism.k - model.n_params - (1 if projected else 0)
-    return _Plan(mechanism, method, dof, nu)
+    return _Plan(mechanism, method, dof, nu, alternative=p1, null=fitted, model=model)
+
+
+def _simulated(plan: _Plan, n: float, calibration: str) -> bool:
+    """Does the test as run with n reports calibrate by simulation, at a point where the
+    chi-square law would not give its power? (Laplace tests always simulate, but where the
+    diagnostics pass their power is the asymptotic one.)"""
+    composite = plan.model is not None
+    n = max(1, round(n))
+    choice = choose(
+        calibration, plan.mechanism, n, plan.null, composite=composite, laplace_always=False
+    )
+    return choice.simulated
+
+
+def _power_as_run(plan: _Plan, n: float, alpha: float, calibration: str) -> float:
+    """Simulated power where the test simulates its null, else the asymptotic power."""
+    if not _simulated(plan, n, calibration):
+        return _power(plan, n, alpha)
+    return simulated_power(
+        plan.mechanism,
+        plan.alternative,
+        n,
+        alpha,
+        plan.method,
+        null=None if plan.model else plan.null,
+        model=plan.model,
+        fitted=plan.null,
+    )
 
 
 def _power(plan: _Plan, n: float, alpha: float) -> float:
@@ -97,7 +135,8 @@ def _power(plan: _Plan, n: float, alpha: float) -> float:
         tau = weighted_chi2_isf(alpha, lam)
         return weighted_chi2_sf(tau, lam, n * per_n)
     critical = stats.chi2.isf(alpha, plan.dof)
-    return float(stats.ncx2.sf(critical, plan.dof, n * plan.nu_per_n))
+    value = float(stats.ncx2.sf(critical, plan.dof, n * plan.nu_per_n))
+    return 1.0 if np.isnan(value) else value  # SciPy gives NaN only far out in the upper tail
 
 
 def noncentrality(
@@ -111,6 +150,7 @@ def noncentrality(
     method: str | None = None,
 ) -> float:
     """Noncentrality nu of the test's limiting chi-square at sample size n."""
+    n = check_count(n)
     plan = _plan(mechanism, alternative, null, shape, model, method)
     if plan.imhof is not None:
         return float(n * np.sum(plan.imhof[1] * plan.imhof[0]))
@@ -127,16 +167,20 @@ def power(
     model: ParametricModel | None = None,
     alpha: float = 0.05,
     method: str | None = None,
+    calibration: str = "auto",
 ) -> float:
-    """Asymptotic power at level alpha against the fixed alternative p1 with n reports.
+    """Power at level alpha against the fixed alternative p1 with n reports, of the test as it
+    is run with ``calibration``: simulated where that test simulates its null, else from the
+    noncentral chi-square.
 
     Give ``null`` for goodness of fit, ``shape`` for independence or ``model`` for a composite
     null; ``method`` as in the corresponding test.
     """
     alpha = check_alpha(alpha)
-    if n < 1:
-        raise InvalidInputError(f"n must be a positive number of reports, got {n}")
-    return _power(_plan(mechanism, alternative, null, shape, model, method), n, alpha)
+    n = check_count(n)
+    calibration = check_calibration(calibration)
+    plan = _plan(mechanism, alternative, null, shape, model, method)
+    return _power_as_run(plan, n, alpha, calibration)
 
 
 def sample_size(
@@ -149,34 +193,83 @@ def sample_size(
     power: float = 0.8,
     alpha: float = 0.05,
     method: str | None = None,
+    calibration: str = "auto",
 ) -> int:
-    """Smallest n whose asymptotic power reaches ``power``."""
+    """Smallest n whose power, for the test as it is run with ``calibration``, reaches ``power``
+    (the asymptotic answer where no n near it calibrates by simulation)."""
     alpha = check_alpha(alpha)
-    if not alpha < power < 1:
+    if isinstance(power, bool) or not isinstance(power, numbers.Real) or not alpha < power < 1:
         raise InvalidInputError(f"power must be in (alpha, 1), got {power!r}")
+    calibration = check_calibration(calibration)
     plan = _plan(mechanism, alternative, null, shape, model, method)
     per_n = plan.nu_per_n if plan.imhof is None else float(np.sum(plan.imhof[1]))
     if not per_n > 0:
         raise InvalidInputError("the alternative satisfies the null: no sample size has power")
+    n = _asymptotic_sample_size(plan, per_n, power, alpha)
+    if calibration == "asymptotic" or not (
+        _simulated(plan, n, calibration) or _simulated(plan, 1, calibration)
+    ):
+        return n
+    return _searched_sample_size(plan, n, power, alpha, calibration)
+
+
+def _searched_sample_size(plan: _Plan, start: int, target: float, alpha: float, calibration):
+    """Bisection for the smallest n with power as run >= target, from the asymptotic answer."""
+    hi = start
+    while _power_as_run(plan, hi, alpha, calibration) < target:
+        _check_plannable(2 * hi)
+        hi *= 2
+    lo = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _power_as_run(plan, mid, alpha, calibration) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _asymptotic_sample_size(plan: _Plan, per_n: float, power: float, alpha: float) -> int:
     if plan.imhof is None:
         critical = stats.chi2.isf(alpha, plan.dof)
         target = optimize.brentq(
             lambda nu: stats.ncx2.sf(critical, plan.dof, nu) - power, 1e-9, 1e9
         )
+        _check_plannable(target / per_n)
         n = max(1, math.ceil(target / per_n))
-        while n > 1 and _power(plan, n - 1, alpha) >= power:
-            n -= 1
-        while _power(plan, n, alpha) < power:
-            n += 1
+        for _ in range(8):  # power is increasing in n * per_n, so n is off by rounding at most
+            if n > 1 and _power(plan, n - 1, alpha) >= power:
+                n -= 1
+            elif _power(plan, n, alpha) < power:
+                n += 1
+            else:
+                break
         return n
+    lam, per_cell = plan.imhof
+    critical = stats.chi2.isf(alpha, lam.size)  # the chi-square guess bounds the work
+    guess = optimize.brentq(lambda nu: stats.ncx2.sf(critical, lam.size, nu) - power, 1e-9, 1e9)
+    _check_plannable(guess / float(np.sum(per_cell * lam)) * lam.min() / 10)
     hi = 1
     while _power(plan, hi, alpha) < power:
+        _check_plannable(2 * hi)
         hi *= 2
     lo = hi // 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if _power(plan, mid, alpha) >= power else (mid, hi)
     return hi
+
+
+MAX_SAMPLE_SIZE = 10**12
+
+
+def _check_plannable(n_needed: float) -> None:
+    """Bound the work of planning: an effect this small is an error naming the n it needs."""
+    if not n_needed <= MAX_SAMPLE_SIZE:
+        raise InvalidInputError(
+            f"alternative: the effect is too small to plan for; it needs about n = "
+            f"{n_needed:.3g} reports (the limit is {MAX_SAMPLE_SIZE:.0e})"
+        )
 
 
 @dataclass(frozen=True)
@@ -200,20 +293,28 @@ def advise(
     shape: tuple[int, int] | None = None,
     alpha: float = 0.05,
 ) -> list[Advice]:
-    """Rank the mechanisms by asymptotic power for (k, epsilon, null or shape, alternative, n).
+    """Rank the mechanisms by the power of their tests as run (``calibration="auto"``) for
+    (k, epsilon, null or shape, alternative, n).
 
     Gaussian noise is compared at rho = epsilon^2 / 2, a weaker guarantee than epsilon-LDP.
     """
-    candidates: list[tuple[Mechanism, str]] = [
-        (RandomizedResponse(k, epsilon), ""),
-        (FlipComponents(k, epsilon), ""),
-        (LaplaceNoise(k, epsilon), "Monte Carlo level; power from the Gaussian limit"),
-        (GaussianNoise(k, epsilon**2 / 2), "rho = eps^2/2 zCDP: weaker than eps-LDP"),
-    ]
+    n = check_count(n)
+    alpha = check_alpha(alpha)
+    try:
+        candidates: list[tuple[Mechanism, str]] = [
+            (RandomizedResponse(k, epsilon), ""),
+            (FlipComponents(k, epsilon), ""),
+            (LaplaceNoise(k, epsilon), ""),
+            (GaussianNoise(k, epsilon**2 / 2), "rho = eps^2/2 zCDP: weaker than eps-LDP"),
+        ]
+    except (ValueError, TypeError, OverflowError) as exc:
+        name = "k" if str(exc).startswith("k ") else "epsilon"
+        raise InvalidInputError(f"{name}: {exc}") from None
     advice = []
     for mech, note in candidates:
         plan = _plan(mech, alternative, null, shape, None, None)
-        advice.append(
-            Advice(mech, plan.method, _power(plan, n, check_alpha(alpha)), n * plan.nu_per_n, note)
-        )
+        predicted = _power_as_run(plan, n, alpha, "auto")
+        if _simulated(plan, n, "auto"):
+            note = "; ".join(x for x in (note, "power of the calibrated test, simulated") if x)
+        advice.append(Advice(mech, plan.method, predicted, n * plan.nu_per_n, note))
     return sorted(advice, key=lambda a: -a.power)

@@ -13,8 +13,10 @@ class TestResult:
     """Outcome of a local chi-square test.
 
     Unpacks to ``(statistic, pvalue)`` like ``scipy.stats.chisquare``. ``dof`` is None for Monte
-    Carlo and bootstrap tests. An ``inconclusive`` result (a cell-count rule failed) never
-    rejects and carries ``pvalue = 1.0``; ``reason`` says why.
+    Carlo and bootstrap tests, whose ``n_draws`` is the number of null draws m; ``calibration``
+    says which null was used ("asymptotic" or "monte-carlo") and ``calibration_reason`` why.
+    An ``inconclusive`` result (a cell-count rule failed) never rejects and carries
+    ``pvalue = 1.0``; ``reason`` says why.
     """
 
     __test__ = False  # not a pytest test class
@@ -31,6 +33,20 @@ class TestResult:
     mechanism: str = ""
     inconclusive: bool = False
     reason: str = ""
+    calibration: str = "asymptotic"
+    calibration_reason: str = ""
+    n_draws: int | None = None
+
+    @property
+    def at_floor(self) -> bool:
+        """A Monte Carlo p-value at its smallest possible value 1 / (m + 1)."""
+        return self.n_draws is not None and self.pvalue <= 1 / (self.n_draws + 1) + 1e-15
+
+    def pvalue_text(self) -> str:
+        """The p-value as it should be read: ``p <= 1/(m+1)`` at the Monte Carlo floor."""
+        if self.at_floor:
+            return f"p <= {1 / (self.n_draws + 1):.4g} = 1/(m+1), m = {self.n_draws}"
+        return f"p = {self.pvalue:.4g}"
 
     def __iter__(self) -> Iterator[float]:
         yield self.statistic
@@ -42,12 +58,19 @@ class TestResult:
             decision = f"inconclusive ({self.reason}); H0 not rejected"
         else:
             decision = "reject H0" if self.reject else "do not reject H0"
-        dof = "Monte Carlo" if self.dof is None else f"dof = {self.dof}"
+        if self.n_draws is not None:
+            null = f"Monte Carlo null, m = {self.n_draws} draws"
+        elif self.dof is None:
+            null = "asymptotic null"
+        else:
+            null = f"dof = {self.dof}"
+        why = f" ({self.calibration_reason})" if self.calibration_reason else ""
         return "\n".join(
             [
                 f"{self.method} [{self.mechanism}]",
-                f"  n = {self.n}, statistic = {self.statistic:.4f}, {dof}",
-                f"  p-value = {self.pvalue:.4g} at alpha = {self.alpha:g}: {decision}",
+                f"  n = {self.n}, statistic = {self.statistic:.4f}, {null}",
+                f"  calibration: {self.calibration}{why}",
+                f"  p-value: {self.pvalue_text()} at alpha = {self.alpha:g}: {decision}",
             ]
         )
 
@@ -64,6 +87,10 @@ class TestResult:
             "reject": self.reject,
             "inconclusive": self.inconclusive,
             "reason": self.reason,
+            "calibration": self.calibration,
+            "calibration_reason": self.calibration_reason,
+            "n_draws": self.n_draws,
+            "pvalue_at_floor": self.at_floor,
             "expected": np.asarray(self.expected).tolist(),
             "observed": np.asarray(self.observed).tolist(),
         }

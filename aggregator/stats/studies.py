@@ -108,11 +108,44 @@ INDEPENDENCE_TESTS: dict[str, tuple[MechanismFactory, str]] = {
 }
 
 
-def gof_runner(p0: np.ndarray, method: str, n_draws: int = 999) -> TestRunner:
+def gof_runner(
+    p0: np.ndarray, method: str, n_draws: int = 999, calibration: str = "auto"
+) -> TestRunner:
     """A TestRunner for goodness of fit against p0."""
-    return lambda hist, rng: goodness_of_fit(hist, p0, method=method, rng=rng, n_draws=n_draws)
+    return lambda hist, rng: goodness_of_fit(
+        hist, p0, method=method, calibration=calibration, rng=rng, n_draws=n_draws
+    )
 
 
-def independence_runner(shape: tuple[int, int], method: str, n_draws: int = 199) -> TestRunner:
+def independence_runner(
+    shape: tuple[int, int], method: str, n_draws: int = 199, calibration: str = "auto"
+) -> TestRunner:
     """A TestRunner for independence of an r x c table."""
-    return lambda hist, rng: independence(hist, shape, method=method, rng=rng, n_draws=n_draws)
+    return lambda hist, rng: independence(
+        hist, shape, method=method, calibration=calibration, rng=rng, n_draws=n_draws
+    )
+
+
+def zipf(k: int, exponent: float = 1.0) -> np.ndarray:
+    """Zipf's law on k categories: p_j proportional to 1 / j^exponent."""
+    weights = 1.0 / np.arange(1, k + 1) ** exponent
+    return weights / weights.sum()
+
+
+def geometric(k: int, ratio: float) -> np.ndarray:
+    """p_j proportional to ratio^j: a long thin tail (ratio 0.9 at k = 64: last cell ~1e-4)."""
+    weights = ratio ** np.arange(k)
+    return weights / weights.sum()
+
+
+#: Skewed independent tables of the validation (issue 11): rows x columns marginals.
+SKEWED_TABLES: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {
+    (5, 4): (np.array([0.5, 0.25, 0.15, 0.07, 0.03]), np.array([0.55, 0.25, 0.15, 0.05])),
+    (2, 10): (np.array([0.8, 0.2]), zipf(10)),
+}
+
+
+def skewed_table(shape: tuple[int, int]) -> np.ndarray:
+    """The flattened product distribution of ``SKEWED_TABLES[shape]``."""
+    rows, cols = SKEWED_TABLES[shape]
+    return np.outer(rows, cols).ravel()

@@ -16,14 +16,21 @@ def check_histogram(hist: object, minimum_n: int = 1) -> Histogram:
         raise InvalidInputError(f"expected an aggregator.histogram.Histogram, got {type(hist)}")
     if hist.n < minimum_n:
         raise InsufficientDataError(f"need at least {minimum_n} report(s), got n = {hist.n}")
+    bound = getattr(hist.mechanism, "noise_bound", None)
+    if bound is not None:  # additive noise: no report decodes beyond scale + noise_bound
+        limit = hist.n * (1 + bound / hist.mechanism.scale)
+        if np.abs(hist.values).max() > limit:
+            raise InvalidInputError(
+                f"hist: values beyond +-{limit:.6g}, more than {hist.n} reports can sum to"
+            )
     return hist
 
 
 def check_alpha(alpha: object) -> float:
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise InvalidInputError(f"alpha must be a number in (0, 1), got {alpha!r}")
-    if not 0 < alpha < 1:
-        raise InvalidInputError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not 1e-300 <= alpha < 1:
+        raise InvalidInputError(f"alpha must be in (0, 1) (and >= 1e-300), got {alpha!r}")
     return float(alpha)
 
 
@@ -35,8 +42,8 @@ def check_distribution(p: object, k: int, name: str = "p0") -> np.ndarray:
         raise InvalidInputError(f"{name} must be a vector of probabilities") from exc
     if arr.shape != (k,):
         raise InvalidInputError(f"{name} must have length {k}, got shape {arr.shape}")
-    if not np.isfinite(arr).all() or (arr < 0).any():
-        raise InvalidInputError(f"{name} must be finite and non-negative")
+    if not np.isfinite(arr).all() or (arr < 0).any() or (arr > 1).any():
+        raise InvalidInputError(f"{name} must be finite and in [0, 1]")
     total = arr.sum()
     if not math.isclose(total, 1.0, rel_tol=0, abs_tol=1e-8):
         raise InvalidInputError(f"{name} must sum to 1, sums to {total:.10g}")
@@ -54,7 +61,27 @@ def check_method(method: str | None, allowed: tuple[str, ...], mechanism_name: s
     return method
 
 
+def check_finite_statistic(statistic: float, name: str = "hist") -> float:
+    """A statistic that overflowed (values near the float range) is the input's fault."""
+    if not np.isfinite(statistic):
+        raise InvalidInputError(
+            f"{name}: the test statistic is not finite; the values are too large to test"
+        )
+    return statistic
+
+
+def check_count(n: object, name: str = "n") -> float:
+    """A planned number of reports: a finite real number >= 1."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 1:
+        raise InvalidInputError(f"{name} must be a finite number of reports >= 1, got {n!r}")
+    return float(n)
+
+
 def make_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
+    if rng is not None and (
+        isinstance(rng, bool) or not isinstance(rng, numbers.Integral) or rng < 0
+    ):
+        raise InvalidInputError(f"rng must be a numpy Generator, a seed >= 0 or None, got {rng!r}")
     return np.random.default_rng(rng)

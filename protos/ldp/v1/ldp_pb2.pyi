@@ -148,7 +148,7 @@ class EstimateRequest(_message.Message):
     def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class EstimateResponse(_message.Message):
-    __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected")
+    __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected", "interval_method")
     N_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FREQUENCIES_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +158,7 @@ class EstimateResponse(_message.Message):
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     PROJECTED_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_METHOD_FIELD_NUMBER: _ClassVar[int]
     n: int
     labels: _containers.RepeatedScalarFieldContainer[str]
     frequencies: _containers.RepeatedScalarFieldContainer[float]
@@ -167,36 +168,45 @@ class EstimateResponse(_message.Message):
     confidence: float
     mechanism: str
     projected: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ...) -> None: ...
+    interval_method: str
+    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ..., interval_method: _Optional[str] = ...) -> None: ...
 
 class GoodnessOfFitRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method")
+    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     P0_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     p0: _containers.RepeatedScalarFieldContainer[float]
     alpha: float
     method: str
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ...) -> None: ...
+    calibration: str
+    seed: int
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class IndependenceRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "alpha", "method")
+    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     alpha: float
     method: str
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ...) -> None: ...
+    calibration: str
+    seed: int
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class TestResponse(_message.Message):
-    __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism")
+    __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism", "calibration", "calibration_reason", "n_draws")
     STATISTIC_FIELD_NUMBER: _ClassVar[int]
     PVALUE_FIELD_NUMBER: _ClassVar[int]
     DOF_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +219,9 @@ class TestResponse(_message.Message):
     EXPECTED_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_REASON_FIELD_NUMBER: _ClassVar[int]
+    N_DRAWS_FIELD_NUMBER: _ClassVar[int]
     statistic: float
     pvalue: float
     dof: int
@@ -221,4 +234,7 @@ class TestResponse(_message.Message):
     expected: _containers.RepeatedScalarFieldContainer[float]
     observed: _containers.RepeatedScalarFieldContainer[float]
     mechanism: str
-    def __init__(self, statistic: _Optional[float] = ..., pvalue: _Optional[float] = ..., dof: _Optional[int] = ..., method: _Optional[str] = ..., n: _Optional[int] = ..., alpha: _Optional[float] = ..., reject: _Optional[bool] = ..., inconclusive: _Optional[bool] = ..., reason: _Optional[str] = ..., expected: _Optional[_Iterable[float]] = ..., observed: _Optional[_Iterable[float]] = ..., mechanism: _Optional[str] = ...) -> None: ...
+    calibration: str
+    calibration_reason: str
+    n_draws: int
+    def __init__(self, statistic: _Optional[float] = ..., pvalue: _Optional[float] = ..., dof: _Optional[int] = ..., method: _Optional[str] = ..., n: _Optional[int] = ..., alpha: _Optional[float] = ..., reject: _Optional[bool] = ..., inconclusive: _Optional[bool] = ..., reason: _Optional[str] = ..., expected: _Optional[_Iterable[float]] = ..., observed: _Optional[_Iterable[float]] = ..., mechanism: _Optional[str] = ..., calibration: _Optional[str] = ..., calibration_reason: _Optional[str] = ..., n_draws: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,60 @@
+"""``ldp-aggregator test --calibration`` and ``estimate --simultaneous`` on a real SQLite report
+store, as a user runs them: the calibration used is printed, a bad choice is one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aggregator.store.report_store import ReportStore, StoredReport
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aggregator.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def db_args(tmp_path: Path, survey_file: Path) -> list[str]:
+    """Question s1/rr (RR, k = 4): 40 reports, every one in category 0 (sparse against uniform)."""
+    db = tmp_path / "store.sqlite"
+    store = ReportStore(db)
+    store.register_question("s1", "rr", 4)
+    reports = [
+        StoredReport(i.to_bytes(16, "big"), "s1", "rr", bytes([0]), np.eye(4, dtype=np.int64)[0])
+        for i in range(40)
+    ]
+    store.put(reports)
+    store.close()
+    return ["--config", str(survey_file), "--db", str(db), "--survey", "s1", "--question", "rr"]
+
+
+def test_calibration_is_chosen_and_printed(db_args):
+    p0 = ["gof", "--p0", "0.25,0.25,0.25,0.25", "--seed", "1"]
+    simulated = run("test", *db_args, *p0, "--calibration", "monte-carlo")
+    assert simulated.returncode == 0, simulated.stderr
+    assert "calibration: monte-carlo" in simulated.stdout
+    assert "p <= 0.001 = 1/(m+1), m = 999" in simulated.stdout
+    asymptotic = json.loads(
+        run("test", *db_args, *p0, "--calibration", "asymptotic", "--json").stdout
+    )
+    assert asymptotic["calibration"] == "asymptotic" and asymptotic["dof"] == 3
+    auto = json.loads(run("test", *db_args, *p0, "--json").stdout)
+    assert auto["calibration"] in ("asymptotic", "monte-carlo") and auto["calibration_reason"]
+    bad = run("test", *db_args, *p0, "--calibration", "bootstrap")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr and "calibration" in bad.stderr
+
+
+def test_estimate_flags_and_simultaneous_intervals(db_args):
+    done = run("estimate", *db_args, "--simultaneous")
+    assert done.returncode == 0, done.stderr
+    assert "outside [0, 1]; projected" in done.stdout and "simultaneous 95% CI" in done.stdout
+    est = json.loads(run("estimate", *db_args, "--simultaneous", "--json").stdout)
+    assert any(est["outside_unit_interval"]) and len(est["simultaneous_low"]) == 4
+    assert all(hi > lo for lo, hi in zip(est["ci_low"], est["ci_high"], strict=True))
