@@ -14,6 +14,7 @@ import pytest
 
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.service.server import MAX_REPORTS_PER_REQUEST
+from aggregator.service.streams import ConnectionLimits, StreamLimits
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.transport import MAX_MESSAGE_BYTES, Transport
@@ -26,6 +27,16 @@ def test_quoted_limits_are_the_codes():
     assert MAX_REPORTS_PER_REQUEST == 10_000 and "1 … 10,000" in WIRE
     assert MAX_MESSAGE_BYTES == 4 * 1024 * 1024 and "4,194,304 bytes" in WIRE
     assert DEFAULT_WINDOW_SECONDS == 300 and "±300 s" in WIRE
+    streams, connections = StreamLimits(), ConnectionLimits()
+    quoted = (
+        f"at most {streams.max_messages:,} messages, {streams.max_reports:,} reports,\n"
+        f"{streams.max_bytes // 2**20} MiB and {streams.max_seconds:g} s, and at most "
+        f"{streams.max_rejected:,} REJECTED results"
+    )
+    assert quoted in WIRE
+    assert f"at most {connections.max_concurrent_streams} concurrent calls" in WIRE
+    assert f"closed after {connections.max_connection_idle_seconds:g} s" in WIRE
+    assert f"reconnect after {connections.max_connection_age_seconds:g} s" in WIRE
 
 
 def _request(k: int) -> ldp_pb2.UploadRequest:
