@@ -86,7 +86,7 @@ def test_one_given_mechanism_and_independence():
         ({"null": P0}, "either n"),
         ({"n": 100}, "either null"),
         ({"null": P0, "shape": (1, 5), "n": 100}, "either null"),
-        ({"null": np.full(4, 0.25), "n": 100}, "p0 must have length 5"),
+        ({"null": np.full(4, 0.25), "n": 100}, "each of the 5 categories, got 4"),
     ],
 )
 def test_planning_mistakes_are_typed_errors(kwargs, message):

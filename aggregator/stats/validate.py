@@ -40,8 +40,14 @@ def check_distribution(p: object, k: int, name: str = "p0") -> np.ndarray:
         arr = np.array(p, dtype=float)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"{name} must be a vector of probabilities") from exc
-    if arr.shape != (k,):
-        raise InvalidInputError(f"{name} must have length {k}, got shape {arr.shape}")
+    if arr.ndim != 1:
+        raise InvalidInputError(
+            f"{name} must be a flat list of {k} probabilities, one per category"
+        )
+    if arr.size != k:
+        raise InvalidInputError(
+            f"{name} must give one probability for each of the {k} categories, got {arr.size}"
+        )
     if not np.isfinite(arr).all() or (arr < 0).any() or (arr > 1).any():
         raise InvalidInputError(f"{name} must be finite and in [0, 1]")
     total = arr.sum()
