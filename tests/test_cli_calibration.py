@@ -54,7 +54,10 @@ def test_calibration_is_chosen_and_printed(db_args):
 def test_estimate_flags_and_simultaneous_intervals(db_args):
     done = run("estimate", *db_args, "--simultaneous")
     assert done.returncode == 0, done.stderr
-    assert "outside [0, 1]; projected" in done.stdout and "simultaneous 95% CI" in done.stdout
+    header = done.stdout.splitlines()[1]
+    assert "projected" in header and "simultaneous" in header
+    assert "'projected' is the nearest distribution" in done.stdout
+    assert "all 4 intervals cover at once with probability at least 95%" in done.stdout
     est = json.loads(run("estimate", *db_args, "--simultaneous", "--json").stdout)
     assert any(est["outside_unit_interval"]) and len(est["simultaneous_low"]) == 4
     assert all(hi > lo for lo, hi in zip(est["ci_low"], est["ci_high"], strict=True))

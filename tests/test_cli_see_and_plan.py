@@ -178,6 +178,8 @@ def test_backup_while_serving_then_restore(filled, tmp_path):
     after = run("agg", "estimate", "--config", str(config), "--db", str(restored), "--survey",
                 "panel", "--question", "mood", "--json")  # fmt: skip
     assert json.loads(after.stdout)["frequencies"] == json.loads(before.stdout)["frequencies"]
+    covariance = np.array(json.loads(before.stdout)["covariance"])  # for marginals, differences
+    assert covariance.shape == (4, 4) and np.allclose(covariance, covariance.T)
     one_line_error(
         run("agg", "restore", "--from", str(backup), "--db", str(restored)), "pass --force"
     )

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from aggregator.stats.channel import (
     is_randomized_response,
     project_simplex,
 )
+from aggregator.stats.display import category_names, estimate_frame, estimate_html
 from aggregator.stats.intervals import (
     confidence_intervals,
     interval_method,
@@ -46,6 +48,23 @@ class Estimate:
     interval_method: str = ""
     simultaneous_low: np.ndarray | None = None
     simultaneous_high: np.ndarray | None = None
+    labels: tuple[str, ...] | None = None  # category names for display (``with_labels``)
+
+    def with_labels(self, labels: Sequence[str]) -> Estimate:
+        """The same estimate with its categories named (tables, notebooks, data frames)."""
+        if len(labels) != self.frequencies.size:
+            raise InvalidInputError(
+                f"labels must name each of the {self.frequencies.size} categories, "
+                f"got {len(labels)}"
+            )
+        return replace(self, labels=tuple(str(label) for label in labels))
+
+    def to_frame(self):
+        """A pandas DataFrame, one row per category (the ``[frame]`` extra)."""
+        return estimate_frame(self)
+
+    def _repr_html_(self) -> str:
+        return estimate_html(self)
 
     @property
     def outside(self) -> np.ndarray:
@@ -73,8 +92,9 @@ class Estimate:
         }
 
     def summary(self, labels: list[str] | None = None) -> str:
-        """A readable table, one row per category (labelled by index unless ``labels``)."""
-        names = [str(j) for j in range(self.frequencies.size)] if labels is None else labels
+        """A readable table, one row per category (named by ``labels``, else by the estimate's
+        own labels, else by index)."""
+        names = list(labels) if labels is not None else category_names(self)
         width = max(8, *(len(name) for name in names))
         level = f"{100 * self.confidence:g}% CI"
         lines = [

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aggregator.stats.display import result_frame, result_html
+
 
 @dataclass(frozen=True)
 class TestResult:
@@ -47,6 +49,13 @@ class TestResult:
         if self.at_floor:
             return f"p <= {1 / (self.n_draws + 1):.4g} = 1/(m+1), m = {self.n_draws}"
         return f"p = {self.pvalue:.4g}"
+
+    def to_frame(self):
+        """A one-row pandas DataFrame of the test's figures (the ``[frame]`` extra)."""
+        return result_frame(self)
+
+    def _repr_html_(self) -> str:
+        return result_html(self)
 
     def __iter__(self) -> Iterator[float]:
         yield self.statistic
