@@ -8,7 +8,7 @@ venv="${LDP_VENV:-.venv}"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet -e ".[dev]"
+"$venv/bin/python" -m pip install --quiet -e ".[dev,plot]"
 bin="$venv/bin"
 
 work="$(mktemp -d)"
@@ -68,5 +68,10 @@ run test gof --question stress --p0 0.25,0.25,0.25,0.25 --seed 1
 echo
 echo "== independence: smoking and exercise (dependent in truth)"
 run test independence --question smoking_by_exercise
+echo
+echo "== the survey report (every question, plots, the tests declared in the survey file)"
+"$bin/ldp-aggregator" report --config "$config" --db "$db" --survey wellbeing-2026 \
+    --out demo-report.html
+echo "   open demo-report.html in a browser"
 echo
 echo "== stopping the aggregator"
