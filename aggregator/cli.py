@@ -47,6 +47,7 @@ from aggregator.store.reader import StoreReader
 from aggregator.store.report_store import CONFLICT, STORED, ReportStore, StoreError
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
+from client.cli_parsing import DefaultsFormatter, OneLineParser
 from client.survey import SurveySpec, survey_to_json
 
 PROG = "ldp-aggregator"
@@ -99,29 +100,16 @@ def _fail(args: argparse.Namespace, message: str, status: int) -> int:
     return status
 
 
-class _Formatter(argparse.HelpFormatter):
-    """--help shows every option's default (unless its text already says it, or it has none)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
-            return text
-        return f"{text} (default: %(default)s)" if action.option_strings else text
-
-
-class _Parser(argparse.ArgumentParser):
-    """A command-line mistake is one line on stderr (the usage is one --help away)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def _command(sub, name: str, text: str, **kwargs) -> argparse.ArgumentParser:
-    return sub.add_parser(name, help=text, description=text, formatter_class=_Formatter, **kwargs)
+    return sub.add_parser(
+        name, help=text, description=text, formatter_class=DefaultsFormatter, **kwargs
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="LDP survey aggregator", formatter_class=_Formatter)
+    parser = OneLineParser(
+        prog=PROG, description="LDP survey aggregator", formatter_class=DefaultsFormatter
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--log-level",

@@ -32,6 +32,7 @@ import numpy as np
 
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
+from client.cli_parsing import DefaultsFormatter, OneLineParser
 from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, BudgetExceeded, Ledger, LedgerError
 from client.device.reporter import Reporter
@@ -71,25 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-class _Formatter(argparse.HelpFormatter):
-    """--help shows every option's default (unless its text already says it, or it has none)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
-            return text
-        return f"{text} (default: %(default)s)" if action.option_strings else text
-
-
-class _Parser(argparse.ArgumentParser):
-    """A command-line mistake is one line on stderr (the usage is one --help away)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="LDP survey device client", formatter_class=_Formatter)
+    parser = OneLineParser(
+        prog=PROG, description="LDP survey device client", formatter_class=DefaultsFormatter
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--grpc-log", action="store_true", help="let gRPC's own log lines through to stderr"
@@ -186,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(sub, name: str, text: str) -> argparse.ArgumentParser:
-    return sub.add_parser(name, help=text, description=text, formatter_class=_Formatter)
+    return sub.add_parser(name, help=text, description=text, formatter_class=DefaultsFormatter)
 
 
 def _json(parser: argparse.ArgumentParser) -> None:
