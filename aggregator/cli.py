@@ -625,9 +625,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     question, hist = _load(args)
     est = estimate(hist, args.confidence, simultaneous=args.simultaneous)
     if args.json:
-        # with the covariance, so marginals and differences of frequencies get intervals too
-        record = {"question": question.id, "labels": question.labels, **est.to_dict()}
-        print(json.dumps({**record, "covariance": est.covariance.tolist()}))
+        print(json.dumps({"question": question.id, "labels": question.labels, **est.to_dict()}))
     else:
         print(estimate_table(est, question.labels))
     return 0

@@ -89,6 +89,8 @@ class Estimate:
             "projected": self.projected().tolist(),
             "simultaneous_low": _listed(self.simultaneous_low),
             "simultaneous_high": _listed(self.simultaneous_high),
+            # so marginals and differences of frequencies get intervals too
+            "covariance": self.covariance.tolist(),
         }
 
     def summary(self, labels: list[str] | None = None) -> str:
