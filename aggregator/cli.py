@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from aggregator.config import ConfigError, load_limits, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
+from aggregator.numbers import share
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.service.devices import DeviceRegistry
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
@@ -649,13 +650,13 @@ def estimate_table(est, labels: list[str]) -> str:
         header + ("  projected" if outside else ""),
     ]
     for j, label in enumerate(labels):
-        interval = f"[{_num(est.ci_low[j])}, {_num(est.ci_high[j])}]"
-        line = f"  {label:<{width}}  {_num(est.frequencies[j]):>8}  "
-        line += f"{_num(est.standard_errors[j]):>6}   {interval:<18}"
+        interval = f"[{share(est.ci_low[j])}, {share(est.ci_high[j])}]"
+        line = f"  {label:<{width}}  {share(est.frequencies[j]):>8}  "
+        line += f"{share(est.standard_errors[j]):>6}   {interval:<18}"
         if joint:
-            both = f"[{_num(est.simultaneous_low[j])}, {_num(est.simultaneous_high[j])}]"
+            both = f"[{share(est.simultaneous_low[j])}, {share(est.simultaneous_high[j])}]"
             line += f"  {both:<18}"
-        lines.append(line + (f"  {_num(projected[j]):>9}" if outside else ""))
+        lines.append(line + (f"  {share(projected[j]):>9}" if outside else ""))
     if joint:
         lines.append(
             f"  'simultaneous': all {len(labels)} intervals cover at once with probability at "
@@ -667,11 +668,6 @@ def estimate_table(est, labels: list[str]) -> str:
             "distribution (non-negative, sums to 1; biased), for reading off shares."
         )
     return "\n".join(line.rstrip() for line in lines)
-
-
-def _num(value: float) -> str:
-    text = f"{value:.4f}"
-    return "0.0000" if text == "-0.0000" else text
 
 
 _NEGATIVE_ZERO = re.compile(r"(?<![\d.])-(0\.0+)(?![\d])")

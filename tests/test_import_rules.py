@@ -47,7 +47,13 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         "statistics read histograms only",
     ),
     (
-        ("aggregator.histogram", "aggregator.errors", "aggregator.config", "aggregator.analyses"),
+        (
+            "aggregator.histogram",
+            "aggregator.errors",
+            "aggregator.config",
+            "aggregator.analyses",
+            "aggregator.numbers",
+        ),
         (
             "aggregator.service",
             "aggregator.store",

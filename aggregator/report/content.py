@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,9 +14,8 @@ from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
 from aggregator.report.sentences import result_sentence
 from aggregator.stats import Estimate, TestResult, estimate, goodness_of_fit, independence
+from client.budgeting import SurveyCost, survey_cost
 from client.survey import QuestionSpec, SurveySpec
-
-DELTA = 1e-6  # the delta at which a zCDP total is also shown as (epsilon, delta)
 
 
 @dataclass(frozen=True)
@@ -57,24 +55,10 @@ class QuestionSection:
 
 
 @dataclass(frozen=True)
-class DeviceCost:
-    """What one device spends answering every question of the survey once."""
-
-    pure_epsilon: float  # sum over the epsilon-LDP questions
-    rho: float  # sum over the zCDP questions
-
-    def epsilon_delta(self, delta: float = DELTA) -> float | None:
-        """The rho-zCDP total as an (epsilon, delta) guarantee (None without zCDP questions)."""
-        if self.rho == 0:
-            return None
-        return self.rho + 2 * math.sqrt(self.rho * math.log(1 / delta))
-
-
-@dataclass(frozen=True)
 class SurveyReport:
     survey: SurveySpec
     questions: tuple[QuestionSection, ...]
-    cost: DeviceCost
+    cost: SurveyCost  # what one device spends answering every question once
     confidence: float
     generated: str  # ISO 8601 UTC
 
@@ -97,14 +81,7 @@ def build_report(
         declared = [a for a in analyses if a.question_id == question.id]
         sections.append(_section(survey, question, hist, declared, confidence, seed))
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
-    return SurveyReport(survey, tuple(sections), device_cost(survey), confidence, stamp)
-
-
-def device_cost(survey: SurveySpec) -> DeviceCost:
-    costs = [question.mechanism.cost for question in survey.questions]
-    pure = math.fsum(c.value for c in costs if c.kind == "pure")
-    rho = math.fsum(c.value for c in costs if c.kind == "zcdp")
-    return DeviceCost(pure, rho)
+    return SurveyReport(survey, tuple(sections), survey_cost(survey.questions), confidence, stamp)
 
 
 def _section(

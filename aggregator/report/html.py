@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from html import escape
 
+from aggregator.numbers import interval, out_of_range, share
 from aggregator.report.content import Marginal, QuestionSection, SurveyReport, TestSection
-from aggregator.report.numbers import interval, out_of_range, share
 from aggregator.report.plots import PLOT_EXTRA_HINT, interval_plot, plots_available
 from aggregator.report.sentences import calibration_text, result_p
 
@@ -62,14 +62,15 @@ def render_html(report: SurveyReport) -> str:
 def _cost(report: SurveyReport) -> str:
     cost = report.cost
     lines = []
-    if cost.pure_epsilon:
-        lines.append(f"ε = {cost.pure_epsilon:g} (pure local differential privacy)")
+    if cost.epsilon:
+        lines.append(f"ε = {cost.epsilon:g} (pure local differential privacy)")
     if cost.rho:
-        lines.append(f"ρ = {cost.rho:g} zCDP, that is (ε = {cost.epsilon_delta():.3g}, δ = 1e-6)")
+        lines.append(f"ρ = {cost.rho:g} zCDP")
     return (
         "<p><strong>Privacy cost per device</strong> for answering every question once: "
         + " plus ".join(lines)
-        + ".</p>"
+        + f"; the device budget that pays for it: <code>ldp-client ... {escape(cost.flags)}</code>."
+        + "</p>"
     )
 
 

@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
+from aggregator.numbers import interval, out_of_range, share
 from aggregator.report.content import QuestionSection, SurveyReport
-from aggregator.report.numbers import interval, out_of_range, share
 
 
 def render_markdown(report: SurveyReport) -> str:
     survey = report.survey
     cost = report.cost
     spent = []
-    if cost.pure_epsilon:
-        spent.append(f"ε = {cost.pure_epsilon:g} (pure LDP)")
+    if cost.epsilon:
+        spent.append(f"ε = {cost.epsilon:g} (pure LDP)")
     if cost.rho:
-        spent.append(f"ρ = {cost.rho:g} zCDP (ε = {cost.epsilon_delta():.3g} at δ = 1e-6)")
+        spent.append(f"ρ = {cost.rho:g} zCDP")
     lines = [
         f"# {survey.title or survey.id}",
         "",
         f"Survey `{survey.id}`, generated {report.generated}; {100 * report.confidence:g}% "
         f"intervals; results are released from {survey.min_batch_size:,} reports per question.",
         "",
-        f"Privacy cost per device for answering every question once: {' plus '.join(spent)}.",
+        f"Privacy cost per device for answering every question once: {' plus '.join(spent)}; "
+        f"the device budget that pays for it: `ldp-client ... {cost.flags}`.",
     ]
     for section in report.questions:
         lines += _question(section)

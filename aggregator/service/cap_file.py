@@ -25,7 +25,13 @@ from contextlib import closing
 from pathlib import Path
 
 from aggregator.errors import LdpError
-from aggregator.store.file_kind import REPORT_STORE, FileKindError, check_kind, open_file
+from aggregator.store.file_kind import (
+    REPORT_STORE,
+    FileKindError,
+    check_kind,
+    create_private,
+    open_file,
+)
 from aggregator.store.report_store import StoreError
 
 log = logging.getLogger(__name__)
@@ -50,16 +56,6 @@ _LEGACY_TABLE = "limit_counts"  # where earlier versions kept the counts: the re
 
 class CapFileError(LdpError):
     """The counts file cannot be read or written."""
-
-
-def create_private(path: str | os.PathLike[str]) -> None:
-    """Create ``path`` empty with mode 0600 if it does not exist; tighten it to 0600 if it does
-    (SQLite gives its WAL and journal files the mode of the database file)."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        if Path(path).stat().st_mode & 0o077:
-            os.chmod(path, 0o600)
 
 
 class CapFile:

@@ -37,7 +37,7 @@ from aggregator.service.auth import (
     UNSIGNED,
     DeviceAuthenticator,
 )
-from aggregator.service.cap_file import CapFile, CapPersistence, create_private
+from aggregator.service.cap_file import CapFile, CapPersistence
 from aggregator.service.devices import DeviceRegistry, RegistryWatch
 from aggregator.service.limits import (
     DEFAULT_MAX_INFLIGHT_REPORTS,
@@ -57,6 +57,7 @@ from aggregator.service.streams import (
     StreamLimits,
 )
 from aggregator.store import definitions, ingest
+from aggregator.store.file_kind import create_private
 from aggregator.store.ingest import REPORT_ID_BYTES, ReportRejectedError
 from aggregator.store.report_store import (
     CONFLICT,

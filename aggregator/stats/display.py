@@ -7,6 +7,8 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from aggregator.numbers import share
+
 if TYPE_CHECKING:
     from aggregator.stats.estimate import Estimate
     from aggregator.stats.result import TestResult
@@ -20,11 +22,6 @@ def _pandas() -> Any:
     except ImportError:
         raise ImportError(FRAME_HINT) from None
     return pandas
-
-
-def _share(value: float) -> str:
-    text = f"{value:.4f}"
-    return "0.0000" if text == "-0.0000" else text
 
 
 def estimate_rows(est: Estimate) -> dict[str, list]:
@@ -76,10 +73,10 @@ def estimate_html(est: Estimate) -> str:
     for j, name in enumerate(category_names(est)):
         flag = " &#9650;" if est.outside[j] else ""
         rows.append(
-            f"<tr><td>{escape(name)}</td><td>{_share(est.frequencies[j])}{flag}</td>"
-            f"<td>{_share(est.standard_errors[j])}</td>"
-            f"<td>[{_share(est.ci_low[j])}, {_share(est.ci_high[j])}]</td>"
-            f"<td>{_share(projected[j])}</td></tr>"
+            f"<tr><td>{escape(name)}</td><td>{share(est.frequencies[j])}{flag}</td>"
+            f"<td>{share(est.standard_errors[j])}</td>"
+            f"<td>[{share(est.ci_low[j])}, {share(est.ci_high[j])}]</td>"
+            f"<td>{share(projected[j])}</td></tr>"
         )
     rows.append("</tbody></table>")
     note = (

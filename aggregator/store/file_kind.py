@@ -26,6 +26,7 @@ __all__ = [
     "FileKindError",
     "check_kind",
     "claim",
+    "create_private",
     "open_file",
     "open_read_only",
     "stamp_kind",

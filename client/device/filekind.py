@@ -44,12 +44,13 @@ KINDS = (REPORT_STORE, DEVICE_STATE, DEVICE_REGISTRY)
 
 
 def create_private(path: str | os.PathLike[str]) -> None:
-    """Create ``path`` empty with mode 0600 if it does not exist (before SQLite opens it)."""
+    """Create ``path`` empty with mode 0600 if it does not exist (before SQLite opens it), or
+    tighten it to 0600 if it does (SQLite gives its WAL and journal the database file's mode)."""
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
-        return
-    os.close(fd)
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, 0o600)
 
 
 def check(conn: sqlite3.Connection, kind: FileKind, path: object) -> bool:

@@ -1,4 +1,5 @@
-"""Number formatting shared by the renderers."""
+"""Number formatting shared by everything that prints estimates (CLI tables, reports, notebook
+tables): fixed digits, and never a "-0.0000"."""
 
 from __future__ import annotations
 
