@@ -36,6 +36,7 @@ import grpc
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from aggregator.analyses import load_analyses
 from aggregator.config import ConfigError, load_limits, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.numbers import share
@@ -796,6 +797,7 @@ def run_import(args: argparse.Namespace) -> int:
 def run_check_config(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
     limits = load_limits(args.config)
+    load_analyses(args.config, surveys)  # the optional analysis section is checked too
     if args.db is not None:
         with StoreReader(args.db) as reader:
             reader.check_definitions(surveys, args.config)
@@ -953,7 +955,6 @@ def _add_report(sub) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from aggregator.analyses import load_analyses
     from aggregator.loader import open_survey
     from aggregator.report import build_report, render_html, render_markdown
 
@@ -1007,13 +1008,14 @@ def run_plan(args: argparse.Namespace) -> int:
         plot_power_curves,
         tilted_alternative,
     )
+    from aggregator.stats.validate import check_distribution
 
     null, shape = None, None
     if args.shape is not None:
         shape = _shape(args.shape)
         k = shape[0] * shape[1]
     elif args.p0 is not None:
-        null = _numbers("--p0", args.p0)
+        null = check_distribution(_numbers("--p0", args.p0), len(args.p0.split(",")), "--p0")
         k = null.size
     else:
         k = args.k

@@ -184,3 +184,14 @@ def test_backup_while_serving_then_restore(filled, tmp_path):
         run("agg", "restore", "--from", str(backup), "--db", str(restored)), "pass --force"
     )
     one_line_error(run("agg", "backup", "--db", str(db), "--out", str(backup)), "new or empty")
+
+
+def test_check_config_checks_the_analysis_section(tmp_path):
+    config = tmp_path / "typo.toml"
+    config.write_text(SURVEY.replace("p0 = [0.25, 0.25, 0.25, 0.25]", "p00 = [0.25, 0.25]"))
+    one_line_error(run("agg", "check-config", str(config)), "unknown key(s) p00")
+
+
+def test_plan_names_a_bad_null_not_the_alternative_built_from_it():
+    done = run("agg", "plan", "--p0", "0.5,0.6", "--epsilon", "1", "--effect", "0.1", "--n", "9")
+    one_line_error(done, "--p0 must sum to 1")
