@@ -17,3 +17,8 @@ def interval(low: float, high: float) -> str:
 def out_of_range(value: float) -> bool:
     """An unbiased estimate outside [0, 1]: legitimate, but a reader must be told."""
     return value < 0 or value > 1
+
+
+def reports(n: int) -> str:
+    """n with its noun: "1 report", "2,000 reports"."""
+    return f"{n:,} report" + ("" if n == 1 else "s")

@@ -12,6 +12,7 @@ from scipy import stats as scipy_stats
 from aggregator.analyses import Analysis
 from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
+from aggregator.numbers import reports
 from aggregator.report.sentences import result_sentence
 from aggregator.stats import Estimate, TestResult, estimate, goodness_of_fit, independence
 from client.budgeting import SurveyCost, survey_cost
@@ -94,7 +95,7 @@ def _section(
 ) -> QuestionSection:
     threshold = max(survey.min_batch_size, 1)
     if hist.n < threshold:
-        why = f"not run: {hist.n} reports, results are released from {threshold}"
+        why = f"not run: {reports(hist.n)}, results are released from {threshold}"
         tests = tuple(TestSection(a, None, why) for a in analyses)
         return QuestionSection(question, hist.n, threshold, None, (), tests)
     est = estimate(hist, confidence)

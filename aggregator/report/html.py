@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from aggregator.numbers import interval, out_of_range, share
+from aggregator.numbers import interval, out_of_range, reports, share
 from aggregator.report.content import Marginal, QuestionSection, SurveyReport, TestSection
 from aggregator.report.plots import PLOT_EXTRA_HINT, interval_plot, plots_available
 from aggregator.report.sentences import calibration_text, result_p
@@ -84,7 +84,7 @@ def _question(section: QuestionSection, confidence: float, plots: bool) -> str:
     ]
     if not section.released:
         head.append(
-            f'<p class="held">Not released: {section.n:,} reports so far, results are released '
+            f'<p class="held">Not released: {reports(section.n)} so far, results are released '
             f"from {section.min_batch_size:,}.</p>"
         )
         head += [_test(test) for test in section.tests]

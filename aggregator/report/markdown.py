@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aggregator.numbers import interval, out_of_range, share
+from aggregator.numbers import interval, out_of_range, reports, share
 from aggregator.report.content import QuestionSection, SurveyReport
 
 
@@ -42,7 +42,7 @@ def _question(section: QuestionSection) -> list[str]:
     if not section.released:
         lines += [
             "",
-            f"**Not released:** {section.n:,} reports so far, results are released from "
+            f"**Not released:** {reports(section.n)} so far, results are released from "
             f"{section.min_batch_size:,}.",
         ]
     else:
