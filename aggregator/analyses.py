@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aggregator.config import ConfigError
-from client.survey import SurveySpec
+from aggregator.errors import ClusteredReportsError
+from client.survey import QuestionSpec, SurveySpec
 
 TESTS = ("goodness_of_fit", "independence")
 P0_TOLERANCE = 1e-9  # how far a declared null may be from summing to 1
@@ -35,6 +36,21 @@ class Analysis:
     test: str
     alpha: float = 0.05
     p0: tuple[float, ...] | None = None
+
+
+def check_independent(survey: SurveySpec, question: QuestionSpec) -> None:
+    """Refuse (ClusteredReportsError) a test on a question whose reports may come from several
+    members of one household (spec D.3): the survey declares ``household_members`` and the
+    question is not ``household_shared``, the tag under which devices let only one respondent
+    per household answer. Estimates stay available; only tests assume independent reports."""
+    if survey.household_members and not question.household_shared:
+        raise ClusteredReportsError(
+            f"survey {survey.id}, question {question.id}: no test runs here, because several "
+            "members of one household may have answered (household_members = true) and their "
+            "reports are not independent (Type I error 0.05 -> 0.28 in docs/validation.md); "
+            "tag the question household_shared = true so one respondent per household answers "
+            "(docs/households.md)"
+        )
 
 
 def load_analyses(path: str | Path, surveys: dict[str, SurveySpec]) -> dict[str, list[Analysis]]:
@@ -91,6 +107,10 @@ def parse_analysis(
         p0_values = None
     else:
         p0_values = _p0(p0, question.k, where)
+    try:
+        check_independent(survey, question)
+    except ClusteredReportsError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     title = entry.get("title") or f"{test.replace('_', ' ')}: {question.id}"
     return Analysis(str(title), question.id, test, float(alpha), p0_values)
 

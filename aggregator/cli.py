@@ -36,7 +36,7 @@ import grpc
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from aggregator.analyses import load_analyses
+from aggregator.analyses import check_independent, load_analyses
 from aggregator.config import ConfigError, load_limits, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.numbers import share
@@ -601,14 +601,17 @@ def run_devices(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace, *, test: bool = False):
     """The question and its histogram, read only, after the survey file is checked against the
-    store's pinned definitions; exit 3 below the survey's release threshold."""
+    store's pinned definitions; exit 3 below the survey's release threshold. For a ``test``,
+    a question whose reports may be clustered by household is refused (ClusteredReportsError)."""
     surveys = load_surveys(args.config)
     try:
         survey, question = ingest.find_question(surveys, args.survey, args.question)
     except ReportRejectedError as exc:
         raise UserError(exc.message) from None
+    if test:
+        check_independent(survey, question)
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         n, sums = reader.statistics(survey.id, question.id, question.k)
@@ -681,7 +684,7 @@ def run_test(args: argparse.Namespace) -> int:
         raise UserError("--p0 is for gof; an independence test takes no null distribution")
     if args.kind == "gof" and not args.p0:
         raise UserError("gof needs --p0 (one probability per category, comma-separated)")
-    question, hist = _load(args)
+    question, hist = _load(args, test=True)
     try:
         if args.kind == "gof":
             p0 = _p0(args.p0, question)

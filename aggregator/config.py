@@ -53,6 +53,7 @@ _QUESTION_KEYS = {
     "rho",
     "granularity_bits",
     "max_reports_per_device",
+    "household_shared",
 }
 
 _SURVEY_KEYS = {
@@ -60,6 +61,7 @@ _SURVEY_KEYS = {
     "title",
     "min_batch_size",
     "require_device_auth",
+    "household_members",
     "rate_per_minute",
     "burst",
     "max_reports_per_device",
@@ -154,7 +156,9 @@ def _survey(entry: dict) -> SurveySpec:
     questions = tuple(_question(q, survey_id) for q in entry.get("question", []))
     min_batch = entry.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     require_auth = entry.get("require_device_auth", False)
-    return SurveySpec(survey_id, str(entry.get("title", "")), questions, min_batch, require_auth)
+    members = entry.get("household_members", False)
+    title = str(entry.get("title", ""))
+    return SurveySpec(survey_id, title, questions, min_batch, require_auth, members)
 
 
 def _question(entry: dict, survey_id: object) -> QuestionSpec:
@@ -183,6 +187,7 @@ def _question(entry: dict, survey_id: object) -> QuestionSpec:
         mechanism,  # type: ignore[arg-type]
         entry[key],
         entry.get("granularity_bits", DEFAULT_GRANULARITY_BITS),
+        household_shared=entry.get("household_shared", False),
     )
 
 

@@ -13,5 +13,10 @@ class IncompatibleHistogramsError(InvalidInputError):
     """Two histograms of different mechanisms or parameters cannot be merged."""
 
 
+class ClusteredReportsError(LdpError):
+    """A test would run on reports that may come from several members of one household: they
+    are not independent, so its p-value would be too small (privacy-accounting spec D.3)."""
+
+
 class InsufficientDataError(LdpError):
     """Too few reports to compute the requested estimate or test."""

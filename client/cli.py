@@ -33,6 +33,8 @@ import numpy as np
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.cli_parsing import DefaultsFormatter, OneLineParser
+from client.device.filekind import create_private
+from client.device.household import Household, HouseholdTerms, create_terms
 from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, BudgetExceeded, Ledger, LedgerError
 from client.device.reporter import Reporter
@@ -111,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="pure-epsilon share of the budget (default: all of it, which leaves nothing for "
         "Gaussian questions)",
     )
+    submit.add_argument(
+        "--best-of",
+        action="store_true",
+        help="enroll a pure-only device under the best-of rule: admit while the epsilon sum "
+        "fits --budget or the sum of epsilon^2/2 fits its zCDP conversion at --delta (more "
+        "answers at small epsilon; (budget, delta)-DP once the sum exceeds the budget)",
+    )
     submit.add_argument("--no-flush", action="store_true", help="only queue, do not upload")
     submit.add_argument(
         "--memoize",
@@ -131,6 +140,49 @@ def build_parser() -> argparse.ArgumentParser:
     _state(budget)
     _json(budget)
     budget.set_defaults(run=run_budget)
+
+    household = _command(
+        sub, "household", "enrol this device in a household (for household_shared questions)"
+    )
+    actions = household.add_subparsers(required=True, metavar="ACTION")
+    create = _command(
+        actions, "create", "create a household: a fresh secret and its cap; prints the code"
+    )
+    _state(create)
+    create.add_argument(
+        "--cap",
+        type=float,
+        required=True,
+        help="household cap: epsilon all its devices may spend on household_shared questions "
+        "together (the group bound, docs/households.md)",
+    )
+    create.add_argument(
+        "--rho-cap", type=float, default=0.0, help="household cap for Gaussian shared questions"
+    )
+    create.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="devices that will join (each charges devices x cost per shared question)",
+    )
+    create.add_argument(
+        "--code-out",
+        type=Path,
+        help="write the enrolment code to this file (created 0600) instead of stdout",
+    )
+    _json(create)
+    create.set_defaults(run=run_household_create)
+    join = _command(
+        actions,
+        "join",
+        "join a household with its enrolment code, read from --code-file or standard input",
+    )
+    _state(join)
+    join.add_argument(
+        "--code-file", type=Path, help="file holding the code (default: read standard input)"
+    )
+    _json(join)
+    join.set_defaults(run=run_household_join)
 
     install = _command(
         sub,
@@ -227,7 +279,7 @@ def _reporter(args: argparse.Namespace) -> Reporter:
     _check_target(args.server)
     budget = None
     if getattr(args, "budget", None) is not None:
-        budget = Budget(args.budget, args.delta, args.pointwise)
+        budget = Budget(args.budget, args.delta, args.pointwise, getattr(args, "best_of", False))
     elif not args.state.exists():
         raise UserError(f"{args.state} does not exist: enroll first with submit --budget EPS")
     memoize = getattr(args, "memoize", False)
@@ -315,7 +367,8 @@ def run_budget(args: argparse.Namespace) -> int:
     try:
         spent_pure, spent_zcdp = ledger.spent()
         left_pure, left_zcdp = ledger.remaining()
-        info = {
+        loss = ledger.odometer()
+        info: dict[str, object] = {
             "epsilon_budget": ledger.budget.epsilon,
             "delta": ledger.budget.delta,
             "pointwise_cap": ledger.budget.pointwise,
@@ -326,15 +379,97 @@ def run_budget(args: argparse.Namespace) -> int:
             "remaining_rho": left_zcdp,
             "charges": len(ledger.charges()),
             "guarantee": ledger.guarantee(),
+            "policy": ledger.budget.policy,
+            "odometer_epsilon": loss.epsilon,
+            "odometer_delta": loss.delta,
+            "odometer_form": loss.form,
         }
+        if ledger.budget.best_of:
+            best_spent = ledger.best_of_spent()
+            info["best_of_rho_cap"] = ledger.budget.best_of_rho_cap
+            info["best_of_rho_spent"] = best_spent
+            info["best_of_rho_remaining"] = max(0.0, ledger.budget.best_of_rho_cap - best_spent)
+        with Household.read_only(args.state) as household:
+            info["household"] = None if household is None else household.status()
     finally:
         ledger.close()
     if args.json:
         print(json.dumps(info))
     else:
         for key, value in info.items():
-            print(f"{key:>20}: {value}")
+            if key != "household":
+                print(f"{key:>21}: {value}")
+        print(
+            f"{'loss so far':>21}: epsilon <= {loss.epsilon:.6g} with probability "
+            f"1 - {loss.delta:g} (zCDP odometer, spec B.4; the filter above enforces)"
+        )
+        _print_household(info["household"])
     return 0
+
+
+def run_household_create(args: argparse.Namespace) -> int:
+    if args.code_out is not None and args.code_out.exists():
+        raise UserError(f"{args.code_out} exists; the code is written to a new file only")
+    terms = create_terms(args.cap, args.rho_cap, args.devices)
+    with Household.enrol(args.state, terms, "created") as household:
+        status = household.status()
+    code = terms.code()
+    if args.code_out is not None:
+        create_private(args.code_out)
+        args.code_out.write_text(code + "\n")
+    shown = None if args.code_out is not None else code
+    if args.json:
+        print(json.dumps({"household": status, "code": shown, "code_file": _str(args.code_out)}))
+        return 0
+    print(
+        f"created a household in {args.state}: cap epsilon {terms.epsilon_cap:g}, rho "
+        f"{terms.rho_cap:g}, for {terms.devices} device(s)"
+    )
+    if shown is None:
+        print(f"enrolment code written to {args.code_out} (keep it secret; delete it once used)")
+    else:
+        print(f"enrolment code (keep it secret; ldp-client household join reads it):\n{code}")
+    return 0
+
+
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def run_household_join(args: argparse.Namespace) -> int:
+    if args.code_file is not None:
+        try:
+            code = args.code_file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read {args.code_file}: {exc}") from None
+    else:
+        if sys.stdin.isatty():
+            print("paste the household code, then press Enter:", file=sys.stderr)
+        code = sys.stdin.readline()
+    terms = HouseholdTerms.from_code(code)
+    with Household.enrol(args.state, terms, "joined") as household:
+        status = household.status()
+    if args.json:
+        print(json.dumps({"household": status}))
+    else:
+        print(
+            f"{args.state} joined the household: cap epsilon {terms.epsilon_cap:g}, rho "
+            f"{terms.rho_cap:g}, {terms.devices} device(s)"
+        )
+    return 0
+
+
+def _print_household(status: object) -> None:
+    """The household part of ``ldp-client budget``."""
+    if not isinstance(status, dict):
+        print(f"{'household':>21}: none")
+        return
+    print(
+        f"{'household':>21}: {status['source']}, {status['devices']} device(s); shared questions "
+        f"answered {status['shared_answers']}, group cost {status['spent_epsilon']:.6g} of "
+        f"epsilon cap {status['epsilon_cap']:.6g}, {status['spent_rho']:.6g} of rho cap "
+        f"{status['rho_cap']:.6g}"
+    )
 
 
 def run_install_survey(args: argparse.Namespace) -> int:

@@ -46,12 +46,17 @@ class Attribute:
 
 @dataclass(frozen=True)
 class QuestionSpec:
-    """One question: its attributes (one, or several for a contingency table) and mechanism."""
+    """One question: its attributes (one, or several for a contingency table) and mechanism.
+
+    ``household_shared``: the answer belongs to the household (its members share it), so one
+    respondent per household answers, charged to the household ledger (docs/households.md).
+    """
 
     id: str
     text: str
     attributes: tuple[Attribute, ...]
     mechanism: Mechanism
+    household_shared: bool = False
 
     @property
     def k(self) -> int:
@@ -104,11 +109,11 @@ class QuestionSpec:
 
     def definition(self) -> dict[str, object]:
         """Everything that decides how a report is randomized and read: mechanism, parameter,
-        grid, attributes and their categories (not the question text)."""
+        grid, attributes and their categories, the household tag when set (not the text)."""
         mech = self.mechanism
         parameter = "rho" if isinstance(mech, GaussianNoise) else "epsilon"
         additive = isinstance(mech, GaussianNoise | LaplaceNoise)
-        return {
+        definition: dict[str, object] = {
             "mechanism": mech.name,
             parameter: float(mech.rho if isinstance(mech, GaussianNoise) else mech.parameter),
             "granularity_bits": mech.granularity_bits if additive else None,
@@ -116,6 +121,9 @@ class QuestionSpec:
                 {"name": a.name, "categories": list(a.categories)} for a in self.attributes
             ],
         }
+        if self.household_shared:
+            definition["household_shared"] = True
+        return definition
 
     @property
     def digest(self) -> bytes:
@@ -134,6 +142,8 @@ class QuestionSpec:
         ]
         for attribute in self.attributes:
             fields += [attribute.name, str(len(attribute.categories)), *attribute.categories]
+        if self.household_shared:  # absent otherwise: untagged questions keep their digests
+            fields.append("household_shared")
         encoded = b"".join(
             len(data).to_bytes(4, "big") + data for data in (f.encode() for f in fields)
         )
@@ -149,6 +159,7 @@ class QuestionSpec:
                 for a in self.attributes
             ],
             mechanism=MECHANISM_NAMES[mech.name],
+            household_shared=self.household_shared,
         )
         if isinstance(mech, GaussianNoise):
             message.rho = mech.rho
@@ -172,6 +183,7 @@ class QuestionSpec:
             names[message.mechanism],
             parameter,
             message.granularity_bits,  # to_proto always sets it; 0 is a valid grid (step 1)
+            household_shared=message.household_shared,
         )
 
 
@@ -196,9 +208,16 @@ def build_question(
     mechanism: str,
     parameter: float,
     granularity_bits: int = DEFAULT_GRANULARITY_BITS,
+    *,
+    household_shared: bool = False,
 ) -> QuestionSpec:
     """Validate a question definition and build its mechanism."""
     check_id("question", question_id)
+    if not isinstance(household_shared, bool):
+        raise SurveyError(
+            f"question {question_id}: household_shared must be true or false, "
+            f"got {household_shared!r}"
+        )
     if not attributes:
         raise SurveyError(f"question {question_id}: needs categories or attributes")
     for attribute in attributes:
@@ -226,7 +245,7 @@ def build_question(
             mech = LaplaceNoise(k, parameter, granularity_bits=granularity_bits)
     except ValueError as exc:
         raise SurveyError(f"question {question_id}: {exc}") from exc
-    return QuestionSpec(question_id, text, tuple(attributes), mech)
+    return QuestionSpec(question_id, text, tuple(attributes), mech, household_shared)
 
 
 def check_id(kind: str, value: object) -> str:
@@ -244,6 +263,9 @@ class SurveySpec:
     questions: tuple[QuestionSpec, ...]
     min_batch_size: int
     require_device_auth: bool = False  # uploads must be signed by an enrolled device key
+    # Aggregator side only (not on the wire): several members of one household may take part,
+    # so reports of questions not tagged household_shared may be clustered (docs/households.md).
+    household_members: bool = False
 
     def __post_init__(self) -> None:
         check_id("survey", self.id)
@@ -256,6 +278,8 @@ class SurveySpec:
             raise SurveyError(f"survey {self.id}: min_batch_size must be a positive integer")
         if not isinstance(self.require_device_auth, bool):
             raise SurveyError(f"survey {self.id}: require_device_auth must be true or false")
+        if not isinstance(self.household_members, bool):
+            raise SurveyError(f"survey {self.id}: household_members must be true or false")
 
     def question(self, question_id: str) -> QuestionSpec:
         for question in self.questions:

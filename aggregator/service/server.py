@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from aggregator.analyses import check_independent
 from aggregator.config import SurveyLimits
-from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.errors import ClusteredReportsError, InsufficientDataError, InvalidInputError
 from aggregator.service import wire
 from aggregator.service.answers import (
     released,
@@ -608,12 +609,18 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         self._surveys = surveys
         self._store = store
 
-    async def _released(self, context, survey_id: str, question_id: str):
-        """The question's histogram, if the survey's minimum batch size is reached."""
+    async def _released(self, context, survey_id: str, question_id: str, *, test: bool = False):
+        """The question's histogram, if the survey's minimum batch size is reached; for a
+        ``test``, FAILED_PRECONDITION if its reports may be clustered by household (spec D.3)."""
         try:
             survey, question = ingest.find_question(self._surveys, survey_id, question_id)
         except ReportRejectedError as exc:
             await context.abort(exc.code, shortened(exc.message))
+        if test:
+            try:
+                check_independent(survey, question)
+            except ClusteredReportsError as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
         n, sums = await asyncio.to_thread(self._store.statistics, survey_id, question_id)
         if n < survey.min_batch_size:
             await context.abort(
@@ -641,7 +648,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
 
     async def GoodnessOfFit(self, request, context):
-        _, hist = await self._released(context, request.survey_id, request.question_id)
+        _, hist = await self._released(context, request.survey_id, request.question_id, test=True)
         result = await _analyse(
             context,
             "goodness_of_fit",
@@ -654,7 +661,9 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return test_response(result)
 
     async def Independence(self, request, context):
-        question, hist = await self._released(context, request.survey_id, request.question_id)
+        question, hist = await self._released(
+            context, request.survey_id, request.question_id, test=True
+        )
         if len(question.shape) != 2:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,

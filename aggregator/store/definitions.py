@@ -128,6 +128,9 @@ def difference(stored: Mapping, given: Mapping) -> tuple[str, object, object]:
     for key in ("mechanism", "epsilon", "rho", "granularity_bits"):
         if stored.get(key) != given.get(key):
             return key, stored.get(key), given.get(key)
+    shared = bool(stored.get("household_shared")), bool(given.get("household_shared"))
+    if shared[0] != shared[1]:
+        return "household_shared", *shared
     old, new = stored["attributes"], given["attributes"]
     if len(old) != len(new):
         return "number of attributes", len(old), len(new)

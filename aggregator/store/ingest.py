@@ -89,9 +89,16 @@ def find_question(surveys: dict[str, SurveySpec], survey_id: str, question_id: s
 def check_digests(question: QuestionSpec, digests: Iterable[bytes]) -> None:
     """Refuse (FAILED_PRECONDITION) reports randomized under another definition of the question
     than the one served and pinned; an empty digest (a device before 0.2) is taken as the
-    current definition."""
+    current definition, except for a household_shared question: only a device that knows the
+    tag (and so lets one respondent per household answer) commits to its digest."""
     expected = question.digest
     for digest in digests:
+        if not digest and question.household_shared:
+            raise ReportRejectedError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"question {question.id!r} is household_shared: its reports must carry the "
+                "definition digest (a device that enforces one respondent per household)",
+            )
         if digest and digest != expected:
             raise ReportRejectedError(
                 grpc.StatusCode.FAILED_PRECONDITION,

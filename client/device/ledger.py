@@ -5,7 +5,10 @@ reports and a concentrated (zCDP) cap ``rho_g = rho_cap(eps_g - Xi_g, delta)``. 
 admitted or refused *before* anything is randomized, from the ledger state and the requested cost
 only (the ledger never sees an answer), so the whole transcript of the device is
 ``(eps_g, delta)``-DP however adaptively the server chooses its questions; with ``Xi_g = eps_g`` it
-is pure ``eps_g``-LDP.
+is pure ``eps_g``-LDP. A pure-only device may instead be enrolled under the best-of rule of §A.3
+(``Budget(..., best_of=True)``): a pure request is admitted if the basic sum still fits ``eps_g``
+*or* the sum of ``eps^2 / 2`` still fits ``rho_cap(eps_g, delta)``; the device stays pure
+``eps_g``-LDP while the basic sum fits, and is ``(eps_g, delta)``-DP afterwards.
 
 The ledger is an append-only charge log in SQLite (WAL, ``synchronous=FULL``); the spent totals are
 derived from the log, charges are never refunded (§A.4), and each admission runs inside
@@ -21,6 +24,8 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
+from client.device.accounting import OdometerReading, rho_cap
+from client.device.accounting import odometer as zcdp_odometer
 from client.device.database import connect, immediate
 from client.device.filekind import DEVICE_STATE, open_read_only
 from client.mechanisms.base import PrivacyCost
@@ -30,6 +35,8 @@ TOLERANCE = 1e-12
 
 POINTWISE = "pointwise"
 CONCENTRATED = "concentrated"
+TWO_BUCKET = "two-bucket"
+BEST_OF = "best-of"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ledger_budget (
@@ -51,6 +58,14 @@ CREATE TABLE IF NOT EXISTS ledger_charges (
     charged REAL NOT NULL CHECK (charged > 0),
     timestamp REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS ledger_policy (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    policy TEXT NOT NULL CHECK (policy IN ('two-bucket', 'best-of'))
+);
+CREATE TRIGGER IF NOT EXISTS ledger_policy_fixed BEFORE UPDATE ON ledger_policy
+BEGIN SELECT RAISE(ABORT, 'the budget is fixed at enrollment'); END;
+CREATE TRIGGER IF NOT EXISTS ledger_policy_kept BEFORE DELETE ON ledger_policy
+BEGIN SELECT RAISE(ABORT, 'the budget is fixed at enrollment'); END;
 CREATE TRIGGER IF NOT EXISTS ledger_budget_fixed BEFORE UPDATE ON ledger_budget
 BEGIN SELECT RAISE(ABORT, 'the budget is fixed at enrollment'); END;
 CREATE TRIGGER IF NOT EXISTS ledger_budget_kept BEFORE DELETE ON ledger_budget
@@ -89,12 +104,14 @@ class Budget:
 
     ``pointwise`` is the cap ``Xi_g`` of the pure bucket; ``None`` means ``epsilon`` (a pure-LDP
     deployment with ``rho_g = 0``) and is normalized to that value, so ``Budget(3)`` equals
-    ``Budget(3, pointwise=3)``. ``delta`` only matters for the concentrated bucket.
+    ``Budget(3, pointwise=3)``. ``delta`` only matters for the concentrated bucket, and for the
+    zCDP side of the best-of rule (``best_of``, pure budgets only, spec §A.3).
     """
 
     epsilon: float
     delta: float = 1e-6
     pointwise: float | None = None
+    best_of: bool = False
 
     def __post_init__(self) -> None:
         epsilon = _positive_finite("epsilon", self.epsilon)
@@ -107,6 +124,13 @@ class Budget:
         pointwise = float(pointwise)
         if not 0 <= pointwise <= epsilon:
             raise LedgerConfigError(f"pointwise must lie in [0, {epsilon!r}], got {pointwise!r}")
+        if not isinstance(self.best_of, bool):
+            raise LedgerConfigError(f"best_of must be true or false, got {self.best_of!r}")
+        if self.best_of and pointwise != epsilon:
+            raise LedgerConfigError(
+                "the best-of rule is for pure-only devices: it cannot be combined with a "
+                "pointwise share below the budget (spec A.3)"
+            )
         object.__setattr__(self, "epsilon", epsilon)
         object.__setattr__(self, "delta", delta)
         object.__setattr__(self, "pointwise", pointwise)
@@ -118,12 +142,25 @@ class Budget:
         Computed as ``E^2 / (sqrt(L + E) + sqrt(L))^2``, the cancellation-free form of
         ``(sqrt(L + E) - sqrt(L))^2`` with ``E = eps_g - Xi_g`` and ``L = ln(1/delta)``.
         """
-        excess = self.epsilon - self.pointwise
-        log_term = -math.log(self.delta)
-        return (excess / (math.sqrt(log_term + excess) + math.sqrt(log_term))) ** 2
+        return rho_cap(self.epsilon - self.pointwise, self.delta)
+
+    @property
+    def best_of_rho_cap(self) -> float:
+        """The zCDP side of the best-of rule: ``rho_cap(eps_g, delta)`` (0 without best-of)."""
+        return rho_cap(self.epsilon, self.delta) if self.best_of else 0.0
+
+    @property
+    def policy(self) -> str:
+        """The admission rule: "best-of" (§A.3) or "two-bucket" (§A.2)."""
+        return BEST_OF if self.best_of else TWO_BUCKET
 
     def guarantee(self) -> str:
         """The guarantee the filter gives for the device's whole transcript."""
+        if self.best_of:
+            return (
+                f"pure {self.epsilon:.6g}-LDP while the basic sum fits, "
+                f"({self.epsilon:.6g}, {self.delta:.6g})-DP after (best-of rule)"
+            )
         if self.rho_cap == 0:
             return f"pure {self.epsilon:.6g}-LDP"
         return f"({self.epsilon:.6g}, {self.delta:.6g})-DP"
@@ -169,6 +206,19 @@ def _fits(total: float, cap: float) -> bool:
     return total <= cap + TOLERANCE * cap
 
 
+def _stored_budget(conn: sqlite3.Connection) -> Budget | None:
+    """The enrolled budget (a ledger from before policies were stored is two-bucket)."""
+    query = "SELECT epsilon, delta, pointwise FROM ledger_budget WHERE id = 1"
+    row = conn.execute(query).fetchone()
+    if row is None:
+        return None
+    has_policy = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_policy'"
+    ).fetchone()
+    policy = has_policy and conn.execute("SELECT policy FROM ledger_policy WHERE id = 1").fetchone()
+    return Budget(*row, best_of=bool(policy) and policy[0] == BEST_OF)
+
+
 class Ledger:
     """The two-bucket privacy filter of one device, persisted in SQLite at ``path``.
 
@@ -191,32 +241,28 @@ class Ledger:
         ledger = cls.__new__(cls)
         ledger._conn = open_read_only(path, DEVICE_STATE)
         try:
-            row = ledger._conn.execute(
-                "SELECT epsilon, delta, pointwise FROM ledger_budget WHERE id = 1"
-            ).fetchone()
+            budget = _stored_budget(ledger._conn)
         except sqlite3.DatabaseError:
-            row = None
-        if row is None:
+            budget = None
+        if budget is None:
             ledger._conn.close()
             raise LedgerConfigError(f"no budget is enrolled in {path}")
-        ledger._budget = Budget(*row)
+        ledger._budget = budget
         return ledger
 
     def _enroll(self, budget: Budget | None) -> Budget:
         self._conn.executescript(_SCHEMA)
         with immediate(self._conn):
-            row = self._conn.execute(
-                "SELECT epsilon, delta, pointwise FROM ledger_budget WHERE id = 1"
-            ).fetchone()
-            if row is None:
+            stored = _stored_budget(self._conn)
+            if stored is None:
                 if budget is None:
                     raise LedgerConfigError("no budget is enrolled in this ledger; pass one")
                 self._conn.execute(
                     "INSERT INTO ledger_budget VALUES (1, ?, ?, ?, ?)",
                     (budget.epsilon, budget.delta, budget.pointwise, time.time()),
                 )
+                self._conn.execute("INSERT INTO ledger_policy VALUES (1, ?)", (budget.policy,))
                 return budget
-        stored = Budget(*row)
         if budget is not None and budget != stored:
             raise LedgerConfigError(f"this ledger was enrolled with {stored}, not {budget}")
         return stored
@@ -233,10 +279,23 @@ class Ledger:
             sums[bucket].append(charged)
         return math.fsum(sums[POINTWISE]), math.fsum(sums[CONCENTRATED])
 
+    def best_of_spent(self) -> float:
+        """The best-of rule's zCDP side: the sum of ``eps^2 / 2`` over all charges (§A.3)."""
+        rows = self._conn.execute("SELECT cost FROM ledger_charges WHERE kind = 'pure'")
+        return math.fsum(cost * cost / 2 for (cost,) in rows)
+
     def _admit(self, cost: PrivacyCost, spent: tuple[float, float]) -> tuple[str, float] | None:
-        """The admission test of §A.2: ``(bucket, amount)`` to charge, or ``None`` to refuse."""
+        """The admission test of §A.2 (or §A.3 under best-of): ``(bucket, amount)`` to charge,
+        or ``None`` to refuse."""
         pointwise, concentrated = spent
         value = float(cost.value)
+        if self._budget.best_of:  # every charge is pure and recorded in the pointwise bucket
+            if cost.kind != "pure":
+                return None
+            fits = _fits(pointwise + value, self._budget.epsilon) or _fits(
+                self.best_of_spent() + value * value / 2, self._budget.best_of_rho_cap
+            )
+            return (POINTWISE, value) if fits else None
         if cost.kind == "zcdp":
             rho = value
         elif _fits(pointwise + value, self._budget.pointwise):
@@ -292,6 +351,16 @@ class Ledger:
         """Why a charge is refused: the bucket that would pay, and how much it lacks."""
         left_pure, left_rho = self.remaining()
         value = float(cost.value)
+        if self._budget.best_of:
+            left_best = max(0.0, self._budget.best_of_rho_cap - self.best_of_spent())
+            need = (
+                "a pure cost (this device was enrolled pure under the best-of rule)"
+                if cost.kind != "pure"
+                else f"epsilon {value:.6g} within the basic sum, which has {left_pure:.6g} left, "
+                f"or eps^2/2 = {value * value / 2:.6g} within the best-of zCDP side, which has "
+                f"{left_best:.6g} left"
+            )
+            return f"{cost.kind} cost refused: needs {need}; {self.guarantee()}"
         if cost.kind == "zcdp":
             need = f"rho {value:.6g} from the zCDP bucket, which has {left_rho:.6g} left"
             if self._budget.rho_cap == 0:
@@ -323,10 +392,28 @@ class Ledger:
         """The preset guarantee and how much of each bucket is used (spec §B.4 UI rule)."""
         pointwise, concentrated = self.spent()
         budget = self._budget
+        if budget.best_of:
+            state = "pure" if _fits(pointwise, budget.epsilon) else "on its zCDP side"
+            return (
+                f"{budget.guarantee()}: used {pointwise:.6g} of {budget.epsilon:.6g} (basic sum) "
+                f"and {self.best_of_spent():.6g} of {budget.best_of_rho_cap:.6g} (zCDP side); "
+                f"now {state}"
+            )
         text = f"{budget.guarantee()}: used {pointwise:.6g} of {budget.pointwise:.6g} (pointwise)"
         if budget.rho_cap == 0:
             return text
         return f"{text} and {concentrated:.6g} of {budget.rho_cap:.6g} (zCDP)"
+
+    def odometer(self) -> OdometerReading:
+        """The loss so far as (epsilon, delta) at the budget's delta (spec §B.4): ``S + odo(R)``
+        for the two-bucket filter; under best-of the smaller of the certain basic sum and
+        ``odo(sum of eps^2 / 2)``. For display beside the filter, which is what enforces."""
+        pointwise, concentrated = self.spent()
+        delta = self._budget.delta
+        if not self._budget.best_of:
+            return zcdp_odometer(concentrated, delta, pointwise)
+        reading = zcdp_odometer(self.best_of_spent(), delta)
+        return reading if reading.epsilon < pointwise else OdometerReading(pointwise, 0.0, "exact")
 
     def close(self) -> None:
         """Close the database connection."""

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 
+from client.device.household import Household, HouseholdError
 from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, Ledger
 from client.device.outbox import Outbox, load_or_create_secret, memo_key
@@ -78,6 +79,7 @@ class Reporter:
         self._surveys: dict[str, SurveySpec] = {}
         self._unknown_surveys: set[str] = set()
         self._device_key: DeviceKey | None = None
+        self._household_ledger: Household | None = None
         self.offline = ""  # why a definition came from the cache (the server was unreachable)
 
     def survey(self, survey_id: str) -> SurveySpec:
@@ -127,7 +129,9 @@ class Reporter:
 
         Raises ``SurveyError`` for an unknown label (the message lists the valid ones) and
         ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
-        question's privacy cost. With memoization, asking the same question again with the same
+        question's privacy cost; for a household_shared question, ``HouseholdError`` without a
+        household, ``AlreadyAnswered`` for a second answer and ``HouseholdBudgetExceeded`` over
+        the household cap. With memoization, asking the same question again with the same
         answer re-queues the stored report at no new cost.
         """
         question = self._question(survey_id, question_id)
@@ -159,7 +163,12 @@ class Reporter:
                     report_id, survey_id, question_id, payload, definition_digest=digest
                 )
                 return report_id
-        report_id = os.urandom(REPORT_ID_BYTES)
+        household = self._household(survey_id, question) if question.household_shared else None
+        if household is not None:
+            household.check(survey_id, question_id, mech.cost)
+            report_id = household.terms.report_id(survey_id, question_id)
+        else:
+            report_id = os.urandom(REPORT_ID_BYTES)
         self.ledger.charge(
             mech.cost,
             request_id=report_id.hex(),
@@ -167,11 +176,24 @@ class Reporter:
             question_id=question_id,
             mechanism=described,
         )
+        if household is not None:  # authoritative (unique per question): a racing answer stops here
+            household.charge(survey_id, question_id, mech.cost)
         payload = mech.encode(mech.randomize(index))
         self.outbox.add(
             report_id, survey_id, question_id, payload, memo_key=key, definition_digest=digest
         )
         return report_id
+
+    def _household(self, survey_id: str, question: QuestionSpec) -> Household:
+        """The device's household, needed for a household_shared question (spec D.2, D.3)."""
+        if self._household_ledger is None:
+            self._household_ledger = Household.open(self._path)
+        if self._household_ledger is None:
+            raise HouseholdError(
+                f"survey {survey_id}, question {question.id} is household_shared: enrol this "
+                "device in a household first (ldp-client household create, or household join)"
+            )
+        return self._household_ledger
 
     def flush(self, batch_size: int = 500) -> FlushResult:
         """Upload everything pending, oldest first, in batches.
@@ -253,3 +275,5 @@ class Reporter:
         self.ledger.close()
         self.outbox.close()
         self.cache.close()
+        if self._household_ledger is not None:
+            self._household_ledger.close()

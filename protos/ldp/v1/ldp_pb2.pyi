@@ -42,7 +42,7 @@ class Attribute(_message.Message):
     def __init__(self, name: _Optional[str] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Question(_message.Message):
-    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits")
+    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits", "household_shared")
     ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class Question(_message.Message):
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     RHO_FIELD_NUMBER: _ClassVar[int]
     GRANULARITY_BITS_FIELD_NUMBER: _ClassVar[int]
+    HOUSEHOLD_SHARED_FIELD_NUMBER: _ClassVar[int]
     id: str
     text: str
     attributes: _containers.RepeatedCompositeFieldContainer[Attribute]
@@ -57,7 +58,8 @@ class Question(_message.Message):
     epsilon: float
     rho: float
     granularity_bits: int
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ...) -> None: ...
+    household_shared: bool
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ...) -> None: ...
 
 class Survey(_message.Message):
     __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth")
