@@ -1,0 +1,293 @@
+"""Households (privacy-accounting spec D.2, D.3): the household secret and its enrolment code,
+the household ledger's group cost, one respondent per household on one device and across
+devices (a real aggregator on loopback: the second device's report is a CONFLICT), and the
+test guard for questions whose reports may come from several members of one household."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from conftest import ServerThread
+
+from aggregator.analyses import check_independent, load_analyses
+from aggregator.config import ConfigError, load_surveys
+from aggregator.errors import ClusteredReportsError
+from aggregator.store import ingest
+from aggregator.store.definitions import difference
+from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.reader import StoreReader
+from client.device.household import (
+    AlreadyAnswered,
+    Household,
+    HouseholdBudgetExceeded,
+    HouseholdError,
+    HouseholdTerms,
+    create_terms,
+    household_secret,
+)
+from client.device.ledger import Budget
+from client.device.reporter import Reporter
+from client.device.transport import Transport
+from client.mechanisms.base import PrivacyCost
+from client.survey import QuestionSpec, SurveySpec, build_question, survey_from_json, survey_to_json
+from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+
+SURVEY = """
+[[survey]]
+id = "home"
+min_batch_size = 1
+household_members = true
+
+[[survey.question]]
+id = "dwelling"
+categories = ["flat", "house", "other"]
+mechanism = "randomized_response"
+epsilon = 1.0
+household_shared = true
+
+[[survey.question]]
+id = "mood"
+categories = ["good", "bad"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
+[[survey]]
+id = "plain"
+min_batch_size = 1
+
+[[survey.question]]
+id = "mood"
+categories = ["good", "bad"]
+mechanism = "randomized_response"
+epsilon = 1.0
+"""
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "home.toml"
+    path.write_text(SURVEY)
+    return path
+
+
+def rr(epsilon: float) -> PrivacyCost:
+    return PrivacyCost("pure", epsilon)
+
+
+# --- the household secret and its code --------------------------------------------------------
+
+
+def test_code_round_trips_and_damage_is_refused():
+    terms = create_terms(4.0, 0.5, devices=3)
+    code = terms.code()
+    assert code.startswith("ldph1-") and terms.secret.hex() not in code
+    assert HouseholdTerms.from_code(f"  {code.upper()}\n") == terms
+    damaged = code[:-3] + ("a" if code[-3] != "a" else "b") + code[-2:]
+    with pytest.raises(HouseholdError, match="damaged"):
+        HouseholdTerms.from_code(damaged)
+    with pytest.raises(HouseholdError, match="not a household code"):
+        HouseholdTerms.from_code("hello")
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"epsilon_cap": -1}, {"epsilon_cap": float("nan")}, {"epsilon_cap": 0}]
+)
+def test_invalid_terms_are_refused(kwargs):
+    with pytest.raises(HouseholdError):
+        HouseholdTerms(bytes(32), **kwargs)
+    with pytest.raises(HouseholdError, match="devices"):
+        HouseholdTerms(bytes(32), 1.0, devices=0)
+
+
+def test_enrolment_is_private_fixed_and_readable(tmp_path):
+    state, other = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    assert household_secret(state) is None
+    terms = create_terms(3.0)
+    Household.enrol(state, terms, "created").close()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    assert household_secret(state) == terms.secret
+    Household.enrol(state, terms, "joined").close()  # the same household again: a no-op
+    with pytest.raises(HouseholdError, match="another household"):
+        Household.enrol(state, create_terms(3.0), "joined")
+    Reporter(Transport("127.0.0.1:1"), other, Budget(1.0)).close()  # enrolled, no household
+    assert household_secret(other) is None
+
+
+def test_report_ids_are_shared_by_the_household_and_unlinkable_across_questions():
+    one, two = create_terms(1.0), create_terms(1.0)
+    twin = HouseholdTerms.from_code(one.code())
+    assert one.report_id("s", "q") == twin.report_id("s", "q")
+    assert len(one.report_id("s", "q")) == 16
+    ids = {one.report_id("s", "q"), one.report_id("s", "r"), one.report_id("t", "q")}
+    ids.add(two.report_id("s", "q"))
+    assert len(ids) == 4
+
+
+# --- the household ledger ---------------------------------------------------------------------
+
+
+def test_group_cost_and_cap(tmp_path):
+    terms = create_terms(4.0, devices=2)
+    with Household.enrol(tmp_path / "d.sqlite", terms, "created") as household:
+        assert household.charge("s", "q1", rr(1.0)) == 2.0  # 2 devices x epsilon 1
+        with pytest.raises(AlreadyAnswered, match="one respondent per household"):
+            household.charge("s", "q1", rr(1.0))
+        assert household.charge("s", "q2", rr(1.0)) == 2.0
+        with pytest.raises(HouseholdBudgetExceeded, match="0 of 4 left"):
+            household.check("s", "q3", rr(0.5))
+        with pytest.raises(HouseholdBudgetExceeded, match="rho"):
+            household.charge("s", "q4", PrivacyCost("zcdp", 0.1))  # no rho cap
+        assert household.spent() == (4.0, 0.0)
+        assert household.status()["shared_answers"] == 2
+
+
+# --- the tag in the survey model --------------------------------------------------------------
+
+
+def test_tag_is_in_the_digest_the_wire_and_the_survey_file(config):
+    surveys = load_surveys(config)
+    shared = surveys["home"].question("dwelling")
+    assert shared.household_shared and surveys["home"].household_members
+    untagged = build_question("dwelling", "", shared.attributes, "randomized_response", 1.0)
+    assert untagged.digest != shared.digest
+    assert QuestionSpec.from_proto(shared.to_proto()) == shared
+    assert survey_from_json(survey_to_json(surveys["home"])).question("dwelling") == shared
+    field = difference(untagged.definition(), shared.definition())
+    assert field == ("household_shared", False, True)
+    assert "household_shared" not in untagged.definition()  # untagged definitions unchanged
+
+
+def test_empty_digest_is_refused_for_a_shared_question(config):
+    question = load_surveys(config)["home"].question("dwelling")
+    with pytest.raises(ReportRejectedError) as refused:
+        ingest.check_digests(question, [b""])
+    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    ingest.check_digests(question, [question.digest])
+
+
+# --- one respondent per household, on one device and across devices --------------------------
+
+
+def test_one_respondent_per_household_on_a_real_aggregator(tmp_path, config):
+    db = tmp_path / "reports.sqlite"
+    server = ServerThread(config, db).start()
+    terms = create_terms(10.0, devices=2)
+    tablet, phone, stranger = (tmp_path / f"{n}.sqlite" for n in ("tablet", "phone", "stranger"))
+    try:
+        with Transport(server.target) as transport:
+            devices = {}
+            for path, source in ((tablet, "created"), (phone, "joined")):
+                Household.enrol(path, HouseholdTerms.from_code(terms.code()), source).close()
+                devices[path] = Reporter(transport, path, Budget(10.0))
+            first = devices[tablet].answer("home", "dwelling", "house")
+            with pytest.raises(AlreadyAnswered):  # a second respondent on the same tablet
+                devices[tablet].answer("home", "dwelling", "flat")
+            devices[tablet].answer("home", "mood", "good")  # not shared: every member answers
+            devices[tablet].answer("home", "mood", "bad")
+            assert devices[tablet].flush().accepted == 3
+
+            second = devices[phone].answer("home", "dwelling", "flat")
+            assert second == first  # derived from the household secret
+            result = devices[phone].flush()
+            assert (result.accepted, result.rejected) == (0, 1)
+            [(item, code, _)] = devices[phone].outbox.rejected()  # dead-lettered, final
+            assert (item.report_id, code) == (first, "CONFLICT")
+            assert devices[tablet].ledger.spent()[0] == pytest.approx(3.0)
+            status = Household.open(phone).status()
+            assert status["spent_epsilon"] == pytest.approx(2.0)  # group cost: 2 x 1
+
+            alone = Reporter(transport, stranger, Budget(10.0))
+            with pytest.raises(HouseholdError, match="enrol this device in a household"):
+                alone.answer("home", "dwelling", "flat")
+            assert alone.ledger.spent() == (0.0, 0.0)  # refused before anything was charged
+            for device in (*devices.values(), alone):
+                device.close()
+    finally:
+        server.stop()
+    with StoreReader(db) as reader:
+        assert reader.statistics("home", "dwelling", 3)[0] == 1  # one report per household
+        assert reader.statistics("home", "mood", 2)[0] == 2
+
+
+# --- the test guard (spec D.3) ----------------------------------------------------------------
+
+
+def test_guard_refuses_tests_on_questions_members_may_all_answer(config):
+    surveys = load_surveys(config)
+    home, plain = surveys["home"], surveys["plain"]
+    check_independent(home, home.question("dwelling"))  # one respondent per household
+    check_independent(plain, plain.question("mood"))  # no household members declared
+    with pytest.raises(ClusteredReportsError, match="several members of one household"):
+        check_independent(home, home.question("mood"))
+
+
+def test_declared_analysis_on_a_clustered_question_is_refused(tmp_path, config):
+    path = tmp_path / "with_analysis.toml"
+    path.write_text(
+        SURVEY.replace(
+            '[[survey]]\nid = "plain"',
+            '[[survey.analysis]]\nquestion = "mood"\ntest = "goodness_of_fit"\n'
+            'p0 = [0.5, 0.5]\n\n[[survey]]\nid = "plain"',
+        )
+    )
+    with pytest.raises(ConfigError, match="household_members"):
+        load_analyses(path, load_surveys(path))
+
+
+def test_guard_over_grpc_and_the_command_line(tmp_path, config):
+    db = tmp_path / "reports.sqlite"
+    server = ServerThread(config, db).start()
+    try:
+        mood = load_surveys(config)["home"].question("mood")
+        reports = [
+            ldp_pb2.Report(
+                report_id=bytes([i]) * 16,
+                survey_id="home",
+                question_id="mood",
+                payload=mood.mechanism.encode(mood.mechanism.randomize(i % 2)),
+                definition_digest=mood.digest,
+            )
+            for i in range(1, 5)
+        ]
+        with Transport(server.target) as transport:
+            assert all(r.status == ldp_pb2.ACCEPTED for r in transport.upload(reports))
+        with grpc.insecure_channel(server.target) as channel:
+            analyst = ldp_pb2_grpc.AnalystStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                analyst.GoodnessOfFit(
+                    ldp_pb2.GoodnessOfFitRequest(
+                        survey_id="home", question_id="mood", p0=[0.5, 0.5]
+                    )
+                )
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "household" in refused.value.details()
+            estimate = analyst.Estimate(
+                ldp_pb2.EstimateRequest(survey_id="home", question_id="mood")
+            )
+            assert estimate.n == 4  # estimates stay available
+    finally:
+        server.stop()
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "aggregator.cli", "test", "--config", str(config)),
+            *("--db", str(db), "--survey", "home", "--question", "mood", "gof", "--p0", "0.5,0.5"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "household_shared = true" in lines[0]
+
+
+def test_survey_spec_keeps_members_flag_off_the_wire(config):
+    home = load_surveys(config)["home"]
+    assert SurveySpec.from_proto(home.to_proto()).household_members is False
+    assert json.loads(survey_to_json(home))["survey"].get("household_members") is None
