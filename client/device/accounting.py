@@ -59,6 +59,10 @@ def odometer(rho: float, delta: float, pointwise: float = 0.0) -> OdometerReadin
         beta = (-a + math.sqrt(a * a + delta / (4 * math.sqrt(math.e)))) ** 2
         bound = rho + 2 * math.sqrt(rho * math.log(1 / beta))
         return OdometerReading(pointwise + bound, delta, "window")
-    spread = (2 * rho + ODOMETER_X) * (2 + math.log(2 * rho / ODOMETER_X + 1))
-    bound = rho + math.sqrt(spread * math.log(2 / delta))
-    return OdometerReading(pointwise + bound, delta, "fallback")
+    return OdometerReading(pointwise + fallback_bound(rho, delta), delta, "fallback")
+
+
+def fallback_bound(rho: float, delta: float, x: float = ODOMETER_X) -> float:
+    """§B.4's self-normalized bound ([D] Thm 5.4.1 with V = 2R, ``x`` preset), for any R."""
+    spread = (2 * rho + x) * (2 + math.log(2 * rho / x + 1))
+    return rho + math.sqrt(spread * math.log(2 / delta))
