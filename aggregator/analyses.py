@@ -47,7 +47,7 @@ def check_independent(survey: SurveySpec, question: QuestionSpec) -> None:
         raise ClusteredReportsError(
             f"survey {survey.id}, question {question.id}: no test runs here, because several "
             "members of one household may have answered (household_members = true) and their "
-            "reports are not independent (Type I error 0.05 -> 0.28 in docs/validation.md); "
+            "reports are not independent (Type I error 0.05 -> 0.30 in docs/households.md); "
             "tag the question household_shared = true so one respondent per household answers "
             "(docs/households.md)"
         )

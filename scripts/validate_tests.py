@@ -652,9 +652,11 @@ def write_report(path: Path, results, scale: float, elapsed: float) -> None:
     ]
     lines += ["| " + " | ".join(row) + " |", ""]
     previous = path.read_text() if path.exists() else ""
-    if MARK_START in previous:  # keep the widened section of an earlier --widened run
+    tail = ""
+    if MARK_START in previous:  # keep the widened section of an earlier --widened run ...
         lines += [MARK_START + previous.partition(MARK_START)[2].rpartition(MARK_END)[0] + MARK_END]
-    path.write_text("\n".join(lines) + "\n")
+        tail = previous.rpartition(MARK_END)[2].rstrip("\n")  # ... and the sections after it
+    path.write_text("\n".join(lines) + tail + "\n")
 
 
 if __name__ == "__main__":
