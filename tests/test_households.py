@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from conftest import ServerThread
 
@@ -291,3 +292,16 @@ def test_survey_spec_keeps_members_flag_off_the_wire(config):
     home = load_surveys(config)["home"]
     assert SurveySpec.from_proto(home.to_proto()).household_members is False
     assert json.loads(survey_to_json(home))["survey"].get("household_members") is None
+
+
+def test_beam_job_results_refuse_tests_on_a_clustered_question(config):
+    from aggregator.jobs.partial import Partial
+    from aggregator.jobs.results import Analysis, question_result
+
+    home = load_surveys(config)["home"]
+    analysis = Analysis(gof={("home", "mood"): (0.5, 0.5), ("home", "dwelling"): (0.4, 0.3, 0.3)})
+    clustered = question_result(home, "mood", Partial(4, np.array([2, 2])), analysis)
+    assert "household" in clustered["tests"]["gof"]["error"]
+    assert clustered["estimate"]["n"] == 4  # the estimate is still released
+    shared = question_result(home, "dwelling", Partial(3, np.array([1, 1, 1])), analysis)
+    assert "pvalue" in shared["tests"]["gof"]

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aggregator.errors import InsufficientDataError
+from aggregator.analyses import check_independent
+from aggregator.errors import ClusteredReportsError, InsufficientDataError
 from aggregator.jobs.partial import Partial
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.store import ingest
@@ -53,9 +54,10 @@ def question_result(survey: SurveySpec, question_id: str, total: Partial, analys
     hist = ingest.histogram(question, total.n, total.sums)
     out["estimate"] = estimate(hist, analysis.confidence).to_dict()
     tests: dict = {}
+    refusal = _clustered(survey, question)
     p0 = analysis.gof.get((survey.id, question.id))
     if p0 is not None:
-        tests["gof"] = _run(
+        tests["gof"] = refusal or _run(
             lambda: goodness_of_fit(
                 hist,
                 np.array(p0),
@@ -65,7 +67,7 @@ def question_result(survey: SurveySpec, question_id: str, total: Partial, analys
             )
         )
     if len(question.shape) == 2:
-        tests["independence"] = _run(
+        tests["independence"] = refusal or _run(
             lambda: independence(
                 hist,
                 question.shape,
@@ -76,6 +78,15 @@ def question_result(survey: SurveySpec, question_id: str, total: Partial, analys
         )
     out["tests"] = tests
     return out
+
+
+def _clustered(survey: SurveySpec, question) -> dict | None:
+    """{"error": ...} when the question's reports may be clustered by household (spec D.3)."""
+    try:
+        check_independent(survey, question)
+    except ClusteredReportsError as exc:
+        return {"error": str(exc)}
+    return None
 
 
 def _run(test) -> dict:
