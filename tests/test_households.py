@@ -305,3 +305,32 @@ def test_beam_job_results_refuse_tests_on_a_clustered_question(config):
     assert clustered["estimate"]["n"] == 4  # the estimate is still released
     shared = question_result(home, "dwelling", Partial(3, np.array([1, 1, 1])), analysis)
     assert "pvalue" in shared["tests"]["gof"]
+
+
+def test_command_line_household_flow(tmp_path, config):
+    server = ServerThread(config, tmp_path / "reports.sqlite").start()
+    state = tmp_path / "tablet.sqlite"
+
+    def client(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "client.cli", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    common = ["--server", server.target, "--insecure", "--state", str(state)]
+    submit = [*common, "--survey", "home", "--question", "dwelling"]
+    try:
+        refused = client("submit", *submit, "--answer", "flat", "--budget", "10", "--best-of")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        assert "enrol this device in a household" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+        made = client("household", "create", "--state", str(state), "--cap", "2")
+        assert made.returncode == 0 and "ldph1-" in made.stdout
+        done = client("submit", *submit, "--answer", "flat", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["flush"]["accepted"] == 1
+        again = client("submit", *submit, "--answer", "house")
+        assert again.returncode == 2 and "one respondent per household" in again.stderr
+        info = json.loads(client("budget", "--state", str(state), "--json").stdout)
+        assert info["policy"] == "best-of" and info["charges"] == 1
+        assert info["household"]["spent_epsilon"] == 1.0
+    finally:
+        server.stop()
