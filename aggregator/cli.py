@@ -832,7 +832,8 @@ def run_check_config(args: argparse.Namespace) -> int:
         )
         for q in row["questions"]:
             parameter = f"rho = {q['rho']:g}" if "rho" in q else f"epsilon = {q['epsilon']:g}"
-            print(f"  {q['id']}: {q['mechanism']}, {parameter}, k = {q['k']}")
+            shared = ", household_shared" if q.get("household_shared") else ""
+            print(f"  {q['id']}: {q['mechanism']}, {parameter}, k = {q['k']}{shared}")
     if args.db is not None:
         print(f"matches the definitions pinned in {args.db}")
     return 0
@@ -870,6 +871,14 @@ def run_cost(args: argparse.Namespace) -> int:
         else:
             print(f"  covered by a pure {cost.budget:g}-LDP budget")
         print(f"  ldp-client submit ... {cost.flags}")
+        if cost.household_epsilon or cost.household_rho:
+            print(
+                f"  household_shared questions: epsilon {cost.household_epsilon:g}, rho "
+                f"{cost.household_rho:g} per household device; a household of D devices needs "
+                f"ldp-client household create --cap D x {cost.household_epsilon:g}"
+                + (f" --rho-cap D x {cost.household_rho:g}" if cost.household_rho else "")
+                + " --devices D (docs/households.md)"
+            )
     return 0
 
 

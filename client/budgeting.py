@@ -5,6 +5,8 @@ bucket) and the sum of the Gaussian questions' rhos (zCDP bucket). The smallest 
 that admits both is ``--pointwise`` = the epsilon sum and ``--budget`` = that plus the
 (epsilon, delta) cost of the rho sum, ``rho + 2 sqrt(rho ln(1/delta))`` (the ledger's own
 conversion, client/device/ledger.py), rounded up so the ledger's admission test passes.
+A household answering the survey's household_shared questions once spends their epsilon (and
+rho) sums per device of the household from its household cap (docs/households.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class SurveyCost:
     delta: float
     budget: float  # --budget
     pointwise: float  # --pointwise
+    household_epsilon: float = 0.0  # sum over household_shared pure questions (group cost / d)
+    household_rho: float = 0.0  # sum over household_shared zCDP questions
 
     @property
     def flags(self) -> str:
@@ -44,19 +48,25 @@ class SurveyCost:
             "budget": self.budget,
             "pointwise": self.pointwise,
             "flags": self.flags,
+            "household_epsilon": self.household_epsilon,
+            "household_rho": self.household_rho,
         }
 
 
 def survey_cost(questions: Iterable[QuestionSpec], delta: float = DEFAULT_DELTA) -> SurveyCost:
     """The cost of answering every question once, and the smallest budget that pays it."""
+    questions = list(questions)
     costs = [q.mechanism.cost for q in questions]
     epsilon = math.fsum(c.value for c in costs if c.kind == "pure")
     rho = math.fsum(c.value for c in costs if c.kind == "zcdp")
+    shared = [q.mechanism.cost for q in questions if q.household_shared]
+    household_epsilon = math.fsum(c.value for c in shared if c.kind == "pure")
+    household_rho = math.fsum(c.value for c in shared if c.kind == "zcdp")
     pointwise = _round_up(epsilon)
     budget = pointwise
     if rho:
         budget = _round_up(pointwise + rho + 2 * math.sqrt(rho * math.log(1 / delta)))
-    return SurveyCost(epsilon, rho, delta, budget, pointwise)
+    return SurveyCost(epsilon, rho, delta, budget, pointwise, household_epsilon, household_rho)
 
 
 def _round_up(value: float, digits: int = 4) -> float:
