@@ -399,9 +399,10 @@ def run_budget(args: argparse.Namespace) -> int:
         for key, value in info.items():
             if key != "household":
                 print(f"{key:>21}: {value}")
+        chance = f"with probability 1 - {loss.delta:g}" if loss.delta else "with certainty"
         print(
-            f"{'loss so far':>21}: epsilon <= {loss.epsilon:.6g} with probability "
-            f"1 - {loss.delta:g} (zCDP odometer, spec B.4; the filter above enforces)"
+            f"{'loss so far':>21}: epsilon <= {loss.epsilon:.6g} {chance} "
+            "(odometer, spec B.4; the filter above is what enforces)"
         )
         _print_household(info["household"])
     return 0
