@@ -812,6 +812,7 @@ def run_check_config(args: argparse.Namespace) -> int:
                 "survey": survey.id,
                 "min_batch_size": survey.min_batch_size,
                 "require_device_auth": survey.require_device_auth,
+                "household_members": survey.household_members,
                 "limits": survey.id in limits,
                 "cost": cost.to_dict(),
                 "questions": [

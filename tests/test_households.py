@@ -348,3 +348,14 @@ def test_cost_names_the_household_cap(config):
     command = [sys.executable, "-m", "aggregator.cli", "cost", "--config", str(config)]
     done = subprocess.run([*command, "--survey", "home"], capture_output=True, text=True)
     assert done.returncode == 0 and "household create --cap D x 1" in done.stdout
+
+
+def test_check_config_shows_the_household_settings(config):
+    command = [sys.executable, "-m", "aggregator.cli", "check-config", str(config)]
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    home = json.loads(done.stdout)["surveys"][0]
+    assert home["household_members"] is True
+    assert [q.get("household_shared", False) for q in home["questions"]] == [True, False]
+    text = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+    assert "dwelling: randomized_response, epsilon = 1, k = 3, household_shared" in text
