@@ -5,8 +5,10 @@ test guard for questions whose reports may come from several members of one hous
 
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +38,14 @@ from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.transport import Transport
 from client.mechanisms.base import PrivacyCost
-from client.survey import QuestionSpec, SurveySpec, build_question, survey_from_json, survey_to_json
+from client.survey import (
+    Attribute,
+    QuestionSpec,
+    SurveySpec,
+    build_question,
+    survey_from_json,
+    survey_to_json,
+)
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 SURVEY = """
@@ -359,3 +368,39 @@ def test_check_config_shows_the_household_settings(config):
     assert [q.get("household_shared", False) for q in home["questions"]] == [True, False]
     text = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
     assert "dwelling: randomized_response, epsilon = 1, k = 3, household_shared" in text
+
+
+def test_tagged_digest_follows_the_documented_encoding():
+    """docs/config.md field 8, written out independently of client/survey.py."""
+    fields = ["ldp-question-definition/1", "q", "randomized_response"]
+    fields += [struct.pack(">d", 1.5).hex(), "", "1", "q", "3", "1", "2", "3", "household_shared"]
+    data = b"".join(len(f.encode()).to_bytes(4, "big") + f.encode() for f in fields)
+    attributes = [Attribute("q", ("1", "2", "3"))]
+    tagged = build_question("q", "", attributes, "randomized_response", 1.5, household_shared=True)
+    assert tagged.digest == hashlib.sha256(data).digest()
+    untagged = build_question("q", "", attributes, "randomized_response", 1.5)
+    assert untagged.digest == hashlib.sha256(data[: -len(b"household_shared") - 4]).digest()
+
+
+def test_tag_cannot_be_added_once_a_question_has_reports(tmp_path, config):
+    db = tmp_path / "reports.sqlite"
+    server = ServerThread(config, db).start()
+    try:
+        with Transport(server.target) as transport:
+            mood = transport.get_survey("home").question("mood")
+            report = ldp_pb2.Report(
+                report_id=bytes(16),
+                survey_id="home",
+                question_id="mood",
+                payload=mood.mechanism.encode(mood.mechanism.randomize(0)),
+                definition_digest=mood.digest,
+            )
+            assert transport.upload([report])[0].status == ldp_pb2.ACCEPTED
+    finally:
+        server.stop()
+    tagged = tmp_path / "tagged.toml"
+    tagged.write_text(SURVEY.replace('id = "mood"', 'id = "mood"\nhousehold_shared = true', 1))
+    command = [sys.executable, "-m", "aggregator.cli", "check-config", str(tagged), "--db", str(db)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "household_shared is True" in done.stderr and "new id" in done.stderr
