@@ -171,7 +171,9 @@ class Charge:
     """One entry of the append-only charge log.
 
     ``cost`` is the request's epsilon or rho; ``charged`` is what was added to ``bucket``: epsilon
-    (pointwise), rho, or epsilon^2 / 2 for a pure report in the concentrated bucket.
+    (pointwise), rho, or epsilon^2 / 2 for a pure report in the concentrated bucket. Under the
+    best-of rule every charge is pure and recorded as pointwise epsilon; its zCDP side is
+    derived from the costs.
     """
 
     sequence: int
@@ -220,7 +222,7 @@ def _stored_budget(conn: sqlite3.Connection) -> Budget | None:
 
 
 class Ledger:
-    """The two-bucket privacy filter of one device, persisted in SQLite at ``path``.
+    """The privacy filter of one device (two-bucket, or best-of), persisted in SQLite at ``path``.
 
     The first open of a database enrolls ``budget``; later opens may pass ``None`` (use the stored
     budget) or the same budget, anything else raises ``LedgerConfigError``.
