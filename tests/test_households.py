@@ -67,6 +67,13 @@ categories = ["good", "bad"]
 mechanism = "randomized_response"
 epsilon = 1.0
 
+[[survey.question]]
+id = "tenure"                # epsilon 20: two different answers give different reports
+categories = ["own", "rent"]
+mechanism = "randomized_response"
+epsilon = 20.0
+household_shared = true
+
 [[survey]]
 id = "plain"
 min_batch_size = 1
@@ -187,14 +194,14 @@ def test_empty_digest_is_refused_for_a_shared_question(config):
 def test_one_respondent_per_household_on_a_real_aggregator(tmp_path, config):
     db = tmp_path / "reports.sqlite"
     server = ServerThread(config, db).start()
-    terms = create_terms(10.0, devices=2)
+    terms = create_terms(50.0, devices=2)
     tablet, phone, stranger = (tmp_path / f"{n}.sqlite" for n in ("tablet", "phone", "stranger"))
     try:
         with Transport(server.target) as transport:
             devices = {}
             for path, source in ((tablet, "created"), (phone, "joined")):
                 Household.enrol(path, HouseholdTerms.from_code(terms.code()), source).close()
-                devices[path] = Reporter(transport, path, Budget(10.0))
+                devices[path] = Reporter(transport, path, Budget(30.0))
             first = devices[tablet].answer("home", "dwelling", "house")
             with pytest.raises(AlreadyAnswered):  # a second respondent on the same tablet
                 devices[tablet].answer("home", "dwelling", "flat")
@@ -215,6 +222,15 @@ def test_one_respondent_per_household_on_a_real_aggregator(tmp_path, config):
             status = Household.open(phone).status()
             assert status["spent_epsilon"] == pytest.approx(2.0)  # group cost: 2 x 1
 
+            # different answers at epsilon 20: the second device's report is a CONFLICT
+            own = devices[tablet].answer("home", "tenure", "own")
+            assert devices[tablet].flush().accepted == 1
+            assert devices[phone].answer("home", "tenure", "rent") == own
+            result = devices[phone].flush()
+            assert (result.accepted, result.duplicate, result.rejected) == (0, 0, 1), result
+            [*_, (item, code, _)] = devices[phone].outbox.rejected()  # dead-lettered, final
+            assert (item.report_id, code) == (own, "CONFLICT")
+
             alone = Reporter(transport, stranger, Budget(10.0))
             with pytest.raises(HouseholdError, match="enrol this device in a household"):
                 alone.answer("home", "dwelling", "flat")
@@ -226,6 +242,7 @@ def test_one_respondent_per_household_on_a_real_aggregator(tmp_path, config):
     with StoreReader(db) as reader:
         assert reader.statistics("home", "dwelling", 3)[0] == 1  # one report per household
         assert reader.statistics("home", "mood", 2)[0] == 2
+        assert reader.statistics("home", "tenure", 2)[0] == 1
 
 
 # --- the test guard (spec D.3) ----------------------------------------------------------------
@@ -352,11 +369,11 @@ def test_cost_names_the_household_cap(config):
     from client.budgeting import survey_cost
 
     cost = survey_cost(load_surveys(config)["home"].questions)
-    assert (cost.epsilon, cost.household_epsilon, cost.household_rho) == (2.0, 1.0, 0.0)
-    assert cost.to_dict()["household_epsilon"] == 1.0
+    assert (cost.epsilon, cost.household_epsilon, cost.household_rho) == (22.0, 21.0, 0.0)
+    assert cost.to_dict()["household_epsilon"] == 21.0
     command = [sys.executable, "-m", "aggregator.cli", "cost", "--config", str(config)]
     done = subprocess.run([*command, "--survey", "home"], capture_output=True, text=True)
-    assert done.returncode == 0 and "household create --cap D x 1" in done.stdout
+    assert done.returncode == 0 and "household create --cap D x 21 --devices D" in done.stdout
 
 
 def test_check_config_shows_the_household_settings(config):
@@ -365,7 +382,7 @@ def test_check_config_shows_the_household_settings(config):
     assert done.returncode == 0, done.stderr
     home = json.loads(done.stdout)["surveys"][0]
     assert home["household_members"] is True
-    assert [q.get("household_shared", False) for q in home["questions"]] == [True, False]
+    assert [q.get("household_shared", False) for q in home["questions"]] == [True, False, True]
     text = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
     assert "dwelling: randomized_response, epsilon = 1, k = 3, household_shared" in text
 
