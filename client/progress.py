@@ -1,0 +1,89 @@
+"""Progress of long command-line work: a tqdm bar on a terminal, nothing anywhere else.
+
+The bar is drawn on stderr, and only when stderr is a terminal and the caller did not ask for
+machine-readable output (``--json``): a piped, redirected or scripted run prints exactly what it
+printed before. tqdm is a core dependency (small, pure Python), imported only when a bar is
+actually shown, so a device's short commands do not pay for it. Used by both command lines
+(``ldp-client``, ``ldp-aggregator``) and by the scripts in ``scripts/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Protocol, TextIO, TypeVar
+
+T = TypeVar("T")
+
+
+class Bar(Protocol):
+    """What callers use of a bar: ``update`` and ``close`` (also as a context manager)."""
+
+    def update(self, n: float = 1) -> object: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Bar: ...
+
+    def __exit__(self, *exc: object) -> object: ...
+
+
+class _Silent:
+    """The bar when none is shown."""
+
+    def update(self, n: float = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _Silent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def shown(quiet: bool = False, stream: TextIO | None = None) -> bool:
+    """Whether a bar would be drawn: not ``quiet`` and ``stream`` (stderr) is a terminal."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return not quiet and stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def bar(total: float | None, desc: str, *, unit: str = "it", quiet: bool = False) -> Bar:
+    """A bar counting to ``total`` ``unit``s (None: a counter without an end); advance it with
+    ``update(n)`` and close it (or use it in a ``with`` block)."""
+    if not shown(quiet):
+        return _Silent()
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=True,
+        file=sys.stderr,
+        leave=False,
+        dynamic_ncols=True,
+        mininterval=0.2,
+    )
+
+
+def track(
+    items: Iterable[T],
+    desc: str,
+    *,
+    total: int | None = None,
+    unit: str = "it",
+    quiet: bool = False,
+) -> Iterator[T]:
+    """``items``, advancing a bar by one for each (``total`` defaults to ``len(items)``)."""
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)  # type: ignore[arg-type]
+    with bar(total, desc, unit=unit, quiet=quiet) as progress:
+        for item in items:
+            yield item
+            progress.update(1)
