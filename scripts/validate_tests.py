@@ -40,6 +40,7 @@ from aggregator.stats.studies import (
     zipf,
 )
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
+from client.progress import track
 
 ALPHA = 0.05
 UNIFORM4 = np.full(4, 0.25)
@@ -509,7 +510,7 @@ def run_widened(args: argparse.Namespace) -> None:
     cells = widened_cells(args.trials_scale)
     cells.sort(key=lambda c: -c.trials * (20 if c.kind == "independence" else 1))
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        results = list(pool.map(run_cell, cells, chunksize=1))
+        results = list(track(pool.map(run_cell, cells, chunksize=1), "cells", total=len(cells)))
     pairs = power_pairs(args.trials_scale)
     coverage = coverage_rows(args.trials_scale)
     elapsed = time.time() - started
@@ -548,7 +549,7 @@ def main() -> None:
         key=lambda c: -c.trials * (50 if "bootstrap" in c.label or "Imhof" in c.label else 1)
     )
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        results = list(pool.map(run_cell, cells, chunksize=1))
+        results = list(track(pool.map(run_cell, cells, chunksize=1), "cells", total=len(cells)))
     elapsed = time.time() - started
     write_report(args.out, results, scale, elapsed)
     print(f"wrote {args.out} ({len(results)} cells, {elapsed / 60:.1f} min)")
