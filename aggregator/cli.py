@@ -749,7 +749,7 @@ def run_export(args: argparse.Namespace) -> int:
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         total = sum(reader.statistics(survey.id, q.id, q.k)[0] for q in survey.questions)
-        with bar(total, "export", unit="report") as progress:
+        with bar(total, "export", unit="reports") as progress:
             manifest = shards.export_survey(reader, survey, args.out, args.shards, progress.update)
     print(
         f"exported {manifest.reports} reports of {args.survey} into {len(manifest.shards)} "
@@ -903,7 +903,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
             return ingest.contribution(question, payload)
 
         total = sum(n for n, _ in before.values())
-        with bar(total, "rebuild", unit="report", quiet=args.json) as progress:
+        with bar(total, "rebuild", unit="reports", quiet=args.json) as progress:
             after = store.rebuild(contribution, progress.update)
     finally:
         store.close()

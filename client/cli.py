@@ -417,7 +417,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         counts = {"accepted": 0, "duplicate": 0}
         batch: list[ldp_pb2.Report] = []
         started = time.perf_counter()
-        with bar(total, "reports", unit="report", quiet=args.json) as progress:
+        with bar(total, "simulate", unit="reports", quiet=args.json) as progress:
             for device in range(args.devices):
                 for question in survey.questions:
                     mech = question.mechanism

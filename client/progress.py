@@ -14,13 +14,17 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol, TextIO, TypeVar
 
 T = TypeVar("T")
+#: "reports:  22%|██████      | 22.0k/100k reports [00:07<00:29, 2.60k reports/s]"
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt}{unit} [{elapsed}<{remaining}, {rate_noinv_fmt}]"
 
 
 class Bar(Protocol):
-    """What callers use of a bar: ``update``, ``write`` (a line of output on stdout that does
-    not tear the bar) and ``close`` (also as a context manager)."""
+    """What callers use of a bar: ``update``, ``refresh`` (draw now), ``write`` (a line of
+    output on stdout that does not tear the bar) and ``close`` (also as a context manager)."""
 
     def update(self, n: float = 1) -> object: ...
+
+    def refresh(self) -> None: ...
 
     def write(self, text: str) -> None: ...
 
@@ -35,6 +39,9 @@ class _Silent:
     """The bar when none is shown."""
 
     def update(self, n: float = 1) -> None:
+        pass
+
+    def refresh(self) -> None:
         pass
 
     def write(self, text: str) -> None:
@@ -59,9 +66,9 @@ def shown(quiet: bool = False, stream: TextIO | None = None) -> bool:
         return False
 
 
-def bar(total: float | None, desc: str, *, unit: str = "it", quiet: bool = False) -> Bar:
-    """A bar counting to ``total`` ``unit``s (None: a counter without an end); advance it with
-    ``update(n)`` and close it (or use it in a ``with`` block)."""
+def bar(total: float, desc: str, *, unit: str = "items", quiet: bool = False) -> Bar:
+    """A bar counting to ``total`` ``unit`` (a plural: "reports"); advance it with ``update(n)``
+    and close it (or use it in a ``with`` block)."""
     if not shown(quiet):
         return _Silent()
     from tqdm import tqdm
@@ -69,8 +76,9 @@ def bar(total: float | None, desc: str, *, unit: str = "it", quiet: bool = False
     return tqdm(
         total=total,
         desc=desc,
-        unit=unit,
-        unit_scale=total is None or total >= 10_000,  # 10.0k reports, but 3/4 shards
+        unit=f" {unit}",
+        unit_scale=total >= 10_000,  # 10.0k/100k reports, but 3/4 shards
+        bar_format=BAR_FORMAT,
         file=sys.stderr,
         leave=False,
         dynamic_ncols=True,

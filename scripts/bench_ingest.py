@@ -433,7 +433,7 @@ def main() -> None:
         if args.generator != "python":
             cpp = build_cpp_generator(Path(tmp), required=args.generator == "cpp")
         scenarios = [(w, b) for w in args.workers for b in args.batches]
-        with bar(len(scenarios), "scenarios", unit="scenario") as progress:
+        with bar(len(scenarios), "ingest", unit="scenarios") as progress:
             for workers, batch in scenarios:
                 figures = run_scenario(
                     Path(tmp), workers, batch, args.generators, args.seconds, cpp

@@ -160,7 +160,7 @@ def main() -> int:
     rows = []
     total = sum(int(size) for size in args.sizes)
     try:
-        with bar(total, "reports", unit="report") as progress:
+        with bar(total, "scale", unit="reports") as progress:
             for size in args.sizes:
                 n = int(size)
                 directory = base / f"n{n}"

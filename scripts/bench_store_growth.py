@@ -70,7 +70,7 @@ def main() -> None:
         try:
             store.register_question("s", "q", K)
             stored = 0
-            with bar(args.steps, "steps", unit="step") as progress:
+            with bar(args.steps, "growth", unit="steps") as progress:
                 for _ in range(args.steps):
                     uploads = [upload(args.batch, rows) for _ in range(args.step // args.batch)]
                     wall, cpu = time.perf_counter(), time.process_time()

@@ -204,7 +204,9 @@ def honest_audits(
     ]
     return [
         audit(mech.describe(), mech, claimed, trials=n, pilot=pilot, seed=seed, delta=delta)
-        for mech, claimed, n, seed, delta in track(settings, "mechanisms", quiet=quiet)
+        for mech, claimed, n, seed, delta in track(
+            settings, "audit", unit="mechanisms", quiet=quiet
+        )
     ]
 
 

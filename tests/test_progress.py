@@ -19,7 +19,7 @@ from conftest import ServerThread
 from client.progress import bar, shown
 
 REPO = Path(__file__).resolve().parents[1]
-BAR = "%|"  # tqdm's bar: "reports:  40%|████      | 4.00k/10.0k ..."
+BAR = "%|"  # the bar: "simulate:  40%|████      | 4.00k/10.0k reports [...]"
 
 
 def on_terminal(argv: list[str], timeout: float = 180) -> tuple[int, str, str]:
@@ -85,7 +85,7 @@ def test_simulate_shows_progress_on_a_terminal_only(filled_store):
     _, _, runs = filled_store
     status, out, drawn = runs["terminal"]
     assert status == 0, drawn
-    assert "reports:" in drawn and BAR in drawn and "10.0k" in drawn, drawn
+    assert "simulate:" in drawn and BAR in drawn and "10.0k" in drawn, drawn
     assert "10000 reports" in out and BAR not in out  # the summary stays on stdout, bar-free
     piped = runs["piped"]
     assert piped.returncode == 0 and piped.stderr == "", piped.stderr
@@ -119,7 +119,7 @@ def test_export_and_job_show_progress_on_a_terminal_only(filled_store, tmp_path)
     pytest.importorskip("apache_beam")
     job = agg("job", "--config", str(config), "--shards", str(tmp_path / "a"))
     status, out, drawn = on_terminal([*job, "--out", str(tmp_path / "a.json")])
-    assert status == 0 and "shards:" in drawn and BAR in drawn, drawn
+    assert status == 0 and "job:" in drawn and "4/4 shards read" in drawn and BAR in drawn, drawn
     assert "s1/rr: n = 6000, released" in out
     piped = on_pipe([*job, "--out", str(tmp_path / "b.json")])
     assert piped.returncode == 0 and piped.stderr == "", piped.stderr
@@ -130,7 +130,7 @@ def test_a_script_shows_progress_on_a_terminal_only():
         sys.executable, "scripts/privacy_audit.py", "--trials", "300", "--additive-trials", "300",
     ]  # fmt: skip
     status, out, drawn = on_terminal(command)
-    assert status == 0 and "mechanisms:" in drawn and BAR in drawn, drawn
+    assert status == 0 and "audit:" in drawn and BAR in drawn, drawn
     assert sum(line.startswith("| ") for line in out.splitlines()) == 5  # header, 4 rows
     piped = on_pipe(command)
     assert piped.returncode == 0 and piped.stderr == "" and piped.stdout == out

@@ -77,12 +77,14 @@ def shard_progress(runner: str, shards: int) -> Iterator[str | None]:
     with tempfile.TemporaryDirectory(prefix="ldp-job-progress-") as directory:
 
         def watch() -> None:
-            with bar(shards, "shards", unit="shard") as progress:
-                done = 0
-                while not stop.wait(0.2):
+            with bar(shards, "job", unit="shards read") as progress:
+                done, finished = 0, False
+                while not finished:
+                    finished = stop.wait(0.2)
                     marked = len(os.listdir(directory))
                     progress.update(marked - done)
                     done = marked
+                progress.refresh()  # the final count, however soon after the last one
 
         watcher = threading.Thread(target=watch, name="job-progress", daemon=True)
         watcher.start()
