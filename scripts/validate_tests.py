@@ -41,6 +41,7 @@ from aggregator.stats.studies import (
     zipf,
 )
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
+from client.progress import track
 
 ALPHA = 0.05
 UNIFORM4 = np.full(4, 0.25)
@@ -513,7 +514,11 @@ def run_widened(args: argparse.Namespace) -> None:
     cells = widened_cells(args.trials_scale)
     cells.sort(key=lambda c: -c.trials * (20 if c.kind == "independence" else 1))
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        results = list(pool.map(run_cell, cells, chunksize=1))
+        results = list(
+            track(
+                pool.map(run_cell, cells, chunksize=1), "validate", total=len(cells), unit="cells"
+            )
+        )
     pairs = power_pairs(args.trials_scale)
     coverage = coverage_rows(args.trials_scale)
     elapsed = time.time() - started
@@ -629,7 +634,11 @@ def main() -> None:
         key=lambda c: -c.trials * (50 if "bootstrap" in c.label or "Imhof" in c.label else 1)
     )
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        results = list(pool.map(run_cell, cells, chunksize=1))
+        results = list(
+            track(
+                pool.map(run_cell, cells, chunksize=1), "validate", total=len(cells), unit="cells"
+            )
+        )
     elapsed = time.time() - started
     write_report(args.out, results, scale, elapsed)
     print(f"wrote {args.out} ({len(results)} cells, {elapsed / 60:.1f} min)")

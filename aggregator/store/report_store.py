@@ -318,10 +318,13 @@ class ReportStore:
         return self.submit(reports).result()
 
     def rebuild(
-        self, contribution: Callable[[str, str, bytes], np.ndarray]
+        self,
+        contribution: Callable[[str, str, bytes], np.ndarray],
+        progress: Callable[[int], object] | None = None,
     ) -> dict[tuple[str, str], tuple[int, np.ndarray]]:
         """Recompute every registered question's (n, sums) from the report log, using
-        ``contribution(survey_id, question_id, payload)``, and store them in one transaction.
+        ``contribution(survey_id, question_id, payload)``, and store them in one transaction;
+        ``progress(count)`` hears of each chunk of reports read (on the writer thread).
 
         It runs on the writer thread, so it is atomic with respect to submits: reports submitted
         meanwhile wait and are committed after it (ingestion pauses for the whole scan)."""
@@ -344,6 +347,8 @@ class ReportStore:
                     pending.setdefault(key, []).append(vector)
                 for key, vectors in pending.items():
                     totals[key] = _accumulate(*totals[key], np.stack(vectors))
+                if progress is not None:
+                    progress(len(rows))
             for (survey_id, question_id), (n, sums) in totals.items():
                 _write_statistics(conn, survey_id, question_id, n, sums)
             return {key: (n, np.array(sums, dtype=np.int64)) for key, (n, sums) in totals.items()}
