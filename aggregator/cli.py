@@ -50,6 +50,7 @@ from aggregator.store.report_store import CONFLICT, STORED, ReportStore, StoreEr
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.cli_parsing import DefaultsFormatter, OneLineParser
+from client.progress import bar
 from client.survey import SurveySpec, survey_to_json
 
 PROG = "ldp-aggregator"
@@ -747,9 +748,12 @@ def run_export(args: argparse.Namespace) -> int:
             f"--out {args.out} is not empty; choose an empty directory or pass --force to write "
             "into it"
         )
+    survey = surveys[args.survey]
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
-        manifest = shards.export_survey(reader, surveys[args.survey], args.out, args.shards)
+        total = sum(reader.statistics(survey.id, q.id, q.k)[0] for q in survey.questions)
+        with bar(total, "export", unit="reports") as progress:
+            manifest = shards.export_survey(reader, survey, args.out, args.shards, progress.update)
     print(
         f"exported {manifest.reports} reports of {args.survey} into {len(manifest.shards)} "
         f"shard(s) in {args.out}"
@@ -911,7 +915,9 @@ def run_rebuild(args: argparse.Namespace) -> int:
                 raise UserError(f"the log holds reports of unknown question {question_id!r}")
             return ingest.contribution(question, payload)
 
-        after = store.rebuild(contribution)
+        total = sum(n for n, _ in before.values())
+        with bar(total, "rebuild", unit="reports", quiet=args.json) as progress:
+            after = store.rebuild(contribution, progress.update)
     finally:
         store.close()
     rows = []

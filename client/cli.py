@@ -41,6 +41,7 @@ from client.device.reporter import Reporter
 from client.device.survey_cache import SurveyCache
 from client.device.tls import TlsSettings
 from client.device.transport import Transport, TransportError
+from client.progress import bar
 from client.survey import SurveyError, SurveySpec, survey_from_json
 from protos.ldp.v1 import ldp_pb2
 
@@ -549,29 +550,29 @@ def run_simulate(args: argparse.Namespace) -> int:
             q.id: rng.choice(q.k, size=args.devices, p=truths[q.id]) for q in survey.questions
         }
         total = args.devices * len(survey.questions)
-        progress = Progress(total, enabled=sys.stderr.isatty() and not args.json)
         counts = {"accepted": 0, "duplicate": 0}
         batch: list[ldp_pb2.Report] = []
         started = time.perf_counter()
-        for device in range(args.devices):
-            for question in survey.questions:
-                mech = question.mechanism
-                value = int(answers[question.id][device])
-                batch.append(
-                    ldp_pb2.Report(
-                        report_id=os.urandom(16),
-                        survey_id=survey.id,
-                        question_id=question.id,
-                        payload=mech.encode(mech.randomize(value)),
-                        definition_digest=question.digest,
+        with bar(total, "simulate", unit="reports", quiet=args.json) as progress:
+            for device in range(args.devices):
+                for question in survey.questions:
+                    mech = question.mechanism
+                    value = int(answers[question.id][device])
+                    batch.append(
+                        ldp_pb2.Report(
+                            report_id=os.urandom(16),
+                            survey_id=survey.id,
+                            question_id=question.id,
+                            payload=mech.encode(mech.randomize(value)),
+                            definition_digest=question.digest,
+                        )
                     )
-                )
-            if len(batch) >= args.batch or device == args.devices - 1:
-                for result in transport.upload(batch):
-                    counts["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
-                progress.advance(len(batch))
-                batch = []
-        progress.finish()
+                if len(batch) >= args.batch or device == args.devices - 1:
+                    for result in transport.upload(batch):
+                        accepted = result.status == ldp_pb2.ACCEPTED
+                        counts["accepted" if accepted else "duplicate"] += 1
+                    progress.update(len(batch))
+                    batch = []
     elapsed = time.perf_counter() - started
     cost = survey_cost(survey.questions)
     summary = {
@@ -610,28 +611,6 @@ def _truths(survey: SurveySpec, specs: list[str]) -> dict[str, np.ndarray]:
             )
         truths[name] = p / p.sum()
     return truths
-
-
-class Progress:
-    """A one-line progress bar on stderr, shown only on a terminal."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.started = time.perf_counter()
-
-    def advance(self, count: int) -> None:
-        self.done += count
-        if self.enabled:
-            fraction = self.done / self.total
-            rate = self.done / max(time.perf_counter() - self.started, 1e-9)
-            bar = "#" * int(30 * fraction)
-            print(
-                f"\r[{bar:<30}] {self.done}/{self.total} ({rate:,.0f}/s)", end="", file=sys.stderr
-            )
-
-    def finish(self) -> None:
-        if self.enabled:
-            print(file=sys.stderr)
 
 
 if __name__ == "__main__":

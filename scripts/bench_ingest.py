@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from client.device.transport import MAX_MESSAGE_BYTES  # noqa: E402
+from client.progress import bar  # noqa: E402
 from protos.ldp.v1 import ldp_pb2  # noqa: E402
 
 UPLOAD = "/ldp.v1.Collector/Upload"
@@ -431,12 +432,14 @@ def main() -> None:
         cpp = None
         if args.generator != "python":
             cpp = build_cpp_generator(Path(tmp), required=args.generator == "cpp")
-        for workers in args.workers:
-            for batch in args.batches:
+        scenarios = [(w, b) for w in args.workers for b in args.batches]
+        with bar(len(scenarios), "ingest", unit="scenarios") as progress:
+            for workers, batch in scenarios:
                 figures = run_scenario(
                     Path(tmp), workers, batch, args.generators, args.seconds, cpp
                 )
-                print(table([figures]).splitlines()[-1], flush=True)
+                progress.write(table([figures]).splitlines()[-1])
+                progress.update(1)
                 results.append(figures)
     report = f"{header}\n{table(results)}\n"
     print("\n" + report)

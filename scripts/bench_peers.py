@@ -41,6 +41,7 @@ NEEDED_MODULES = (
     "numba",
     "sklearn",
     "statsmodels",
+    "tqdm",  # ldp-survey's own dependency (progress bars): an older bench venv is updated
 )
 REEXEC_MARK = "LDP_BENCH_PEERS_REEXEC"
 
@@ -111,6 +112,7 @@ from privacy_audit import SeededSource  # Mersenne Twister bytes: NOT secure, di
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate
 from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse
+from client.progress import track
 
 SEED = 20261121
 KS = (4, 64, 1024)
@@ -511,11 +513,9 @@ def main() -> None:
     clock = time.perf_counter()
     configs = [(kind, k, eps) for kind in (RR, SUE) for k in KS for eps in EPSILONS]
     speed, accuracy = [], []
-    for kind, k, eps in configs:
-        print(f"throughput {kind} k={k} eps={eps:g}", file=sys.stderr)
+    for kind, k, eps in track(configs, "throughput", unit="settings"):
         speed.append(measure_throughput(kind, k, eps, sizes))
-    for kind, k, eps in configs:
-        print(f"accuracy {kind} k={k} eps={eps:g}", file=sys.stderr)
+    for kind, k, eps in track(configs, "accuracy", unit="settings"):
         accuracy.append(measure_accuracy(kind, k, eps, sizes))
     elapsed = time.perf_counter() - clock
     lines = [

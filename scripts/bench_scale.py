@@ -25,6 +25,7 @@ from aggregator.jobs import inputs, pipeline
 from aggregator.jobs.results import Analysis
 from aggregator.store import shards
 from client.mechanisms import FlipComponents, RandomizedResponse
+from client.progress import bar
 from client.survey import Attribute, SurveySpec, build_question
 from protos.ldp.v1 import ldp_pb2
 
@@ -157,21 +158,26 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=args.dir))
     rng = np.random.default_rng(args.seed)
     rows = []
+    total = sum(int(size) for size in args.sizes)
     try:
-        for size in args.sizes:
-            n = int(size)
-            directory = base / f"n{n}"
-            expected = write_shards(n, args.shards, directory, rng)
-            seconds, found = run_job(directory, args.workers, args.mode)
-            if found != expected:
-                print(f"MISMATCH at n={n}: job {found} != simulated {expected}", file=sys.stderr)
-                return 1
-            rows.append((n, seconds))
-            rate = n / seconds
-            print(
-                f"{n:>12,d}  {seconds:8.2f} s  {rate:>12,.0f} reports/s  (counts exact)", flush=True
-            )
-            shutil.rmtree(directory)
+        with bar(total, "scale", unit="reports") as progress:
+            for size in args.sizes:
+                n = int(size)
+                directory = base / f"n{n}"
+                expected = write_shards(n, args.shards, directory, rng)
+                seconds, found = run_job(directory, args.workers, args.mode)
+                if found != expected:
+                    print(
+                        f"MISMATCH at n={n}: job {found} != simulated {expected}", file=sys.stderr
+                    )
+                    return 1
+                rows.append((n, seconds))
+                rate = n / seconds
+                progress.write(
+                    f"{n:>12,d}  {seconds:8.2f} s  {rate:>12,.0f} reports/s  (counts exact)"
+                )
+                progress.update(n)
+                shutil.rmtree(directory)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     report(rows, args)

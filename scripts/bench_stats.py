@@ -33,6 +33,7 @@ from client.mechanisms import (
     Mechanism,
     RandomizedResponse,
 )
+from client.progress import track
 
 EPSILON, RHO, N_HIST, SEED = 1.0, 0.5, 10**6, 20261121
 SCALE = {"µs": 1e6, "ms": 1e3, "M reports/s": 1e-6, "hist/s": 1.0}
@@ -273,15 +274,14 @@ def main() -> None:
     rng = np.random.default_rng(SEED)
     started = time.perf_counter()
     info = machine()
-    if args.calibrated_only:
-        rows = bench_calibrated(reps, rng)
-    else:
-        rows = (
-            bench_simulate(reps, rng)
-            + bench_randomize(scale)
-            + bench_tests(reps, rng)
-            + bench_calibrated(reps, rng)
-        )
+    sections = [lambda: bench_calibrated(reps, rng)]
+    if not args.calibrated_only:
+        sections[:0] = [
+            lambda: bench_simulate(reps, rng),
+            lambda: bench_randomize(scale),
+            lambda: bench_tests(reps, rng),
+        ]
+    rows = [row for section in track(sections, "bench", unit="sections") for row in section()]
     print_table(info, rows)
     targeted = [r for r in rows if r.target is not None]
     met = sum(r.status == "PASS" for r in targeted)

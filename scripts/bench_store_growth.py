@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from aggregator.store.report_store import ReportBatch, ReportStore  # noqa: E402
+from client.progress import bar  # noqa: E402
 
 K = 4
 
@@ -69,21 +70,23 @@ def main() -> None:
         try:
             store.register_question("s", "q", K)
             stored = 0
-            for _ in range(args.steps):
-                uploads = [upload(args.batch, rows) for _ in range(args.step // args.batch)]
-                wall, cpu = time.perf_counter(), time.process_time()
-                for future in [store.submit_batches(u) for u in uploads]:
-                    future.result()
-                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-                wal = Path(f"{path}-wal")
-                wal_mib = wal.stat().st_size / 2**20 if wal.exists() else 0.0
-                line = (
-                    f"| {stored:,} | {args.step / wall:,.0f} | {1e6 * cpu / args.step:.1f} "
-                    f"| {wal_mib:.0f} |"
-                )
-                lines.append(line)
-                print(line, flush=True)
-                stored += args.step
+            with bar(args.steps, "growth", unit="steps") as progress:
+                for _ in range(args.steps):
+                    uploads = [upload(args.batch, rows) for _ in range(args.step // args.batch)]
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    for future in [store.submit_batches(u) for u in uploads]:
+                        future.result()
+                    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                    wal = Path(f"{path}-wal")
+                    wal_mib = wal.stat().st_size / 2**20 if wal.exists() else 0.0
+                    line = (
+                        f"| {stored:,} | {args.step / wall:,.0f} | {1e6 * cpu / args.step:.1f} "
+                        f"| {wal_mib:.0f} |"
+                    )
+                    lines.append(line)
+                    progress.write(line)
+                    progress.update(1)
+                    stored += args.step
         finally:
             store.close()
     if args.out:

@@ -42,6 +42,7 @@ from client.mechanisms import (
     RandomizedResponse,
 )
 from client.mechanisms.secure_random import SecureRandom
+from client.progress import track
 
 CONFIDENCE = 0.999
 DELTA = 1e-5  # for the (epsilon, delta) reading of zCDP
@@ -188,23 +189,24 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
     return rho + 2 * math.sqrt(rho * math.log(1 / delta))
 
 
-def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[AuditResult]:
-    """Every shipped mechanism at the parameters of the docs table."""
+def honest_audits(
+    trials: int, additive_trials: int, pilot: int = 1500, quiet: bool = True
+) -> list[AuditResult]:
+    """Every shipped mechanism at the parameters of the docs table (a bar on a terminal unless
+    ``quiet``)."""
     rr, fc = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
     lap, gauss = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
+    settings = [
+        (rr, rr.epsilon, trials, 1, 0.0),
+        (fc, fc.epsilon, trials, 2, 0.0),
+        (lap, lap.epsilon, additive_trials, 3, 0.0),
+        (gauss, zcdp_epsilon(gauss.rho, DELTA), additive_trials, 4, DELTA),
+    ]
     return [
-        audit(rr.describe(), rr, rr.epsilon, trials=trials, pilot=pilot, seed=1),
-        audit(fc.describe(), fc, fc.epsilon, trials=trials, pilot=pilot, seed=2),
-        audit(lap.describe(), lap, lap.epsilon, trials=additive_trials, pilot=pilot, seed=3),
-        audit(
-            gauss.describe(),
-            gauss,
-            zcdp_epsilon(gauss.rho, DELTA),
-            trials=additive_trials,
-            pilot=pilot,
-            seed=4,
-            delta=DELTA,
-        ),
+        audit(mech.describe(), mech, claimed, trials=n, pilot=pilot, seed=seed, delta=delta)
+        for mech, claimed, n, seed, delta in track(
+            settings, "audit", unit="mechanisms", quiet=quiet
+        )
     ]
 
 
@@ -227,7 +229,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20000, help="per input, RR and flip")
     parser.add_argument("--additive-trials", type=int, default=8000, help="per input, noise")
     args = parser.parse_args()
-    print(table(honest_audits(args.trials, args.additive_trials)))
+    print(table(honest_audits(args.trials, args.additive_trials, quiet=False)))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import logging
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -12,9 +18,12 @@ from aggregator.errors import LdpError
 from aggregator.jobs import inputs, pipeline
 from aggregator.jobs.results import Analysis
 from aggregator.stats.validate import check_distribution
+from client.progress import bar, shown
 from client.survey import SurveySpec
 
 log = logging.getLogger(__name__)
+#: Runners whose workers run on this machine, so they can mark shards in a local directory.
+LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "FnApiRunner")
 
 
 class JobFailedError(LdpError):
@@ -44,7 +53,8 @@ def run_job_command(args: argparse.Namespace) -> int:
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     options = beam_options(args.runner, args.beam_args, quiet)
     try:
-        document = pipeline.run(spec, options)
+        with shard_progress(args.runner, len(spec.shards)) as progress_dir:
+            document = pipeline.run(dataclasses.replace(spec, progress_dir=progress_dir), options)
     except (ValueError, LdpError, OSError, RuntimeError) as exc:
         log.debug("job failed", exc_info=True)
         raise JobFailedError(f"job failed: {last_line(exc)}") from None
@@ -53,6 +63,36 @@ def run_job_command(args: argparse.Namespace) -> int:
         print(f"{result['survey']}/{result['question']}: n = {result['n']}, {status}")
     print(f"wrote {args.out} ({len(spec.shards)} shard(s), deduplicated: {bool(dedup)})")
     return 0
+
+
+@contextlib.contextmanager
+def shard_progress(runner: str, shards: int) -> Iterator[str | None]:
+    """A bar of the shards read, on a terminal and with a local runner (whose workers share this
+    machine's files): yields the directory where the pipeline marks each shard read (None: no
+    bar), and counts the marks while the job runs."""
+    if runner not in LOCAL_RUNNERS or not shown():
+        yield None
+        return
+    stop = threading.Event()
+    with tempfile.TemporaryDirectory(prefix="ldp-job-progress-") as directory:
+
+        def watch() -> None:
+            with bar(shards, "job", unit="shards read") as progress:
+                done, finished = 0, False
+                while not finished:
+                    finished = stop.wait(0.2)
+                    marked = len(os.listdir(directory))
+                    progress.update(marked - done)
+                    done = marked
+                progress.refresh()  # the final count, however soon after the last one
+
+        watcher = threading.Thread(target=watch, name="job-progress", daemon=True)
+        watcher.start()
+        try:
+            yield directory
+        finally:
+            stop.set()
+            watcher.join()
 
 
 def beam_options(runner: str, passthrough: list[str], quiet: bool) -> list[str]:

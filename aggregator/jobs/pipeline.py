@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 import apache_beam as beam
@@ -41,6 +42,7 @@ class JobSpec:
     analysis: Analysis
     dedup_partitions: int = 0
     block_bytes: int = DEFAULT_BLOCK_BYTES
+    progress_dir: str | None = None  # a local directory where each shard read leaves a mark
 
 
 def run(spec: JobSpec, beam_args: list[str]) -> dict:
@@ -58,7 +60,7 @@ def build(pipeline: beam.Pipeline, spec: JobSpec) -> None:
         | "ListShards" >> beam.Create(list(spec.shards))
         | "SpreadShards" >> beam.Reshuffle()
     )
-    read = ReadShard(spec.surveys, spec.block_bytes, spec.dedup_partitions)
+    read = ReadShard(spec.surveys, spec.block_bytes, spec.dedup_partitions, spec.progress_dir)
     if spec.dedup_partitions:
         partials = (
             shards
@@ -91,12 +93,22 @@ def build(pipeline: beam.Pipeline, spec: JobSpec) -> None:
 
 class ReadShard(beam.DoFn):
     """Read one shard block by block, verify it against its manifest entry, and emit either
-    (question, Partial) per question, or (partition, records) bundles for deduplication."""
+    (question, Partial) per question, or (partition, records) bundles for deduplication. With a
+    ``progress_dir`` (local runners only), a shard read to the end leaves an empty file there,
+    named by its path's hash, so that a retried bundle marks it once: the command line counts
+    them for its progress bar."""
 
-    def __init__(self, surveys: dict[str, SurveySpec], block_bytes: int, partitions: int) -> None:
+    def __init__(
+        self,
+        surveys: dict[str, SurveySpec],
+        block_bytes: int,
+        partitions: int,
+        progress_dir: str | None = None,
+    ) -> None:
         self.surveys = surveys
         self.block_bytes = block_bytes
         self.partitions = partitions
+        self.progress_dir = progress_dir
 
     def process(self, shard: ShardInput) -> Iterator[tuple]:
         with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
@@ -111,6 +123,9 @@ class ReadShard(beam.DoFn):
                         f"{shard.path}: invalid report ({exc.code.name}): {exc}"
                     ) from None
                 raise
+        if self.progress_dir is not None:
+            name = hashlib.sha256(shard.path.encode()).hexdigest()[:32]
+            Path(self.progress_dir, name).touch()
 
     def _read(self, shard: ShardInput, file: _HashingReader) -> Iterator[tuple]:
         totals: dict[QuestionKey, Partial] = {}

@@ -14,6 +14,10 @@ Why this shape (notes/service-conventions.md §3):
   per-device cap counts of aggregator/service/limits.py live in their own table, with no report
   ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
+* Nothing at rest groups the reports of one upload once ``wal_window`` seconds have passed: a
+  report keeps only its arrival *day* (``received_at``, a UTC midnight), the table is ordered by
+  the random report id, and the writer checkpoints and truncates the WAL (which holds each
+  transaction's reports together) within ``wal_window`` seconds of a commit.
 
 Threading: :meth:`ReportStore.submit` and :meth:`ReportStore.submit_batches` never block (they
 validate and enqueue), so an asyncio server calls them on the event loop and awaits
@@ -50,13 +54,16 @@ from aggregator.store.file_kind import (
 )
 from aggregator.store.integrity import FileWatch, failure_message
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: received_at keeps the arrival day only
 STORE_KIND = replace(REPORT_STORE, version=SCHEMA_VERSION)  # application_id "LDPS" + this version
 REPORT_ID_BYTES = 16
 _IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
 _INT64 = np.dtype(np.int64)
 _WRITER_CACHE_KIB = 64 * 1024
 _WAL_AUTOCHECKPOINT_PAGES = 40_000  # about 160 MB of WAL between checkpoints (default 1,000)
+RECEIVED_RESOLUTION = 86_400  # received_at keeps the UTC day only: arrival seconds group uploads
+_BUSY_TIMEOUT_MS = 5000
+_CHECKPOINT_BUSY_MS = 200  # a timed checkpoint waits this long for readers, then tries later
 
 _SCHEMA = f"""
 BEGIN IMMEDIATE;
@@ -183,12 +190,14 @@ class ReportStore:
         *,
         max_batch: int = 2000,
         max_delay: float = 0.002,
+        wal_window: float = 5.0,
         on_commit: Callable[[float, int], None] | None = None,
     ) -> None:
         """``on_commit(seconds, reports)`` runs in the writer thread after each committed group
-        (the service's metrics)."""
-        if max_batch < 1 or max_delay < 0:
-            raise ValueError("max_batch must be >= 1 and max_delay >= 0")
+        (the service's metrics). ``wal_window``: the longest a commit stays in the WAL."""
+        if max_batch < 1 or max_delay < 0 or not wal_window > 0:
+            raise ValueError("max_batch must be >= 1, max_delay >= 0 and wal_window > 0")
+        self._wal_window = wal_window
         self._path = os.fspath(path)
         self._max_batch = max_batch
         self._max_delay = max_delay
@@ -209,6 +218,8 @@ class ReportStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
                 conn.executescript(_SCHEMA)
+            elif version == 1:
+                _coarsen_arrival_times(conn)
             elif version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
@@ -307,10 +318,13 @@ class ReportStore:
         return self.submit(reports).result()
 
     def rebuild(
-        self, contribution: Callable[[str, str, bytes], np.ndarray]
+        self,
+        contribution: Callable[[str, str, bytes], np.ndarray],
+        progress: Callable[[int], object] | None = None,
     ) -> dict[tuple[str, str], tuple[int, np.ndarray]]:
         """Recompute every registered question's (n, sums) from the report log, using
-        ``contribution(survey_id, question_id, payload)``, and store them in one transaction.
+        ``contribution(survey_id, question_id, payload)``, and store them in one transaction;
+        ``progress(count)`` hears of each chunk of reports read (on the writer thread).
 
         It runs on the writer thread, so it is atomic with respect to submits: reports submitted
         meanwhile wait and are committed after it (ingestion pauses for the whole scan)."""
@@ -333,6 +347,8 @@ class ReportStore:
                     pending.setdefault(key, []).append(vector)
                 for key, vectors in pending.items():
                     totals[key] = _accumulate(*totals[key], np.stack(vectors))
+                if progress is not None:
+                    progress(len(rows))
             for (survey_id, question_id), (n, sums) in totals.items():
                 _write_statistics(conn, survey_id, question_id, n, sums)
             return {key: (n, np.array(sums, dtype=np.int64)) for key, (n, sums) in totals.items()}
@@ -439,9 +455,17 @@ class ReportStore:
         return _read_only(self._path)
 
     def _run(self) -> None:
-        """The writer thread: group submits into transactions until the stop marker."""
+        """The writer thread: group submits into transactions until the stop marker, and empty
+        the WAL within ``wal_window`` seconds of a commit."""
         carry: _Item | None = None
+        checkpoint_at: float | None = None  # when the oldest commit still in the WAL expires
         while True:
+            if carry is None and checkpoint_at is not None:
+                try:
+                    carry = self._queue.get(timeout=max(0.0, checkpoint_at - time.monotonic()))
+                except queue.Empty:
+                    checkpoint_at = None if self._empty_wal() else time.monotonic() + 1.0
+                    continue
             item = carry if carry is not None else self._queue.get()
             carry = None
             if isinstance(item, _Stop):
@@ -462,10 +486,29 @@ class ReportStore:
                 group.append(nxt)
                 size += nxt.size
             self._commit([s for s in group if s.future.set_running_or_notify_cancel()])
+            if checkpoint_at is None:
+                checkpoint_at = time.monotonic() + self._wal_window
+            elif time.monotonic() >= checkpoint_at:  # never idle: checkpoint between groups
+                checkpoint_at = None if self._empty_wal() else time.monotonic() + 1.0
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             self._conn.close()
+
+    def _empty_wal(self) -> bool:
+        """Copy the WAL into the database file and truncate it to zero bytes, waiting briefly
+        for readers of older snapshots: True when it is empty."""
+        if self._failure is not None:
+            return True
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_BUSY_MS}")
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        return busy == 0
 
     def _run_call(self, item: _Call) -> None:
         if not item.future.set_running_or_notify_cancel():
@@ -543,7 +586,7 @@ class ReportStore:
         which repeat an id with other content (conflicts)."""
         conn = self._conn
         batches = [batch for submit in group for batch in submit.batches]
-        now = int(time.time())
+        now = int(time.time()) // RECEIVED_RESOLUTION * RECEIVED_RESOLUTION
         rows = [
             row
             for b in batches
@@ -655,7 +698,7 @@ def _read_only(path: str) -> sqlite3.Connection:
 
 def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous = FULL")
     return conn
 
@@ -668,6 +711,16 @@ def _stored_ids(conn: sqlite3.Connection, report_ids: Sequence[bytes]) -> set[by
         sql = f"SELECT report_id FROM reports WHERE report_id IN ({marks})"
         found.update(row[0] for row in conn.execute(sql, chunk))
     return found
+
+
+def _coarsen_arrival_times(conn: sqlite3.Connection) -> None:
+    """Schema 1 to 2: keep only the day of every stored arrival time."""
+    with _transaction(conn):
+        conn.execute(
+            "UPDATE reports SET received_at = received_at - received_at % ?",
+            (RECEIVED_RESOLUTION,),
+        )
+        conn.execute("PRAGMA user_version = 2")
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ FORMAT = "ldp-report-shards"
 VERSION = 1
 HEADER = b"LDPR" + bytes([VERSION, 0, 0, 0])
 MAX_RECORD_BYTES = 1 << 20
+PROGRESS_EVERY = 4096  # reports between two progress calls of an export
 
 
 class ShardFormatError(ValueError):
@@ -54,14 +55,22 @@ def shard_name(survey_id: str, index: int, shards: int) -> str:
     return f"{survey_id}-{index:05d}-of-{shards:05d}.ldpr"
 
 
-def export_survey(store: ReportStore, survey: SurveySpec, out_dir: Path, shards: int) -> Manifest:
-    """Write every stored report of ``survey`` into ``shards`` shard files plus a manifest."""
+def export_survey(
+    store: ReportStore,
+    survey: SurveySpec,
+    out_dir: Path,
+    shards: int,
+    progress: Callable[[int], object] | None = None,
+) -> Manifest:
+    """Write every stored report of ``survey`` into ``shards`` shard files plus a manifest;
+    ``progress(count)`` hears of the reports written, every ``PROGRESS_EVERY`` of them."""
     if shards < 1:
         raise ValueError("shards must be at least 1")
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [shard_name(survey.id, i, shards) for i in range(shards)]
     files = [open(out_dir / name, "wb") for name in names]  # noqa: SIM115 - closed below
     counts = [0] * shards
+    written = 0
     try:
         for file in files:
             file.write(HEADER)
@@ -72,6 +81,11 @@ def export_survey(store: ReportStore, survey: SurveySpec, out_dir: Path, shards:
             index = shard_of(report_id, shards)
             files[index].write(_varint(len(record)) + record)
             counts[index] += 1
+            written += 1
+            if progress is not None and written % PROGRESS_EVERY == 0:
+                progress(PROGRESS_EVERY)
+        if progress is not None:
+            progress(written % PROGRESS_EVERY)
     finally:
         for file in files:
             file.close()
