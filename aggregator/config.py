@@ -60,6 +60,7 @@ _SURVEY_KEYS = {
     "title",
     "min_batch_size",
     "require_device_auth",
+    "exploration_fraction",
     "rate_per_minute",
     "burst",
     "max_reports_per_device",
@@ -154,7 +155,10 @@ def _survey(entry: dict) -> SurveySpec:
     questions = tuple(_question(q, survey_id) for q in entry.get("question", []))
     min_batch = entry.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     require_auth = entry.get("require_device_auth", False)
-    return SurveySpec(survey_id, str(entry.get("title", "")), questions, min_batch, require_auth)
+    fraction = entry.get("exploration_fraction", 0.0)
+    return SurveySpec(
+        survey_id, str(entry.get("title", "")), questions, min_batch, require_auth, fraction
+    )
 
 
 def _question(entry: dict, survey_id: object) -> QuestionSpec:

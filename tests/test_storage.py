@@ -53,7 +53,7 @@ def test_pragmas_and_schema(store: ReportStore, tmp_path: Path) -> None:
             for name in ("journal_mode", "synchronous", "busy_timeout", "user_version")
         )
 
-    assert store._call(pragmas) == ("wal", 2, 5000, 1)  # the writer's own connection; 2 = FULL
+    assert store._call(pragmas) == ("wal", 2, 5000, 2)  # the writer's own connection; 2 = FULL
     store.close()
     conn = sqlite3.connect(tmp_path / "reports.sqlite")
     conn.execute("PRAGMA user_version = 99")
