@@ -12,7 +12,7 @@ from aggregator.analyses import TESTS
 from aggregator.confirm.family import run_family
 from aggregator.confirm.plan import Plan
 from aggregator.confirm.sparse_validate import SparseValidate
-from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.errors import ConfirmationError, InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import goodness_of_fit, independence
 from client.survey import SurveySpec
@@ -48,6 +48,8 @@ def holdout_answer(
     """Run one test at the holdout's next level: (new state, reject, level). A test that cannot
     run (too little data, inconclusive) raises and uses no query."""
     validate = SparseValidate(**held)
+    if validate.closed:
+        raise ConfirmationError(f"survey {survey.id}: {validate.closed_reason()}")
     level = validate.next_level()
     try:
         question = survey.question(question_id)

@@ -168,9 +168,14 @@ class RemoteStore(asyncio.Protocol):
         self._outbox.append((request_id, list(batches)))
         return future
 
-    def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]:
-        """The question's committed (n, int64 sums)."""
-        return read_statistics(self._db_path, survey_id, question_id)
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return os.fspath(self._db_path)
+
+    def statistics(self, survey_id: str, question_id: str, side: int = 0) -> tuple[int, np.ndarray]:
+        """The question's committed (n, int64 sums) on ``side``."""
+        return read_statistics(self._db_path, survey_id, question_id, side)
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
         """Which of ``report_ids`` the log holds (committed)."""

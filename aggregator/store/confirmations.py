@@ -16,16 +16,18 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
 
 from aggregator.errors import ConfirmationError
-from aggregator.store.definitions import has_table
 from aggregator.histogram import Histogram
+from aggregator.store.definitions import has_table
+from aggregator.store.file_kind import open_read_only
 from aggregator.store.ingest import histogram
-from aggregator.store.report_store import CONFIRMATION, ReportStore, read_side
+from aggregator.store.report_store import CONFIRMATION, STORE_KIND, ReportStore, read_side
 from client.survey import SurveySpec
 
 _SCHEMA = (
@@ -51,6 +53,8 @@ _SCHEMA = (
 )""",
 )
 
+#: The holdout's family-wise level, m queries and B rejections when nothing else is asked for.
+DEFAULT_HOLDOUT = {"alpha": 0.05, "m": 20, "budget": 3}
 Histograms = dict[str, Histogram]  # question id -> its histogram on one side
 
 
@@ -84,6 +88,19 @@ def state(conn: sqlite3.Connection, survey_id: str) -> Confirmation | None:
     if row is None:
         return None
     return Confirmation(*row[:7], None if row[7] is None else json.loads(row[7]))
+
+
+def read_state(path: str, survey_id: str) -> Confirmation | None:
+    """:func:`state` read from the store file on a read-only connection of its own."""
+    with closing(open_read_only(path, STORE_KIND)) as conn:
+        return state(conn, survey_id)
+
+
+def check_readable_at(path: str, survey: SurveySpec, side: int) -> None:
+    """:func:`check_readable` on the store file, read only."""
+    if side == CONFIRMATION:
+        with closing(open_read_only(path, STORE_KIND)) as conn:
+            check_readable(conn, survey, side)
 
 
 def check_readable(conn: sqlite3.Connection, survey: SurveySpec, side: int) -> None:
@@ -149,9 +166,10 @@ def preregister(store: ReportStore, survey: SurveySpec, plan: str, sha256: str) 
 
 
 def seal(
-    store: ReportStore, survey: SurveySpec, compute: Callable[[Histograms], dict]
+    store: ReportStore, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
 ) -> tuple[Confirmation, bool]:
-    """Run the registered plan once: ``compute(confirmation histograms)`` gives the record,
+    """Run the registered plan once: ``compute(plan text, confirmation histograms)`` gives the
+    record (with its ``sealed_at``),
     stored with the time and the confirmation side closed, atomically. (state, already): a
     sealed survey is answered with its stored record, unchanged, and ``compute`` is not run."""
 
@@ -163,7 +181,7 @@ def seal(
             raise ConfirmationError(f"survey {survey.id}: nothing to confirm: {what}")
         if current.sealed is not None:
             return current, True
-        record = compute(side_histograms(conn, survey, CONFIRMATION))
+        record = compute(current.plan, side_histograms(conn, survey, CONFIRMATION))
         text = json.dumps(record, sort_keys=True)
         conn.execute(
             "UPDATE confirmations SET sealed = ?, sealed_at = ? WHERE survey_id = ?",
@@ -178,14 +196,14 @@ def seal(
 def holdout_query(
     store: ReportStore,
     survey: SurveySpec,
-    parameters: dict,
+    parameters: dict | None,
     query: tuple[str, str],
     compute: Callable[[dict, Histograms], tuple[dict, bool, float]],
 ) -> dict:
     """One SparseValidate query ``(question_id, test)``: ``compute(holdout state, confirmation
     histograms)`` gives (new state, reject, level), stored with the query in one transaction.
-    The first query opens the holdout with ``parameters`` (alpha, m, budget); later ones must
-    give the same. Returns the new state."""
+    The first query opens the holdout with ``parameters`` (alpha, m, budget; None: the
+    defaults); later ones give the same or None. Returns the new state."""
     if not survey.split:
         raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
 
@@ -197,9 +215,12 @@ def holdout_query(
                 f"survey {survey.id}: a confirmatory plan is registered (sha256 "
                 f"{current.plan_sha256}); the holdout is not available; one mode per survey"
             )
-        held = parameters if current is None else current.holdout
-        fixed = {key: held[key] for key in ("alpha", "m", "budget")}
-        if any(parameters[key] != value for key, value in fixed.items()):
+        if current is None:
+            held = {**(parameters or DEFAULT_HOLDOUT), "answered": 0, "rejections": 0}
+        else:
+            held = current.holdout
+        fixed = {key: held[key] for key in DEFAULT_HOLDOUT}
+        if parameters is not None and any(parameters[k] != v for k, v in fixed.items()):
             raise ConfirmationError(
                 f"survey {survey.id}: the holdout was opened with alpha {fixed['alpha']:g}, "
                 f"m {fixed['m']}, B {fixed['budget']}; they cannot change"

@@ -195,9 +195,7 @@ def validate_upload(
     (survey, question, payload; the store answers the later copies DUPLICATE), else the request
     is INVALID_ARGUMENT (docs/wire.md §6).
     """
-    columns: dict[
-        tuple[str, str, int], tuple[list[int], list[bytes], list[bytes], set[bytes]]
-    ] = {}
+    columns: dict[tuple[str, str, int], tuple[list[int], list[bytes], list[bytes], set[bytes]]] = {}
     report_ids: list[bytes] = []
     for i, report in enumerate(reports):
         key = (report.survey_id, report.question_id, report.side)

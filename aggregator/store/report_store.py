@@ -267,6 +267,11 @@ class ReportStore:
         self._writer = threading.Thread(target=self._run, name="report-store-writer", daemon=True)
         self._writer.start()
 
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
     def __enter__(self) -> ReportStore:
         return self
 
@@ -389,9 +394,7 @@ class ReportStore:
 
     # -- reads (own connection per call, never the writer's) -----------------------------------
 
-    def statistics(
-        self, survey_id: str, question_id: str, side: int = 0
-    ) -> tuple[int, np.ndarray]:
+    def statistics(self, survey_id: str, question_id: str, side: int = 0) -> tuple[int, np.ndarray]:
         """The question's committed (n, int64 sums) on ``side`` (0: a survey that is not split)."""
         if self._closed:
             raise StoreError("store is closed")

@@ -19,25 +19,26 @@ SECRET_BYTES = 32
 DOMAIN = b"ldp-survey split v1"
 
 
-def split_point(secret: bytes, survey_id: str) -> float:
-    """u in [0, 1): the first 8 bytes of HMAC-SHA256(secret, len || DOMAIN || len || survey id)
-    as a big-endian integer over 2^64 (lengths are 8-byte big-endian)."""
+def split_point(secret: bytes, survey_id: str) -> int:
+    """v in [0, 2^64): the first 8 bytes, big-endian, of HMAC-SHA256(secret, len || DOMAIN ||
+    len || survey id as UTF-8), each len 8 bytes big-endian (the device's point is v / 2^64)."""
     if not isinstance(secret, bytes) or len(secret) < 16:
         raise ValueError("the split secret must be at least 16 bytes")
     fields = (DOMAIN, survey_id.encode("utf-8"))
     message = b"".join(len(field).to_bytes(8, "big") + field for field in fields)
     digest = hmac.new(secret, message, hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
+    return int.from_bytes(digest[:8], "big")
 
 
 def split_side(secret: bytes, survey_id: str, exploration_fraction: float) -> int:
-    """The ``ldp.v1.Side`` of this device's reports: EXPLORATION when u < fraction, else
-    CONFIRMATION; SIDE_UNSPECIFIED for a survey that is not split (fraction 0)."""
+    """The ``ldp.v1.Side`` of this device's reports: EXPLORATION when v < fraction * 2^64
+    (compared exactly; Python compares an int with a float exactly), else CONFIRMATION;
+    SIDE_UNSPECIFIED for a survey that is not split (fraction 0)."""
     if not exploration_fraction:
         return ldp_pb2.SIDE_UNSPECIFIED
     if not 0 < exploration_fraction < 1:
         raise ValueError(f"exploration_fraction must be in (0, 1), got {exploration_fraction!r}")
-    if split_point(secret, survey_id) < exploration_fraction:
+    if split_point(secret, survey_id) < exploration_fraction * 2.0**64:
         return ldp_pb2.EXPLORATION
     return ldp_pb2.CONFIRMATION
 
