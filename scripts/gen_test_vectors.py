@@ -30,10 +30,7 @@ if str(ROOT) not in sys.path:
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat  # noqa: E402
 
-from client.device import (
-    signature,
-    split,
-)
+from client.device import signature, split  # noqa: E402
 from client.device.keys import DeviceKey  # noqa: E402
 from client.mechanisms import (  # noqa: E402
     FlipComponents,
