@@ -204,7 +204,8 @@ def test_the_flow_over_grpc(tmp_path, config, capsys):
         )
         code, details = code_of(analyst.HoldoutTest, holdout)
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "one mode per survey" in details
-        code, _ = code_of(analyst.Estimate, request.__class__(survey_id="split", question_id="mood", side=CONFIRMATION))  # noqa: E501
+        locked = ldp_pb2.EstimateRequest(survey_id="split", question_id="mood", side=CONFIRMATION)
+        code, _ = code_of(analyst.Estimate, locked)
         assert code == grpc.StatusCode.FAILED_PRECONDITION  # registered is not sealed
 
         sealed = analyst.Confirm(confirm)
@@ -223,7 +224,8 @@ def test_the_flow_over_grpc(tmp_path, config, capsys):
 
         late = reports(server.surveys["split"].question("mood"), MOOD, 3, CONFIRMATION, 99)
         code, details = code_of(collector.Upload, ldp_pb2.UploadRequest(reports=late))
-        assert code == grpc.StatusCode.FAILED_PRECONDITION and "confirmation side is closed" in details
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "confirmation side is closed" in details
         fresh = reports(server.surveys["split"].question("mood"), MOOD, 3, EXPLORATION, 98)
         results = collector.Upload(ldp_pb2.UploadRequest(reports=fresh)).results
         assert all(r.status == ldp_pb2.ACCEPTED for r in results)
@@ -400,7 +402,7 @@ def test_a_split_change_is_refused_once_data_exist(tmp_path, config, capsys):
     changed = load_surveys(config)
     fill(db, changed, reports(changed["split"].question("mood"), MOOD, 30, EXPLORATION, 8))
     config.write_text(CONFIG.format(fraction=0.5))
-    with pytest.raises(SplitChangedError, match="exploration_fraction is 0.5"):
+    with pytest.raises(SplitChangedError, match=r"exploration_fraction is 0\.5"):
         open_store(load_surveys(config), str(db)).close()
     status, _, err = cli(
         capsys, "estimate", "--config", str(config), "--db", str(db), "--survey", "split",
