@@ -36,6 +36,7 @@ from client.cli_parsing import DefaultsFormatter, OneLineParser
 from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, BudgetExceeded, Ledger, LedgerError
 from client.device.reporter import Reporter
+from client.device.split import split_side
 from client.device.survey_cache import SurveyCache
 from client.device.tls import TlsSettings
 from client.device.transport import Transport, TransportError
@@ -418,6 +419,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         batch: list[ldp_pb2.Report] = []
         started = time.perf_counter()
         for device in range(args.devices):
+            # A split survey: each simulated device has its own split secret (docs/wire.md §3.6).
+            side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
             for question in survey.questions:
                 mech = question.mechanism
                 value = int(answers[question.id][device])
@@ -428,6 +431,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                         question_id=question.id,
                         payload=mech.encode(mech.randomize(value)),
                         definition_digest=question.digest,
+                        side=side,
                     )
                 )
             if len(batch) >= args.batch or device == args.devices - 1:
