@@ -448,3 +448,16 @@ def test_a_version_1_store_is_migrated(tmp_path, config):
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     assert conn.execute("SELECT side FROM reports").fetchall() == [(0,)]
     conn.close()
+
+
+def test_a_split_survey_is_not_exported(tmp_path, config, capsys):
+    """Shards carry no side: exporting would hand the confirmation side to the Beam job."""
+    db = tmp_path / "reports.sqlite"
+    surveys = load_surveys(config)
+    fill(db, surveys, population(surveys, n=30))
+    status, _, err = cli(
+        capsys, "export", "--config", str(config), "--db", str(db), "--survey", "split",
+        "--out", str(tmp_path / "shards"),
+    )  # fmt: skip
+    assert status == 2
+    one_line_error(err, "a split survey is not exported")

@@ -35,5 +35,5 @@ def holdout_text(state: dict, reject: bool, level: float, question_id: str, test
         validate.guarantee(),
     ]
     if validate.closed:
-        lines.append(f"the holdout is now closed: {validate.closed_reason()}")
+        lines.append(validate.closed_reason())
     return "\n".join(lines)

@@ -15,7 +15,11 @@ from aggregator.confirm.sparse_validate import SparseValidate
 from aggregator.errors import ConfirmationError, InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import goodness_of_fit, independence
+from aggregator.stats.montecarlo import minimum_draws
 from client.survey import SurveySpec
+
+#: Simulated calibrations at holdout level beta run at least this many times 1/beta draws.
+HOLDOUT_DRAW_FACTOR = 4
 
 
 def _released(survey: SurveySpec, question_id: str, hist: Histogram) -> None:
@@ -59,14 +63,18 @@ def holdout_answer(
     _released(survey, question_id, hist)
     if test not in TESTS:
         raise InvalidInputError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
+    # A simulated p-value is at least 1/(draws + 1): enough draws that it can fall well below
+    # the (small) level, where the calibration is simulated at all.
+    draws = HOLDOUT_DRAW_FACTOR * minimum_draws(level)
     if test == "goodness_of_fit":
         if p0 is None or len(p0) != question.k:
             raise InvalidInputError(f"goodness_of_fit needs p0 with {question.k} probabilities")
-        result = goodness_of_fit(hist, np.asarray(p0, dtype=float), level, rng=seed)
+        p0 = np.asarray(p0, dtype=float)
+        result = goodness_of_fit(hist, p0, level, rng=seed, n_draws=max(999, draws))
     else:
         if len(question.shape) != 2:
             raise InvalidInputError(f"question {question_id!r}: independence needs 2 attributes")
-        result = independence(hist, question.shape, level, rng=seed)
+        result = independence(hist, question.shape, level, rng=seed, n_draws=max(199, draws))
     if result.inconclusive:
         raise InsufficientDataError(f"{question_id}: {result.reason}")
     validate.record(result.reject)
