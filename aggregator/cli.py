@@ -839,6 +839,7 @@ def run_check_config(args: argparse.Namespace) -> int:
                 "survey": survey.id,
                 "min_batch_size": survey.min_batch_size,
                 "require_device_auth": survey.require_device_auth,
+                "exploration_fraction": survey.exploration_fraction,
                 "limits": survey.id in limits,
                 "cost": cost.to_dict(),
                 "questions": [
@@ -857,6 +858,11 @@ def run_check_config(args: argparse.Namespace) -> int:
             f"{row['min_batch_size']} reports; a device spends epsilon {row['cost']['epsilon']:g}"
             f" and rho {row['cost']['rho']:g} ({row['cost']['flags']})"
         )
+        if row["exploration_fraction"]:
+            print(
+                f"  split: {100 * row['exploration_fraction']:g}% of devices explore, the rest "
+                "confirm (docs/adaptive-analysis.md)"
+            )
         for q in row["questions"]:
             parameter = f"rho = {q['rho']:g}" if "rho" in q else f"epsilon = {q['epsilon']:g}"
             print(f"  {q['id']}: {q['mechanism']}, {parameter}, k = {q['k']}")
@@ -1111,12 +1117,13 @@ def run_holdout(args: argparse.Namespace) -> int:
     if parameters is not None:
         for key, value in zip(("alpha", "m", "budget"), given, strict=True):
             parameters[key] = parameters[key] if value is None else value
-    _, survey, store, lock = _writer(args)
+    surveys = load_surveys(args.config)
     try:
-        question = survey.question(args.question)
-    except KeyError:
-        raise UserError(f"survey {survey.id!r} has no question {args.question!r}") from None
+        _, question = ingest.find_question(surveys, args.survey, args.question)
+    except ReportRejectedError as exc:
+        raise UserError(exc.message) from None
     p0 = _p0(args.p0, question) if args.p0 else None
+    _, survey, store, lock = _writer(args)
     answer: list = []
 
     def compute(held: dict, histograms) -> tuple[dict, bool, float]:
