@@ -319,6 +319,13 @@ def test_the_flow_through_the_commands(tmp_path, config, capsys):
     assert status == 0 and "exploratory" not in out and "n = 800" in out
     data = open_survey(config, db, "split", "confirmation")
     assert data["mood"].n == 800 and not data.exploratory
+    for side, label in (("exploration", "exploratory:"), ("confirmation", "after its results")):
+        out_file = tmp_path / f"{side}.md"
+        status, _, _ = cli(
+            capsys, "report", *common, "--survey", "split", "--out", str(out_file),
+            "--format", "md", "--side", side,
+        )  # fmt: skip
+        assert status == 0 and label in out_file.read_text()
     status, _, err = cli(
         capsys, "estimate", *common, "--survey", "plain", "--question", "q", "--side", "exploration"
     )
@@ -461,3 +468,31 @@ def test_a_split_survey_is_not_exported(tmp_path, config, capsys):
     )  # fmt: skip
     assert status == 2
     one_line_error(err, "a split survey is not exported")
+
+
+def test_holdout_over_grpc(tmp_path, config):
+    """HoldoutTest answers one bit with its level, counters and guarantee; the survey is then
+    in holdout mode, so Preregister is refused."""
+    surveys = load_surveys(config)
+    db = tmp_path / "reports.sqlite"
+    fill(db, surveys, reports(surveys["split"].question("mood"), MOOD, 600, CONFIRMATION, 9))
+    server = ServerThread(config, db).start()
+    try:
+        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.target))
+        request = ldp_pb2.HoldoutRequest(
+            survey_id="split", question_id="mood", test="goodness_of_fit", p0=[0.25] * 4
+        )
+        answer = analyst.HoldoutTest(request)
+        assert answer.reject and answer.query == 1 and answer.rejections == 1
+        assert (answer.max_queries, answer.max_rejections, answer.alpha) == (20, 3, 0.05)
+        assert answer.level == level(1, 20, 3, 0.05)
+        assert "at most 0.05" in answer.guarantee
+        bad = ldp_pb2.HoldoutRequest(survey_id="split", question_id="mood", test="anova")
+        code, _ = code_of(analyst.HoldoutTest, bad)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert analyst.HoldoutTest(request).query == 2  # the refused query used none
+        prereg = ldp_pb2.PreregisterRequest(survey_id="split", plan=PLAN)
+        code, details = code_of(analyst.Preregister, prereg)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "one mode per survey" in details
+    finally:
+        server.stop()
