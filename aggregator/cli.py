@@ -925,8 +925,14 @@ def run_rebuild(args: argparse.Namespace) -> int:
         raise UserError(f"report store not found: {args.db}")
     questions = {(s.id, q.id): q for s in surveys.values() for q in s.questions}
     store = _open_store(surveys, args.db, args.config)
+    sides = [
+        (s.id, q.id, side)
+        for s in surveys.values()
+        for q in s.questions
+        for side in ((ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION) if s.split else (0,))
+    ]
     try:
-        before = {key: store.statistics(*key) for key in questions}
+        before = {key: store.statistics(*key) for key in sides}
 
         def contribution(survey_id: str, question_id: str, payload: bytes) -> np.ndarray:
             question = questions.get((survey_id, question_id))
@@ -938,17 +944,22 @@ def run_rebuild(args: argparse.Namespace) -> int:
     finally:
         store.close()
     rows = []
-    for key in questions:
+    for key in sides:
         n_before, sums_before = before[key]
-        n_after, sums_after = after.get(key, (0, np.zeros_like(sums_before)))
+        found = after.get(key[:2] if key[2] == 0 else key, (0, np.zeros_like(sums_before)))
+        n_after, sums_after = found
         same = n_before == n_after and np.array_equal(sums_before, sums_after)
-        rows.append({"survey": key[0], "question": key[1], "n": int(n_after), "matched": same})
+        row = {"survey": key[0], "question": key[1], "n": int(n_after), "matched": same}
+        if key[2]:
+            row["side"] = ldp_pb2.Side.Name(key[2]).lower()
+        rows.append(row)
     if args.json:
         print(json.dumps(rows))
     else:
         for row in rows:
             status = "matches" if row["matched"] else "DIFFERED (rewritten from the log)"
-            print(f"{row['survey']}/{row['question']}: n = {row['n']}, statistics {status}")
+            where = f" ({row['side']} side)" if "side" in row else ""
+            print(f"{row['survey']}/{row['question']}{where}: n = {row['n']}, statistics {status}")
     return 0 if all(row["matched"] for row in rows) else 1
 
 

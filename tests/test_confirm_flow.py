@@ -496,3 +496,16 @@ def test_holdout_over_grpc(tmp_path, config):
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "one mode per survey" in details
     finally:
         server.stop()
+
+
+def test_rebuild_recomputes_each_side(tmp_path, config, capsys):
+    db = tmp_path / "reports.sqlite"
+    surveys = load_surveys(config)
+    fill(db, surveys, population(surveys, n=40))
+    common = ("--config", str(config), "--db", str(db))
+    status, out, _ = cli(capsys, "rebuild", *common, "--json")
+    rows = {(r["survey"], r["question"], r.get("side")): r for r in json.loads(out)}
+    assert status == 0 and all(r["matched"] for r in rows.values())
+    assert rows["split", "mood", "exploration"]["n"] == 40
+    assert rows["split", "mood", "confirmation"]["n"] == 40
+    assert rows["plain", "q", None]["n"] == 0
