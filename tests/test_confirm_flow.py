@@ -23,6 +23,9 @@ from aggregator.service.server import open_store
 from aggregator.store import definitions, ingest
 from aggregator.store.definitions import SplitChangedError
 from aggregator.store.report_store import ReportStore
+from client.device.ledger import Budget
+from client.device.reporter import Reporter
+from client.device.transport import Transport
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 CONFIG = """
@@ -229,6 +232,17 @@ def test_the_flow_over_grpc(tmp_path, config, capsys):
         fresh = reports(server.surveys["split"].question("mood"), MOOD, 3, EXPLORATION, 98)
         results = collector.Upload(ldp_pb2.UploadRequest(reports=fresh)).results
         assert all(r.status == ldp_pb2.ACCEPTED for r in results)
+
+        device = Reporter(Transport(server.target), tmp_path / "device.sqlite", Budget(10.0))
+        while device.side("split") != CONFIRMATION:  # a device on the closed side
+            device.close()
+            (tmp_path / "device.sqlite").unlink()
+            device = Reporter(Transport(server.target), tmp_path / "device.sqlite", Budget(10.0))
+        device.answer("split", "mood", "a")
+        flushed = device.flush()
+        device.close()
+        assert (flushed.accepted, flushed.rejected, flushed.pending) == (0, 1, 0)
+        assert flushed.refusals[0].startswith("FAILED_PRECONDITION")
 
         readable = analyst.Estimate(
             ldp_pb2.EstimateRequest(survey_id="split", question_id="mood", side=CONFIRMATION)
