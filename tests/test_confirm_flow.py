@@ -22,7 +22,7 @@ from aggregator.loader import open_survey
 from aggregator.service.server import open_store
 from aggregator.store import definitions, ingest
 from aggregator.store.definitions import SplitChangedError
-from aggregator.store.report_store import ReportStore
+from aggregator.store.report_store import SCHEMA_VERSION, ReportStore
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.transport import Transport
@@ -466,7 +466,7 @@ def test_a_version_1_store_is_migrated(tmp_path, config):
         one_hot = lambda s, q, p: ingest.contribution(surveys[s].question(q), p)  # noqa: E731
         assert store.rebuild(one_hot)["plain", "q"][0] == 1
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("SELECT side FROM reports").fetchall() == [(0,)]
     conn.close()
 

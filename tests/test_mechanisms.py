@@ -30,7 +30,7 @@ from client.mechanisms import (
     RandomizedResponse,
     ReportRangeError,
 )
-from client.mechanisms.additive import discrete_gaussian_variance
+from client.mechanisms.discrete_noise import discrete_gaussian_variance
 
 Z_MEAN = 5.5
 Z_MOMENT = 6.0

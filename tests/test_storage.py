@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.store.report_store import ReportStore, StoredReport, StoreError
+from aggregator.store.report_store import SCHEMA_VERSION, ReportStore, StoredReport, StoreError
 
 K = 4
 EYE = np.eye(K, dtype=np.int64)
@@ -53,7 +53,8 @@ def test_pragmas_and_schema(store: ReportStore, tmp_path: Path) -> None:
             for name in ("journal_mode", "synchronous", "busy_timeout", "user_version")
         )
 
-    assert store._call(pragmas) == ("wal", 2, 5000, 2)  # the writer's own connection; 2 = FULL
+    # the writer's own connection; 2 = FULL
+    assert store._call(pragmas) == ("wal", 2, 5000, SCHEMA_VERSION)
     store.close()
     conn = sqlite3.connect(tmp_path / "reports.sqlite")
     conn.execute("PRAGMA user_version = 99")

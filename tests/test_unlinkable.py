@@ -10,6 +10,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from contextlib import closing
 
 import grpc
@@ -18,7 +19,7 @@ from conftest import ServerThread
 from test_limits_service import LIMITED_TOML, reports
 
 from aggregator.service.limits import KeyPseudonyms, SecretFileError
-from aggregator.store.report_store import ReportStore
+from aggregator.store.report_store import RECEIVED_RESOLUTION, SCHEMA_VERSION, ReportStore
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 
@@ -62,6 +63,10 @@ def test_a_wal_copied_mid_run_holds_no_device_link(tmp_path, limited_file):
         "sqlite_autoindex_statistics_1",
         "question_definitions",  # the pinned definitions: one row per question, no device
         "sqlite_autoindex_question_definitions_1",
+        "side_statistics",  # split surveys' statistics per side: no device either
+        "sqlite_autoindex_side_statistics_1",
+        "survey_splits",
+        "sqlite_autoindex_survey_splits_1",
     }
     with closing(sqlite3.connect(copy / "reports.sqlite")) as conn:
         assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == 10
@@ -69,6 +74,51 @@ def test_a_wal_copied_mid_run_holds_no_device_link(tmp_path, limited_file):
         assert conn.execute("SELECT * FROM cap_counts").fetchall() == [
             (pseudonym, "capped", "roomy", 10)
         ]
+
+
+def test_a_wal_copied_after_the_window_groups_nothing(tmp_path, limited_file):
+    """Five uploads of one device, then the store files copied once the WAL window has passed:
+    the WAL is empty (no transaction holds one upload's reports together) and every report keeps
+    only its arrival day, so the reports of one upload share nothing the others lack."""
+    db = tmp_path / "reports.sqlite"
+    running = ServerThread(limited_file, db).start()
+    try:
+        with grpc.insecure_channel(running.target) as channel:
+            stub = ldp_pb2_grpc.CollectorStub(channel)
+            for _ in range(5):
+                stub.Upload(
+                    ldp_pb2.UploadRequest(reports=reports("capped", 2, "roomy")), timeout=10
+                )
+        wal = tmp_path / "reports.sqlite-wal"
+        deadline = time.monotonic() + 5.0 + 5.0  # the default window, and slack for a busy CI
+        while wal.stat().st_size and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert wal.stat().st_size == 0, "the WAL still holds the uploads' transactions"
+        copy = tmp_path / "copy.sqlite"
+        shutil.copy(db, copy)
+    finally:
+        running.stop()
+    with closing(sqlite3.connect(copy)) as conn:
+        arrivals = conn.execute("SELECT DISTINCT received_at FROM reports").fetchall()
+        assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == 10
+    assert len(arrivals) == 1 and arrivals[0][0] % RECEIVED_RESOLUTION == 0
+
+
+def test_arrival_seconds_of_an_older_store_are_coarsened_once(tmp_path):
+    db = tmp_path / "old.sqlite"
+    ReportStore(db).close()
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "INSERT INTO reports (report_id, survey_id, question_id, payload, received_at)"
+            " VALUES (?, 's', 'q', x'00', 1795000123)",
+            (bytes(16),),
+        )
+        conn.execute("PRAGMA user_version = 1")  # the schema before arrival days
+        conn.commit()
+    ReportStore(db).close()
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("SELECT received_at FROM reports").fetchall() == [(1794960000,)]
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_counts_kept_in_the_report_database_move_out(tmp_path, limited_file):

@@ -41,6 +41,24 @@ def test_calibrated_gof_type1(label, mech, p0, n):
     assert rate.within_band(ALPHA), f"{label}: Type I {rate.rate:.3f} under auto"
 
 
+LATTICE_CELLS = [
+    ("Gauss g=0 k=4 rho=8 n=10", GaussianNoise(4, 8.0, granularity_bits=0), np.full(4, 0.25), 10),
+    ("Gauss g=0 k=16 rho=32 n=16", GaussianNoise(16, 32.0, granularity_bits=0), zipf(16), 16),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "mech", "p0", "n"), LATTICE_CELLS, ids=[c[0] for c in LATTICE_CELLS]
+)
+@pytest.mark.parametrize("method", ["projected", "nonprojected"])
+def test_monte_carlo_null_on_the_unit_grid(label, mech, p0, n, method):
+    """Per-record studies with lattice noise: the null draws the exact sum law (docs/validation.md,
+    'Gaussian reports on the unit grid')."""
+    runner = gof_runner(p0, method, n_draws=199, calibration="monte-carlo")
+    rate = rejection_rate(mech, p0, n, runner, 400, seed(label + method), per_user=True)
+    assert rate.within_band(ALPHA), f"{label} {method}: Type I {rate.rate:.3f}"
+
+
 def test_asymptotic_gof_fails_where_auto_calibrates():
     """The reason for calibration: on a sparse null the chi-square law rejects too often."""
     label, mech, p0, n = GOF_CELLS[1]

@@ -19,6 +19,10 @@ Why this shape (notes/service-conventions.md §3):
   ``side_statistics``, so nothing that reads ``statistics`` ever sees the confirmation side.
   Once a survey's confirmation side is closed (its results sealed: ``confirmations``, written
   by aggregator/store/confirmations.py), the writer refuses its confirmation-side reports.
+* Nothing at rest groups the reports of one upload once ``wal_window`` seconds have passed: a
+  report keeps only its arrival *day* (``received_at``, a UTC midnight), the table is ordered by
+  the random report id, and the writer checkpoints and truncates the WAL (which holds each
+  transaction's reports together) within ``wal_window`` seconds of a commit.
 
 Threading: :meth:`ReportStore.submit` and :meth:`ReportStore.submit_batches` never block (they
 validate and enqueue), so an asyncio server calls them on the event loop and awaits
@@ -55,13 +59,16 @@ from aggregator.store.file_kind import (
 )
 from aggregator.store.integrity import FileWatch, failure_message
 
-SCHEMA_VERSION = 2  # 2: reports.side, side_statistics (a version-1 store is migrated on open)
+SCHEMA_VERSION = 3  # 2: received_at keeps the arrival day only; 3: reports.side, side_statistics
 STORE_KIND = replace(REPORT_STORE, version=SCHEMA_VERSION)  # application_id "LDPS" + this version
 REPORT_ID_BYTES = 16
 _IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
 _INT64 = np.dtype(np.int64)
 _WRITER_CACHE_KIB = 64 * 1024
 _WAL_AUTOCHECKPOINT_PAGES = 40_000  # about 160 MB of WAL between checkpoints (default 1,000)
+RECEIVED_RESOLUTION = 86_400  # received_at keeps the UTC day only: arrival seconds group uploads
+_BUSY_TIMEOUT_MS = 5000
+_CHECKPOINT_BUSY_MS = 200  # a timed checkpoint waits this long for readers, then tries later
 
 _SIDE_STATISTICS = """CREATE TABLE IF NOT EXISTS side_statistics (
     survey_id TEXT NOT NULL,
@@ -89,13 +96,6 @@ CREATE TABLE IF NOT EXISTS statistics (
     sums BLOB NOT NULL,
     PRIMARY KEY (survey_id, question_id)
 );
-{_SIDE_STATISTICS}
-PRAGMA user_version = {SCHEMA_VERSION};
-COMMIT;
-"""
-_MIGRATE_1 = f"""
-BEGIN IMMEDIATE;
-ALTER TABLE reports ADD COLUMN side INTEGER NOT NULL DEFAULT 0;
 {_SIDE_STATISTICS}
 PRAGMA user_version = {SCHEMA_VERSION};
 COMMIT;
@@ -212,12 +212,14 @@ class ReportStore:
         *,
         max_batch: int = 2000,
         max_delay: float = 0.002,
+        wal_window: float = 5.0,
         on_commit: Callable[[float, int], None] | None = None,
     ) -> None:
         """``on_commit(seconds, reports)`` runs in the writer thread after each committed group
-        (the service's metrics)."""
-        if max_batch < 1 or max_delay < 0:
-            raise ValueError("max_batch must be >= 1 and max_delay >= 0")
+        (the service's metrics). ``wal_window``: the longest a commit stays in the WAL."""
+        if max_batch < 1 or max_delay < 0 or not wal_window > 0:
+            raise ValueError("max_batch must be >= 1, max_delay >= 0 and wal_window > 0")
+        self._wal_window = wal_window
         self._path = os.fspath(path)
         self._max_batch = max_batch
         self._max_delay = max_delay
@@ -239,7 +241,10 @@ class ReportStore:
             if version == 0:
                 conn.executescript(_SCHEMA)
             elif version == 1:
-                conn.executescript(_MIGRATE_1)
+                _coarsen_arrival_times(conn)
+                _add_sides(conn)
+            elif version == 2:
+                _add_sides(conn)
             elif version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
@@ -487,9 +492,17 @@ class ReportStore:
         return _read_only(self._path)
 
     def _run(self) -> None:
-        """The writer thread: group submits into transactions until the stop marker."""
+        """The writer thread: group submits into transactions until the stop marker, and empty
+        the WAL within ``wal_window`` seconds of a commit."""
         carry: _Item | None = None
+        checkpoint_at: float | None = None  # when the oldest commit still in the WAL expires
         while True:
+            if carry is None and checkpoint_at is not None:
+                try:
+                    carry = self._queue.get(timeout=max(0.0, checkpoint_at - time.monotonic()))
+                except queue.Empty:
+                    checkpoint_at = None if self._empty_wal() else time.monotonic() + 1.0
+                    continue
             item = carry if carry is not None else self._queue.get()
             carry = None
             if isinstance(item, _Stop):
@@ -510,10 +523,29 @@ class ReportStore:
                 group.append(nxt)
                 size += nxt.size
             self._commit([s for s in group if s.future.set_running_or_notify_cancel()])
+            if checkpoint_at is None:
+                checkpoint_at = time.monotonic() + self._wal_window
+            elif time.monotonic() >= checkpoint_at:  # never idle: checkpoint between groups
+                checkpoint_at = None if self._empty_wal() else time.monotonic() + 1.0
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             self._conn.close()
+
+    def _empty_wal(self) -> bool:
+        """Copy the WAL into the database file and truncate it to zero bytes, waiting briefly
+        for readers of older snapshots: True when it is empty."""
+        if self._failure is not None:
+            return True
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_BUSY_MS}")
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        return busy == 0
 
     def _run_call(self, item: _Call) -> None:
         if not item.future.set_running_or_notify_cancel():
@@ -597,7 +629,7 @@ class ReportStore:
                     f"survey {batch.survey_id!r}: the confirmation side is closed (its "
                     "confirmatory results are sealed); the report is not needed"
                 )
-        now = int(time.time())
+        now = int(time.time()) // RECEIVED_RESOLUTION * RECEIVED_RESOLUTION
         rows = [
             row
             for b in batches
@@ -724,7 +756,7 @@ def _read_only(path: str) -> sqlite3.Connection:
 
 def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous = FULL")
     return conn
 
@@ -737,6 +769,26 @@ def _stored_ids(conn: sqlite3.Connection, report_ids: Sequence[bytes]) -> set[by
         sql = f"SELECT report_id FROM reports WHERE report_id IN ({marks})"
         found.update(row[0] for row in conn.execute(sql, chunk))
     return found
+
+
+def _coarsen_arrival_times(conn: sqlite3.Connection) -> None:
+    """Schema 1 to 2: keep only the day of every stored arrival time."""
+    with _transaction(conn):
+        conn.execute(
+            "UPDATE reports SET received_at = received_at - received_at % ?",
+            (RECEIVED_RESOLUTION,),
+        )
+        conn.execute("PRAGMA user_version = 2")
+
+
+def _add_sides(conn: sqlite3.Connection) -> None:
+    """Schema 2 to 3: every stored report is of side 0 (surveys were not split before)."""
+    with _transaction(conn):
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(reports)")}
+        if "side" not in columns:
+            conn.execute("ALTER TABLE reports ADD COLUMN side INTEGER NOT NULL DEFAULT 0")
+        conn.execute(_SIDE_STATISTICS)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 @contextmanager

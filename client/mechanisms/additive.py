@@ -26,6 +26,12 @@ from client.mechanisms.base import (
     check_value,
     check_values,
 )
+from client.mechanisms.discrete_noise import (
+    discrete_gaussian,
+    discrete_gaussian_sum,
+    discrete_gaussian_variance,
+    discrete_laplace,
+)
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 
 DEFAULT_GRANULARITY_BITS = 10
@@ -181,21 +187,12 @@ class GaussianNoise(_AdditiveNoise):
         return source.discrete_gaussian(self._sigma2_grid)
 
     def _numpy_noise(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-        sigma2 = float(self._sigma2_grid)
-        t = math.isqrt(int(self._sigma2_grid)) + 1
-        out = np.empty(int(np.prod(shape)), dtype=np.int64)
-        pending = np.arange(out.size)
-        while pending.size:
-            y = _numpy_discrete_laplace(float(t), pending.size, rng)
-            accept = rng.random(pending.size) < np.exp(
-                -((np.abs(y) - sigma2 / t) ** 2) / (2 * sigma2)
-            )
-            out[pending[accept]] = y[accept]
-            pending = pending[~accept]
-        return out.reshape(shape)
+        size = int(np.prod(shape))
+        return discrete_gaussian(float(self._sigma2_grid), size, rng).reshape(shape)
 
     def _noise_sum(self, n: int, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-        return rng.normal(0.0, math.sqrt(n * self.noise_variance), size=shape)
+        """Exact: the lattice law of a sum of n discrete Gaussians (see ``discrete_noise``)."""
+        return discrete_gaussian_sum(n, float(self._sigma2_grid), shape, rng) / self.scale
 
 
 @dataclass(frozen=True)
@@ -247,7 +244,7 @@ class LaplaceNoise(_AdditiveNoise):
 
     def _numpy_noise(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
         size = int(np.prod(shape))
-        return _numpy_discrete_laplace(float(self._scale_grid), size, rng).reshape(shape)
+        return discrete_laplace(float(self._scale_grid), size, rng).reshape(shape)
 
     def _noise_sum(self, n: int, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
         """Exact: a sum of n discrete Laplaces is a difference of two negative binomials."""
@@ -258,22 +255,3 @@ class LaplaceNoise(_AdditiveNoise):
             n, success, size=shape
         )
         return grid / self.scale
-
-
-def _numpy_discrete_laplace(scale: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Discrete Laplace draws (P(z) ~ exp(-|z|/scale)) as a difference of two geometrics."""
-    success = -math.expm1(-1.0 / scale)
-    return rng.geometric(success, size) - rng.geometric(success, size)
-
-
-def discrete_gaussian_variance(sigma2: float) -> float:
-    """Exact variance of N_Z(0, sigma2), by direct summation where it differs from sigma2.
-
-    For sigma >= 50 the relative gap is below exp(-2 pi^2 sigma^2), far under double precision.
-    """
-    sigma = math.sqrt(sigma2)
-    if sigma >= 50:
-        return sigma2
-    z = np.arange(-int(40 * sigma) - 10, int(40 * sigma) + 11, dtype=np.float64)
-    weights = np.exp(-(z**2) / (2 * sigma2))
-    return float(np.sum(z**2 * weights) / np.sum(weights))
