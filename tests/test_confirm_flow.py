@@ -523,3 +523,50 @@ def test_rebuild_recomputes_each_side(tmp_path, config, capsys):
     assert rows["split", "mood", "exploration"]["n"] == 40
     assert rows["split", "mood", "confirmation"]["n"] == 40
     assert rows["plain", "q", None]["n"] == 0
+
+
+def test_a_closed_side_fails_only_its_own_upload_through_a_worker_link(tmp_path):
+    """serve --workers: uploads of one worker message share a store submit; the one with a
+    confirmation-side report of a sealed survey fails alone, as ConfirmationClosedError (so
+    FAILED_PRECONDITION), and the others are stored."""
+    import asyncio
+    import threading
+    from multiprocessing import Pipe
+
+    from aggregator.service.store_link import RemoteStore, serve_link
+    from aggregator.store.report_store import ConfirmationClosedError, ReportBatch
+
+    db = tmp_path / "link.sqlite"
+    store = ReportStore(db)
+    store.register_question("s", "q", 2)
+    store.run_in_writer(lambda conn: store.close_confirmation("s"))
+    ours, writers = Pipe()
+    link = threading.Thread(target=serve_link, args=(store, writers), daemon=True)
+    link.start()
+
+    def batch(first: int, side: int) -> ReportBatch:
+        rows = np.array([[1, 0]], dtype=np.int64)
+        return ReportBatch("s", "q", [bytes([first]) * 16], [b"x"], rows, side)
+
+    async def scenario() -> list:
+        remote = await RemoteStore.connect(ours, db)
+        together = [
+            remote.submit_batches([batch(1, EXPLORATION)]),
+            remote.submit_batches([batch(2, CONFIRMATION)]),
+            remote.submit_batches([batch(3, EXPLORATION)]),
+        ]
+        out = await asyncio.gather(
+            *(asyncio.wrap_future(f) for f in together), return_exceptions=True
+        )
+        await asyncio.to_thread(remote.close)
+        return out
+
+    try:
+        first, closed, third = asyncio.run(scenario())
+        link.join(10)
+        assert first == [1] and third == [1]
+        assert isinstance(closed, ConfirmationClosedError)
+        assert store.statistics("s", "q", EXPLORATION)[0] == 2
+        assert store.statistics("s", "q", CONFIRMATION)[0] == 0
+    finally:
+        store.close()
