@@ -224,7 +224,7 @@ def survey_change(stored: SurveySpec, given: SurveySpec | None, where: object = 
                 f"survey {stored.id}, question {question.id}: {field} is {value!r} in {place} "
                 f"but the reports were randomized with {field} = {old!r}"
             )
-    for key in ("title", "min_batch_size", "require_device_auth"):
+    for key in ("title", "min_batch_size", "require_device_auth", "exploration_fraction"):
         if getattr(stored, key) != getattr(given, key):
             return (
                 f"survey {stored.id}: {key} is {getattr(given, key)!r} in {place}, "
