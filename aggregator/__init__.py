@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 __all__ = ["open_survey"]
 
 
-def open_survey(config, db, survey: str | None = None) -> SurveyData:
+def open_survey(config, db, survey: str | None = None, side: str | None = None) -> SurveyData:
     """Per question of a survey, its histogram and labels, read only from a report store:
-    ``aggregator.open_survey("surveys.toml", "reports.sqlite")["mood"].histogram``.
-    See :func:`aggregator.loader.open_survey`."""
+    ``aggregator.open_survey("surveys.toml", "reports.sqlite")["mood"].histogram``; a split
+    survey on one ``side``. See :func:`aggregator.loader.open_survey`."""
     from aggregator.loader import open_survey as load  # lazily: keeps `import aggregator` light
 
-    return load(config, db, survey)
+    return load(config, db, survey, side)

@@ -128,3 +128,10 @@ def _p0(p0: object, k: int, where: str) -> tuple[float, ...]:
             f"{where}: p0 must sum to 1 (within {P0_TOLERANCE:g}), sums to {sum(values):.12g}"
         )
     return values
+
+
+#: The label of everything computed on a split survey's exploration side (CLI, RPCs, reports).
+EXPLORATORY = (
+    "exploratory: the exploration side of a split survey; free to look at, not a confirmatory "
+    "result (docs/adaptive-analysis.md)"
+)

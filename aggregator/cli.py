@@ -36,14 +36,14 @@ import grpc
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from aggregator.analyses import check_independent, load_analyses
+from aggregator.analyses import EXPLORATORY, check_independent, load_analyses
 from aggregator.config import ConfigError, load_limits, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
 from aggregator.numbers import share
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.service.devices import DeviceRegistry
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
-from aggregator.store import definitions, ingest, shards
+from aggregator.store import confirmations, definitions, ingest, shards
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.reader import StoreReader
 from aggregator.store.report_store import CONFLICT, STORED, ReportStore, StoreError
@@ -52,6 +52,7 @@ from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.cli_parsing import DefaultsFormatter, OneLineParser
 from client.progress import bar
 from client.survey import SurveySpec, survey_to_json
+from protos.ldp.v1 import ldp_pb2
 
 PROG = "ldp-aggregator"
 #: Files the service keeps beside the store, which a backup carries: the key of the limit
@@ -64,6 +65,9 @@ METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics
     "projected, nonprojected, imhof; laplace: monte-carlo. independence: randomized_response: "
     "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap"
 )
+
+
+SIDES = {"exploration": ldp_pb2.EXPLORATION, "confirmation": ldp_pb2.CONFIRMATION}
 
 
 class UserError(Exception):
@@ -192,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     est = _command(sub, "estimate", "unbiased frequencies with confidence intervals (read only)")
     _common(est)
     _question(est)
+    _side(est)
     est.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     est.add_argument(
         "--simultaneous", action="store_true", help="also intervals covering all categories at once"
@@ -203,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(test)
     _question(test)
     test.add_argument("kind", choices=["gof", "independence"], help="which test")
+    _side(test)
     test.add_argument(
         "--p0",
         help="gof only: null distribution, one probability per category in the question's "
@@ -311,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     job.set_defaults(run=run_job)
     _add_report(sub)
+    _add_confirm(sub)
     _add_plan(sub)
     _add_backup(sub)
     return parser
@@ -402,6 +409,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _devices(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", type=Path, required=True, help="device registry (SQLite)")
+
+
+def _side(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--side",
+        choices=list(SIDES),
+        help="split surveys: which side to read (default exploration; confirmation only once "
+        "its results are sealed)",
+    )
 
 
 def _question(parser: argparse.ArgumentParser) -> None:
@@ -605,7 +621,9 @@ def run_devices(args: argparse.Namespace) -> int:
 def _load(args: argparse.Namespace, *, test: bool = False):
     """The question and its histogram, read only, after the survey file is checked against the
     store's pinned definitions; exit 3 below the survey's release threshold. For a ``test``,
-    a question whose reports may be clustered by household is refused (ClusteredReportsError)."""
+    a question whose reports may be clustered by household is refused (ClusteredReportsError).
+    A split survey is read on one side (``--side``, exploration by default; the confirmation
+    side only once its results are sealed: ConfirmationError otherwise)."""
     surveys = load_surveys(args.config)
     try:
         survey, question = ingest.find_question(surveys, args.survey, args.question)
@@ -613,9 +631,14 @@ def _load(args: argparse.Namespace, *, test: bool = False):
         raise UserError(exc.message) from None
     if test:
         check_independent(survey, question)
+    if args.side and not survey.split:
+        raise UserError(f"survey {survey.id} is not split; --side is for split surveys")
+    side = SIDES[args.side or "exploration"] if survey.split else 0
+    args.exploratory = side == ldp_pb2.EXPLORATION
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
-        n, sums = reader.statistics(survey.id, question.id, question.k)
+        confirmations.check_readable(reader.connection, survey, side)
+        n, sums = reader.statistics(survey.id, question.id, question.k, side)
     if n < survey.min_batch_size:
         raise UserError(
             f"{survey.id}/{question.id} has {n} reports; results are released from "
@@ -631,8 +654,12 @@ def run_estimate(args: argparse.Namespace) -> int:
     question, hist = _load(args)
     est = estimate(hist, args.confidence, simultaneous=args.simultaneous)
     if args.json:
-        print(json.dumps({"question": question.id, "labels": question.labels, **est.to_dict()}))
+        side = {"exploratory": True} if args.exploratory else {}
+        labels = {"question": question.id, "labels": question.labels}
+        print(json.dumps({**labels, **side, **est.to_dict()}))
     else:
+        if args.exploratory:
+            print(EXPLORATORY)
         print(estimate_table(est, question.labels))
     return 0
 
@@ -706,8 +733,11 @@ def run_test(args: argparse.Namespace) -> int:
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     if args.json:
-        print(json.dumps(result.to_dict()))
+        side = {"exploratory": True} if args.exploratory else {}
+        print(json.dumps({**side, **result.to_dict()}))
     else:
+        if args.exploratory:
+            print(EXPLORATORY)
         print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
     return 0
 
@@ -817,6 +847,7 @@ def run_check_config(args: argparse.Namespace) -> int:
                 "min_batch_size": survey.min_batch_size,
                 "require_device_auth": survey.require_device_auth,
                 "household_members": survey.household_members,
+                "exploration_fraction": survey.exploration_fraction,
                 "limits": survey.id in limits,
                 "cost": cost.to_dict(),
                 "questions": [
@@ -835,6 +866,11 @@ def run_check_config(args: argparse.Namespace) -> int:
             f"{row['min_batch_size']} reports; a device spends epsilon {row['cost']['epsilon']:g}"
             f" and rho {row['cost']['rho']:g} ({row['cost']['flags']})"
         )
+        if row["exploration_fraction"]:
+            print(
+                f"  split: {100 * row['exploration_fraction']:g}% of devices explore, the rest "
+                "confirm (docs/adaptive-analysis.md)"
+            )
         for q in row["questions"]:
             parameter = f"rho = {q['rho']:g}" if "rho" in q else f"epsilon = {q['epsilon']:g}"
             shared = ", household_shared" if q.get("household_shared") else ""
@@ -906,8 +942,14 @@ def run_rebuild(args: argparse.Namespace) -> int:
         raise UserError(f"report store not found: {args.db}")
     questions = {(s.id, q.id): q for s in surveys.values() for q in s.questions}
     store = _open_store(surveys, args.db, args.config)
+    sides = [
+        (s.id, q.id, side)
+        for s in surveys.values()
+        for q in s.questions
+        for side in ((ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION) if s.split else (0,))
+    ]
     try:
-        before = {key: store.statistics(*key) for key in questions}
+        before = {key: store.statistics(*key) for key in sides}
 
         def contribution(survey_id: str, question_id: str, payload: bytes) -> np.ndarray:
             question = questions.get((survey_id, question_id))
@@ -921,17 +963,22 @@ def run_rebuild(args: argparse.Namespace) -> int:
     finally:
         store.close()
     rows = []
-    for key in questions:
+    for key in sides:
         n_before, sums_before = before[key]
-        n_after, sums_after = after.get(key, (0, np.zeros_like(sums_before)))
+        found = after.get(key[:2] if key[2] == 0 else key, (0, np.zeros_like(sums_before)))
+        n_after, sums_after = found
         same = n_before == n_after and np.array_equal(sums_before, sums_after)
-        rows.append({"survey": key[0], "question": key[1], "n": int(n_after), "matched": same})
+        row = {"survey": key[0], "question": key[1], "n": int(n_after), "matched": same}
+        if key[2]:
+            row["side"] = ldp_pb2.Side.Name(key[2]).lower()
+        rows.append(row)
     if args.json:
         print(json.dumps(rows))
     else:
         for row in rows:
             status = "matches" if row["matched"] else "DIFFERED (rewritten from the log)"
-            print(f"{row['survey']}/{row['question']}: n = {row['n']}, statistics {status}")
+            where = f" ({row['side']} side)" if "side" in row else ""
+            print(f"{row['survey']}/{row['question']}{where}: n = {row['n']}, statistics {status}")
     return 0 if all(row["matched"] for row in rows) else 1
 
 
@@ -970,6 +1017,7 @@ def _add_report(sub) -> None:
     )
     report.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     report.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
+    _side(report)
     report.set_defaults(run=run_report)
 
 
@@ -977,13 +1025,150 @@ def run_report(args: argparse.Namespace) -> int:
     from aggregator.loader import open_survey
     from aggregator.report import build_report, render_html, render_markdown
 
-    data = open_survey(args.config, args.db, args.survey)
+    data = open_survey(args.config, args.db, args.survey, args.side)
     analyses = load_analyses(args.config, {data.survey.id: data.survey})[data.survey.id]
     histograms = {question_id: item.histogram for question_id, item in data.items()}
-    report = build_report(data.survey, histograms, analyses, args.confidence, args.seed)
+    report = build_report(
+        data.survey, histograms, analyses, args.confidence, args.seed, side=data.side
+    )
     text = render_html(report) if args.format == "html" else render_markdown(report)
     args.out.write_text(text, encoding="utf-8")
     print(f"wrote {args.out} ({len(report.questions)} questions)")
+    return 0
+
+
+def _add_confirm(sub) -> None:
+    """preregister, confirm, holdout: explore, then confirm (docs/adaptive-analysis.md)."""
+    prereg = _command(
+        sub, "preregister", "register a split survey's confirmatory plan (hashed, timestamped)"
+    )
+    _common(prereg)
+    prereg.add_argument("--survey", required=True, help="survey id")
+    prereg.add_argument("--plan", type=Path, required=True, help="plan file (TOML)")
+    prereg.set_defaults(run=run_preregister)
+    confirm = _command(
+        sub, "confirm", "run the registered plan once on the confirmation side and seal it"
+    )
+    _common(confirm)
+    confirm.add_argument("--survey", required=True, help="survey id")
+    confirm.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
+    _json(confirm)
+    confirm.set_defaults(run=run_confirm)
+    holdout = _command(
+        sub, "holdout", "one test on the confirmation side as a reusable holdout (one bit)"
+    )
+    _common(holdout)
+    _question(holdout)
+    holdout.add_argument("kind", choices=["gof", "independence"], help="which test")
+    holdout.add_argument("--p0", help="gof only: null distribution, comma-separated")
+    holdout.add_argument(
+        "--alpha", type=float, help="family-wise level over all queries (first query: 0.05)"
+    )
+    holdout.add_argument("--max-queries", type=_positive, help="m, fixed by the first query: 20")
+    holdout.add_argument("--max-rejections", type=_positive, help="B, fixed by the first query: 3")
+    holdout.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
+    holdout.set_defaults(run=run_holdout)
+
+
+def _writer(args: argparse.Namespace):
+    """The survey, and the store opened for writing under the server's lock (a running server
+    must be used through its Analyst RPCs instead: it keeps the confirmation state in memory)."""
+    from aggregator.service.store_lock import StoreInUseError, StoreLock
+
+    surveys = load_surveys(args.config)
+    if args.survey not in surveys:
+        raise UserError(f"unknown survey {args.survey!r}; {args.config} defines {_ids(surveys)}")
+    if not args.db.exists():
+        raise UserError(f"{args.db}: no such report store")
+    try:
+        lock = StoreLock(args.db)
+    except StoreInUseError as exc:
+        raise UserError(f"{exc}; use the Analyst RPCs of that server, or stop it") from None
+    try:
+        store = _open_store(surveys, args.db, args.config)
+    except BaseException:
+        lock.release()
+        raise
+    return surveys, surveys[args.survey], store, lock
+
+
+def run_preregister(args: argparse.Namespace) -> int:
+    from aggregator.confirm.plan import load_plan
+
+    surveys, survey, store, lock = _writer(args)
+    try:
+        plan = load_plan(args.plan, surveys)
+        if plan.survey_id != survey.id:
+            raise UserError(f"{args.plan} is a plan for survey {plan.survey_id}, not {survey.id}")
+        when, already = confirmations.preregister(store, survey, plan.text, plan.sha256)
+    finally:
+        store.close()
+        lock.release()
+    state = "already registered at" if already else "registered at"
+    print(f"plan sha256 {plan.sha256} {state} {when} for survey {survey.id}")
+    print(f"{len(plan.tests)} test(s), {plan.multiplicity} at family-wise alpha {plan.alpha:g}")
+    return 0
+
+
+def run_confirm(args: argparse.Namespace) -> int:
+    from aggregator.confirm.display import sealed_text
+    from aggregator.confirm.plan import parse_plan
+    from aggregator.confirm.run import sealed_record
+
+    surveys, survey, store, lock = _writer(args)
+
+    def compute(plan: str, histograms) -> dict:
+        return sealed_record(parse_plan(plan, surveys), survey, histograms, args.seed)
+
+    try:
+        sealed, already = confirmations.seal(store, survey, compute)
+    except InsufficientDataError as exc:
+        raise UserError(f"nothing sealed: {exc}", status=3) from None
+    finally:
+        store.close()
+        lock.release()
+    record = json.loads(sealed.sealed)
+    if args.json:
+        print(json.dumps({"already": already, **record}))
+    else:
+        print(sealed_text(record, already))
+    return 0
+
+
+def run_holdout(args: argparse.Namespace) -> int:
+    from aggregator.confirm.display import holdout_text
+    from aggregator.confirm.run import holdout_answer
+
+    if args.kind == "gof" and not args.p0:
+        raise UserError("gof needs --p0 (one probability per category, comma-separated)")
+    test = "goodness_of_fit" if args.kind == "gof" else "independence"
+    given = (args.alpha, args.max_queries, args.max_rejections)
+    parameters = None if given == (None,) * 3 else dict(confirmations.DEFAULT_HOLDOUT)
+    if parameters is not None:
+        for key, value in zip(("alpha", "m", "budget"), given, strict=True):
+            parameters[key] = parameters[key] if value is None else value
+    surveys = load_surveys(args.config)
+    try:
+        _, question = ingest.find_question(surveys, args.survey, args.question)
+    except ReportRejectedError as exc:
+        raise UserError(exc.message) from None
+    p0 = _p0(args.p0, question) if args.p0 else None
+    _, survey, store, lock = _writer(args)
+    answer: list = []
+
+    def compute(held: dict, histograms) -> tuple[dict, bool, float]:
+        answer.append(holdout_answer(held, survey, histograms, question.id, test, p0, args.seed))
+        return answer[0]
+
+    try:
+        state = confirmations.holdout_query(store, survey, parameters, (question.id, test), compute)
+    except InsufficientDataError as exc:
+        raise UserError(f"no query used: {exc}", status=3) from None
+    finally:
+        store.close()
+        lock.release()
+    _, reject, level = answer[0]
+    print(holdout_text(state, reject, level, question.id, test))
     return 0
 
 

@@ -62,6 +62,7 @@ _SURVEY_KEYS = {
     "min_batch_size",
     "require_device_auth",
     "household_members",
+    "exploration_fraction",
     "rate_per_minute",
     "burst",
     "max_reports_per_device",
@@ -156,9 +157,15 @@ def _survey(entry: dict) -> SurveySpec:
     questions = tuple(_question(q, survey_id) for q in entry.get("question", []))
     min_batch = entry.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     require_auth = entry.get("require_device_auth", False)
-    members = entry.get("household_members", False)
-    title = str(entry.get("title", ""))
-    return SurveySpec(survey_id, title, questions, min_batch, require_auth, members)
+    return SurveySpec(
+        survey_id,
+        str(entry.get("title", "")),
+        questions,
+        min_batch,
+        require_auth,
+        household_members=entry.get("household_members", False),
+        exploration_fraction=entry.get("exploration_fraction", 0.0),
+    )
 
 
 def _question(entry: dict, survey_id: object) -> QuestionSpec:

@@ -20,3 +20,9 @@ class ClusteredReportsError(LdpError):
 
 class InsufficientDataError(LdpError):
     """Too few reports to compute the requested estimate or test."""
+
+
+class ConfirmationError(LdpError):
+    """Explore, then confirm refused an operation: the confirmation side read before its results
+    are sealed, a plan changed after registration, holdout and preregistered plan mixed, a
+    holdout that is closed (docs/adaptive-analysis.md)."""

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 from aggregator.config import ConfigError, load_surveys
 from aggregator.histogram import Histogram
-from aggregator.store import ingest
+from aggregator.store import confirmations, ingest
 from aggregator.store.reader import StoreReader
 from client.survey import QuestionSpec, SurveySpec
+
+SIDES = {"exploration": 1, "confirmation": 2}  # ldp.v1.Side
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,12 @@ class SurveyData(Mapping[str, QuestionData]):
 
     survey: SurveySpec
     questions: Mapping[str, QuestionData]
+    side: str = ""  # a split survey's side read: "exploration" or "confirmation"
+
+    @property
+    def exploratory(self) -> bool:
+        """Read on the exploration side: to be labelled exploratory wherever it is shown."""
+        return self.side == "exploration"
 
     def __getitem__(self, question_id: str) -> QuestionData:
         try:
@@ -57,12 +65,17 @@ class SurveyData(Mapping[str, QuestionData]):
 
 
 def open_survey(
-    config: str | os.PathLike[str], db: str | os.PathLike[str], survey: str | None = None
+    config: str | os.PathLike[str],
+    db: str | os.PathLike[str],
+    survey: str | None = None,
+    side: str | None = None,
 ) -> SurveyData:
     """Every question of ``survey`` (optional when the file defines one survey) with its
     histogram, read only from the store ``db``. Raises ConfigError for an invalid file or an
     unknown survey, FileKindError for a file that is not a report store and
-    DefinitionChangedError when the file changes a question the store has reports of."""
+    DefinitionChangedError when the file changes a question the store has reports of.
+    A split survey is read on one ``side`` ("exploration", the default, or "confirmation",
+    which raises ConfirmationError until its confirmatory results are sealed)."""
     surveys = load_surveys(config)
     if survey is None:
         if len(surveys) != 1:
@@ -72,11 +85,18 @@ def open_survey(
     if survey not in surveys:
         raise ConfigError(f"{config} has no survey {survey!r} ({', '.join(surveys)})")
     spec = surveys[survey]
+    if side is not None and side not in SIDES:
+        raise ConfigError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
+    if side is not None and not spec.split:
+        raise ConfigError(f"survey {spec.id} is not split: it has no sides")
+    side = (side or "exploration") if spec.split else ""
+    number = SIDES.get(side, 0)
     questions = {}
     with StoreReader(db) as reader:
         reader.check_definitions(surveys, config)
+        confirmations.check_readable(reader.connection, spec, number)
         for question in spec.questions:
-            n, sums = reader.statistics(spec.id, question.id, question.k)
+            n, sums = reader.statistics(spec.id, question.id, question.k, number)
             hist = ingest.histogram(question, n, sums)
             questions[question.id] = QuestionData(question, hist, n >= spec.min_batch_size)
-    return SurveyData(spec, questions)
+    return SurveyData(spec, questions, side)

@@ -38,6 +38,7 @@ from client.device.household import Household, HouseholdTerms, create_terms
 from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, BudgetExceeded, Ledger, LedgerError
 from client.device.reporter import Reporter
+from client.device.split import split_side
 from client.device.survey_cache import SurveyCache
 from client.device.tls import TlsSettings
 from client.device.transport import Transport, TransportError
@@ -555,6 +556,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         with bar(total, "simulate", unit="reports", quiet=args.json) as progress:
             for device in range(args.devices):
+                # A split survey: each simulated device has its own split secret (wire.md §3.6).
+                side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
                 for question in survey.questions:
                     mech = question.mechanism
                     value = int(answers[question.id][device])
@@ -565,6 +568,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                             question_id=question.id,
                             payload=mech.encode(mech.randomize(value)),
                             definition_digest=question.digest,
+                            side=side,
                         )
                     )
                 if len(batch) >= args.batch or device == args.devices - 1:

@@ -266,6 +266,13 @@ class SurveySpec:
     # Aggregator side only (not on the wire): several members of one household may take part,
     # so reports of questions not tagged household_shared may be clustered (docs/households.md).
     household_members: bool = False
+    #: Share of devices on the exploration side of an exploration/confirmation split, in
+    #: (0, 1); 0.0 means no split (client/device/split.py, docs/adaptive-analysis.md).
+    exploration_fraction: float = 0.0
+
+    @property
+    def split(self) -> bool:
+        return self.exploration_fraction > 0
 
     def __post_init__(self) -> None:
         check_id("survey", self.id)
@@ -280,6 +287,16 @@ class SurveySpec:
             raise SurveyError(f"survey {self.id}: require_device_auth must be true or false")
         if not isinstance(self.household_members, bool):
             raise SurveyError(f"survey {self.id}: household_members must be true or false")
+        fraction = self.exploration_fraction
+        if (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, int | float)
+            or not (fraction == 0 or 0 < fraction < 1)
+        ):
+            raise SurveyError(
+                f"survey {self.id}: exploration_fraction must be a number in (0, 1) "
+                f"(or 0 for no split), got {fraction!r}"
+            )
 
     def question(self, question_id: str) -> QuestionSpec:
         for question in self.questions:
@@ -294,6 +311,7 @@ class SurveySpec:
             questions=[q.to_proto() for q in self.questions],
             min_batch_size=self.min_batch_size,
             require_device_auth=self.require_device_auth,
+            exploration_fraction=self.exploration_fraction,
         )
 
     @classmethod
@@ -304,6 +322,7 @@ class SurveySpec:
             tuple(QuestionSpec.from_proto(q) for q in message.questions),
             int(message.min_batch_size),
             message.require_device_auth,
+            exploration_fraction=float(message.exploration_fraction),
         )
 
 

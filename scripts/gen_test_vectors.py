@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat  # noqa: E402
 
-from client.device import signature  # noqa: E402
+from client.device import signature, split  # noqa: E402
 from client.device.keys import DeviceKey  # noqa: E402
 from client.mechanisms import (  # noqa: E402
     FlipComponents,
@@ -307,6 +307,30 @@ def signature_vector(number: int, timestamp: int, reports: list[tuple]) -> dict:
     }
 
 
+#: (secret label, survey id, exploration fraction) of the split vectors (docs/wire.md §3.6).
+_SPLITS = [
+    ("device-a", "wellbeing-2026", 0.5),
+    ("device-b", "wellbeing-2026", 0.5),
+    ("device-c", "wellbeing-2026", 0.5),
+    ("device-a", "census.2027", 0.3),
+    ("device-d", "census.2027", 0.9),
+    ("device-e", "s", 0.01),
+    ("device-e", "s", 0.0),
+]
+
+
+def split_vector(label: str, survey_id: str, fraction: float) -> dict:
+    """One device secret, survey and fraction, with the split point and the side it gives."""
+    secret = hashlib.sha256(f"ldp-survey test vector split secret {label}".encode()).digest()
+    return {
+        "secret_hex": secret.hex(),
+        "survey_id": survey_id,
+        "exploration_fraction": fraction,
+        "split_point": str(split.split_point(secret, survey_id)),
+        "side": ldp_pb2.Side.Name(split.split_side(secret, survey_id, fraction)),
+    }
+
+
 def build_vectors() -> dict:
     """The whole vectors document."""
     return {
@@ -317,6 +341,7 @@ def build_vectors() -> dict:
             signature_vector(i, timestamp, reports)
             for i, (timestamp, reports) in enumerate(_UPLOADS)
         ],
+        "splits": [split_vector(*case) for case in _SPLITS],
     }
 
 

@@ -36,6 +36,7 @@ from client.device.household import (
 )
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
+from client.device.split import split_secret, split_side
 from client.device.transport import Transport
 from client.mechanisms.base import PrivacyCost
 from client.survey import (
@@ -134,6 +135,20 @@ def test_enrolment_is_private_fixed_and_readable(tmp_path):
         Household.enrol(state, create_terms(3.0), "joined")
     Reporter(Transport("127.0.0.1:1"), other, Budget(1.0)).close()  # enrolled, no household
     assert household_secret(other) is None
+
+
+def test_a_household_falls_on_one_side_of_every_split(tmp_path):
+    """The split secret of an enrolled device is the household's (spec D.3): every device of the
+    household reports on the same side; a device outside it decides alone."""
+    terms = create_terms(3.0)
+    members = [tmp_path / "a.sqlite", tmp_path / "b.sqlite"]
+    for path, source in zip(members, ("created", "joined"), strict=True):
+        Household.enrol(path, HouseholdTerms.from_code(terms.code()), source).close()
+    alone = split_secret(tmp_path / "c.sqlite")
+    assert split_secret(members[0]) == split_secret(members[1]) == terms.secret != alone
+    surveys = [f"survey-{i}" for i in range(40)]
+    sides = [[split_side(split_secret(p), s, 0.5) for s in surveys] for p in members]
+    assert sides[0] == sides[1] and len(set(sides[0])) == 2
 
 
 def test_report_ids_are_shared_by_the_household_and_unlinkable_across_questions():

@@ -19,7 +19,7 @@ from conftest import ServerThread
 from test_limits_service import LIMITED_TOML, reports
 
 from aggregator.service.limits import KeyPseudonyms, SecretFileError
-from aggregator.store.report_store import RECEIVED_RESOLUTION, ReportStore
+from aggregator.store.report_store import RECEIVED_RESOLUTION, SCHEMA_VERSION, ReportStore
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 
@@ -63,6 +63,10 @@ def test_a_wal_copied_mid_run_holds_no_device_link(tmp_path, limited_file):
         "sqlite_autoindex_statistics_1",
         "question_definitions",  # the pinned definitions: one row per question, no device
         "sqlite_autoindex_question_definitions_1",
+        "side_statistics",  # split surveys' statistics per side: no device either
+        "sqlite_autoindex_side_statistics_1",
+        "survey_splits",
+        "sqlite_autoindex_survey_splits_1",
     }
     with closing(sqlite3.connect(copy / "reports.sqlite")) as conn:
         assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == 10
@@ -104,13 +108,17 @@ def test_arrival_seconds_of_an_older_store_are_coarsened_once(tmp_path):
     db = tmp_path / "old.sqlite"
     ReportStore(db).close()
     with closing(sqlite3.connect(db)) as conn:
-        conn.execute("INSERT INTO reports VALUES (?, 's', 'q', x'00', 1795000123)", (bytes(16),))
+        conn.execute(
+            "INSERT INTO reports (report_id, survey_id, question_id, payload, received_at)"
+            " VALUES (?, 's', 'q', x'00', 1795000123)",
+            (bytes(16),),
+        )
         conn.execute("PRAGMA user_version = 1")  # the schema before arrival days
         conn.commit()
     ReportStore(db).close()
     with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT received_at FROM reports").fetchall() == [(1794960000,)]
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_counts_kept_in_the_report_database_move_out(tmp_path, limited_file):

@@ -58,7 +58,7 @@ class SparseValidate:
     def next_level(self) -> float:
         """The level the next query will be run at."""
         if self.closed:
-            raise HoldoutClosedError(self._closed_reason())
+            raise HoldoutClosedError(self.closed_reason())
         return level(self.answered + 1, self.m, self.budget, self.alpha)
 
     def record(self, reject: bool) -> float:
@@ -77,7 +77,7 @@ class SparseValidate:
             f"sequence is at most {self.alpha:g}"
         )
 
-    def _closed_reason(self) -> str:
+    def closed_reason(self) -> str:
         if self.rejections >= self.budget:
             return f"the holdout reached its budget of {self.budget} rejections and is closed"
         return f"the holdout has answered its {self.m} queries and is closed"

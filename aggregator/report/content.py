@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import numpy as np
 from scipy import stats as scipy_stats
 
-from aggregator.analyses import Analysis
+from aggregator.analyses import EXPLORATORY, Analysis
 from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
 from aggregator.numbers import reports
@@ -62,6 +62,16 @@ class SurveyReport:
     cost: SurveyCost  # what one device spends answering every question once
     confidence: float
     generated: str  # ISO 8601 UTC
+    side: str = ""  # a split survey's side: "exploration" (labelled exploratory), "confirmation"
+
+    @property
+    def side_note(self) -> str:
+        """What the side means for the reader (empty for a survey that is not split)."""
+        if self.side == "exploration":
+            return EXPLORATORY
+        if self.side == "confirmation":
+            return "confirmation side of a split survey, read after its results were sealed"
+        return ""
 
 
 def build_report(
@@ -71,6 +81,7 @@ def build_report(
     confidence: float = 0.95,
     seed: int | None = 0,
     now: datetime | None = None,
+    side: str = "",
 ) -> SurveyReport:
     """Estimate every question of ``survey`` from its histogram (a question without one has no
     reports yet) and run the declared ``analyses``; nothing is released below the survey's
@@ -82,7 +93,8 @@ def build_report(
         declared = [a for a in analyses if a.question_id == question.id]
         sections.append(_section(survey, question, hist, declared, confidence, seed))
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
-    return SurveyReport(survey, tuple(sections), survey_cost(survey.questions), confidence, stamp)
+    cost = survey_cost(survey.questions)
+    return SurveyReport(survey, tuple(sections), cost, confidence, stamp, side)
 
 
 def _section(

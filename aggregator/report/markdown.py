@@ -23,6 +23,8 @@ def render_markdown(report: SurveyReport) -> str:
         f"Privacy cost per device for answering every question once: {' plus '.join(spent)}; "
         f"the device budget that pays for it: `ldp-client ... {cost.flags}`.",
     ]
+    if report.side_note:
+        lines += ["", f"**{report.side_note}**"]
     for section in report.questions:
         lines += _question(section)
     lines += [

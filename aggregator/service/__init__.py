@@ -2,5 +2,6 @@
 admission and abuse limits, device authentication and the device registry, TLS.
 
 May import ``aggregator.store``, ``aggregator.config``, ``aggregator.histogram``, lazily
-``aggregator.stats`` (Analyst RPCs), ``client`` and ``protos``; never ``aggregator.jobs``.
+``aggregator.stats`` and ``aggregator.confirm`` (Analyst RPCs), ``client`` and ``protos``;
+never ``aggregator.jobs``.
 """

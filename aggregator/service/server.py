@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from aggregator.analyses import check_independent
 from aggregator.config import SurveyLimits
 from aggregator.errors import ClusteredReportsError, InsufficientDataError, InvalidInputError
-from aggregator.service import wire
+from aggregator.service import confirm_rpcs, wire
 from aggregator.service.answers import (
     released,
     retry_after_ms,
@@ -64,6 +64,7 @@ from aggregator.store.report_store import (
     CONFLICT,
     DUPLICATE,
     STORED,
+    ConfirmationClosedError,
     ReportBatch,
     ReportStore,
     StoreError,
@@ -101,7 +102,12 @@ class Store(Protocol):
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]: ...
 
-    def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]: ...
+    @property
+    def path(self) -> str: ...
+
+    def statistics(
+        self, survey_id: str, question_id: str, side: int = 0
+    ) -> tuple[int, np.ndarray]: ...
 
     def close(self) -> None: ...
 
@@ -367,7 +373,10 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
     async def _store_failed(self, context, exc: StoreError) -> None:
         """Nothing of the call was acknowledged: a store that is unreachable or failed answers
         UNAVAILABLE with a retry hint (and health turns NOT_SERVING); any other store refusal
-        is INTERNAL. Never UNKNOWN, never a class name."""
+        is INTERNAL. Never UNKNOWN, never a class name. Confirmation-side reports of a survey
+        whose results are sealed are FAILED_PRECONDITION (docs/wire.md §8)."""
+        if isinstance(exc, ConfirmationClosedError):
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
         if isinstance(exc, StoreUnavailableError):
             if isinstance(exc, StoreFailedError):
                 self._on_store_failure(str(exc))
@@ -598,6 +607,24 @@ def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
             ldp_pb2.TestResponse.SerializeToString,
             MAX_SMALL_REQUEST_BYTES,
         ),
+        "Preregister": _unary(
+            analyst.Preregister,
+            ldp_pb2.PreregisterRequest,
+            ldp_pb2.PreregisterResponse.SerializeToString,
+            MAX_ANALYST_REQUEST_BYTES,
+        ),
+        "Confirm": _unary(
+            analyst.Confirm,
+            ldp_pb2.ConfirmRequest,
+            ldp_pb2.ConfirmResponse.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
+        ),
+        "HoldoutTest": _unary(
+            analyst.HoldoutTest,
+            ldp_pb2.HoldoutRequest,
+            ldp_pb2.HoldoutResponse.SerializeToString,
+            MAX_ANALYST_REQUEST_BYTES,
+        ),
     }
     _register(server, SERVICE_NAMES[1], handlers)
 
@@ -609,9 +636,12 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         self._surveys = surveys
         self._store = store
 
-    async def _released(self, context, survey_id: str, question_id: str, *, test: bool = False):
-        """The question's histogram, if the survey's minimum batch size is reached; for a
-        ``test``, FAILED_PRECONDITION if its reports may be clustered by household (spec D.3)."""
+    async def _released(
+        self, context, survey_id: str, question_id: str, side: int = 0, *, test: bool = False
+    ):
+        """The question's histogram on the requested side (confirm_rpcs.read_side), if the
+        survey's minimum batch size is reached; for a ``test``, FAILED_PRECONDITION if its
+        reports may be clustered by household (spec D.3)."""
         try:
             survey, question = ingest.find_question(self._surveys, survey_id, question_id)
         except ReportRejectedError as exc:
@@ -621,7 +651,8 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
                 check_independent(survey, question)
             except ClusteredReportsError as exc:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
-        n, sums = await asyncio.to_thread(self._store.statistics, survey_id, question_id)
+        side = await confirm_rpcs.read_side(context, self._store, survey, side)
+        n, sums = await asyncio.to_thread(self._store.statistics, survey_id, question_id, side)
         if n < survey.min_batch_size:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -631,7 +662,9 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return question, ingest.histogram(question, n, sums)
 
     async def Estimate(self, request, context):
-        question, hist = await self._released(context, request.survey_id, request.question_id)
+        question, hist = await self._released(
+            context, request.survey_id, request.question_id, request.side
+        )
         confidence = request.confidence or 0.95
         est = await _analyse(context, "estimate", hist, confidence)
         return ldp_pb2.EstimateResponse(
@@ -648,7 +681,9 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
 
     async def GoodnessOfFit(self, request, context):
-        _, hist = await self._released(context, request.survey_id, request.question_id, test=True)
+        _, hist = await self._released(
+            context, request.survey_id, request.question_id, request.side, test=True
+        )
         result = await _analyse(
             context,
             "goodness_of_fit",
@@ -662,7 +697,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
 
     async def Independence(self, request, context):
         question, hist = await self._released(
-            context, request.survey_id, request.question_id, test=True
+            context, request.survey_id, request.question_id, request.side, test=True
         )
         if len(question.shape) != 2:
             await context.abort(
@@ -680,6 +715,15 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             **_calibration(request),
         )
         return test_response(result)
+
+    async def Preregister(self, request, context):
+        return await confirm_rpcs.preregister(context, self._store, self._surveys, request)
+
+    async def Confirm(self, request, context):
+        return await confirm_rpcs.confirm(context, self._store, self._surveys, request)
+
+    async def HoldoutTest(self, request, context):
+        return await confirm_rpcs.holdout_test(context, self._store, self._surveys, request)
 
 
 def _calibration(request) -> dict:

@@ -18,7 +18,8 @@ store submit per upload.
 Messages are pickled lists, in multiprocessing's framing (a 4-byte big-endian signed length,
 or -1 and an 8-byte length): worker to writer ``[(request_id, batches), ...]`` or ``_BYE``;
 writer to worker ``[(request_id, flags, error), ...]`` with the store's flags as bytes and error
-None or (store failed as a whole, text), or ``_BYE``
+None or (kind, text) (kind: 0 a store error, 1 the store failed as a whole, 2 a closed
+confirmation side), or ``_BYE``
 once the writer has seen the worker's ``_BYE``. The pipes are inherited from the parent
 process, so only our own processes ever write to them.
 """
@@ -42,6 +43,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from aggregator.store.report_store import (
+    ConfirmationClosedError,
     ReportBatch,
     ReportStore,
     StoreError,
@@ -100,16 +102,37 @@ def _submit_together(
         return
     ids = [request_id for request_id, _ in requests]
     sizes = [sum(len(batch) for batch in batches) for _, batches in requests]
-    future.add_done_callback(partial(_answer, reply, ids, sizes))
+    alone = None
+    if len(requests) > 1:  # a refused confirmation-side report fails only its own request
+
+        def alone() -> None:
+            for request in requests:
+                _submit_together(store, [request], reply)
+
+    future.add_done_callback(partial(_answer, reply, ids, sizes, alone))
 
 
-def _error(exc: BaseException) -> tuple[bool, str]:
-    """An error as sent to the worker: whether the store failed as a whole, and the text."""
-    return isinstance(exc, StoreFailedError), str(exc)
+#: The store errors a worker rebuilds from their kind (index) and text.
+_ERRORS = (StoreError, StoreFailedError, ConfirmationClosedError)
 
 
-def _answer(reply: _Reply, ids: list[int], sizes: list[int], future: Future[list[int]]) -> None:
+def _error(exc: BaseException) -> tuple[int, str]:
+    """An error as sent to the worker: its kind (an index of _ERRORS) and the text."""
+    kinds = [i for i, kind in enumerate(_ERRORS) if isinstance(exc, kind)]
+    return kinds[-1] if kinds else 0, str(exc)
+
+
+def _answer(
+    reply: _Reply,
+    ids: list[int],
+    sizes: list[int],
+    alone: Callable[[], None] | None,
+    future: Future[list[int]],
+) -> None:
     error = future.exception()
+    if isinstance(error, ConfirmationClosedError) and alone is not None:
+        alone()
+        return
     if error is not None:
         reply([(request_id, None, _error(error)) for request_id in ids])
         return
@@ -168,9 +191,14 @@ class RemoteStore(asyncio.Protocol):
         self._outbox.append((request_id, list(batches)))
         return future
 
-    def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]:
-        """The question's committed (n, int64 sums)."""
-        return read_statistics(self._db_path, survey_id, question_id)
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return os.fspath(self._db_path)
+
+    def statistics(self, survey_id: str, question_id: str, side: int = 0) -> tuple[int, np.ndarray]:
+        """The question's committed (n, int64 sums) on ``side``."""
+        return read_statistics(self._db_path, survey_id, question_id, side)
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
         """Which of ``report_ids`` the log holds (committed)."""
@@ -206,8 +234,8 @@ class RemoteStore(asyncio.Protocol):
                 if error is None:
                     future.set_result(list(flags))  # STORED, DUPLICATE, CONFLICT
                 else:
-                    failed, text = error
-                    future.set_exception((StoreFailedError if failed else StoreError)(text))
+                    kind, text = error
+                    future.set_exception(_ERRORS[kind](text))
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail whatever is left; a link lost without our goodbye stops the worker."""

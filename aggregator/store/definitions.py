@@ -6,6 +6,11 @@ until the question has a report the pin follows the configuration, from the firs
 configuration that changes it is refused, naming survey, question, field, stored and given value
 (a changed question needs a new question id: docs/config.md, "Changing a question"). A store
 written before pins existed is pinned to the configuration it is next served with.
+
+A survey's exploration/confirmation split (``exploration_fraction``) is pinned the same way:
+once the survey has a report, a configuration with another fraction is refused (the sides of the
+stored reports were decided with the pinned one). A survey with reports and no pin was collected
+without a split.
 """
 
 from __future__ import annotations
@@ -26,7 +31,12 @@ CREATE TABLE IF NOT EXISTS question_definitions (
     digest BLOB NOT NULL,
     pinned_at INTEGER NOT NULL,
     PRIMARY KEY (survey_id, question_id)
-)
+);
+CREATE TABLE IF NOT EXISTS survey_splits (
+    survey_id TEXT PRIMARY KEY,
+    exploration_fraction REAL NOT NULL,
+    pinned_at INTEGER NOT NULL
+);
 """
 
 
@@ -34,13 +44,19 @@ class DefinitionChangedError(StoreError):
     """The configuration changes a question that already has reports in the store."""
 
 
+class SplitChangedError(DefinitionChangedError):
+    """The configuration changes the split of a survey that already has reports."""
+
+
 def register(store: ReportStore, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
     """Pin (or check) every question of ``surveys`` in the store and register its statistics,
     in one transaction. Raises DefinitionChangedError for a changed question with reports."""
 
     def pin_all(conn: sqlite3.Connection) -> None:
-        conn.execute(_SCHEMA)
+        for statement in _SCHEMA.split(";"):
+            conn.execute(statement)
         for survey in surveys.values():
+            _pin_split(conn, survey, where)
             for question in survey.questions:
                 _pin(conn, survey.id, question, where)
 
@@ -53,10 +69,9 @@ def register(store: ReportStore, surveys: Mapping[str, SurveySpec], where: objec
 def check(conn: sqlite3.Connection, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
     """Refuse (DefinitionChangedError) a configuration that changes a question with reports,
     reading only: for read-only commands on a connection of their own."""
-    has_pins = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'question_definitions'"
-    ).fetchone()
+    has_pins = has_table(conn, "question_definitions")
     for survey in surveys.values():
+        _check_split(conn, survey, _stored_split(conn, survey.id), where)
         for question in survey.questions:
             n, k = _count(conn, survey.id, question.id)
             if not n:
@@ -69,6 +84,47 @@ def check(conn: sqlite3.Connection, surveys: Mapping[str, SurveySpec], where: ob
                     f"survey {survey.id}, question {question.id}: {where or 'the configuration'} "
                     f"gives {question.k} categories, the store holds reports with {k}"
                 )
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return conn.execute(sql, (name,)).fetchone() is not None
+
+
+def _stored_split(conn: sqlite3.Connection, survey_id: str) -> float | None:
+    if not has_table(conn, "survey_splits"):
+        return None
+    sql = "SELECT exploration_fraction FROM survey_splits WHERE survey_id = ?"
+    row = conn.execute(sql, (survey_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def _survey_has_reports(conn: sqlite3.Connection, survey: SurveySpec) -> bool:
+    return any(_count(conn, survey.id, question.id)[0] for question in survey.questions)
+
+
+def _check_split(
+    conn: sqlite3.Connection, survey: SurveySpec, stored: float | None, where: object
+) -> None:
+    """SplitChangedError if the survey has reports and ``survey`` gives another split."""
+    pinned = 0.0 if stored is None else stored
+    if pinned != survey.exploration_fraction and _survey_has_reports(conn, survey):
+        raise SplitChangedError(
+            f"survey {survey.id}: exploration_fraction is {survey.exploration_fraction!r} in "
+            f"{where or 'the configuration'} but the store holds reports split with "
+            f"{pinned!r}; the split of a survey with reports cannot change (docs/config.md)"
+        )
+
+
+def _pin_split(conn: sqlite3.Connection, survey: SurveySpec, where: object) -> None:
+    stored = _stored_split(conn, survey.id)
+    if stored == survey.exploration_fraction:
+        return
+    _check_split(conn, survey, stored, where)
+    conn.execute(
+        "INSERT OR REPLACE INTO survey_splits VALUES (?, ?, ?)",
+        (survey.id, survey.exploration_fraction, int(time.time())),
+    )
 
 
 def _pin(conn: sqlite3.Connection, survey_id: str, question: QuestionSpec, where: object) -> None:
@@ -90,6 +146,10 @@ def _pin(conn: sqlite3.Connection, survey_id: str, question: QuestionSpec, where
             "UPDATE statistics SET k = ?, sums = ? WHERE survey_id = ? AND question_id = ?",
             (question.k, bytes(8 * question.k), survey_id, question.id),
         )
+        conn.execute(
+            "DELETE FROM side_statistics WHERE survey_id = ? AND question_id = ?",
+            (survey_id, question.id),
+        )
     conn.execute(
         "INSERT OR REPLACE INTO question_definitions VALUES (?, ?, ?, ?, ?)",
         (survey_id, question.id, definition, question.digest, int(time.time())),
@@ -105,11 +165,18 @@ def _stored(conn: sqlite3.Connection, survey_id: str, question_id: str) -> tuple
 
 
 def _count(conn: sqlite3.Connection, survey_id: str, question_id: str) -> tuple[int, int | None]:
+    """(reports on every side, k) of a question; (0, None) if it is not registered."""
+    key = (survey_id, question_id)
     row = conn.execute(
-        "SELECT n, k FROM statistics WHERE survey_id = ? AND question_id = ?",
-        (survey_id, question_id),
+        "SELECT n, k FROM statistics WHERE survey_id = ? AND question_id = ?", key
     ).fetchone()
-    return (0, None) if row is None else (row[0], row[1])
+    if row is None:
+        return 0, None
+    n = row[0]
+    if has_table(conn, "side_statistics"):
+        sql = "SELECT sum(n) FROM side_statistics WHERE survey_id = ? AND question_id = ?"
+        n += conn.execute(sql, key).fetchone()[0] or 0
+    return n, row[1]
 
 
 def _changed(
@@ -160,7 +227,7 @@ def survey_change(stored: SurveySpec, given: SurveySpec | None, where: object = 
                 f"survey {stored.id}, question {question.id}: {field} is {value!r} in {place} "
                 f"but the reports were randomized with {field} = {old!r}"
             )
-    for key in ("title", "min_batch_size", "require_device_auth"):
+    for key in ("title", "min_batch_size", "require_device_auth", "exploration_fraction"):
         if getattr(stored, key) != getattr(given, key):
             return (
                 f"survey {stored.id}: {key} is {getattr(given, key)!r} in {place}, "

@@ -108,6 +108,24 @@ def check_digests(question: QuestionSpec, digests: Iterable[bytes]) -> None:
             )
 
 
+def check_side(survey: SurveySpec, side: int) -> None:
+    """Refuse (FAILED_PRECONDITION) a report whose side does not fit the survey: a split survey
+    needs EXPLORATION or CONFIRMATION, a survey that is not split SIDE_UNSPECIFIED. Either way
+    the device holds another definition of the survey than the one served: it fetches it again."""
+    if survey.split and side not in (ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION):
+        raise ReportRejectedError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"survey {survey.id!r} is split into exploration and confirmation: a report must "
+            "carry its side; fetch the survey again",
+        )
+    if not survey.split and side != ldp_pb2.SIDE_UNSPECIFIED:
+        raise ReportRejectedError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"survey {survey.id!r} is not split: a report must not carry a side; fetch the "
+            "survey again",
+        )
+
+
 def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
     """Decode a payload into its int64 contribution to the question's sufficient statistic:
     a one-hot count (randomized response), the bits (flip components) or the grid values."""
@@ -139,14 +157,16 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
             grpc.StatusCode.INVALID_ARGUMENT,
             f"report_id must be {REPORT_ID_BYTES} bytes, got {len(report.report_id)}",
         )
-    _, question = find_question(surveys, report.survey_id, report.question_id)
+    survey, question = find_question(surveys, report.survey_id, report.question_id)
     check_digests(question, (report.definition_digest,))
+    check_side(survey, report.side)
     return StoredReport(
         report_id=bytes(report.report_id),
         survey_id=report.survey_id,
         question_id=report.question_id,
         payload=bytes(report.payload),
         contribution=contribution(question, report.payload),
+        side=report.side,
     )
 
 
@@ -182,10 +202,10 @@ def validate_upload(
     (survey, question, payload; the store answers the later copies DUPLICATE), else the request
     is INVALID_ARGUMENT (docs/wire.md §6).
     """
-    columns: dict[tuple[str, str], tuple[list[int], list[bytes], list[bytes], set[bytes]]] = {}
+    columns: dict[tuple[str, str, int], tuple[list[int], list[bytes], list[bytes], set[bytes]]] = {}
     report_ids: list[bytes] = []
     for i, report in enumerate(reports):
-        key = (report.survey_id, report.question_id)
+        key = (report.survey_id, report.question_id, report.side)
         column = columns.get(key)
         if column is None:
             column = columns[key] = ([], [], [], set())
@@ -197,13 +217,14 @@ def validate_upload(
         report_ids.append(report_id)
     batches = []
     try:
-        for (survey_id, question_id), (_, ids, payloads, digests) in columns.items():
-            _, question = find_question(surveys, survey_id, question_id)
+        for (survey_id, question_id, side), (_, ids, payloads, digests) in columns.items():
+            survey, question = find_question(surveys, survey_id, question_id)
             check_digests(question, digests)
+            check_side(survey, side)
             if set(map(len, ids)) - {REPORT_ID_BYTES}:
                 raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "report_id length")
             rows = _contributions(question, payloads)
-            batches.append(ReportBatch(survey_id, question_id, ids, payloads, rows))
+            batches.append(ReportBatch(survey_id, question_id, ids, payloads, rows, side))
     except ReportRejectedError:
         for i, report in enumerate(reports):  # find and name the first bad report
             try:
@@ -242,7 +263,9 @@ def validate_batch(
         for i, report_id, payload, row in zip(
             positions, batch.report_ids, batch.payloads, batch.contributions, strict=True
         ):
-            out[i] = StoredReport(report_id, batch.survey_id, batch.question_id, payload, row)
+            out[i] = StoredReport(
+                report_id, batch.survey_id, batch.question_id, payload, row, batch.side
+            )
     return out  # type: ignore[return-value]
 
 

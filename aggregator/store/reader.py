@@ -8,6 +8,7 @@ pinned definitions before any number is read, so a changed config can never rein
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import closing
 
@@ -30,15 +31,28 @@ class StoreReader:
         """DefinitionChangedError if ``surveys`` change a question that has reports here."""
         definitions.check(self._conn, surveys, where)
 
-    def statistics(self, survey_id: str, question_id: str, k: int) -> tuple[int, np.ndarray]:
-        """The question's (n, int64 sums); (0, zeros) for a question with no row yet."""
-        row = self._conn.execute(
-            "SELECT n, sums FROM statistics WHERE survey_id = ? AND question_id = ?",
-            (survey_id, question_id),
-        ).fetchone()
+    def statistics(
+        self, survey_id: str, question_id: str, k: int, side: int = 0
+    ) -> tuple[int, np.ndarray]:
+        """The question's (n, int64 sums) on ``side`` (0: a survey that is not split); (0,
+        zeros) for a question or side with no row yet."""
+        key = (survey_id, question_id)
+        if side:
+            if not definitions.has_table(self._conn, "side_statistics"):
+                return 0, np.zeros(k, dtype=np.int64)  # a store from before splits
+            sql = "SELECT n, sums FROM side_statistics WHERE survey_id = ? AND question_id = ?"
+            row = self._conn.execute(sql + " AND side = ?", (*key, side)).fetchone()
+        else:
+            sql = "SELECT n, sums FROM statistics WHERE survey_id = ? AND question_id = ?"
+            row = self._conn.execute(sql, key).fetchone()
         if row is None:
             return 0, np.zeros(k, dtype=np.int64)
         return row[0], np.frombuffer(row[1], dtype="<i8").astype(np.int64)
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The read-only connection (for the store's other read-only modules)."""
+        return self._conn
 
     def iter_reports(
         self, survey_id: str, question_id: str | None = None, batch: int = 10000

@@ -14,6 +14,11 @@ Why this shape (notes/service-conventions.md §3):
   per-device cap counts of aggregator/service/limits.py live in their own table, with no report
   ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
+* A split survey's reports carry their side (1 exploration, 2 confirmation; 0 for a survey that
+  is not split). Side 0 statistics live in ``statistics``, a split survey's per side in
+  ``side_statistics``, so nothing that reads ``statistics`` ever sees the confirmation side.
+  Once a survey's confirmation side is closed (its results sealed: ``confirmations``, written
+  by aggregator/store/confirmations.py), the writer refuses its confirmation-side reports.
 * Nothing at rest groups the reports of one upload once ``wal_window`` seconds have passed: a
   report keeps only its arrival *day* (``received_at``, a UTC midnight), the table is ordered by
   the random report id, and the writer checkpoints and truncates the WAL (which holds each
@@ -54,7 +59,7 @@ from aggregator.store.file_kind import (
 )
 from aggregator.store.integrity import FileWatch, failure_message
 
-SCHEMA_VERSION = 2  # 2: received_at keeps the arrival day only
+SCHEMA_VERSION = 3  # 2: received_at keeps the arrival day only; 3: reports.side, side_statistics
 STORE_KIND = replace(REPORT_STORE, version=SCHEMA_VERSION)  # application_id "LDPS" + this version
 REPORT_ID_BYTES = 16
 _IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
@@ -65,6 +70,14 @@ RECEIVED_RESOLUTION = 86_400  # received_at keeps the UTC day only: arrival seco
 _BUSY_TIMEOUT_MS = 5000
 _CHECKPOINT_BUSY_MS = 200  # a timed checkpoint waits this long for readers, then tries later
 
+_SIDE_STATISTICS = """CREATE TABLE IF NOT EXISTS side_statistics (
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    side INTEGER NOT NULL CHECK (side IN (1, 2)),
+    n INTEGER NOT NULL,
+    sums BLOB NOT NULL,
+    PRIMARY KEY (survey_id, question_id, side)
+);"""
 _SCHEMA = f"""
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS reports (
@@ -72,7 +85,8 @@ CREATE TABLE IF NOT EXISTS reports (
     survey_id TEXT NOT NULL,
     question_id TEXT NOT NULL,
     payload BLOB NOT NULL,
-    received_at INTEGER NOT NULL
+    received_at INTEGER NOT NULL,
+    side INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS statistics (
     survey_id TEXT NOT NULL,
@@ -82,6 +96,7 @@ CREATE TABLE IF NOT EXISTS statistics (
     sums BLOB NOT NULL,
     PRIMARY KEY (survey_id, question_id)
 );
+{_SIDE_STATISTICS}
 PRAGMA user_version = {SCHEMA_VERSION};
 COMMIT;
 """
@@ -103,6 +118,10 @@ class StoreUnavailableError(StoreError):
     retry against a restarted server is safe."""
 
 
+class ConfirmationClosedError(StoreError):
+    """A confirmation-side report of a survey whose confirmatory results are sealed."""
+
+
 class StoreFailedError(StoreUnavailableError):
     """The store can no longer make reports durable (disk full, read-only, I/O error, its files
     deleted or replaced; see aggregator/store/integrity.py). It acknowledges nothing more until
@@ -118,6 +137,7 @@ class StoredReport:
     question_id: str
     payload: bytes
     contribution: np.ndarray  # int64, length k: what the report adds to the question's sums
+    side: int = 0  # ldp.v1.Side: 0 for a survey that is not split
 
 
 WriteHook = Callable[[sqlite3.Connection, list[int]], None]
@@ -134,6 +154,7 @@ class ReportBatch:
     report_ids: list[bytes]
     payloads: list[bytes]
     contributions: np.ndarray
+    side: int = 0  # ldp.v1.Side of every report of the batch
 
     def __len__(self) -> int:
         return len(self.report_ids)
@@ -144,8 +165,8 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
     batches' flags concatenated are in the order of the reports. Each question's contribution
     vectors must have one length (``ReportStore.submit`` checks them first)."""
     out = []
-    for (survey_id, question_id), run in itertools.groupby(
-        reports, key=lambda r: (r.survey_id, r.question_id)
+    for (survey_id, question_id, side), run in itertools.groupby(
+        reports, key=lambda r: (r.survey_id, r.question_id, r.side)
     ):
         group = list(run)
         out.append(
@@ -155,6 +176,7 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
                 [r.report_id for r in group],
                 [r.payload for r in group],
                 np.stack([r.contribution for r in group]),
+                side,
             )
         )
     return out
@@ -220,6 +242,9 @@ class ReportStore:
                 conn.executescript(_SCHEMA)
             elif version == 1:
                 _coarsen_arrival_times(conn)
+                _add_sides(conn)
+            elif version == 2:
+                _add_sides(conn)
             elif version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
@@ -228,6 +253,7 @@ class ReportStore:
                 stamp_kind(conn, STORE_KIND)
             rows = conn.execute("SELECT survey_id, question_id, k FROM statistics")
             self._k = {(s, q): k for s, q, k in rows}
+            self._closed_sides = closed_confirmations(conn)
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
@@ -245,6 +271,11 @@ class ReportStore:
         self._failure: str | None = None  # set once by the writer; then nothing is acknowledged
         self._writer = threading.Thread(target=self._run, name="report-store-writer", daemon=True)
         self._writer.start()
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
 
     def __enter__(self) -> ReportStore:
         return self
@@ -321,37 +352,43 @@ class ReportStore:
         self,
         contribution: Callable[[str, str, bytes], np.ndarray],
         progress: Callable[[int], object] | None = None,
-    ) -> dict[tuple[str, str], tuple[int, np.ndarray]]:
-        """Recompute every registered question's (n, sums) from the report log, using
+    ) -> dict[tuple, tuple[int, np.ndarray]]:
+        """Recompute every registered question's (n, sums) from the report log (keys (survey,
+        question); a split survey's sides as (survey, question, side)), using
         ``contribution(survey_id, question_id, payload)``, and store them in one transaction;
         ``progress(count)`` hears of each chunk of reports read (on the writer thread).
 
         It runs on the writer thread, so it is atomic with respect to submits: reports submitted
         meanwhile wait and are committed after it (ingestion pauses for the whole scan)."""
 
-        def recompute(conn: sqlite3.Connection) -> dict[tuple[str, str], tuple[int, np.ndarray]]:
+        def recompute(conn: sqlite3.Connection) -> dict[tuple, tuple[int, np.ndarray]]:
             registered = conn.execute("SELECT survey_id, question_id, k FROM statistics")
             ks = {(survey_id, question_id): k for survey_id, question_id, k in registered}
-            totals = {key: (0, [0] * k) for key, k in ks.items()}
-            cursor = conn.execute("SELECT survey_id, question_id, payload FROM reports")
+            totals = {(*key, 0): (0, [0] * k) for key, k in ks.items()}
+            conn.execute("DELETE FROM side_statistics")
+            sql = "SELECT survey_id, question_id, side, payload FROM reports"
+            cursor = conn.execute(sql)
             while rows := cursor.fetchmany(10000):
-                pending: dict[tuple[str, str], list[np.ndarray]] = {}
-                for survey_id, question_id, payload in rows:
-                    key = (survey_id, question_id)
-                    if key not in ks:
+                pending: dict[tuple[str, str, int], list[np.ndarray]] = {}
+                for survey_id, question_id, side, payload in rows:
+                    if (survey_id, question_id) not in ks:
                         raise StoreError(
                             f"log holds unregistered question {survey_id}/{question_id}"
                         )
                     vector = contribution(survey_id, question_id, payload)
-                    _check_contribution(vector, ks[key])
-                    pending.setdefault(key, []).append(vector)
+                    _check_contribution(vector, ks[(survey_id, question_id)])
+                    pending.setdefault((survey_id, question_id, side), []).append(vector)
                 for key, vectors in pending.items():
-                    totals[key] = _accumulate(*totals[key], np.stack(vectors))
+                    start = totals.get(key, (0, [0] * ks[key[:2]]))
+                    totals[key] = _accumulate(*start, np.stack(vectors))
                 if progress is not None:
                     progress(len(rows))
-            for (survey_id, question_id), (n, sums) in totals.items():
-                _write_statistics(conn, survey_id, question_id, n, sums)
-            return {key: (n, np.array(sums, dtype=np.int64)) for key, (n, sums) in totals.items()}
+            for (survey_id, question_id, side), (n, sums) in totals.items():
+                _write_statistics(conn, survey_id, question_id, n, sums, side)
+            return {
+                key[:2] if key[2] == 0 else key: (n, np.array(sums, dtype=np.int64))
+                for key, (n, sums) in totals.items()
+            }
 
         return self._call(recompute)
 
@@ -367,11 +404,16 @@ class ReportStore:
 
     # -- reads (own connection per call, never the writer's) -----------------------------------
 
-    def statistics(self, survey_id: str, question_id: str) -> tuple[int, np.ndarray]:
-        """The question's committed (n, int64 sums)."""
+    def statistics(self, survey_id: str, question_id: str, side: int = 0) -> tuple[int, np.ndarray]:
+        """The question's committed (n, int64 sums) on ``side`` (0: a survey that is not split)."""
         if self._closed:
             raise StoreError("store is closed")
-        return read_statistics(self._path, survey_id, question_id)
+        return read_statistics(self._path, survey_id, question_id, side)
+
+    def close_confirmation(self, survey_id: str) -> None:
+        """From now on refuse the survey's confirmation-side reports. Call it only on the writer
+        thread, inside the transaction that seals the survey's results (run_in_writer)."""
+        self._closed_sides.add(survey_id)
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
         """Which of ``report_ids`` the log holds (committed)."""
@@ -586,6 +628,12 @@ class ReportStore:
         which repeat an id with other content (conflicts)."""
         conn = self._conn
         batches = [batch for submit in group for batch in submit.batches]
+        for batch in batches:
+            if batch.side == CONFIRMATION and batch.survey_id in self._closed_sides:
+                raise ConfirmationClosedError(
+                    f"survey {batch.survey_id!r}: the confirmation side is closed (its "
+                    "confirmatory results are sealed); the report is not needed"
+                )
         now = int(time.time()) // RECEIVED_RESOLUTION * RECEIVED_RESOLUTION
         rows = [
             row
@@ -596,6 +644,7 @@ class ReportStore:
                 itertools.repeat(b.question_id),
                 b.payloads,
                 itertools.repeat(now),
+                itertools.repeat(b.side),
                 strict=False,  # equal lengths: _check; the rest repeat
             )
         ]
@@ -624,22 +673,35 @@ class ReportStore:
     def _add_statistics(self, batches: list[ReportBatch], fresh: list[int]) -> None:
         """Add the new reports' contributions to their questions' rows (vectorized per
         question)."""
-        by_question: dict[tuple[str, str], list[np.ndarray]] = {}
+        by_question: dict[tuple[str, str, int], list[np.ndarray]] = {}
         start = 0
         for b in batches:
             mask = [flag == STORED for flag in fresh[start : start + len(b)]]
             start += len(b)
             rows = b.contributions if all(mask) else b.contributions[np.array(mask, dtype=bool)]
-            by_question.setdefault((b.survey_id, b.question_id), []).append(rows)
-        for (survey_id, question_id), parts in by_question.items():
+            by_question.setdefault((b.survey_id, b.question_id, b.side), []).append(rows)
+        for (survey_id, question_id, side), parts in by_question.items():
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if len(rows):
-                n, sums = _read_statistics(self._conn, survey_id, question_id)
+                n, sums = read_side(self._conn, survey_id, question_id, side)
                 n, sums = _accumulate(n, sums, rows)
-                _write_statistics(self._conn, survey_id, question_id, n, sums)
+                _write_statistics(self._conn, survey_id, question_id, n, sums, side)
 
 
-_INSERT_OR_IGNORE = "INSERT OR IGNORE INTO reports VALUES (?, ?, ?, ?, ?)"
+_INSERT_OR_IGNORE = (
+    "INSERT OR IGNORE INTO reports (report_id, survey_id, question_id, payload, received_at, side)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+CONFIRMATION = 2  # ldp.v1.CONFIRMATION
+
+
+def closed_confirmations(conn: sqlite3.Connection) -> set[str]:
+    """The surveys whose confirmation side is closed (results sealed)."""
+    try:
+        rows = conn.execute("SELECT survey_id FROM confirmations WHERE sealed IS NOT NULL")
+        return {row[0] for row in rows}
+    except sqlite3.OperationalError:  # no confirmations table: nothing was ever sealed
+        return set()
 
 
 def _outcomes(conn: sqlite3.Connection, rows: list[tuple]) -> list[int]:
@@ -675,12 +737,13 @@ def _stored_contents(
 
 
 def read_statistics(
-    path: str | os.PathLike[str], survey_id: str, question_id: str
+    path: str | os.PathLike[str], survey_id: str, question_id: str, side: int = 0
 ) -> tuple[int, np.ndarray]:
-    """A question's committed (n, int64 sums), read from the file on a connection of its own:
-    any process may call it while another process's ReportStore writes (WAL readers)."""
+    """A question's committed (n, int64 sums) on ``side``, read from the file on a connection
+    of its own: any process may call it while another process's ReportStore writes (WAL
+    readers)."""
     with closing(_read_only(os.fspath(path))) as conn:
-        n, sums = _read_statistics(conn, survey_id, question_id)
+        n, sums = read_side(conn, survey_id, question_id, side)
     return n, np.array(sums, dtype=np.int64)
 
 
@@ -723,6 +786,16 @@ def _coarsen_arrival_times(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA user_version = 2")
 
 
+def _add_sides(conn: sqlite3.Connection) -> None:
+    """Schema 2 to 3: every stored report is of side 0 (surveys were not split before)."""
+    with _transaction(conn):
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(reports)")}
+        if "side" not in columns:
+            conn.execute("ALTER TABLE reports ADD COLUMN side INTEGER NOT NULL DEFAULT 0")
+        conn.execute(_SIDE_STATISTICS)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
 @contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """BEGIN IMMEDIATE ... COMMIT; on any error ROLLBACK, so nothing is half-written."""
@@ -741,25 +814,43 @@ def _check_contribution(vector: object, k: int) -> None:
         raise StoreError(f"contribution must be an int64 vector of length {k}")
 
 
-def _read_statistics(
-    conn: sqlite3.Connection, survey_id: str, question_id: str
+def read_side(
+    conn: sqlite3.Connection, survey_id: str, question_id: str, side: int = 0
 ) -> tuple[int, list[int]]:
+    """(n, sums) of a registered question on ``side``; a side with no reports is (0, zeros)."""
+    key = (survey_id, question_id)
     row = conn.execute(
-        "SELECT n, sums FROM statistics WHERE survey_id = ? AND question_id = ?",
-        (survey_id, question_id),
+        "SELECT n, sums, k FROM statistics WHERE survey_id = ? AND question_id = ?", key
     ).fetchone()
     if row is None:
         raise StoreError(f"unknown question {survey_id}/{question_id}")
+    if side:
+        sql = "SELECT n, sums FROM side_statistics WHERE survey_id = ? AND question_id = ?"
+        found = conn.execute(sql + " AND side = ?", (*key, side)).fetchone()
+        if found is None:
+            return 0, [0] * row[2]
+        row = found
     return row[0], np.frombuffer(row[1], dtype="<i8").tolist()
 
 
 def _write_statistics(
-    conn: sqlite3.Connection, survey_id: str, question_id: str, n: int, sums: list[int]
+    conn: sqlite3.Connection,
+    survey_id: str,
+    question_id: str,
+    n: int,
+    sums: list[int],
+    side: int = 0,
 ) -> None:
     try:
         blob = np.array(sums, dtype="<i8").tobytes()
     except OverflowError:
         raise StoreError(f"sums of {survey_id}/{question_id} overflow int64") from None
+    if side:
+        conn.execute(
+            "INSERT OR REPLACE INTO side_statistics VALUES (?, ?, ?, ?, ?)",
+            (survey_id, question_id, side, n, blob),
+        )
+        return
     conn.execute(
         "UPDATE statistics SET n = ?, sums = ? WHERE survey_id = ? AND question_id = ?",
         (n, blob, survey_id, question_id),

@@ -63,9 +63,16 @@ def export_survey(
     progress: Callable[[int], object] | None = None,
 ) -> Manifest:
     """Write every stored report of ``survey`` into ``shards`` shard files plus a manifest;
-    ``progress(count)`` hears of the reports written, every ``PROGRESS_EVERY`` of them."""
+    ``progress(count)`` hears of the reports written, every ``PROGRESS_EVERY`` of them.
+    A split survey is refused: shards do not carry the side, and its confirmation side must
+    not be read before its results are sealed (docs/adaptive-analysis.md)."""
     if shards < 1:
         raise ValueError("shards must be at least 1")
+    if survey.split:
+        raise ValueError(
+            f"survey {survey.id} is split into exploration and confirmation; shards do not "
+            "carry the side, so a split survey is not exported"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [shard_name(survey.id, i, shards) for i in range(shards)]
     files = [open(out_dir / name, "wb") for name in names]  # noqa: SIM115 - closed below

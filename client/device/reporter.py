@@ -27,6 +27,7 @@ from client.device.household import Household, HouseholdError
 from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, Ledger
 from client.device.outbox import Outbox, load_or_create_secret, memo_key
+from client.device.split import split_secret, split_side
 from client.device.survey_cache import SurveyCache
 from client.device.transport import Transport, TransportError
 from client.survey import QuestionSpec, SurveySpec
@@ -75,6 +76,7 @@ class Reporter:
         self.outbox = Outbox(self._path)
         self.cache = SurveyCache(self._path)
         self._secret = load_or_create_secret(self._path)
+        self._split_secret = split_secret(self._path)
         self._memoize = memoize
         self._surveys: dict[str, SurveySpec] = {}
         self._unknown_surveys: set[str] = set()
@@ -109,6 +111,20 @@ class Reporter:
         if self._device_key is None:
             self._device_key = DeviceKey.load_or_create(device_key_path(self._path))
         return self._device_key
+
+    def side(self, survey_id: str) -> int:
+        """The side of a split survey all of this device's reports of it go to (ldp.v1.Side;
+        SIDE_UNSPECIFIED for a survey that is not split, or unknown to the aggregator)."""
+        if survey_id in self._unknown_surveys:
+            return ldp_pb2.SIDE_UNSPECIFIED
+        try:
+            fraction = self.survey(survey_id).exploration_fraction
+        except TransportError as exc:
+            if exc.code != grpc.StatusCode.NOT_FOUND:
+                raise
+            self._unknown_surveys.add(survey_id)
+            return ldp_pb2.SIDE_UNSPECIFIED
+        return split_side(self._split_secret, survey_id, fraction)
 
     def _requires_auth(self, survey_ids: set[str]) -> bool:
         for survey_id in survey_ids - self._unknown_surveys:
@@ -233,6 +249,7 @@ class Reporter:
                 question_id=item.question_id,
                 payload=item.payload,
                 definition_digest=item.definition_digest,
+                side=self.side(item.survey_id),
             )
             for item in batch
         ]

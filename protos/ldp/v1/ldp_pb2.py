@@ -24,49 +24,63 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/ldp/v1/ldp.proto\x12\x06ldp.v1\"-\n\tAttribute\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ncategories\x18\x02 \x03(\t\"\xc3\x01\n\x08Question\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12%\n\nattributes\x18\x03 \x03(\x0b\x32\x11.ldp.v1.Attribute\x12$\n\tmechanism\x18\x04 \x01(\x0e\x32\x11.ldp.v1.Mechanism\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\x12\x0b\n\x03rho\x18\x06 \x01(\x01\x12\x18\n\x10granularity_bits\x18\x07 \x01(\r\x12\x18\n\x10household_shared\x18\x0c \x01(\x08\"}\n\x06Survey\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12#\n\tquestions\x18\x03 \x03(\x0b\x32\x10.ldp.v1.Question\x12\x16\n\x0emin_batch_size\x18\x04 \x01(\x04\x12\x1b\n\x13require_device_auth\x18\x05 \x01(\x08\"o\n\x06Report\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x11\n\tsurvey_id\x18\x02 \x01(\t\x12\x13\n\x0bquestion_id\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x19\n\x11\x64\x65\x66inition_digest\x18\x05 \x01(\x0c\"}\n\x0cReportResult\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12$\n\x06status\x18\x02 \x01(\x0e\x32\x14.ldp.v1.ReportStatus\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\r\"C\n\rUploadRequest\x12\x1f\n\x07reports\x18\x01 \x03(\x0b\x32\x0e.ldp.v1.Report\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"q\n\x0eUploadResponse\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.ldp.v1.ReportResult\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x04\x12\x12\n\nduplicates\x18\x03 \x01(\x04\x12\x12\n\nsummarized\x18\x04 \x01(\x08\"%\n\x10GetSurveyRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\"\x14\n\x12ListSurveysRequest\"6\n\x13ListSurveysResponse\x12\x1f\n\x07surveys\x18\x01 \x03(\x0b\x32\x0e.ldp.v1.Survey\"M\n\x0f\x45stimateRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\x12\n\nconfidence\x18\x03 \x01(\x01\"\xcf\x01\n\x10\x45stimateResponse\x12\t\n\x01n\x18\x01 \x01(\x04\x12\x0e\n\x06labels\x18\x02 \x03(\t\x12\x13\n\x0b\x66requencies\x18\x03 \x03(\x01\x12\x17\n\x0fstandard_errors\x18\x04 \x03(\x01\x12\x0e\n\x06\x63i_low\x18\x05 \x03(\x01\x12\x0f\n\x07\x63i_high\x18\x06 \x03(\x01\x12\x12\n\nconfidence\x18\x07 \x01(\x01\x12\x11\n\tmechanism\x18\x08 \x01(\t\x12\x11\n\tprojected\x18\t \x03(\x01\x12\x17\n\x0finterval_method\x18\n \x01(\t\"\x9a\x01\n\x14GoodnessOfFitRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\n\n\x02p0\x18\x03 \x03(\x01\x12\r\n\x05\x61lpha\x18\x04 \x01(\x01\x12\x0e\n\x06method\x18\x05 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x06 \x01(\t\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\x8d\x01\n\x13IndependenceRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\r\n\x05\x61lpha\x18\x03 \x01(\x01\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x05 \x01(\t\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\xb5\x02\n\x0cTestResponse\x12\x11\n\tstatistic\x18\x01 \x01(\x01\x12\x0e\n\x06pvalue\x18\x02 \x01(\x01\x12\x10\n\x03\x64of\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\t\n\x01n\x18\x05 \x01(\x04\x12\r\n\x05\x61lpha\x18\x06 \x01(\x01\x12\x0e\n\x06reject\x18\x07 \x01(\x08\x12\x14\n\x0cinconclusive\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x10\n\x08\x65xpected\x18\n \x03(\x01\x12\x10\n\x08observed\x18\x0b \x03(\x01\x12\x11\n\tmechanism\x18\x0c \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\r \x01(\t\x12\x1a\n\x12\x63\x61libration_reason\x18\x0e \x01(\t\x12\x14\n\x07n_draws\x18\x0f \x01(\rH\x01\x88\x01\x01\x42\x06\n\x04_dofB\n\n\x08_n_draws*o\n\tMechanism\x12\x19\n\x15MECHANISM_UNSPECIFIED\x10\x00\x12\x17\n\x13RANDOMIZED_RESPONSE\x10\x01\x12\x13\n\x0f\x46LIP_COMPONENTS\x10\x02\x12\x0c\n\x08GAUSSIAN\x10\x03\x12\x0b\n\x07LAPLACE\x10\x04*f\n\x0cReportStatus\x12\x1d\n\x19REPORT_STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\x12\x0c\n\x08\x43ONFLICT\x10\x04\x32\x84\x02\n\tCollector\x12\x35\n\tGetSurvey\x12\x18.ldp.v1.GetSurveyRequest\x1a\x0e.ldp.v1.Survey\x12\x46\n\x0bListSurveys\x12\x1a.ldp.v1.ListSurveysRequest\x1a\x1b.ldp.v1.ListSurveysResponse\x12\x37\n\x06Upload\x12\x15.ldp.v1.UploadRequest\x1a\x16.ldp.v1.UploadResponse\x12?\n\x0cUploadStream\x12\x15.ldp.v1.UploadRequest\x1a\x16.ldp.v1.UploadResponse(\x01\x32\xd0\x01\n\x07\x41nalyst\x12=\n\x08\x45stimate\x12\x17.ldp.v1.EstimateRequest\x1a\x18.ldp.v1.EstimateResponse\x12\x43\n\rGoodnessOfFit\x12\x1c.ldp.v1.GoodnessOfFitRequest\x1a\x14.ldp.v1.TestResponse\x12\x41\n\x0cIndependence\x12\x1b.ldp.v1.IndependenceRequest\x1a\x14.ldp.v1.TestResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/ldp/v1/ldp.proto\x12\x06ldp.v1\"-\n\tAttribute\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ncategories\x18\x02 \x03(\t\"\xc3\x01\n\x08Question\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12%\n\nattributes\x18\x03 \x03(\x0b\x32\x11.ldp.v1.Attribute\x12$\n\tmechanism\x18\x04 \x01(\x0e\x32\x11.ldp.v1.Mechanism\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\x12\x0b\n\x03rho\x18\x06 \x01(\x01\x12\x18\n\x10granularity_bits\x18\x07 \x01(\r\x12\x18\n\x10household_shared\x18\x0c \x01(\x08\"\x9b\x01\n\x06Survey\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12#\n\tquestions\x18\x03 \x03(\x0b\x32\x10.ldp.v1.Question\x12\x16\n\x0emin_batch_size\x18\x04 \x01(\x04\x12\x1b\n\x13require_device_auth\x18\x05 \x01(\x08\x12\x1c\n\x14\x65xploration_fraction\x18\x06 \x01(\x01\"\x8b\x01\n\x06Report\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x11\n\tsurvey_id\x18\x02 \x01(\t\x12\x13\n\x0bquestion_id\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x19\n\x11\x64\x65\x66inition_digest\x18\x05 \x01(\x0c\x12\x1a\n\x04side\x18\x06 \x01(\x0e\x32\x0c.ldp.v1.Side\"}\n\x0cReportResult\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12$\n\x06status\x18\x02 \x01(\x0e\x32\x14.ldp.v1.ReportStatus\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\r\"C\n\rUploadRequest\x12\x1f\n\x07reports\x18\x01 \x03(\x0b\x32\x0e.ldp.v1.Report\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"q\n\x0eUploadResponse\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.ldp.v1.ReportResult\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x04\x12\x12\n\nduplicates\x18\x03 \x01(\x04\x12\x12\n\nsummarized\x18\x04 \x01(\x08\"%\n\x10GetSurveyRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\"\x14\n\x12ListSurveysRequest\"6\n\x13ListSurveysResponse\x12\x1f\n\x07surveys\x18\x01 \x03(\x0b\x32\x0e.ldp.v1.Survey\"i\n\x0f\x45stimateRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\x12\n\nconfidence\x18\x03 \x01(\x01\x12\x1a\n\x04side\x18\x14 \x01(\x0e\x32\x0c.ldp.v1.Side\"\xcf\x01\n\x10\x45stimateResponse\x12\t\n\x01n\x18\x01 \x01(\x04\x12\x0e\n\x06labels\x18\x02 \x03(\t\x12\x13\n\x0b\x66requencies\x18\x03 \x03(\x01\x12\x17\n\x0fstandard_errors\x18\x04 \x03(\x01\x12\x0e\n\x06\x63i_low\x18\x05 \x03(\x01\x12\x0f\n\x07\x63i_high\x18\x06 \x03(\x01\x12\x12\n\nconfidence\x18\x07 \x01(\x01\x12\x11\n\tmechanism\x18\x08 \x01(\t\x12\x11\n\tprojected\x18\t \x03(\x01\x12\x17\n\x0finterval_method\x18\n \x01(\t\"\xb6\x01\n\x14GoodnessOfFitRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\n\n\x02p0\x18\x03 \x03(\x01\x12\r\n\x05\x61lpha\x18\x04 \x01(\x01\x12\x0e\n\x06method\x18\x05 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x06 \x01(\t\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x04side\x18\x14 \x01(\x0e\x32\x0c.ldp.v1.SideB\x07\n\x05_seed\"\xa9\x01\n\x13IndependenceRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\r\n\x05\x61lpha\x18\x03 \x01(\x01\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x05 \x01(\t\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x04side\x18\x14 \x01(\x0e\x32\x0c.ldp.v1.SideB\x07\n\x05_seed\"\xb5\x02\n\x0cTestResponse\x12\x11\n\tstatistic\x18\x01 \x01(\x01\x12\x0e\n\x06pvalue\x18\x02 \x01(\x01\x12\x10\n\x03\x64of\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\t\n\x01n\x18\x05 \x01(\x04\x12\r\n\x05\x61lpha\x18\x06 \x01(\x01\x12\x0e\n\x06reject\x18\x07 \x01(\x08\x12\x14\n\x0cinconclusive\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x10\n\x08\x65xpected\x18\n \x03(\x01\x12\x10\n\x08observed\x18\x0b \x03(\x01\x12\x11\n\tmechanism\x18\x0c \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\r \x01(\t\x12\x1a\n\x12\x63\x61libration_reason\x18\x0e \x01(\t\x12\x14\n\x07n_draws\x18\x0f \x01(\rH\x01\x88\x01\x01\x42\x06\n\x04_dofB\n\n\x08_n_draws\"5\n\x12PreregisterRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x0c\n\x04plan\x18\x02 \x01(\t\"R\n\x13PreregisterResponse\x12\x13\n\x0bplan_sha256\x18\x01 \x01(\t\x12\x15\n\rregistered_at\x18\x02 \x01(\t\x12\x0f\n\x07\x61lready\x18\x03 \x01(\x08\"#\n\x0e\x43onfirmRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\"`\n\x0f\x43onfirmResponse\x12\x13\n\x0bplan_sha256\x18\x01 \x01(\t\x12\x11\n\tsealed_at\x18\x02 \x01(\t\x12\x14\n\x0cresults_json\x18\x03 \x01(\t\x12\x0f\n\x07\x61lready\x18\x04 \x01(\x08\"R\n\x0eHoldoutRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\x0c\n\x04test\x18\x03 \x01(\t\x12\n\n\x02p0\x18\x04 \x03(\x01\"\xa2\x01\n\x0fHoldoutResponse\x12\x0e\n\x06reject\x18\x01 \x01(\x08\x12\r\n\x05level\x18\x02 \x01(\x01\x12\r\n\x05query\x18\x03 \x01(\r\x12\x13\n\x0bmax_queries\x18\x04 \x01(\r\x12\x12\n\nrejections\x18\x05 \x01(\r\x12\x16\n\x0emax_rejections\x18\x06 \x01(\r\x12\r\n\x05\x61lpha\x18\x07 \x01(\x01\x12\x11\n\tguarantee\x18\x08 \x01(\t*o\n\tMechanism\x12\x19\n\x15MECHANISM_UNSPECIFIED\x10\x00\x12\x17\n\x13RANDOMIZED_RESPONSE\x10\x01\x12\x13\n\x0f\x46LIP_COMPONENTS\x10\x02\x12\x0c\n\x08GAUSSIAN\x10\x03\x12\x0b\n\x07LAPLACE\x10\x04*?\n\x04Side\x12\x14\n\x10SIDE_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x45XPLORATION\x10\x01\x12\x10\n\x0c\x43ONFIRMATION\x10\x02*f\n\x0cReportStatus\x12\x1d\n\x19REPORT_STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\x12\x0c\n\x08\x43ONFLICT\x10\x04\x32\x84\x02\n\tCollector\x12\x35\n\tGetSurvey\x12\x18.ldp.v1.GetSurveyRequest\x1a\x0e.ldp.v1.Survey\x12\x46\n\x0bListSurveys\x12\x1a.ldp.v1.ListSurveysRequest\x1a\x1b.ldp.v1.ListSurveysResponse\x12\x37\n\x06Upload\x12\x15.ldp.v1.UploadRequest\x1a\x16.ldp.v1.UploadResponse\x12?\n\x0cUploadStream\x12\x15.ldp.v1.UploadRequest\x1a\x16.ldp.v1.UploadResponse(\x01\x32\x94\x03\n\x07\x41nalyst\x12=\n\x08\x45stimate\x12\x17.ldp.v1.EstimateRequest\x1a\x18.ldp.v1.EstimateResponse\x12\x43\n\rGoodnessOfFit\x12\x1c.ldp.v1.GoodnessOfFitRequest\x1a\x14.ldp.v1.TestResponse\x12\x41\n\x0cIndependence\x12\x1b.ldp.v1.IndependenceRequest\x1a\x14.ldp.v1.TestResponse\x12\x46\n\x0bPreregister\x12\x1a.ldp.v1.PreregisterRequest\x1a\x1b.ldp.v1.PreregisterResponse\x12:\n\x07\x43onfirm\x12\x16.ldp.v1.ConfirmRequest\x1a\x17.ldp.v1.ConfirmResponse\x12>\n\x0bHoldoutTest\x12\x16.ldp.v1.HoldoutRequest\x1a\x17.ldp.v1.HoldoutResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.ldp.v1.ldp_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MECHANISM']._serialized_start=1850
-  _globals['_MECHANISM']._serialized_end=1961
-  _globals['_REPORTSTATUS']._serialized_start=1963
-  _globals['_REPORTSTATUS']._serialized_end=2065
+  _globals['_MECHANISM']._serialized_start=2517
+  _globals['_MECHANISM']._serialized_end=2628
+  _globals['_SIDE']._serialized_start=2630
+  _globals['_SIDE']._serialized_end=2693
+  _globals['_REPORTSTATUS']._serialized_start=2695
+  _globals['_REPORTSTATUS']._serialized_end=2797
   _globals['_ATTRIBUTE']._serialized_start=35
   _globals['_ATTRIBUTE']._serialized_end=80
   _globals['_QUESTION']._serialized_start=83
   _globals['_QUESTION']._serialized_end=278
-  _globals['_SURVEY']._serialized_start=280
-  _globals['_SURVEY']._serialized_end=405
-  _globals['_REPORT']._serialized_start=407
-  _globals['_REPORT']._serialized_end=518
-  _globals['_REPORTRESULT']._serialized_start=520
-  _globals['_REPORTRESULT']._serialized_end=645
-  _globals['_UPLOADREQUEST']._serialized_start=647
-  _globals['_UPLOADREQUEST']._serialized_end=714
-  _globals['_UPLOADRESPONSE']._serialized_start=716
-  _globals['_UPLOADRESPONSE']._serialized_end=829
-  _globals['_GETSURVEYREQUEST']._serialized_start=831
-  _globals['_GETSURVEYREQUEST']._serialized_end=868
-  _globals['_LISTSURVEYSREQUEST']._serialized_start=870
-  _globals['_LISTSURVEYSREQUEST']._serialized_end=890
-  _globals['_LISTSURVEYSRESPONSE']._serialized_start=892
-  _globals['_LISTSURVEYSRESPONSE']._serialized_end=946
-  _globals['_ESTIMATEREQUEST']._serialized_start=948
-  _globals['_ESTIMATEREQUEST']._serialized_end=1025
-  _globals['_ESTIMATERESPONSE']._serialized_start=1028
-  _globals['_ESTIMATERESPONSE']._serialized_end=1235
-  _globals['_GOODNESSOFFITREQUEST']._serialized_start=1238
-  _globals['_GOODNESSOFFITREQUEST']._serialized_end=1392
-  _globals['_INDEPENDENCEREQUEST']._serialized_start=1395
-  _globals['_INDEPENDENCEREQUEST']._serialized_end=1536
-  _globals['_TESTRESPONSE']._serialized_start=1539
-  _globals['_TESTRESPONSE']._serialized_end=1848
-  _globals['_COLLECTOR']._serialized_start=2068
-  _globals['_COLLECTOR']._serialized_end=2328
-  _globals['_ANALYST']._serialized_start=2331
-  _globals['_ANALYST']._serialized_end=2539
+  _globals['_SURVEY']._serialized_start=281
+  _globals['_SURVEY']._serialized_end=436
+  _globals['_REPORT']._serialized_start=439
+  _globals['_REPORT']._serialized_end=578
+  _globals['_REPORTRESULT']._serialized_start=580
+  _globals['_REPORTRESULT']._serialized_end=705
+  _globals['_UPLOADREQUEST']._serialized_start=707
+  _globals['_UPLOADREQUEST']._serialized_end=774
+  _globals['_UPLOADRESPONSE']._serialized_start=776
+  _globals['_UPLOADRESPONSE']._serialized_end=889
+  _globals['_GETSURVEYREQUEST']._serialized_start=891
+  _globals['_GETSURVEYREQUEST']._serialized_end=928
+  _globals['_LISTSURVEYSREQUEST']._serialized_start=930
+  _globals['_LISTSURVEYSREQUEST']._serialized_end=950
+  _globals['_LISTSURVEYSRESPONSE']._serialized_start=952
+  _globals['_LISTSURVEYSRESPONSE']._serialized_end=1006
+  _globals['_ESTIMATEREQUEST']._serialized_start=1008
+  _globals['_ESTIMATEREQUEST']._serialized_end=1113
+  _globals['_ESTIMATERESPONSE']._serialized_start=1116
+  _globals['_ESTIMATERESPONSE']._serialized_end=1323
+  _globals['_GOODNESSOFFITREQUEST']._serialized_start=1326
+  _globals['_GOODNESSOFFITREQUEST']._serialized_end=1508
+  _globals['_INDEPENDENCEREQUEST']._serialized_start=1511
+  _globals['_INDEPENDENCEREQUEST']._serialized_end=1680
+  _globals['_TESTRESPONSE']._serialized_start=1683
+  _globals['_TESTRESPONSE']._serialized_end=1992
+  _globals['_PREREGISTERREQUEST']._serialized_start=1994
+  _globals['_PREREGISTERREQUEST']._serialized_end=2047
+  _globals['_PREREGISTERRESPONSE']._serialized_start=2049
+  _globals['_PREREGISTERRESPONSE']._serialized_end=2131
+  _globals['_CONFIRMREQUEST']._serialized_start=2133
+  _globals['_CONFIRMREQUEST']._serialized_end=2168
+  _globals['_CONFIRMRESPONSE']._serialized_start=2170
+  _globals['_CONFIRMRESPONSE']._serialized_end=2266
+  _globals['_HOLDOUTREQUEST']._serialized_start=2268
+  _globals['_HOLDOUTREQUEST']._serialized_end=2350
+  _globals['_HOLDOUTRESPONSE']._serialized_start=2353
+  _globals['_HOLDOUTRESPONSE']._serialized_end=2515
+  _globals['_COLLECTOR']._serialized_start=2800
+  _globals['_COLLECTOR']._serialized_end=3060
+  _globals['_ANALYST']._serialized_start=3063
+  _globals['_ANALYST']._serialized_end=3467
 # @@protoc_insertion_point(module_scope)

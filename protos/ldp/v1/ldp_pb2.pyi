@@ -15,6 +15,12 @@ class Mechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GAUSSIAN: _ClassVar[Mechanism]
     LAPLACE: _ClassVar[Mechanism]
 
+class Side(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SIDE_UNSPECIFIED: _ClassVar[Side]
+    EXPLORATION: _ClassVar[Side]
+    CONFIRMATION: _ClassVar[Side]
+
 class ReportStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     REPORT_STATUS_UNSPECIFIED: _ClassVar[ReportStatus]
@@ -27,6 +33,9 @@ RANDOMIZED_RESPONSE: Mechanism
 FLIP_COMPONENTS: Mechanism
 GAUSSIAN: Mechanism
 LAPLACE: Mechanism
+SIDE_UNSPECIFIED: Side
+EXPLORATION: Side
+CONFIRMATION: Side
 REPORT_STATUS_UNSPECIFIED: ReportStatus
 ACCEPTED: ReportStatus
 DUPLICATE: ReportStatus
@@ -62,32 +71,36 @@ class Question(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ...) -> None: ...
 
 class Survey(_message.Message):
-    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth")
+    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     MIN_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_DEVICE_AUTH_FIELD_NUMBER: _ClassVar[int]
+    EXPLORATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     questions: _containers.RepeatedCompositeFieldContainer[Question]
     min_batch_size: int
     require_device_auth: bool
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ...) -> None: ...
+    exploration_fraction: float
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ..., exploration_fraction: _Optional[float] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("report_id", "survey_id", "question_id", "payload", "definition_digest")
+    __slots__ = ("report_id", "survey_id", "question_id", "payload", "definition_digest", "side")
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DEFINITION_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SIDE_FIELD_NUMBER: _ClassVar[int]
     report_id: bytes
     survey_id: str
     question_id: str
     payload: bytes
     definition_digest: bytes
-    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., definition_digest: _Optional[bytes] = ...) -> None: ...
+    side: Side
+    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., definition_digest: _Optional[bytes] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
 
 class ReportResult(_message.Message):
     __slots__ = ("report_id", "status", "code", "reason", "retry_after_ms")
@@ -140,14 +153,16 @@ class ListSurveysResponse(_message.Message):
     def __init__(self, surveys: _Optional[_Iterable[_Union[Survey, _Mapping]]] = ...) -> None: ...
 
 class EstimateRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "confidence")
+    __slots__ = ("survey_id", "question_id", "confidence", "side")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    SIDE_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     confidence: float
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ...) -> None: ...
+    side: Side
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
 
 class EstimateResponse(_message.Message):
     __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected", "interval_method")
@@ -174,7 +189,7 @@ class EstimateResponse(_message.Message):
     def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ..., interval_method: _Optional[str] = ...) -> None: ...
 
 class GoodnessOfFitRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed")
+    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed", "side")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     P0_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +197,7 @@ class GoodnessOfFitRequest(_message.Message):
     METHOD_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    SIDE_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     p0: _containers.RepeatedScalarFieldContainer[float]
@@ -189,23 +205,26 @@ class GoodnessOfFitRequest(_message.Message):
     method: str
     calibration: str
     seed: int
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+    side: Side
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
 
 class IndependenceRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed")
+    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed", "side")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    SIDE_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     alpha: float
     method: str
     calibration: str
     seed: int
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+    side: Side
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
 
 class TestResponse(_message.Message):
     __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism", "calibration", "calibration_reason", "n_draws")
@@ -240,3 +259,71 @@ class TestResponse(_message.Message):
     calibration_reason: str
     n_draws: int
     def __init__(self, statistic: _Optional[float] = ..., pvalue: _Optional[float] = ..., dof: _Optional[int] = ..., method: _Optional[str] = ..., n: _Optional[int] = ..., alpha: _Optional[float] = ..., reject: _Optional[bool] = ..., inconclusive: _Optional[bool] = ..., reason: _Optional[str] = ..., expected: _Optional[_Iterable[float]] = ..., observed: _Optional[_Iterable[float]] = ..., mechanism: _Optional[str] = ..., calibration: _Optional[str] = ..., calibration_reason: _Optional[str] = ..., n_draws: _Optional[int] = ...) -> None: ...
+
+class PreregisterRequest(_message.Message):
+    __slots__ = ("survey_id", "plan")
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    plan: str
+    def __init__(self, survey_id: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...
+
+class PreregisterResponse(_message.Message):
+    __slots__ = ("plan_sha256", "registered_at", "already")
+    PLAN_SHA256_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_FIELD_NUMBER: _ClassVar[int]
+    plan_sha256: str
+    registered_at: str
+    already: bool
+    def __init__(self, plan_sha256: _Optional[str] = ..., registered_at: _Optional[str] = ..., already: _Optional[bool] = ...) -> None: ...
+
+class ConfirmRequest(_message.Message):
+    __slots__ = ("survey_id",)
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    def __init__(self, survey_id: _Optional[str] = ...) -> None: ...
+
+class ConfirmResponse(_message.Message):
+    __slots__ = ("plan_sha256", "sealed_at", "results_json", "already")
+    PLAN_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SEALED_AT_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_FIELD_NUMBER: _ClassVar[int]
+    plan_sha256: str
+    sealed_at: str
+    results_json: str
+    already: bool
+    def __init__(self, plan_sha256: _Optional[str] = ..., sealed_at: _Optional[str] = ..., results_json: _Optional[str] = ..., already: _Optional[bool] = ...) -> None: ...
+
+class HoldoutRequest(_message.Message):
+    __slots__ = ("survey_id", "question_id", "test", "p0")
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEST_FIELD_NUMBER: _ClassVar[int]
+    P0_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    question_id: str
+    test: str
+    p0: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., test: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class HoldoutResponse(_message.Message):
+    __slots__ = ("reject", "level", "query", "max_queries", "rejections", "max_rejections", "alpha", "guarantee")
+    REJECT_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUERIES_FIELD_NUMBER: _ClassVar[int]
+    REJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    reject: bool
+    level: float
+    query: int
+    max_queries: int
+    rejections: int
+    max_rejections: int
+    alpha: float
+    guarantee: str
+    def __init__(self, reject: _Optional[bool] = ..., level: _Optional[float] = ..., query: _Optional[int] = ..., max_queries: _Optional[int] = ..., rejections: _Optional[int] = ..., max_rejections: _Optional[int] = ..., alpha: _Optional[float] = ..., guarantee: _Optional[str] = ...) -> None: ...

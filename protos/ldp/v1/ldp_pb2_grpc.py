@@ -253,6 +253,21 @@ class AnalystStub:
                 request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.IndependenceRequest.SerializeToString,
                 response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.FromString,
                 _registered_method=True)
+        self.Preregister = channel.unary_unary(
+                '/ldp.v1.Analyst/Preregister',
+                request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.PreregisterRequest.SerializeToString,
+                response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.PreregisterResponse.FromString,
+                _registered_method=True)
+        self.Confirm = channel.unary_unary(
+                '/ldp.v1.Analyst/Confirm',
+                request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.ConfirmRequest.SerializeToString,
+                response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.ConfirmResponse.FromString,
+                _registered_method=True)
+        self.HoldoutTest = channel.unary_unary(
+                '/ldp.v1.Analyst/HoldoutTest',
+                request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutRequest.SerializeToString,
+                response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutResponse.FromString,
+                _registered_method=True)
 
 
 class AnalystServicer:
@@ -276,6 +291,25 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Preregister(self, request, context):
+        """Explore, then confirm (docs/adaptive-analysis.md; status codes in docs/wire.md §8).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Confirm(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HoldoutTest(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -293,6 +327,21 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.Independence,
                     request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.IndependenceRequest.FromString,
                     response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.SerializeToString,
+            ),
+            'Preregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.Preregister,
+                    request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.PreregisterRequest.FromString,
+                    response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.PreregisterResponse.SerializeToString,
+            ),
+            'Confirm': grpc.unary_unary_rpc_method_handler(
+                    servicer.Confirm,
+                    request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.ConfirmRequest.FromString,
+                    response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.ConfirmResponse.SerializeToString,
+            ),
+            'HoldoutTest': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldoutTest,
+                    request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutRequest.FromString,
+                    response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -376,6 +425,87 @@ class Analyst:
             '/ldp.v1.Analyst/Independence',
             protos_dot_ldp_dot_v1_dot_ldp__pb2.IndependenceRequest.SerializeToString,
             protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Preregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ldp.v1.Analyst/Preregister',
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.PreregisterRequest.SerializeToString,
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.PreregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Confirm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ldp.v1.Analyst/Confirm',
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.ConfirmRequest.SerializeToString,
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.ConfirmResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldoutTest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ldp.v1.Analyst/HoldoutTest',
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutRequest.SerializeToString,
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,81 @@
+"""What the commands and the Analyst RPCs run on the confirmation side's histograms (which the
+store hands over inside its sealing or holdout transaction): the sealed record of a plan, and
+one SparseValidate answer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from aggregator.analyses import TESTS
+from aggregator.confirm.family import run_family
+from aggregator.confirm.plan import Plan
+from aggregator.confirm.sparse_validate import SparseValidate
+from aggregator.errors import ConfirmationError, InsufficientDataError, InvalidInputError
+from aggregator.histogram import Histogram
+from aggregator.stats import goodness_of_fit, independence
+from aggregator.stats.montecarlo import minimum_draws
+from client.survey import SurveySpec
+
+#: Simulated calibrations at holdout level beta run at least this many times 1/beta draws.
+HOLDOUT_DRAW_FACTOR = 4
+
+
+def _released(survey: SurveySpec, question_id: str, hist: Histogram) -> None:
+    if hist.n < survey.min_batch_size:
+        raise InsufficientDataError(
+            f"{survey.id}/{question_id} has {hist.n} confirmation-side reports; results are "
+            f"released from {survey.min_batch_size}"
+        )
+
+
+def sealed_record(
+    plan: Plan, survey: SurveySpec, histograms: Mapping[str, Histogram], seed: int = 0
+) -> dict:
+    """The record to seal: the family run once on the confirmation side (every tested
+    question must have reached the survey's minimum batch size)."""
+    for analysis in plan.tests:
+        _released(survey, analysis.question_id, histograms[analysis.question_id])
+    return run_family(plan, survey, histograms, seed)
+
+
+def holdout_answer(
+    held: dict,
+    survey: SurveySpec,
+    histograms: Mapping[str, Histogram],
+    question_id: str,
+    test: str,
+    p0: Sequence[float] | None = None,
+    seed: int = 0,
+) -> tuple[dict, bool, float]:
+    """Run one test at the holdout's next level: (new state, reject, level). A test that cannot
+    run (too little data, inconclusive) raises and uses no query."""
+    validate = SparseValidate(**held)
+    if validate.closed:
+        raise ConfirmationError(f"survey {survey.id}: {validate.closed_reason()}")
+    level = validate.next_level()
+    try:
+        question = survey.question(question_id)
+    except KeyError:
+        raise InvalidInputError(f"survey {survey.id!r} has no question {question_id!r}") from None
+    hist = histograms[question_id]
+    _released(survey, question_id, hist)
+    if test not in TESTS:
+        raise InvalidInputError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
+    # A simulated p-value is at least 1/(draws + 1): enough draws that it can fall well below
+    # the (small) level, where the calibration is simulated at all.
+    draws = HOLDOUT_DRAW_FACTOR * minimum_draws(level)
+    if test == "goodness_of_fit":
+        if p0 is None or len(p0) != question.k:
+            raise InvalidInputError(f"goodness_of_fit needs p0 with {question.k} probabilities")
+        p0 = np.asarray(p0, dtype=float)
+        result = goodness_of_fit(hist, p0, level, rng=seed, n_draws=max(999, draws))
+    else:
+        if len(question.shape) != 2:
+            raise InvalidInputError(f"question {question_id!r}: independence needs 2 attributes")
+        result = independence(hist, question.shape, level, rng=seed, n_draws=max(199, draws))
+    if result.inconclusive:
+        raise InsufficientDataError(f"{question_id}: {result.reason}")
+    validate.record(result.reject)
+    return validate.to_dict(), bool(result.reject), level
