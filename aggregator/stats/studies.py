@@ -17,6 +17,7 @@ from aggregator.histogram import Histogram
 from aggregator.stats.composite import independence
 from aggregator.stats.gof import goodness_of_fit
 from aggregator.stats.result import TestResult
+from aggregator.stats.two_sample import two_sample
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -149,3 +150,25 @@ def skewed_table(shape: tuple[int, int]) -> np.ndarray:
     """The flattened product distribution of ``SKEWED_TABLES[shape]``."""
     rows, cols = SKEWED_TABLES[shape]
     return np.outer(rows, cols).ravel()
+
+
+def two_sample_rate(
+    mechanism: Mechanism,
+    p_a: np.ndarray,
+    p_b: np.ndarray,
+    sizes: tuple[int, int],
+    trials: int,
+    seed: int,
+    calibration: str = "auto",
+    n_draws: int = 199,
+) -> RejectionRate:
+    """Rejections of ``two_sample`` over ``trials`` studies: group A of ``sizes[0]`` answers
+    from ``p_a``, group B of ``sizes[1]`` from ``p_b`` (p_a = p_b for Type I)."""
+    rng = np.random.default_rng(seed)
+    rejections = 0
+    for _ in range(trials):
+        hist_a = draw_histogram(mechanism, p_a, sizes[0], rng)
+        hist_b = draw_histogram(mechanism, p_b, sizes[1], rng)
+        result = two_sample(hist_a, hist_b, calibration=calibration, rng=rng, n_draws=n_draws)
+        rejections += bool(result.reject)
+    return RejectionRate(rejections, trials)
