@@ -1,6 +1,6 @@
 """``ldp-aggregator``: serve, estimate, test, export, import, rebuild, job (Beam); enroll, revoke
 and list device keys; check-config, cost and export-survey for the survey file; report, plan,
-backup and restore.
+backup and restore; two-sample.
 
 User mistakes end with a one-line message on stderr (a JSON object with ``--json``) and a
 non-zero exit status (2: bad input, 3: not enough reports to release), never a traceback. Every
@@ -312,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_plan(sub)
     _add_backup(sub)
+    _add_two_sample(sub)
     return parser
 
 
@@ -1122,6 +1123,54 @@ def run_restore(args: argparse.Namespace) -> int:
     else:
         print(f"restored {manifest['reports']:,} reports ({manifest['created']}) as {args.db}")
     return 0
+
+
+def _add_two_sample(sub) -> None:
+    two = _command(
+        sub, "two-sample", "did two groups answer alike? homogeneity of two questions (read only)"
+    )
+    _common(two)
+    two.add_argument("--a", required=True, metavar="SURVEY:QUESTION", help="group A")
+    two.add_argument("--b", required=True, metavar="SURVEY:QUESTION", help="group B")
+    two.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    two.add_argument("--seed", type=int, help="seed for the Monte Carlo null")
+    two.add_argument(
+        "--calibration",
+        choices=["auto", "asymptotic", "monte-carlo"],
+        default="auto",
+        help="null distribution of the p-value (auto: simulated where the chi-square limit is "
+        "not accurate; docs/two-sample.md)",
+    )
+    _json(two)
+    two.set_defaults(run=run_two_sample)
+
+
+def run_two_sample(args: argparse.Namespace) -> int:
+    from aggregator.groups import check_same_definition
+    from aggregator.stats import two_sample
+
+    (question_a, hist_a), (question_b, hist_b) = (
+        _load(argparse.Namespace(**vars(args), **_survey_question(flag, getattr(args, flag))))
+        for flag in ("a", "b")
+    )
+    check_same_definition(question_a, question_b, (args.a, args.b))
+    try:
+        result = two_sample(hist_a, hist_b, args.alpha, calibration=args.calibration, rng=args.seed)
+    except InsufficientDataError as exc:
+        raise UserError(str(exc), status=3) from None
+    if args.json:
+        print(json.dumps({"a": args.a, "b": args.b, **result.to_dict()}))
+    else:
+        print(f"A = {args.a} (n = {hist_a.n}), B = {args.b} (n = {hist_b.n})")
+        print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
+    return 0
+
+
+def _survey_question(flag: str, text: str) -> dict[str, str]:
+    survey, sep, question = text.partition(":")
+    if not (sep and survey and question):
+        raise UserError(f"--{flag} {text!r}: expected SURVEY:QUESTION")
+    return {"survey": survey, "question": question}
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator.config import SurveyLimits
-from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.errors import IncompatibleHistogramsError, InsufficientDataError, InvalidInputError
+from aggregator.groups import check_same_definition
 from aggregator.service import wire
 from aggregator.service.answers import (
     released,
@@ -597,6 +598,12 @@ def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
             ldp_pb2.TestResponse.SerializeToString,
             MAX_SMALL_REQUEST_BYTES,
         ),
+        "TwoSample": _unary(
+            analyst.TwoSample,
+            ldp_pb2.TwoSampleRequest,
+            ldp_pb2.TestResponse.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
+        ),
     }
     _register(server, SERVICE_NAMES[1], handlers)
 
@@ -668,6 +675,27 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             question.shape,
             request.alpha or 0.05,
             request.method or None,
+            **_calibration(request),
+        )
+        return test_response(result)
+
+    async def TwoSample(self, request, context):
+        question_a, hist_a = await self._released(context, request.survey_a, request.question_a)
+        question_b, hist_b = await self._released(context, request.survey_b, request.question_b)
+        names = (
+            f"{request.survey_a}/{request.question_a}",
+            f"{request.survey_b}/{request.question_b}",
+        )
+        try:
+            check_same_definition(question_a, question_b, names)
+        except IncompatibleHistogramsError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        result = await _analyse(
+            context,
+            "two_sample",
+            hist_a,
+            hist_b,
+            request.alpha or 0.05,
             **_calibration(request),
         )
         return test_response(result)
