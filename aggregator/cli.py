@@ -58,8 +58,9 @@ PROG = "ldp-aggregator"
 SIDECAR_SUFFIXES = (".limits-secret", ".caps")
 DEFAULT_PORT = 50051
 METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics' method tables
-    "test method; default: the first one of the question's mechanism. gof: "
-    "randomized_response: pearson; flip_components: projected, nonprojected; gaussian: "
+    "test method; default: the first one of the question's mechanism (t1, t2 are the "
+    "large-domain U-statistics of docs/calibration.md). gof: "
+    "randomized_response: pearson, t2; flip_components: projected, nonprojected, t1; gaussian: "
     "projected, nonprojected, imhof; laplace: monte-carlo. independence: randomized_response: "
     "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap"
 )
