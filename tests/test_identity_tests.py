@@ -22,7 +22,13 @@ from aggregator.stats.identity import (
     u_moments,
     u_statistic,
 )
-from aggregator.stats.studies import RejectionRate, gof_runner, rejection_rate, zipf
+from aggregator.stats.studies import (
+    RejectionRate,
+    gof_runner,
+    raptor_rate,
+    rejection_rate,
+    zipf,
+)
 from client.mechanisms import FlipComponents, RandomizedResponse
 
 ALPHA = 0.05
@@ -119,32 +125,22 @@ def test_t2_on_a_generic_channel_keeps_its_level_and_detects():
     assert rejections[1] > 150
 
 
-def raptor_study(k, eps, groups, n, p, p0, rng):
-    """n RAPTOR reports, devices assigned to groups uniformly, public random halves."""
-    masks = np.zeros((groups, k), dtype=bool)
-    for row in masks:
-        row[rng.permutation(k)[: k // 2]] = True
-    sizes = rng.multinomial(n, np.full(groups, 1 / groups))
-    in_subset = masks @ p
-    keep = 1 / (1 + math.exp(-eps))
-    sums = rng.binomial(sizes, (1 - keep) + (2 * keep - 1) * in_subset)
-    return sums, sizes, masks
-
-
 def test_t3_type1_and_power():
-    rng = np.random.default_rng(8)
     k, eps, groups, n = 64, 1.0, 10, 4000
     p0 = np.full(k, 1 / k)
     p1 = p0 + 0.008 * np.where(np.arange(k) < k // 2, 1.0, -1.0)
-    results = {"null": 0, "alt": 0}
-    for _ in range(300):
-        for name, truth in (("null", p0), ("alt", p1)):
-            sums, sizes, masks = raptor_study(k, eps, groups, n, truth, p0, rng)
-            result = raptor_test(sums, sizes, masks, p0, eps, rng=rng, n_draws=99)
-            results[name] += result.reject
-    assert RejectionRate(results["null"], 300).within_band(ALPHA), results
+    null = raptor_rate(k, eps, groups, n, p0, p0, trials=300, seed=8, n_draws=99)
+    alt = raptor_rate(k, eps, groups, n, p1, p0, trials=300, seed=9, n_draws=99)
+    assert null.within_band(ALPHA), null
     predicted = raptor_power(k, eps, n, float(np.sum((p1 - p0) ** 2)), groups, ALPHA)
-    assert RejectionRate(results["alt"], 300).close_to(predicted, points=0.1), (results, predicted)
+    assert alt.close_to(predicted, points=0.1), (alt.rate, predicted)
+
+
+def test_t3_sparse_null_keeps_its_level():
+    k = 256
+    p0 = zipf(k)
+    rate = raptor_rate(k, 0.5, 20, 300, p0, p0, trials=300, seed=10, n_draws=99)
+    assert rate.within_band(ALPHA), rate
 
 
 def test_advisor_ranks_the_u_statistics_when_asked():
