@@ -13,7 +13,7 @@ def check_same_definition(a: QuestionSpec, b: QuestionSpec, names: tuple[str, st
     first, second = _definition(a), _definition(b)
     if first == second:
         return
-    for key in first.keys() | second.keys():
+    for key in [*first, *(key for key in second if key not in first)]:  # mechanism first
         if first.get(key) != second.get(key):
             what = "categories" if key == "attributes" else key
             raise IncompatibleHistogramsError(
