@@ -1,6 +1,6 @@
 """``ldp-aggregator``: serve, estimate, test, export, import, rebuild, job (Beam); enroll, revoke
 and list device keys; check-config, cost and export-survey for the survey file; report, plan,
-backup and restore.
+backup and restore; two-sample.
 
 User mistakes end with a one-line message on stderr (a JSON object with ``--json``) and a
 non-zero exit status (2: bad input, 3: not enough reports to release), never a traceback. Every
@@ -60,8 +60,9 @@ PROG = "ldp-aggregator"
 SIDECAR_SUFFIXES = (".limits-secret", ".caps")
 DEFAULT_PORT = 50051
 METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics' method tables
-    "test method; default: the first one of the question's mechanism. gof: "
-    "randomized_response: pearson; flip_components: projected, nonprojected; gaussian: "
+    "test method; default: the first one of the question's mechanism (t1, t2 are the "
+    "large-domain U-statistics of docs/calibration.md). gof: "
+    "randomized_response: pearson, t2; flip_components: projected, nonprojected, t1; gaussian: "
     "projected, nonprojected, imhof; laplace: monte-carlo. independence: randomized_response: "
     "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap"
 )
@@ -320,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_confirm(sub)
     _add_plan(sub)
     _add_backup(sub)
+    _add_two_sample(sub)
     return parser
 
 
@@ -1326,6 +1328,60 @@ def run_restore(args: argparse.Namespace) -> int:
     else:
         print(f"restored {manifest['reports']:,} reports ({manifest['created']}) as {args.db}")
     return 0
+
+
+def _add_two_sample(sub) -> None:
+    two = _command(
+        sub, "two-sample", "did two groups answer alike? homogeneity of two questions (read only)"
+    )
+    _common(two)
+    two.add_argument("--a", required=True, metavar="SURVEY:QUESTION", help="group A")
+    two.add_argument("--b", required=True, metavar="SURVEY:QUESTION", help="group B")
+    two.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    two.add_argument("--seed", type=int, help="seed for the Monte Carlo null")
+    two.add_argument(
+        "--calibration",
+        choices=["auto", "asymptotic", "monte-carlo"],
+        default="auto",
+        help="null distribution of the p-value (auto: simulated where the chi-square limit is "
+        "not accurate; docs/two-sample.md)",
+    )
+    _json(two)
+    two.set_defaults(run=run_two_sample)
+
+
+def run_two_sample(args: argparse.Namespace) -> int:
+    from aggregator.groups import check_same_definition
+    from aggregator.stats import two_sample
+
+    # A split survey is read on its exploration side (labelled), like estimate and test.
+    groups = [
+        argparse.Namespace(**{"side": None, **vars(args)}, **_survey_question(flag, text))
+        for flag, text in (("a", args.a), ("b", args.b))
+    ]
+    (question_a, hist_a), (question_b, hist_b) = (_load(group, test=True) for group in groups)
+    exploratory = any(group.exploratory for group in groups)
+    check_same_definition(question_a, question_b, (args.a, args.b))
+    try:
+        result = two_sample(hist_a, hist_b, args.alpha, calibration=args.calibration, rng=args.seed)
+    except InsufficientDataError as exc:
+        raise UserError(str(exc), status=3) from None
+    if args.json:
+        label = {"exploratory": True} if exploratory else {}
+        print(json.dumps({"a": args.a, "b": args.b, **label, **result.to_dict()}))
+    else:
+        if exploratory:
+            print(EXPLORATORY)
+        print(f"A = {args.a} (n = {hist_a.n}), B = {args.b} (n = {hist_b.n})")
+        print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
+    return 0
+
+
+def _survey_question(flag: str, text: str) -> dict[str, str]:
+    survey, sep, question = text.partition(":")
+    if not (sep and survey and question):
+        raise UserError(f"--{flag} {text!r}: expected SURVEY:QUESTION")
+    return {"survey": survey, "question": question}
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ Writes docs/validation.md. Usage: python scripts/validate_tests.py [--trials-sca
 ``--widened`` runs only the settings of issue 11 (sparse nulls, k up to 1,024, eps 0.05 and 8,
 skewed 5x4 and 2x10 independence at n = 2,000-200,000, per-record and aggregate paths, calibrated
 vs asymptotic power, interval coverage) under ``calibration="auto"`` and rewrites only its
-section of the output file.
+section of the output file. ``--two-sample`` runs only the two-sample (homogeneity) grid (Type I
+at small n, sparse k, k up to 1,024, eps 0.05..8; power against the noncentral chi-square) and
+rewrites only its section; ``--identity`` does the same for the large-domain identity tests T1, T2
+and T3 (Type I at k up to 4,096, power against the predictions); ``--quick`` divides the trials of
+either by 4.
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aggregator.histogram import Histogram
-from aggregator.stats import estimate, goodness_of_fit, independence, power
+from aggregator.stats import (
+    estimate,
+    goodness_of_fit,
+    independence,
+    power,
+    sample_size,
+    two_sample_power,
+)
+from aggregator.stats.identity import raptor_power
 from aggregator.stats.studies import (
     GOF_TESTS,
     INDEPENDENCE_TESTS,
@@ -36,8 +48,10 @@ from aggregator.stats.studies import (
     geometric,
     gof_runner,
     independence_runner,
+    raptor_rate,
     rejection_rate,
     skewed_table,
+    two_sample_rate,
     zipf,
 )
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
@@ -605,6 +619,334 @@ def run_lattice(args: argparse.Namespace) -> None:
     print(f"wrote the lattice section of {args.out} ({len(results)} cells, {elapsed:.0f} s)")
 
 
+# --- two-sample (homogeneity) grid ---------------------------------------------------------------
+TWO_SAMPLE_START, TWO_SAMPLE_END = "<!-- two-sample:start -->", "<!-- two-sample:end -->"
+TWO_SAMPLE_MECHANISMS = {
+    "RR": lambda k, eps: RandomizedResponse(k, eps),
+    "FC": lambda k, eps: FlipComponents(k, eps),
+    "Gauss": lambda k, eps: GaussianNoise(k, eps * eps / 2),
+    "Laplace": lambda k, eps: LaplaceNoise(k, eps),
+}
+
+
+@dataclass(frozen=True)
+class TwoSampleCell:
+    """One two-sample simulation: group A from p_a, group B from p_b (equal for Type I)."""
+
+    setting: str
+    mechanism: str
+    k: int
+    eps: float
+    sizes: tuple[int, int]
+    p_a: tuple[float, ...]
+    p_b: tuple[float, ...]
+    trials: int
+
+    @property
+    def seed(self) -> int:
+        return zlib.crc32(repr(self).encode())
+
+
+def two_sample_settings() -> list[tuple[str, int, float, tuple[int, int], np.ndarray]]:
+    """Null settings: (name, k, eps, sizes, p)."""
+    return [
+        ("small n, k = 4", 4, 1.0, (30, 20), zipf(4)),
+        ("unequal n, k = 8", 8, 2.0, (200, 2000), zipf(8)),
+        ("eps = 0.05, k = 16", 16, 0.05, (2000, 2000), zipf(16)),
+        ("sparse, eps = 8, k = 64", 64, 8.0, (150, 150), geometric(64, 0.9)),
+        ("k = 256, eps = 1", 256, 1.0, (1000, 1500), zipf(256)),
+        ("k = 1,024, eps = 1", 1024, 1.0, (2000, 2000), zipf(1024)),
+        ("sparse, k = 1,024, eps = 8", 1024, 8.0, (200, 300), zipf(1024)),
+    ]
+
+
+def two_sample_power_settings() -> list[
+    tuple[str, int, float, tuple[int, int], np.ndarray, np.ndarray]
+]:
+    """Alternatives: (name, k, eps, sizes, p_a, p_b)."""
+    shift4 = UNIFORM4 + np.array([0.06, -0.02, -0.02, -0.02])
+    shift16 = zipf(16) * (1 + 0.3 * np.cos(np.arange(16)))
+    return [
+        (f"k = 4, eps = {eps:g}", 4, eps, (3000, 2000), UNIFORM4, shift4) for eps in (1.0, 2.0)
+    ] + [
+        ("k = 16, eps = 4", 16, 4.0, (1500, 1500), zipf(16), shift16 / shift16.sum()),
+    ]
+
+
+def two_sample_cells(scale: float) -> list[TwoSampleCell]:
+    cells = []
+    for name, k, eps, sizes, p in two_sample_settings():
+        trials = max(40, round((200 if k >= 1024 else 800) * scale))
+        for mech in TWO_SAMPLE_MECHANISMS:
+            cells.append(TwoSampleCell(name, mech, k, eps, sizes, tuple(p), tuple(p), trials))
+    for name, k, eps, sizes, p_a, p_b in two_sample_power_settings():
+        trials = max(40, round(400 * scale))
+        for mech in TWO_SAMPLE_MECHANISMS:
+            cells.append(TwoSampleCell(name, mech, k, eps, sizes, tuple(p_a), tuple(p_b), trials))
+    return cells
+
+
+def run_two_sample_cell(cell: TwoSampleCell) -> tuple[TwoSampleCell, RejectionRate, float, float]:
+    """Rejection rate, predicted power and seconds per test of one cell."""
+    mech = TWO_SAMPLE_MECHANISMS[cell.mechanism](cell.k, cell.eps)
+    p_a, p_b = np.array(cell.p_a), np.array(cell.p_b)
+    started = time.perf_counter()
+    rate = two_sample_rate(mech, p_a, p_b, cell.sizes, cell.trials, cell.seed, n_draws=199)
+    seconds = (time.perf_counter() - started) / cell.trials
+    return cell, rate, two_sample_power(mech, p_a, p_b, cell.sizes), seconds
+
+
+def two_sample_section(results, scale: float, elapsed: float) -> list[str]:
+    null = [r for r in results if r[0].p_a == r[0].p_b]
+    alternative = [r for r in results if r[0].p_a != r[0].p_b]
+    inside = sum(rate.within_band(ALPHA) for _, rate, _, _ in null)
+    names = list(TWO_SAMPLE_MECHANISMS)
+    command = "python scripts/validate_tests.py --two-sample" + (" --quick" if scale < 1 else "")
+    lines = [
+        TWO_SAMPLE_START,
+        "## Two-sample (homogeneity) tests",
+        "",
+        f"Generated by `{command}` on {datetime.date.today()} ({platform.machine()}, Python "
+        f"{platform.python_version()}, {elapsed / 60:.1f} min on a 2-core VM shared with other "
+        'jobs). `two_sample(hist_a, hist_b)` with `calibration="auto"`, m = 199 Monte Carlo draws '
+        "where it simulates (randomized response: permutation of the pooled privatized reports; "
+        "otherwise a parametric bootstrap at the pooled estimate; docs/two-sample.md). Gaussian at "
+        "rho = eps^2/2. Both groups drawn with the mechanism's exact aggregate sampler.",
+        "",
+        f"**Type I summary:** {inside} of {len(null)} null cells inside the 99% binomial band "
+        "around 0.05 (`*` marks one outside).",
+        "",
+        "### Type I error (p_a = p_b)",
+        "",
+        "| setting | n_a, n_b | trials | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    lines += _two_sample_rows(null, names, power=False)
+    lines += [
+        "",
+        "### Power (simulated / noncentral chi-square prediction)",
+        "",
+        "Alternatives: k = 4, p_a uniform, p_b = p_a + (0.06, -0.02, -0.02, -0.02); k = 16, "
+        "p_a Zipf, p_b proportional to p_a (1 + 0.3 cos j).",
+        "",
+        "| setting | n_a, n_b | trials | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    lines += _two_sample_rows(alternative, names, power=True)
+    slowest = max(results, key=lambda r: r[3])
+    lines += [
+        "",
+        f"Slowest cell: {slowest[0].mechanism} at {slowest[0].setting}, "
+        f"{1000 * slowest[3]:.0f} ms per test (m = 199).",
+        TWO_SAMPLE_END,
+    ]
+    return lines
+
+
+def _two_sample_rows(results, names: list[str], power: bool) -> list[str]:
+    rows = []
+    for setting in dict.fromkeys(r[0].setting for r in results):
+        by_mech = {r[0].mechanism: r for r in results if r[0].setting == setting}
+        first = next(iter(by_mech.values()))[0]
+        cells = []
+        for name in names:
+            _, rate, predicted, _ = by_mech[name]
+            if power:
+                cells.append(f"{rate.rate:.3f} / {predicted:.3f}")
+            else:
+                cells.append(f"{rate.rate:.3f}" + ("" if rate.within_band(ALPHA) else " *"))
+        sizes = f"{first.sizes[0]:,}, {first.sizes[1]:,}"
+        rows.append(f"| {setting} | {sizes} | {first.trials} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def run_two_sample(args: argparse.Namespace) -> None:
+    started = time.time()
+    scale = args.trials_scale / 4 if args.quick else args.trials_scale
+    cells = two_sample_cells(scale)
+    cells.sort(key=lambda c: -c.trials * c.k * (4 if c.mechanism == "Laplace" else 1))
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        results = list(pool.map(run_two_sample_cell, cells, chunksize=1))
+    order = {cell: i for i, cell in enumerate(two_sample_cells(scale))}
+    results.sort(key=lambda r: order[r[0]])
+    elapsed = time.time() - started
+    section = "\n".join(two_sample_section(results, scale, elapsed))
+    text = args.out.read_text() if args.out.exists() else ""
+    if TWO_SAMPLE_START in text:
+        head, _, rest = text.partition(TWO_SAMPLE_START)
+        _, _, tail = rest.partition(TWO_SAMPLE_END)
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    args.out.write_text(text)
+    print(f"wrote the two-sample section of {args.out} ({len(results)} cells, {elapsed:.0f} s)")
+
+
+# --- large-domain identity tests (T1, T2, T3) -----------------------------------------------------
+IDENTITY_START, IDENTITY_END = "<!-- identity:start -->", "<!-- identity:end -->"
+IDENTITY_TESTS = ("T1 (flip components)", "T2 (k-RR)", "T3 (RAPTOR, L = 10)")
+RAPTOR_GROUPS = 10
+
+
+@dataclass(frozen=True)
+class IdentityCell:
+    """One T1/T2/T3 simulation (truth = null for Type I)."""
+
+    test: str
+    k: int
+    eps: float
+    n: int
+    null_name: str
+    alternative: bool
+    trials: int
+
+    @property
+    def seed(self) -> int:
+        return zlib.crc32(repr(self).encode())
+
+
+def identity_null(name: str, k: int) -> np.ndarray:
+    return np.full(k, 1 / k) if name == "uniform" else zipf(k)
+
+
+def identity_alternative(k: int) -> np.ndarray:
+    """Uniform plus Delta_j = +-0.2/k (first half up): ||Delta||_1 = 0.2."""
+    return np.full(k, 1 / k) + 0.2 / k * np.where(np.arange(k) < k // 2, 1.0, -1.0)
+
+
+def identity_power_n(test: str) -> int:
+    """n with predicted power about 0.5 at k = 1,024, eps = 1 against identity_alternative."""
+    k, p0, alt = 1024, np.full(1024, 1 / 1024), identity_alternative(1024)
+    if test.startswith("T3"):
+        d2 = float(np.sum((alt - p0) ** 2))
+        n = 1000
+        while raptor_power(k, 1.0, n, d2, RAPTOR_GROUPS, ALPHA) < 0.5:
+            n = int(n * 1.05) + 1
+        return n
+    mech, method = _identity_mechanism(test, k, 1.0)
+    return sample_size(mech, alt, null=p0, method=method, power=0.5, calibration="asymptotic")
+
+
+def _identity_mechanism(test: str, k: int, eps: float):
+    if test.startswith("T1"):
+        return FlipComponents(k, eps), "t1"
+    return RandomizedResponse(k, eps), "t2"
+
+
+def identity_cells(scale: float) -> list[IdentityCell]:
+    grid = [  # (k, eps, n, null)
+        (64, 1.0, 1000, "uniform"),
+        (64, 4.0, 300, "zipf"),
+        (1024, 1.0, 5000, "uniform"),
+        (1024, 0.5, 2000, "zipf"),
+        (4096, 1.0, 5000, "uniform"),
+        (4096, 4.0, 1000, "zipf"),
+    ]
+    cells = []
+    for test in IDENTITY_TESTS:
+        for k, eps, n, null in grid:
+            trials = max(40, round((200 if k >= 4096 else 400) * scale))
+            cells.append(IdentityCell(test, k, eps, n, null, False, trials))
+        trials = max(40, round(300 * scale))
+        cells.append(IdentityCell(test, 1024, 1.0, identity_power_n(test), "uniform", True, trials))
+    return cells
+
+
+def run_identity_cell(cell: IdentityCell) -> tuple[IdentityCell, RejectionRate, float | None]:
+    p0 = identity_null(cell.null_name, cell.k)
+    truth = identity_alternative(cell.k) if cell.alternative else p0
+    predicted = None
+    if cell.test.startswith("T3"):
+        rate = raptor_rate(
+            cell.k, cell.eps, RAPTOR_GROUPS, cell.n, truth, p0, cell.trials, cell.seed
+        )
+        if cell.alternative:
+            d2 = float(np.sum((truth - p0) ** 2))
+            predicted = raptor_power(cell.k, cell.eps, cell.n, d2, RAPTOR_GROUPS, ALPHA)
+        return cell, rate, predicted
+    mech, method = _identity_mechanism(cell.test, cell.k, cell.eps)
+    runner = gof_runner(p0, method, n_draws=199)
+    rate = rejection_rate(mech, truth, cell.n, runner, cell.trials, cell.seed)
+    if cell.alternative:
+        predicted = power(mech, truth, cell.n, null=p0, method=method)
+    return cell, rate, predicted
+
+
+def identity_section(results, scale: float, elapsed: float) -> list[str]:
+    null = [r for r in results if not r[0].alternative]
+    alternative = [r for r in results if r[0].alternative]
+    inside = sum(rate.within_band(ALPHA) for _, rate, _ in null)
+    command = "python scripts/validate_tests.py --identity" + (" --quick" if scale < 1 else "")
+    lines = [
+        IDENTITY_START,
+        "## Large-domain identity tests: T1, T2, T3",
+        "",
+        f"Generated by `{command}` on {datetime.date.today()} ({platform.machine()}, Python "
+        f"{platform.python_version()}, {elapsed / 60:.1f} min on a 2-core VM shared with other "
+        "jobs). T1 = `goodness_of_fit(method='t1')` on flip components, T2 = `method='t2'` on "
+        "k-RR, both with m = 199 exact Monte Carlo null draws; T3 = `identity.raptor_test` on "
+        f"simulated RAPTOR studies (L = {RAPTOR_GROUPS} public random halves, devices assigned "
+        "uniformly; `studies.simulate_raptor`), m = 199. docs/calibration.md has the statistics.",
+        "",
+        f"**Type I summary:** {inside} of {len(null)} null cells inside the 99% binomial band "
+        "around 0.05 (`*` marks one outside).",
+        "",
+        "### Type I error",
+        "",
+        "| k | eps | n | null | trials | " + " | ".join(IDENTITY_TESTS) + " |",
+        "|---|---|---|---|---|" + "---|" * len(IDENTITY_TESTS),
+    ]
+    settings = dict.fromkeys((c.k, c.eps, c.n, c.null_name, c.trials) for c, _, _ in null)
+    for k, eps, n, name, trials in settings:
+        cells = []
+        for test in IDENTITY_TESTS:
+            rate = next(
+                r
+                for c, r, _ in null
+                if (c.test, c.k, c.eps, c.n, c.null_name) == (test, k, eps, n, name)
+            )
+            cells.append(f"{rate.rate:.3f}" + ("" if rate.within_band(ALPHA) else " *"))
+        lines.append(f"| {k:,} | {eps:g} | {n:,} | {name} | {trials} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "### Power at k = 1,024, eps = 1 (simulated / predicted)",
+        "",
+        "Alternative: uniform plus Delta_j = +0.2/k on the first 512 categories, -0.2/k on the "
+        "others (||Delta||_1 = 0.2); n chosen for a predicted power of about 0.5 (T1/T2: "
+        "`power(..., method=...)`, Satterthwaite-normal; T3: `identity.raptor_power`).",
+        "",
+        "| test | n | trials | simulated | predicted |",
+        "|---|---|---|---|---|",
+    ]
+    for cell, rate, predicted in alternative:
+        lines.append(
+            f"| {cell.test} | {cell.n:,} | {cell.trials} | {rate.rate:.3f} | {predicted:.3f} |"
+        )
+    lines.append(IDENTITY_END)
+    return lines
+
+
+def run_identity(args: argparse.Namespace) -> None:
+    started = time.time()
+    scale = args.trials_scale / 4 if args.quick else args.trials_scale
+    cells = identity_cells(scale)
+    order = {cell: i for i, cell in enumerate(cells)}
+    cells = sorted(cells, key=lambda c: -c.trials * c.k)
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        results = sorted(pool.map(run_identity_cell, cells, chunksize=1), key=lambda r: order[r[0]])
+    elapsed = time.time() - started
+    section = "\n".join(identity_section(results, scale, elapsed))
+    text = args.out.read_text() if args.out.exists() else ""
+    if IDENTITY_START in text:
+        head, _, rest = text.partition(IDENTITY_START)
+        _, _, tail = rest.partition(IDENTITY_END)
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    args.out.write_text(text)
+    print(f"wrote the identity section of {args.out} ({len(results)} cells, {elapsed:.0f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials-scale", type=float, default=1.0)
@@ -617,7 +959,16 @@ def main() -> None:
     parser.add_argument(
         "--widened-power", action="store_true", help="only the widened section's power table"
     )
+    parser.add_argument("--two-sample", action="store_true", help="only the two-sample grid")
+    parser.add_argument("--identity", action="store_true", help="only the T1/T2/T3 grid")
+    parser.add_argument("--quick", action="store_true", help="those two with 1/4 the trials")
     args = parser.parse_args()
+    if args.two_sample:
+        run_two_sample(args)
+        return
+    if args.identity:
+        run_identity(args)
+        return
     if args.widened_power:
         run_power_only(args)
         return

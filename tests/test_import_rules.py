@@ -53,6 +53,7 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
             "aggregator.config",
             "aggregator.analyses",
             "aggregator.numbers",
+            "aggregator.groups",
         ),
         (
             "aggregator.service",

@@ -24,7 +24,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator.analyses import check_independent
 from aggregator.config import SurveyLimits
-from aggregator.errors import ClusteredReportsError, InsufficientDataError, InvalidInputError
+from aggregator.errors import (
+    ClusteredReportsError,
+    IncompatibleHistogramsError,
+    InsufficientDataError,
+    InvalidInputError,
+)
+from aggregator.groups import check_same_definition
 from aggregator.service import confirm_rpcs, wire
 from aggregator.service.answers import (
     released,
@@ -625,6 +631,12 @@ def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
             ldp_pb2.HoldoutResponse.SerializeToString,
             MAX_ANALYST_REQUEST_BYTES,
         ),
+        "TwoSample": _unary(
+            analyst.TwoSample,
+            ldp_pb2.TwoSampleRequest,
+            ldp_pb2.TestResponse.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
+        ),
     }
     _register(server, SERVICE_NAMES[1], handlers)
 
@@ -724,6 +736,31 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
 
     async def HoldoutTest(self, request, context):
         return await confirm_rpcs.holdout_test(context, self._store, self._surveys, request)
+
+    async def TwoSample(self, request, context):
+        question_a, hist_a = await self._released(
+            context, request.survey_a, request.question_a, test=True
+        )
+        question_b, hist_b = await self._released(
+            context, request.survey_b, request.question_b, test=True
+        )
+        names = (
+            f"{request.survey_a}/{request.question_a}",
+            f"{request.survey_b}/{request.question_b}",
+        )
+        try:
+            check_same_definition(question_a, question_b, names)
+        except IncompatibleHistogramsError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        result = await _analyse(
+            context,
+            "two_sample",
+            hist_a,
+            hist_b,
+            request.alpha or 0.05,
+            **_calibration(request),
+        )
+        return test_response(result)
 
 
 def _calibration(request) -> dict:

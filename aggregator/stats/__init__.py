@@ -11,6 +11,7 @@ from aggregator.stats.models import FunctionModel, IndependenceModel, Parametric
 from aggregator.stats.multiple import HolmResult, holm
 from aggregator.stats.power import Advice, advise, noncentrality, power, sample_size
 from aggregator.stats.result import TestResult
+from aggregator.stats.two_sample import two_sample, two_sample_power
 
 __all__ = [
     "Advice",
@@ -29,4 +30,6 @@ __all__ = [
     "noncentrality",
     "power",
     "sample_size",
+    "two_sample",
+    "two_sample_power",
 ]

@@ -9,6 +9,15 @@ from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import check_calibration, choose, simulate_null
 from aggregator.stats.channel import debiased, extra_variance, quadratic_form
+from aggregator.stats.identity import (
+    T1_LABEL,
+    T2_LABEL,
+    multinomial_frobenius2,
+    null_variance,
+    u_statistic,
+    u_test,
+    unary_frobenius2,
+)
 from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
@@ -29,11 +38,14 @@ from client.mechanisms import (
 )
 
 GOF_METHODS: dict[type, tuple[str, ...]] = {
-    RandomizedResponse: ("pearson",),
+    RandomizedResponse: ("pearson", "t2"),
     GaussianNoise: ("projected", "nonprojected", "imhof"),
     LaplaceNoise: ("monte-carlo",),
-    FlipComponents: ("projected", "nonprojected"),
+    FlipComponents: ("projected", "nonprojected", "t1"),
 }
+#: The rate-optimal U-statistics (stats/identity.py): always a Monte Carlo null unless
+#: calibration="asymptotic" asks for their normal law.
+U_METHODS = ("t1", "t2")
 
 _LABELS = {
     (RandomizedResponse, "pearson"): "LocalGOF: Pearson chi-square on privatized counts",
@@ -43,6 +55,8 @@ _LABELS = {
     (LaplaceNoise, "monte-carlo"): "projected chi-square, Laplace noise",
     (FlipComponents, "projected"): "projected chi-square T_FC, flip components",
     (FlipComponents, "nonprojected"): "non-projected chi-square, flip components",
+    (FlipComponents, "t1"): T1_LABEL,
+    (RandomizedResponse, "t2"): T2_LABEL,
 }
 
 
@@ -58,8 +72,10 @@ def goodness_of_fit(
 ) -> TestResult:
     """Test H0: the true answers are distributed as ``p0``, from randomized reports only.
 
-    Methods: randomized response ``pearson``; Gaussian ``projected`` (default), ``nonprojected``,
-    ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default), ``nonprojected``.
+    Methods: randomized response ``pearson``, ``t2``; Gaussian ``projected`` (default),
+    ``nonprojected``, ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default),
+    ``nonprojected``, ``t1``. T1 and T2 are the rate-optimal U-statistics of stats/identity.py
+    for large k: with ``"auto"`` they always simulate their null.
     ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
     exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or
     ``"auto"`` (asymptotic only where the diagnostics of ``stats.calibration`` pass).
@@ -80,6 +96,8 @@ def goodness_of_fit(
     statistic_of = _statistic(mech, method, n, p0)
     statistic = float(statistic_of(hist.values[None, :])[0])
     check_finite_statistic(statistic)
+    if method in U_METHODS:
+        return _u_test(hist, p0, alpha, method, statistic, statistic_of, calibration, rng, n_draws)
     choice = choose(calibration, mech, n, p0, composite=False)
     common = dict(
         method=_LABELS[(kind, method)],
@@ -105,8 +123,37 @@ def goodness_of_fit(
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
 
 
+def _u_test(hist, p0, alpha, method, statistic, statistic_of, calibration, rng, n_draws):
+    """T1 / T2 on the histogram: Monte Carlo from the aggregate sampler at p0."""
+    mech, n = hist.mechanism, hist.n
+    if n < 2:
+        raise InvalidInputError(f"{method.upper()} needs at least 2 reports, got n = {n}")
+    q0 = mech.report_mean(p0)
+    if method == "t1":
+        variance0 = null_variance(n, unary_frobenius2(mech, p0))
+    else:
+        variance0 = null_variance(n, multinomial_frobenius2(q0))
+    generator = make_rng(rng)
+    return u_test(
+        statistic,
+        lambda: statistic_of(simulate_null(mech, n, p0, generator, n_draws)),
+        variance0,
+        _LABELS[(type(mech), method)],
+        n=n,
+        alpha=alpha,
+        calibration=calibration,
+        n_draws=n_draws,
+        expected=n * q0,
+        observed=hist.values.copy(),
+        mechanism=mech.describe(),
+    )
+
+
 def _statistic(mech: Mechanism, method: str, n: int, p0: np.ndarray):
     """The method's statistic as a function of stacked sufficient statistics (m, k) -> (m,)."""
+    if method in U_METHODS:
+        q0 = mech.report_mean(p0)
+        return lambda values: u_statistic(values, n, q0)
     if method == "imhof":
         return lambda values: np.sum((values - n * p0) ** 2 / (n * p0), axis=-1)
     projected = method != "nonprojected"

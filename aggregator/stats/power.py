@@ -7,7 +7,9 @@ For a fixed alternative p1 the statistics are asymptotically noncentral chi-squa
 noncentrality ``nu = n * (p1 - p0)^T W(p0) (p1 - p0)`` (goodness of fit) or
 ``nu = n * min_theta (p1 - p(theta))^T W(phi) (p1 - p(theta))`` (composite nulls), W being the
 test's metric in de-biased units (with ``calibration="asymptotic"`` the Laplace tests use the
-same Gaussian limit); the Gaussian ``imhof`` method uses a weighted noncentral sum.
+same Gaussian limit); the Gaussian ``imhof`` method uses a weighted noncentral sum. The
+U-statistics T1/T2 (``method="t1"``/``"t2"``) use the normal law with their exact mean and
+variances (stats/identity.py; ``noncentrality`` gives E[T] / sd0(T)).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from aggregator.errors import InvalidInputError
 from aggregator.stats.calibration import check_calibration, choose
 from aggregator.stats.channel import extra_variance, metric_matrix, quadratic_form
 from aggregator.stats.composite import COMPOSITE_METHODS
-from aggregator.stats.gof import GOF_METHODS, imhof_matrix
+from aggregator.stats.gof import GOF_METHODS, U_METHODS, imhof_matrix
+from aggregator.stats.identity import UMoments, u_moments, u_power
 from aggregator.stats.imhof import weighted_chi2_isf, weighted_chi2_sf
 from aggregator.stats.minchisq import fit_minimum_chi_square
 from aggregator.stats.models import IndependenceModel, ParametricModel
@@ -50,6 +53,7 @@ class _Plan:
     alternative: np.ndarray | None = None
     null: np.ndarray | None = None  # p0, or the model's closest fit to the alternative
     model: ParametricModel | None = None
+    u_moments: UMoments | None = None  # T1/T2 (stats/identity.py)
 
 
 def _plan(
@@ -76,6 +80,10 @@ def _plan(
     p0 = check_distribution(null, k, "null")
     method = check_method(method, GOF_METHODS[type(mechanism)], mechanism.name)
     delta = p1 - p0
+    if method in U_METHODS:
+        moments = u_moments(mechanism, method, p0, p1)
+        nu = moments.mean / math.sqrt(2 * moments.trace0_sq)  # n * nu ~ E[T] / sd0(T)
+        return _Plan(mechanism, method, 0, nu, alternative=p1, null=p0, u_moments=moments)
     if method == "imhof":
         if (p0 <= 0).any():
             raise InvalidInputError("the imhof method needs every null cell > 0")
@@ -105,6 +113,8 @@ def _simulated(plan: _Plan, n: float, calibration: str) -> bool:
     """Does the test as run with n reports calibrate by simulation, at a point where the
     chi-square law would not give its power? (Laplace tests always simulate, but where the
     diagnostics pass their power is the asymptotic one.)"""
+    if plan.u_moments is not None:
+        return False  # T1/T2: the normal law of spec section 3 (their own power formula)
     composite = plan.model is not None
     n = max(1, round(n))
     choice = choose(
@@ -130,6 +140,8 @@ def _power_as_run(plan: _Plan, n: float, alpha: float, calibration: str) -> floa
 
 
 def _power(plan: _Plan, n: float, alpha: float) -> float:
+    if plan.u_moments is not None:
+        return u_power(plan.u_moments, max(n, 2.0), alpha)
     if plan.imhof is not None:
         lam, per_n = plan.imhof
         tau = weighted_chi2_isf(alpha, lam)
@@ -230,6 +242,8 @@ def _searched_sample_size(plan: _Plan, start: int, target: float, alpha: float, 
 
 
 def _asymptotic_sample_size(plan: _Plan, per_n: float, power: float, alpha: float) -> int:
+    if plan.u_moments is not None:
+        return _bisected_sample_size(plan, power, alpha)
     if plan.imhof is None:
         critical = stats.chi2.isf(alpha, plan.dof)
         target = optimize.brentq(
@@ -249,6 +263,11 @@ def _asymptotic_sample_size(plan: _Plan, per_n: float, power: float, alpha: floa
     critical = stats.chi2.isf(alpha, lam.size)  # the chi-square guess bounds the work
     guess = optimize.brentq(lambda nu: stats.ncx2.sf(critical, lam.size, nu) - power, 1e-9, 1e9)
     _check_plannable(guess / float(np.sum(per_cell * lam)) * lam.min() / 10)
+    return _bisected_sample_size(plan, power, alpha)
+
+
+def _bisected_sample_size(plan: _Plan, power: float, alpha: float) -> int:
+    """Smallest n with asymptotic power >= ``power``, by doubling then bisection."""
     hi = 1
     while _power(plan, hi, alpha) < power:
         _check_plannable(2 * hi)
@@ -292,9 +311,12 @@ def advise(
     null: np.ndarray | None = None,
     shape: tuple[int, int] | None = None,
     alpha: float = 0.05,
+    u_statistics: bool = False,
 ) -> list[Advice]:
     """Rank the mechanisms by the power of their tests as run (``calibration="auto"``) for
-    (k, epsilon, null or shape, alternative, n).
+    (k, epsilon, null or shape, alternative, n). With ``u_statistics=True`` (goodness of fit), the
+    U-statistics T1 (flip components) and T2 (randomized response) are ranked too, by their
+    normal-approximation power (``Advice.method`` "t1" / "t2").
 
     Gaussian noise is compared at rho = epsilon^2 / 2, a weaker guarantee than epsilon-LDP.
     """
@@ -310,9 +332,12 @@ def advise(
     except (ValueError, TypeError, OverflowError) as exc:
         name = "k" if str(exc).startswith("k ") else "epsilon"
         raise InvalidInputError(f"{name}: {exc}") from None
+    tests = [(mech, note, None) for mech, note in candidates]
+    if u_statistics and null is not None:  # the rate-optimal U-statistics, for large k
+        tests += [(candidates[1][0], "T1 U-statistic", "t1"), (candidates[0][0], "T2", "t2")]
     advice = []
-    for mech, note in candidates:
-        plan = _plan(mech, alternative, null, shape, None, None)
+    for mech, note, method in tests:
+        plan = _plan(mech, alternative, null, shape, None, method)
         predicted = _power_as_run(plan, n, alpha, "auto")
         if _simulated(plan, n, "auto"):
             note = "; ".join(x for x in (note, "power of the calibrated test, simulated") if x)

@@ -16,7 +16,9 @@ from scipy import stats
 from aggregator.histogram import Histogram
 from aggregator.stats.composite import independence
 from aggregator.stats.gof import goodness_of_fit
+from aggregator.stats.identity import raptor_test
 from aggregator.stats.result import TestResult
+from aggregator.stats.two_sample import two_sample
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -149,3 +151,61 @@ def skewed_table(shape: tuple[int, int]) -> np.ndarray:
     """The flattened product distribution of ``SKEWED_TABLES[shape]``."""
     rows, cols = SKEWED_TABLES[shape]
     return np.outer(rows, cols).ravel()
+
+
+def two_sample_rate(
+    mechanism: Mechanism,
+    p_a: np.ndarray,
+    p_b: np.ndarray,
+    sizes: tuple[int, int],
+    trials: int,
+    seed: int,
+    calibration: str = "auto",
+    n_draws: int = 199,
+) -> RejectionRate:
+    """Rejections of ``two_sample`` over ``trials`` studies: group A of ``sizes[0]`` answers
+    from ``p_a``, group B of ``sizes[1]`` from ``p_b`` (p_a = p_b for Type I)."""
+    rng = np.random.default_rng(seed)
+    rejections = 0
+    for _ in range(trials):
+        hist_a = draw_histogram(mechanism, p_a, sizes[0], rng)
+        hist_b = draw_histogram(mechanism, p_b, sizes[1], rng)
+        result = two_sample(hist_a, hist_b, calibration=calibration, rng=rng, n_draws=n_draws)
+        rejections += bool(result.reject)
+    return RejectionRate(rejections, trials)
+
+
+def simulate_raptor(
+    k: int, epsilon: float, groups: int, n: int, p: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One RAPTOR study with the spec's law (large-domain §2): public random halves S_l of [k],
+    n devices assigned to the L groups uniformly, each reporting 1{x in S_l} XOR
+    Bern(1 / (1 + e^eps)). Returns (bit_sums, group_sizes, subset_masks) for ``raptor_test``."""
+    masks = np.zeros((groups, k), dtype=bool)
+    for row in masks:
+        row[rng.permutation(k)[: k // 2]] = True
+    sizes = rng.multinomial(n, np.full(groups, 1 / groups))
+    keep = 1 / (1 + math.exp(-epsilon))
+    sums = rng.binomial(sizes, (1 - keep) + (2 * keep - 1) * (masks @ p))
+    return sums, sizes, masks
+
+
+def raptor_rate(
+    k: int,
+    epsilon: float,
+    groups: int,
+    n: int,
+    p: np.ndarray,
+    p0: np.ndarray,
+    trials: int,
+    seed: int,
+    n_draws: int = 199,
+) -> RejectionRate:
+    """Rejections of ``raptor_test`` of H0 p0 over ``trials`` RAPTOR studies drawn from p."""
+    rng = np.random.default_rng(seed)
+    rejections = 0
+    for _ in range(trials):
+        sums, sizes, masks = simulate_raptor(k, epsilon, groups, n, p, rng)
+        result = raptor_test(sums, sizes, masks, p0, epsilon, rng=rng, n_draws=n_draws)
+        rejections += bool(result.reject)
+    return RejectionRate(rejections, trials)

@@ -226,6 +226,24 @@ class IndependenceRequest(_message.Message):
     side: Side
     def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
 
+class TwoSampleRequest(_message.Message):
+    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed")
+    SURVEY_A_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_A_FIELD_NUMBER: _ClassVar[int]
+    SURVEY_B_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_B_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    survey_a: str
+    question_a: str
+    survey_b: str
+    question_b: str
+    alpha: float
+    calibration: str
+    seed: int
+    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+
 class TestResponse(_message.Message):
     __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism", "calibration", "calibration_reason", "n_draws")
     STATISTIC_FIELD_NUMBER: _ClassVar[int]

@@ -268,6 +268,11 @@ class AnalystStub:
                 request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutRequest.SerializeToString,
                 response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutResponse.FromString,
                 _registered_method=True)
+        self.TwoSample = channel.unary_unary(
+                '/ldp.v1.Analyst/TwoSample',
+                request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TwoSampleRequest.SerializeToString,
+                response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.FromString,
+                _registered_method=True)
 
 
 class AnalystServicer:
@@ -310,6 +315,13 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TwoSample(self, request, context):
+        """Did two groups answer alike? Homogeneity of two questions with one definition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -342,6 +354,11 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.HoldoutTest,
                     request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutRequest.FromString,
                     response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutResponse.SerializeToString,
+            ),
+            'TwoSample': grpc.unary_unary_rpc_method_handler(
+                    servicer.TwoSample,
+                    request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TwoSampleRequest.FromString,
+                    response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -506,6 +523,33 @@ class Analyst:
             '/ldp.v1.Analyst/HoldoutTest',
             protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutRequest.SerializeToString,
             protos_dot_ldp_dot_v1_dot_ldp__pb2.HoldoutResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TwoSample(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ldp.v1.Analyst/TwoSample',
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.TwoSampleRequest.SerializeToString,
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.FromString,
             options,
             channel_credentials,
             insecure,

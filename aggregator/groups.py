@@ -1,0 +1,36 @@
+"""Two groups to compare (two-sample tests): both questions must randomize and read their
+reports the same way, or their histograms say nothing about each other."""
+
+from __future__ import annotations
+
+from aggregator.errors import IncompatibleHistogramsError
+from client.survey import QuestionSpec
+
+
+def check_same_definition(a: QuestionSpec, b: QuestionSpec, names: tuple[str, str]) -> None:
+    """Refuse, saying what differs, unless ``a`` and ``b`` share mechanism, parameters and
+    categories (their ids, texts and attribute names may differ). ``names`` label them."""
+    first, second = _definition(a), _definition(b)
+    if first == second:
+        return
+    for key in [*first, *(key for key in second if key not in first)]:  # mechanism first
+        if first.get(key) != second.get(key):
+            what = "categories" if key == "attributes" else key
+            raise IncompatibleHistogramsError(
+                f"two-sample test needs the same question definition: {names[0]} and "
+                f"{names[1]} differ in {what} ({_brief(first.get(key))} vs "
+                f"{_brief(second.get(key))})"
+            )
+
+
+def _definition(question: QuestionSpec) -> dict[str, object]:
+    """The question's definition with each attribute reduced to its categories."""
+    definition = question.definition()
+    definition["attributes"] = [a["categories"] for a in definition["attributes"]]
+    return definition
+
+
+def _brief(value: object) -> str:
+    if isinstance(value, list):  # attributes: their categories, joined
+        return "; ".join(",".join(categories) for categories in value)
+    return str(value)

@@ -1,0 +1,231 @@
+"""Two-sample (homogeneity) tests: did two groups with a public label answer alike?
+
+H0: the true answers of group A and group B have the same distribution p (unknown). Both groups
+must use the same mechanism with the same parameters. docs/two-sample.md derives the nulls:
+
+* randomized response: the classical homogeneity chi-square on the 2 x k table of privatized
+  counts (under H0 both rows are multinomials with the same cell probabilities a0 + a1 p); its
+  Monte Carlo null permutes the pooled privatized reports between the groups, which from the
+  counts alone is a multivariate hypergeometric draw: exact at every n;
+* flip components, Gaussian, Laplace: ``n_a n_b / N * d^T W(p_bar) d`` with d the difference of
+  the two de-biased histograms and W the projected metric of the mechanism at the pooled
+  estimate p_bar (on the simplex), chi-square(k - 1) in the limit; its Monte Carlo null is a
+  parametric bootstrap: both groups drawn from the mechanism's exact aggregate sampler at p_bar.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from aggregator.errors import IncompatibleHistogramsError
+from aggregator.histogram import Histogram
+from aggregator.stats.calibration import (
+    MIN_EFFECTIVE_COUNT,
+    Choice,
+    check_calibration,
+    choose,
+    simulate_null,
+)
+from aggregator.stats.channel import (
+    is_randomized_response,
+    project_simplex,
+    quadratic_form,
+    rough_distribution,
+)
+from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
+from aggregator.stats.result import TestResult
+from aggregator.stats.validate import (
+    check_alpha,
+    check_count,
+    check_distribution,
+    check_finite_statistic,
+    check_histogram,
+    make_rng,
+)
+from client.mechanisms import Mechanism
+
+RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
+DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
+
+
+def two_sample(
+    hist_a: Histogram,
+    hist_b: Histogram,
+    alpha: float = 0.05,
+    *,
+    calibration: str = "auto",
+    rng: np.random.Generator | int | None = None,
+    n_draws: int = 999,
+) -> TestResult:
+    """Test H0: groups A and B have the same answer distribution, from their reports only.
+
+    ``calibration``: ``"asymptotic"`` (chi-square(k - 1)), ``"monte-carlo"`` (``n_draws`` null
+    draws: a permutation of the pooled reports for randomized response, exact; a parametric
+    bootstrap at the pooled estimate otherwise) or ``"auto"`` (asymptotic only where every
+    expected privatized count of both groups is at least 5; Laplace noise always simulated).
+    ``expected`` and ``observed`` of the result are group A's: its sufficient statistic and its
+    expected value under the pooled estimate.
+    """
+    hist_a = check_histogram(hist_a)
+    hist_b = check_histogram(hist_b)
+    check_same_mechanism(hist_a.mechanism, hist_b.mechanism)
+    alpha = check_alpha(alpha)
+    calibration = check_calibration(calibration)
+    n_draws = check_draws(n_draws, alpha)
+    if is_randomized_response(hist_a.mechanism):
+        return _randomized_response(hist_a, hist_b, alpha, calibration, rng, n_draws)
+    return _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws)
+
+
+def check_same_mechanism(a: Mechanism, b: Mechanism) -> None:
+    """Both groups must be randomized by the same mechanism with the same parameters."""
+    if a == b:
+        return
+    if type(a) is not type(b):
+        why = f"group A uses {a.name}, group B uses {b.name}"
+    elif a.k != b.k:
+        why = f"group A has {a.k} categories, group B has {b.k}"
+    else:
+        why = f"group A is {a.describe()}, group B is {b.describe()}"
+    raise IncompatibleHistogramsError(
+        f"two-sample test needs the same question definition (mechanism and parameters): {why}"
+    )
+
+
+def _randomized_response(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
+    n_a, n_b = hist_a.n, hist_b.n
+    pooled = hist_a.values + hist_b.values
+    cells = pooled > 0
+    share = pooled / (n_a + n_b)
+    statistic_of = _homogeneity(n_a, n_b, pooled)
+    statistic = float(statistic_of(hist_a.values[None, :])[0])
+    dof = int(cells.sum()) - 1
+    common = _common(hist_a, hist_b, alpha, n_a * share, RR_LABEL)
+    if dof < 1:
+        return TestResult(
+            0.0,
+            1.0,
+            None,
+            reject=False,
+            inconclusive=True,
+            reason="every report of both groups is in one category",
+            **common,
+        )
+    smallest = min(n_a, n_b) * float(share[cells].min())
+    choice = _choice(calibration, smallest, "permutation of the pooled privatized reports")
+    common.update(calibration=choice.calibration, calibration_reason=choice.reason)
+    if choice.simulated:
+        colors = pooled.astype(np.int64)
+        draws = make_rng(rng).multivariate_hypergeometric(colors, n_a, size=n_draws)
+        pvalue = monte_carlo_pvalue(statistic, statistic_of(draws.astype(float)))
+        return TestResult(
+            statistic, pvalue, None, reject=pvalue <= alpha, n_draws=n_draws, **common
+        )
+    pvalue = float(stats.chi2.sf(statistic, dof))
+    return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+
+
+def _homogeneity(n_a: int, n_b: int, pooled: np.ndarray):
+    """Pearson's homogeneity statistic of the 2 x k table as a function of group A's counts
+    (rows of (m, k)); group B's are the pooled counts minus A's."""
+    cells = pooled > 0
+    total = n_a + n_b
+    expected_a = n_a * pooled[cells] / total
+    expected_b = n_b * pooled[cells] / total
+
+    def statistic_of(counts_a: np.ndarray) -> np.ndarray:
+        a = counts_a[:, cells]
+        b = pooled[cells] - a
+        return np.sum((a - expected_a) ** 2 / expected_a + (b - expected_b) ** 2 / expected_b, -1)
+
+    return statistic_of
+
+
+def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
+    mech = hist_a.mechanism
+    n_a, n_b = hist_a.n, hist_b.n
+    p_bar = _pooled(hist_a.values + hist_b.values, n_a + n_b, mech)
+    statistic = float(_statistic(mech, n_a, n_b, hist_a.values, hist_b.values)[0])
+    check_finite_statistic(statistic)
+    common = _common(hist_a, hist_b, alpha, n_a * mech.report_mean(p_bar), DEBIASED_LABEL)
+    choice = choose(calibration, mech, min(n_a, n_b), p_bar, composite=False)
+    if choice.simulated:
+        reason = f"{choice.reason}; parametric bootstrap at the pooled estimate"
+        generator = make_rng(rng)
+        draws_a = simulate_null(mech, n_a, p_bar, generator, n_draws)
+        draws_b = simulate_null(mech, n_b, p_bar, generator, n_draws)
+        pvalue = monte_carlo_pvalue(statistic, _statistic(mech, n_a, n_b, draws_a, draws_b))
+        common.update(calibration="monte-carlo", calibration_reason=reason)
+        return TestResult(
+            statistic, pvalue, None, reject=pvalue <= alpha, n_draws=n_draws, **common
+        )
+    common.update(calibration="asymptotic", calibration_reason=choice.reason)
+    dof = mech.k - 1
+    pvalue = float(stats.chi2.sf(statistic, dof))
+    return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+
+
+def _pooled(values: np.ndarray, n: int, mech: Mechanism) -> np.ndarray:
+    """The pooled estimate of p (rows of ``values``), projected onto the simplex."""
+    return project_simplex(rough_distribution(values, n, mech))
+
+
+def _statistic(mech, n_a: int, n_b: int, values_a, values_b) -> np.ndarray:
+    """``n_a n_b / N * d^T W(p_bar) d`` per row of the stacked sufficient statistics."""
+    values_a = np.atleast_2d(values_a)
+    values_b = np.atleast_2d(values_b)
+    total = n_a + n_b
+    p_bar = _pooled(values_a + values_b, total, mech)
+    d = _difference(mech, values_a, n_a, values_b, n_b)
+    return n_a * n_b / total * quadratic_form(mech, d, p_bar, projected=True)
+
+
+def _difference(mech, values_a, n_a: int, values_b, n_b: int) -> np.ndarray:
+    """The difference of the two groups' de-biased histograms (the offset cancels)."""
+    return (values_a / n_a - values_b / n_b) / mech.slope
+
+
+def _choice(calibration: str, smallest: float, simulated: str) -> Choice:
+    """Randomized response: asymptotic where every expected count of both rows is >= 5."""
+    if calibration == "asymptotic":
+        return Choice("asymptotic", "requested")
+    if calibration == "monte-carlo":
+        return Choice("monte-carlo", f"requested; {simulated}")
+    if smallest < MIN_EFFECTIVE_COUNT:
+        return Choice(
+            "monte-carlo",
+            f"an expected privatized count is {smallest:.3g} < {MIN_EFFECTIVE_COUNT:g}; "
+            f"{simulated}",
+        )
+    return Choice("asymptotic", "diagnostics passed")
+
+
+def _common(hist_a, hist_b, alpha, expected_a, label) -> dict:
+    return dict(
+        method=label,
+        n=hist_a.n + hist_b.n,
+        alpha=alpha,
+        expected=np.asarray(expected_a, dtype=float),
+        observed=hist_a.values.copy(),
+        mechanism=hist_a.mechanism.describe(),
+    )
+
+
+def two_sample_power(
+    mechanism: Mechanism,
+    p_a: np.ndarray,
+    p_b: np.ndarray,
+    sizes: tuple[int, int],
+    alpha: float = 0.05,
+) -> float:
+    """Asymptotic power of ``two_sample`` with group sizes ``sizes``: noncentral chi-square(k - 1)
+    with ``nu = n_a n_b / N * (p_a - p_b)^T W(p_bar) (p_a - p_b)``, p_bar the pooled mixture."""
+    alpha = check_alpha(alpha)
+    p_a = check_distribution(p_a, mechanism.k, "p_a")
+    p_b = check_distribution(p_b, mechanism.k, "p_b")
+    n_a, n_b = (check_count(n, name) for n, name in zip(sizes, ("n_a", "n_b"), strict=True))
+    p_bar = (n_a * p_a + n_b * p_b) / (n_a + n_b)
+    nu = n_a * n_b / (n_a + n_b) * float(quadratic_form(mechanism, p_a - p_b, p_bar))
+    dof = mechanism.k - 1
+    return float(stats.ncx2.sf(stats.chi2.isf(alpha, dof), dof, nu))
