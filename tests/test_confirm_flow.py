@@ -570,3 +570,47 @@ def test_a_closed_side_fails_only_its_own_upload_through_a_worker_link(tmp_path)
         assert store.statistics("s", "q", CONFIRMATION)[0] == 0
     finally:
         store.close()
+
+
+def test_the_flow_on_a_workers_server(tmp_path, config):
+    """serve --workers 2: Preregister and Confirm seal through a worker's own transaction, the
+    writer process refuses confirmation-side uploads from then on (whichever worker takes them),
+    and the sealed results read back through every worker."""
+    from test_workers import connection, start, stop
+
+    db = tmp_path / "reports.sqlite"
+    surveys = load_surveys(config)
+    process, target = start(config, db, tmp_path, workers=2)
+    try:
+        channels = [connection(target) for _ in range(4)]  # TCP connections spread over workers
+        ldp_pb2_grpc.CollectorStub(channels[0]).Upload(
+            ldp_pb2.UploadRequest(reports=population(surveys)), timeout=30
+        )
+        analyst = ldp_pb2_grpc.AnalystStub(channels[1])
+        registered = analyst.Preregister(
+            ldp_pb2.PreregisterRequest(survey_id="split", plan=PLAN), timeout=30
+        )
+        assert registered.plan_sha256 == hashlib.sha256(PLAN.encode()).hexdigest()
+        sealed = analyst.Confirm(ldp_pb2.ConfirmRequest(survey_id="split"), timeout=60)
+        assert not sealed.already
+        assert [r["n"] for r in json.loads(sealed.results_json)["results"]] == [800, 800]
+        for channel in channels:
+            again = ldp_pb2_grpc.AnalystStub(channel).Confirm(
+                ldp_pb2.ConfirmRequest(survey_id="split"), timeout=30
+            )
+            assert again.already and again.results_json == sealed.results_json
+            late = reports(surveys["split"].question("mood"), MOOD, 3, CONFIRMATION, 99)
+            code, details = code_of(
+                ldp_pb2_grpc.CollectorStub(channel).Upload,
+                ldp_pb2.UploadRequest(reports=late),
+                timeout=30,
+            )
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and "closed" in details
+            estimate = ldp_pb2_grpc.AnalystStub(channel).Estimate(
+                ldp_pb2.EstimateRequest(survey_id="split", question_id="mood", side=CONFIRMATION),
+                timeout=30,
+            )
+            assert estimate.n == 800
+    finally:
+        status, stderr = stop(process)
+    assert status == 0, stderr

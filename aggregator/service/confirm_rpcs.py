@@ -2,9 +2,11 @@
 check of the reading RPCs (docs/adaptive-analysis.md; status codes in docs/wire.md §8).
 
 They write through the store's writer thread (ReportStore.run_in_writer), so sealing and holdout
-queries are atomic with respect to uploads; a ``--workers`` server, whose workers reach the store
-over pipes, answers them UNIMPLEMENTED. The plan and holdout logic (aggregator.confirm) and the
-statistics are imported on first use, in a worker thread, like the other analyses."""
+queries are atomic with respect to uploads; a ``--workers`` server's worker writes in a
+transaction of its own connection (RemoteStore.run_in_writer), which SQLite serializes with the
+writer's, and the writer refuses confirmation-side reports from the next transaction on. The
+plan and holdout logic (aggregator.confirm) and the statistics are imported on first use, in a
+worker thread, like the other analyses."""
 
 from __future__ import annotations
 
@@ -59,11 +61,6 @@ async def _survey(context, surveys: dict[str, SurveySpec], survey_id: str) -> Su
 
 async def _writing(context, store, function, *args):
     """Run a confirmations operation off the event loop; refusals become status codes."""
-    if not hasattr(store, "run_in_writer"):
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "explore-then-confirm RPCs need a single-process server (serve without --workers)",
-        )
     try:
         return await asyncio.to_thread(function, store, *args)
     except (ConfirmationError, InsufficientDataError) as exc:

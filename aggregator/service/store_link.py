@@ -33,6 +33,7 @@ import logging
 import os
 import pickle
 import socket
+import sqlite3
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -51,6 +52,7 @@ from aggregator.store.report_store import (
     StoreUnavailableError,
     read_statistics,
     read_stored_ids,
+    run_in_transaction,
 )
 
 log = logging.getLogger(__name__)
@@ -203,6 +205,15 @@ class RemoteStore(asyncio.Protocol):
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
         """Which of ``report_ids`` the log holds (committed)."""
         return read_stored_ids(self._db_path, report_ids)
+
+    def run_in_writer(self, fn: Callable[[sqlite3.Connection], object]) -> object:
+        """``fn(conn)`` in one write transaction of this worker's own connection (blocking: call
+        it in a thread). The explore-then-confirm RPCs write through it."""
+        return run_in_transaction(self._db_path, fn)
+
+    def close_confirmation(self, survey_id: str) -> None:
+        """Nothing to do here: the writer reads the sealed surveys again when another connection
+        has committed (ReportStore._refuse_closed_sides)."""
 
     def close(self) -> None:
         """Say goodbye after the last submit and wait for the writer's answers to everything

@@ -254,6 +254,7 @@ class ReportStore:
             rows = conn.execute("SELECT survey_id, question_id, k FROM statistics")
             self._k = {(s, q): k for s, q, k in rows}
             self._closed_sides = closed_confirmations(conn)
+            self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
@@ -628,12 +629,6 @@ class ReportStore:
         which repeat an id with other content (conflicts)."""
         conn = self._conn
         batches = [batch for submit in group for batch in submit.batches]
-        for batch in batches:
-            if batch.side == CONFIRMATION and batch.survey_id in self._closed_sides:
-                raise ConfirmationClosedError(
-                    f"survey {batch.survey_id!r}: the confirmation side is closed (its "
-                    "confirmatory results are sealed); the report is not needed"
-                )
         now = int(time.time()) // RECEIVED_RESOLUTION * RECEIVED_RESOLUTION
         rows = [
             row
@@ -649,6 +644,7 @@ class ReportStore:
             )
         ]
         with _transaction(conn):
+            self._refuse_closed_sides(batches)
             conn.execute("SAVEPOINT optimistic")
             before = conn.total_changes
             conn.executemany(_INSERT_OR_IGNORE, sorted(rows))
@@ -669,6 +665,21 @@ class ReportStore:
                 if submit.on_write is not None:
                     submit.on_write(conn, out[-1])
         return out
+
+    def _refuse_closed_sides(self, batches: list[ReportBatch]) -> None:
+        """Inside the write transaction: refuse confirmation-side reports of a sealed survey.
+        A seal committed by another connection (a ``--workers`` server's worker) changes the
+        database's ``data_version``, and the closed sides are read again."""
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._data_version = version
+            self._closed_sides = closed_confirmations(self._conn)
+        for batch in batches:
+            if batch.side == CONFIRMATION and batch.survey_id in self._closed_sides:
+                raise ConfirmationClosedError(
+                    f"survey {batch.survey_id!r}: the confirmation side is closed (its "
+                    "confirmatory results are sealed); the report is not needed"
+                )
 
     def _add_statistics(self, batches: list[ReportBatch], fresh: list[int]) -> None:
         """Add the new reports' contributions to their questions' rows (vectorized per
@@ -757,6 +768,16 @@ def _read_only(path: str) -> sqlite3.Connection:
     conn = _connect(path)
     conn.execute("PRAGMA query_only = ON")
     return conn
+
+
+def run_in_transaction(
+    path: str | os.PathLike[str], fn: Callable[[sqlite3.Connection], Any]
+) -> Any:
+    """``fn(conn)`` in one write transaction of a connection of its own, for a process that does
+    not own the store's writer (a ``--workers`` server's worker). SQLite serializes it with the
+    writer's transactions; the writer sees a sealed survey by its ``data_version``."""
+    with closing(_connect(os.fspath(path))) as conn, _transaction(conn):
+        return fn(conn)
 
 
 def _connect(path: str) -> sqlite3.Connection:
