@@ -236,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--force", action="store_true", help="write into a non-empty output directory"
     )
+    _side(export)
     export.set_defaults(run=run_export)
 
     imp = _command(sub, "import", "read shard files into the report store")
@@ -781,14 +782,21 @@ def run_export(args: argparse.Namespace) -> int:
             "into it"
         )
     survey = surveys[args.survey]
+    if args.side and not survey.split:
+        raise UserError(f"survey {survey.id} is not split; --side is for split surveys")
+    side = SIDES[args.side or "exploration"] if survey.split else 0
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
-        total = sum(reader.statistics(survey.id, q.id, q.k)[0] for q in survey.questions)
+        confirmations.check_readable(reader.connection, survey, side)
+        total = sum(reader.statistics(survey.id, q.id, q.k, side)[0] for q in survey.questions)
         with bar(total, "export", unit="reports") as progress:
-            manifest = shards.export_survey(reader, survey, args.out, args.shards, progress.update)
+            manifest = shards.export_survey(
+                reader, survey, args.out, args.shards, progress.update, side
+            )
+    which = f" ({shards.SIDE_NAMES[side]} side)" if side else ""
     print(
-        f"exported {manifest.reports} reports of {args.survey} into {len(manifest.shards)} "
-        f"shard(s) in {args.out}"
+        f"exported {manifest.reports} reports of {args.survey}{which} into "
+        f"{len(manifest.shards)} shard(s) in {args.out}"
     )
     return 0
 
@@ -811,6 +819,7 @@ def run_import(args: argparse.Namespace) -> int:
         for name, _, _ in manifest.shards:
             batch = []
             for report in shards.read_shard(args.source / name):
+                report.side = manifest.side  # a split survey's export holds one side
                 try:
                     batch.append(ingest.validate(report, surveys))
                 except ReportRejectedError as exc:

@@ -471,17 +471,55 @@ def test_a_version_1_store_is_migrated(tmp_path, config):
     conn.close()
 
 
-def test_a_split_survey_is_not_exported(tmp_path, config, capsys):
-    """Shards carry no side: exporting would hand the confirmation side to the Beam job."""
+def test_a_split_survey_is_exported_one_readable_side_at_a_time(tmp_path, config, capsys):
+    """export writes one side (named in the manifest), the confirmation side only once sealed;
+    the Beam job labels the exploration side's results exploratory, refuses a mix of sides, and
+    import puts the reports back on their side."""
     db = tmp_path / "reports.sqlite"
     surveys = load_surveys(config)
-    fill(db, surveys, population(surveys, n=30))
+    fill(db, surveys, population(surveys, n=60))
+    common = ("--config", str(config), "--db", str(db), "--survey", "split")
     status, _, err = cli(
-        capsys, "export", "--config", str(config), "--db", str(db), "--survey", "split",
-        "--out", str(tmp_path / "shards"),
-    )  # fmt: skip
+        capsys, "export", *common, "--side", "confirmation", "--out", str(tmp_path / "c")
+    )
+    assert status == 2 and not (tmp_path / "c").exists()
+    one_line_error(err, "cannot be read before its results are sealed")
+    status, out, _ = cli(capsys, "export", *common, "--out", str(tmp_path / "e"))
+    assert status == 0 and "120 reports of split (exploration side)" in out
+    assert json.loads((tmp_path / "e" / "manifest.json").read_text())["side"] == "exploration"
+
+    results = tmp_path / "results.json"
+    job = ["job", "--surveys", str(config), "--shards", str(tmp_path / "e"), "--out", str(results)]
+    status, out, _ = cli(capsys, *job)
+    assert status == 0 and "released, exploration side (exploratory)" in out
+    document = json.loads(results.read_text())
+    assert {(r["question"], r["n"], r["side"], r["exploratory"]) for r in document["results"]} == {
+        ("mood", 60, "exploration", True),
+        ("pair", 60, "exploration", True),
+    }
+
+    registered = tmp_path / "plan.toml"
+    registered.write_text(PLAN)
+    assert cli(capsys, "preregister", *common, "--plan", str(registered))[0] == 0
+    assert cli(capsys, "confirm", *common)[0] == 0
+    status, out, _ = cli(
+        capsys, "export", *common, "--side", "confirmation", "--out", str(tmp_path / "c")
+    )
+    assert status == 0 and "(confirmation side)" in out
+    both = [*job[:5], str(tmp_path / "c"), *job[5:]]  # --shards E C
+    status, _, err = cli(capsys, *both)
     assert status == 2
-    one_line_error(err, "a split survey is not exported")
+    one_line_error(err, "a job reads one side of a split survey")
+
+    copy = tmp_path / "copy.sqlite"
+    source = str(tmp_path / "e")
+    status, out, _ = cli(
+        capsys, "import", "--config", str(config), "--db", str(copy), "--from", source
+    )
+    assert status == 0 and "imported 120 new reports" in out
+    with ReportStore(copy) as store:
+        assert store.statistics("split", "mood", EXPLORATION)[0] == 60
+        assert store.statistics("split", "mood", CONFIRMATION)[0] == 0
 
 
 def test_holdout_over_grpc(tmp_path, config):

@@ -9,7 +9,7 @@ from several sources may repeat ids, so by default the job then deduplicates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apache_beam.io.filesystems import FileSystems
@@ -38,15 +38,29 @@ class ShardInput:
 class Inputs:
     shards: tuple[ShardInput, ...]
     may_overlap: bool
+    sides: dict[str, int] = field(default_factory=dict)  # split survey -> the side its shards hold
 
 
 def resolve(sources: list[str], surveys: dict[str, SurveySpec]) -> Inputs:
     """Expand shard directories and patterns into shard files."""
     found: list[ShardInput] = []
+    sides: dict[str, int] = {}
     from_patterns = False
     for source in sources:
         if Path(source).is_dir():
-            found += _from_manifest(Path(source), surveys)
+            manifest = _manifest(Path(source), surveys)
+            survey = manifest.survey.id
+            if survey in sides and sides[survey] != manifest.side:
+                raise JobInputError(
+                    f"{source}: the other side of split survey {survey}; a job reads one side "
+                    "of a split survey (export and run each side on its own)"
+                )
+            if manifest.survey.split:
+                sides[survey] = manifest.side
+            found += [
+                ShardInput(str(Path(source) / name), survey, count, digest)
+                for name, count, digest in manifest.shards
+            ]
             continue
         from_patterns = True
         matches = FileSystems.match([source])[0].metadata_list
@@ -55,15 +69,12 @@ def resolve(sources: list[str], surveys: dict[str, SurveySpec]) -> Inputs:
         found += [ShardInput(m.path) for m in sorted(matches, key=lambda m: m.path)]
     if not found:
         raise JobInputError("no shard files to read")
-    return Inputs(tuple(found), may_overlap=from_patterns or len(sources) > 1)
+    return Inputs(tuple(found), may_overlap=from_patterns or len(sources) > 1, sides=sides)
 
 
-def _from_manifest(directory: Path, surveys: dict[str, SurveySpec]) -> list[ShardInput]:
+def _manifest(directory: Path, surveys: dict[str, SurveySpec]) -> shards.Manifest:
     manifest = shards.read_manifest(directory)
     if surveys.get(manifest.survey.id) != manifest.survey:
         given = surveys.get(manifest.survey.id)
         raise JobInputError(f"{directory}: {survey_change(manifest.survey, given)}")
-    return [
-        ShardInput(str(directory / name), manifest.survey.id, count, digest)
-        for name, count, digest in manifest.shards
-    ]
+    return manifest

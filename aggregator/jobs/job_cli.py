@@ -32,14 +32,15 @@ class JobFailedError(LdpError):
 
 def run_job_command(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
+    found = inputs.resolve(args.shards, surveys)
     analysis = Analysis(
         confidence=args.confidence,
         alpha=args.alpha,
         seed=args.seed,
         calibration=args.calibration,
         gof=dict(parse_gof(option, surveys) for option in args.gof),
+        sides=found.sides,
     )
-    found = inputs.resolve(args.shards, surveys)
     dedup = args.dedup == "always" or (args.dedup == "auto" and found.may_overlap)
     spec = pipeline.JobSpec(
         surveys=surveys,
@@ -60,6 +61,10 @@ def run_job_command(args: argparse.Namespace) -> int:
         raise JobFailedError(f"job failed: {last_line(exc)}") from None
     for result in document["results"]:
         status = "released" if result["released"] else "NOT released (below min_batch_size)"
+        if "side" in result:
+            status += f", {result['side']} side" + (
+                " (exploratory)" if result["exploratory"] else ""
+            )
         print(f"{result['survey']}/{result['question']}: n = {result['n']}, {status}")
     print(f"wrote {args.out} ({len(spec.shards)} shard(s), deduplicated: {bool(dedup)})")
     return 0

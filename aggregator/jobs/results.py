@@ -13,7 +13,9 @@ from aggregator.errors import ClusteredReportsError, InsufficientDataError
 from aggregator.jobs.partial import Partial
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.store import ingest
+from aggregator.store.shards import SIDE_NAMES
 from client.survey import SurveySpec
+from protos.ldp.v1 import ldp_pb2
 
 RESULTS_FORMAT = "ldp-job-results"
 RESULTS_VERSION = 1
@@ -28,6 +30,8 @@ class Analysis:
     seed: int | None = None
     calibration: str = "auto"
     gof: dict[tuple[str, str], tuple[float, ...]] = field(default_factory=dict)
+    #: The side each split survey's shards hold (from their manifests).
+    sides: dict[str, int] = field(default_factory=dict)
 
 
 def question_result(survey: SurveySpec, question_id: str, total: Partial, analysis: Analysis):
@@ -44,6 +48,17 @@ def question_result(survey: SurveySpec, question_id: str, total: Partial, analys
         "min_batch_size": survey.min_batch_size,
         "released": total.n >= survey.min_batch_size,
     }
+    if survey.split:
+        side = analysis.sides.get(survey.id)
+        if side is None:
+            out["released"] = False
+            out["reason"] = (
+                f"survey {survey.id} is split, and these shards do not say which side they hold: "
+                "read the export directory (its manifest names the side), not file patterns"
+            )
+            return out
+        out["side"] = SIDE_NAMES[side]
+        out["exploratory"] = side == ldp_pb2.EXPLORATION
     if not out["released"]:
         out["reason"] = (
             f"{total.n} reports; results are released from {survey.min_batch_size} "

@@ -55,14 +55,21 @@ class StoreReader:
         return self._conn
 
     def iter_reports(
-        self, survey_id: str, question_id: str | None = None, batch: int = 10000
+        self,
+        survey_id: str,
+        question_id: str | None = None,
+        batch: int = 10000,
+        side: int | None = None,
     ) -> Iterator[tuple[bytes, str, bytes]]:
         """(report_id, question_id, payload) in report_id order, from one snapshot."""
         sql = "SELECT report_id, question_id, payload FROM reports WHERE survey_id = ?"
-        params: tuple[str, ...] = (survey_id,)
+        params: tuple[str | int, ...] = (survey_id,)
         if question_id is not None:
             sql += " AND question_id = ?"
             params += (question_id,)
+        if side is not None:  # one side of a split survey
+            sql += " AND side = ?"
+            params += (side,)
         with closing(self._conn.execute(sql + " ORDER BY report_id", params)) as cursor:
             while rows := cursor.fetchmany(batch):
                 yield from rows

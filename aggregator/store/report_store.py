@@ -431,15 +431,22 @@ class ReportStore:
             return conn.execute(sql, (survey_id,)).fetchone()[0]
 
     def iter_reports(
-        self, survey_id: str, question_id: str | None = None, batch: int = 10000
+        self,
+        survey_id: str,
+        question_id: str | None = None,
+        batch: int = 10000,
+        side: int | None = None,
     ) -> Iterator[tuple[bytes, str, bytes]]:
         """Stream (report_id, question_id, payload) in report_id order, ``batch`` rows at a time,
         from one consistent snapshot (a single read statement)."""
         sql = "SELECT report_id, question_id, payload FROM reports WHERE survey_id = ?"
-        params: tuple[str, ...] = (survey_id,)
+        params: tuple[str | int, ...] = (survey_id,)
         if question_id is not None:
             sql += " AND question_id = ?"
             params += (question_id,)
+        if side is not None:  # one side of a split survey
+            sql += " AND side = ?"
+            params += (side,)
         with closing(self._reader()) as conn:
             cursor = conn.execute(sql + " ORDER BY report_id", params)
             while rows := cursor.fetchmany(batch):

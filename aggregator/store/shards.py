@@ -30,6 +30,7 @@ VERSION = 1
 HEADER = b"LDPR" + bytes([VERSION, 0, 0, 0])
 MAX_RECORD_BYTES = 1 << 20
 PROGRESS_EVERY = 4096  # reports between two progress calls of an export
+SIDE_NAMES = {ldp_pb2.EXPLORATION: "exploration", ldp_pb2.CONFIRMATION: "confirmation"}
 
 
 class ShardFormatError(ValueError):
@@ -40,6 +41,7 @@ class ShardFormatError(ValueError):
 class Manifest:
     survey: SurveySpec
     shards: tuple[tuple[str, int, str], ...]  # (file name, report count, sha256 hex)
+    side: int = 0  # the side of a split survey the shards hold (ldp.v1.Side); 0: not split
 
     @property
     def reports(self) -> int:
@@ -61,18 +63,18 @@ def export_survey(
     out_dir: Path,
     shards: int,
     progress: Callable[[int], object] | None = None,
+    side: int = 0,
 ) -> Manifest:
     """Write every stored report of ``survey`` into ``shards`` shard files plus a manifest;
     ``progress(count)`` hears of the reports written, every ``PROGRESS_EVERY`` of them.
-    A split survey is refused: shards do not carry the side, and its confirmation side must
-    not be read before its results are sealed (docs/adaptive-analysis.md)."""
+    A split survey is exported one side at a time (``side``, named in the manifest; the caller
+    checks that the side may be read: docs/adaptive-analysis.md)."""
     if shards < 1:
         raise ValueError("shards must be at least 1")
-    if survey.split:
-        raise ValueError(
-            f"survey {survey.id} is split into exploration and confirmation; shards do not "
-            "carry the side, so a split survey is not exported"
-        )
+    if survey.split and side not in SIDE_NAMES:
+        raise ValueError(f"survey {survey.id} is split: export its exploration or its confirmation")
+    if not survey.split and side:
+        raise ValueError(f"survey {survey.id} is not split: it has no sides")
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [shard_name(survey.id, i, shards) for i in range(shards)]
     files = [open(out_dir / name, "wb") for name in names]  # noqa: SIM115 - closed below
@@ -81,7 +83,7 @@ def export_survey(
     try:
         for file in files:
             file.write(HEADER)
-        for report_id, question_id, payload in store.iter_reports(survey.id):
+        for report_id, question_id, payload in store.iter_reports(survey.id, side=side or None):
             record = ldp_pb2.Report(
                 report_id=report_id, survey_id=survey.id, question_id=question_id, payload=payload
             ).SerializeToString()
@@ -96,10 +98,12 @@ def export_survey(
     finally:
         for file in files:
             file.close()
-    return write_manifest(out_dir, survey, list(zip(names, counts, strict=True)))
+    return write_manifest(out_dir, survey, list(zip(names, counts, strict=True)), side)
 
 
-def write_manifest(out_dir: Path, survey: SurveySpec, shards: list[tuple[str, int]]) -> Manifest:
+def write_manifest(
+    out_dir: Path, survey: SurveySpec, shards: list[tuple[str, int]], side: int = 0
+) -> Manifest:
     """Checksum the written shard files (name, report count) and write ``manifest.json``."""
     entries = tuple((name, count, _sha256(out_dir / name)) for name, count in shards)
     manifest = {
@@ -108,8 +112,10 @@ def write_manifest(out_dir: Path, survey: SurveySpec, shards: list[tuple[str, in
         "survey": json_format.MessageToDict(survey.to_proto()),
         "shards": [{"file": n, "reports": c, "sha256": h} for n, c, h in entries],
     }
+    if side:
+        manifest["side"] = SIDE_NAMES[side]
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    return Manifest(survey, entries)
+    return Manifest(survey, entries, side)
 
 
 def read_manifest(directory: Path) -> Manifest:
@@ -123,6 +129,7 @@ def read_manifest(directory: Path) -> Manifest:
     try:
         survey = SurveySpec.from_proto(json_format.ParseDict(data["survey"], ldp_pb2.Survey()))
         shards = tuple(_shard_entry(entry) for entry in data["shards"])
+        side = _side(data.get("side"), survey)
     except (
         KeyError,
         TypeError,
@@ -132,7 +139,19 @@ def read_manifest(directory: Path) -> Manifest:
         json_format.ParseError,
     ) as exc:
         raise ShardFormatError(f"{directory}: malformed manifest: {exc}") from exc
-    return Manifest(survey, shards)
+    return Manifest(survey, shards, side)
+
+
+def _side(name: object, survey: SurveySpec) -> int:
+    """The manifest's side: required for a split survey, absent otherwise."""
+    if not survey.split:
+        if name is not None:
+            raise ValueError(f"a side for survey {survey.id}, which is not split")
+        return 0
+    sides = {value: side for side, value in SIDE_NAMES.items()}
+    if name not in sides:
+        raise ValueError(f"survey {survey.id} is split: side must be one of {sorted(sides)}")
+    return sides[name]
 
 
 def _shard_entry(entry: dict) -> tuple[str, int, str]:
