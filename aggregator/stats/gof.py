@@ -8,7 +8,13 @@ from scipy import stats
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import check_calibration, choose, simulate_null
-from aggregator.stats.channel import debiased, extra_variance, quadratic_form
+from aggregator.stats.channel import (
+    debiased,
+    extra_variance,
+    is_support,
+    quadratic_form,
+    support_null,
+)
 from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
@@ -23,8 +29,10 @@ from aggregator.stats.validate import (
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
     Mechanism,
+    OptimizedUnaryEncoding,
     RandomizedResponse,
 )
 
@@ -33,6 +41,8 @@ GOF_METHODS: dict[type, tuple[str, ...]] = {
     GaussianNoise: ("projected", "nonprojected", "imhof"),
     LaplaceNoise: ("monte-carlo",),
     FlipComponents: ("projected", "nonprojected"),
+    OptimizedUnaryEncoding: ("pearson",),
+    HadamardResponse: ("pearson",),
 }
 
 _LABELS = {
@@ -43,6 +53,8 @@ _LABELS = {
     (LaplaceNoise, "monte-carlo"): "projected chi-square, Laplace noise",
     (FlipComponents, "projected"): "projected chi-square T_FC, flip components",
     (FlipComponents, "nonprojected"): "non-projected chi-square, flip components",
+    (OptimizedUnaryEncoding, "pearson"): "Pearson on support counts, optimized unary encoding",
+    (HadamardResponse, "pearson"): "Pearson on support counts, Hadamard response",
 }
 
 
@@ -59,7 +71,9 @@ def goodness_of_fit(
     """Test H0: the true answers are distributed as ``p0``, from randomized reports only.
 
     Methods: randomized response ``pearson``; Gaussian ``projected`` (default), ``nonprojected``,
-    ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default), ``nonprojected``.
+    ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default), ``nonprojected``;
+    optimized unary encoding and Hadamard response ``pearson`` (each support count against its
+    binomial variance; asymptotically a weighted chi-square, ``support_null_weights``).
     ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
     exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or
     ``"auto"`` (asymptotic only where the diagnostics of ``stats.calibration`` pass).
@@ -100,6 +114,9 @@ def goodness_of_fit(
         weights = np.linalg.eigvalsh(imhof_matrix(p0, extra_variance(mech)))
         pvalue = weighted_chi2_sf(statistic, weights)
         return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
+    if is_support(mech):
+        pvalue = weighted_chi2_sf(statistic, support_null_weights(mech, p0))
+        return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
     dof = mech.k if method == "nonprojected" else mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
@@ -111,6 +128,12 @@ def _statistic(mech: Mechanism, method: str, n: int, p0: np.ndarray):
         return lambda values: np.sum((values - n * p0) ** 2 / (n * p0), axis=-1)
     projected = method != "nonprojected"
     return lambda values: n * quadratic_form(mech, debiased(values, n, mech) - p0, p0, projected)
+
+
+def support_null_weights(mech: Mechanism, p0: np.ndarray) -> np.ndarray:
+    """The positive weights of the support-count Pearson statistic's null law."""
+    weights = support_null(mech, p0)[0]
+    return weights[weights > 1e-12 * weights.max()]
 
 
 def imhof_matrix(p0: np.ndarray, noise_variance: float) -> np.ndarray:

@@ -22,6 +22,7 @@ from client.mechanisms import (
     LaplaceNoise,
     RandomizedResponse,
     ReportRangeError,
+    SupportMechanism,
 )
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -103,7 +104,8 @@ def check_digests(question: QuestionSpec, digests: Iterable[bytes]) -> None:
 
 def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
     """Decode a payload into its int64 contribution to the question's sufficient statistic:
-    a one-hot count (randomized response), the bits (flip components) or the grid values."""
+    a one-hot count (randomized response), the bits (flip components), the supported
+    categories (support-count mechanisms) or the grid values."""
     mech = question.mechanism
     try:
         report = mech.decode(payload)
@@ -122,6 +124,8 @@ def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
         out = np.zeros(mech.k, dtype=np.int64)
         out[report] = 1
         return out
+    if isinstance(mech, SupportMechanism):
+        return mech.support(np.asarray([report]))[0].astype(np.int64)
     return np.asarray(report, dtype=np.int64)
 
 
@@ -251,13 +255,16 @@ def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
         rows = np.zeros((decoded.size, mech.k), dtype=np.int64)
         rows[np.arange(decoded.size), decoded] = 1
         return rows
+    if isinstance(mech, SupportMechanism):
+        return mech.support(decoded).astype(np.int64)
     return decoded.astype(np.int64)
 
 
 def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
     """Check and decode a (m, payload_size) uint8 matrix of one question's payloads: category
-    indices (m,) for randomized response, bits (m, k) for flip components, grid values (m, k)
-    for additive noise. Raises ReportRejectedError with the code a single report would get."""
+    indices (m,) for randomized response, bits (m, k) for flip components, the mechanism's own
+    reports for support-count mechanisms, grid values (m, k) for additive noise. Raises
+    ReportRejectedError with the code a single report would get."""
     mech = question.mechanism
     size, k = mech.payload_size, mech.k
     packed = np.ascontiguousarray(packed, dtype=np.uint8)
@@ -273,6 +280,13 @@ def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
         if bits[:, k:].any():
             raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "padding")
         return bits[:, :k]
+    if isinstance(mech, SupportMechanism):
+        try:
+            return mech.decode_many(packed)
+        except ReportRangeError:
+            raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "report value") from None
+        except ValueError:
+            raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload") from None
     grid = packed.view("<i8")
     limit = accepted_bound(mech)  # type: ignore[arg-type]
     if grid.size and (grid.max() > limit or grid.min() < -limit):
@@ -288,6 +302,8 @@ def sum_decoded(question: QuestionSpec, decoded: np.ndarray) -> np.ndarray:
         return np.bincount(decoded, minlength=mech.k).astype(np.int64)
     if isinstance(mech, FlipComponents):
         return decoded.sum(axis=0, dtype=np.int64)
+    if isinstance(mech, SupportMechanism):
+        return mech.support_counts(decoded)
     bound = float(accepted_bound(mech)) * len(decoded)  # type: ignore[arg-type]
     if bound >= 2.0**62:
         raise OverflowError(f"sums of {len(decoded)} reports of {question.id} may overflow int64")
@@ -298,6 +314,6 @@ def histogram(question: QuestionSpec, n: int, sums: np.ndarray) -> Histogram:
     """The question's histogram from stored integer sums (grid units for additive noise)."""
     mech = question.mechanism
     values = np.asarray(sums, dtype=np.float64)
-    if not isinstance(mech, RandomizedResponse | FlipComponents):
+    if not isinstance(mech, RandomizedResponse | FlipComponents | SupportMechanism):
         values = values / mech.scale  # type: ignore[attr-defined]
     return Histogram(mech, n, values)

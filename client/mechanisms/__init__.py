@@ -7,15 +7,21 @@ May import numpy and the standard library only: never ``client.device``, ``aggre
 from client.mechanisms.additive import DEFAULT_GRANULARITY_BITS, GaussianNoise, LaplaceNoise
 from client.mechanisms.base import Mechanism, PrivacyCost, ReportRangeError
 from client.mechanisms.flip_components import FlipComponents
+from client.mechanisms.hadamard import HadamardResponse
 from client.mechanisms.randomized_response import RandomizedResponse
+from client.mechanisms.support import SupportMechanism
+from client.mechanisms.unary import OptimizedUnaryEncoding
 
 __all__ = [
     "DEFAULT_GRANULARITY_BITS",
     "FlipComponents",
     "GaussianNoise",
+    "HadamardResponse",
     "LaplaceNoise",
     "Mechanism",
+    "OptimizedUnaryEncoding",
     "PrivacyCost",
     "RandomizedResponse",
     "ReportRangeError",
+    "SupportMechanism",
 ]

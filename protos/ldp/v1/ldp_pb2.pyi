@@ -14,6 +14,8 @@ class Mechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FLIP_COMPONENTS: _ClassVar[Mechanism]
     GAUSSIAN: _ClassVar[Mechanism]
     LAPLACE: _ClassVar[Mechanism]
+    OPTIMIZED_UNARY: _ClassVar[Mechanism]
+    HADAMARD_RESPONSE: _ClassVar[Mechanism]
 
 class ReportStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -27,6 +29,8 @@ RANDOMIZED_RESPONSE: Mechanism
 FLIP_COMPONENTS: Mechanism
 GAUSSIAN: Mechanism
 LAPLACE: Mechanism
+OPTIMIZED_UNARY: Mechanism
+HADAMARD_RESPONSE: Mechanism
 REPORT_STATUS_UNSPECIFIED: ReportStatus
 ACCEPTED: ReportStatus
 DUPLICATE: ReportStatus
