@@ -37,8 +37,10 @@ from scipy import stats
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
     Mechanism,
+    OptimizedUnaryEncoding,
     RandomizedResponse,
 )
 from client.mechanisms.secure_random import SecureRandom
@@ -92,7 +94,9 @@ def events_for(mech: Mechanism) -> list[Event]:
     k = mech.k
     if isinstance(mech, RandomizedResponse):
         return [Event(f"Y = {j}", lambda y, j=j: y[:, 0] == j) for j in range(k)]
-    if isinstance(mech, FlipComponents):
+    if isinstance(mech, HadamardResponse):
+        return [Event(f"Y = {c}", lambda y, c=c: y[:, 0] == c) for c in range(mech.columns)]
+    if isinstance(mech, FlipComponents | OptimizedUnaryEncoding):
         out = [
             Event(f"b{i} = {a}", lambda y, i=i, a=a: y[:, i] == a) for i in range(k) for a in (0, 1)
         ]
@@ -192,6 +196,7 @@ def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[
     """Every shipped mechanism at the parameters of the docs table."""
     rr, fc = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
     lap, gauss = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
+    oue, hr = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
     return [
         audit(rr.describe(), rr, rr.epsilon, trials=trials, pilot=pilot, seed=1),
         audit(fc.describe(), fc, fc.epsilon, trials=trials, pilot=pilot, seed=2),
@@ -205,6 +210,8 @@ def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[
             seed=4,
             delta=DELTA,
         ),
+        audit(oue.describe(), oue, oue.epsilon, trials=trials, pilot=pilot, seed=5),
+        audit(hr.describe(), hr, hr.epsilon, trials=trials, pilot=pilot, seed=6),
     ]
 
 
@@ -224,7 +231,7 @@ def table(results: Sequence[AuditResult]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=20000, help="per input, RR and flip")
+    parser.add_argument("--trials", type=int, default=20000, help="per input, RR, flip, OUE, HR")
     parser.add_argument("--additive-trials", type=int, default=8000, help="per input, noise")
     args = parser.parse_args()
     print(table(honest_audits(args.trials, args.additive_trials)))

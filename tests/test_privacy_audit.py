@@ -29,8 +29,10 @@ from client.device.transport import Transport
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
     Mechanism,
+    OptimizedUnaryEncoding,
     RandomizedResponse,
 )
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
@@ -52,7 +54,7 @@ def honest_results():
     return auditor.honest_audits(TRIALS, ADDITIVE_TRIALS, PILOT)
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(6))
 def test_audit_stays_within_the_claim(honest_results, index: int) -> None:
     result = honest_results[index]
     assert result.passed, f"{result.name}: eps_lower {result.eps_lower:.3f} > {result.claimed:.3f}"
@@ -97,13 +99,41 @@ def miscalibrated(mech: FlipComponents):
     return FlipComponents(mech.k, 2 * mech.epsilon).randomize
 
 
+def plain_answer_bit(mech: OptimizedUnaryEncoding):
+    """Optimized unary encoding whose answer bit is always 1 (never randomized)."""
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        bits = mech.randomize(value, source)
+        bits[value] = 1
+        return bits
+
+    return randomize
+
+
+def hadamard_leaky_set(mech: HadamardResponse):
+    """Hadamard response that moves half of its reports outside the answer's set back in."""
+
+    def randomize(value: int, source: SecureRandom) -> int:
+        column = mech.randomize(value, source)
+        if source.below(2) == 0 and ((value + 1) & column).bit_count() % 2:
+            column ^= (value + 1) & -(value + 1)
+        return column
+
+    return randomize
+
+
 RR, FC = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
+OUE, HR = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
 LAP, GAUSS = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
 GAUSS_EPSILON = auditor.zcdp_epsilon(GAUSS.rho, auditor.DELTA)
 BROKEN = {
     "leaky randomized response": (RR, RR.epsilon, leaky_response(RR), TRIALS, 0.0),
     "unflipped last bit": (FC, FC.epsilon, unflipped_last_bit(FC), TRIALS, 0.0),
     "flip for 2 epsilon": (FC, FC.epsilon, miscalibrated(FC), TRIALS, 0.0),
+    "unary, plain answer bit": (OUE, OUE.epsilon, plain_answer_bit(OUE), TRIALS, 0.0),
+    "unary for 2 epsilon": (OUE, OUE.epsilon, OptimizedUnaryEncoding(4, 2.0).randomize, TRIALS, 0),
+    "hadamard, leaky set": (HR, HR.epsilon, hadamard_leaky_set(HR), TRIALS, 0.0),
+    "hadamard for 2 epsilon": (HR, HR.epsilon, HadamardResponse(4, 2.0).randomize, TRIALS, 0),
     "laplace, last coordinate unnoised": (
         LAP,
         LAP.epsilon,
@@ -219,6 +249,10 @@ LENGTH_CASES: list[Mechanism] = [
     FlipComponents(8, 8.0),
     FlipComponents(9, 1.0),
     FlipComponents(17, 0.01),
+    OptimizedUnaryEncoding(2, 0.5),
+    OptimizedUnaryEncoding(9, 8.0),
+    HadamardResponse(2, 0.5),
+    HadamardResponse(300, 1.0),
     GaussianNoise(2, 0.01),
     GaussianNoise(4, 10.0, granularity_bits=0),
     GaussianNoise(3, 1.0, granularity_bits=20),
