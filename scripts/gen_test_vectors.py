@@ -35,8 +35,10 @@ from client.device.keys import DeviceKey  # noqa: E402
 from client.mechanisms import (  # noqa: E402
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
     Mechanism,
+    OptimizedUnaryEncoding,
     RandomizedResponse,
 )
 from client.mechanisms.secure_random import SecureRandom, _isqrt_fraction  # noqa: E402
@@ -96,6 +98,10 @@ def build_mechanism(mechanism: str, params: dict) -> Mechanism:
         return RandomizedResponse(k, params["epsilon"])
     if mechanism == "flip_components":
         return FlipComponents(k, params["epsilon"])
+    if mechanism == "optimized_unary":
+        return OptimizedUnaryEncoding(k, params["epsilon"])
+    if mechanism == "hadamard_response":
+        return HadamardResponse(k, params["epsilon"])
     if mechanism == "gaussian":
         return GaussianNoise(k, params["rho"], granularity_bits=params["granularity_bits"])
     if mechanism == "laplace":
@@ -110,6 +116,10 @@ def derived_constants(mech: Mechanism) -> dict[str, str]:
         return {"draw_range": str(mech._draw_range), "keep_threshold": str(mech._keep_threshold)}
     if isinstance(mech, FlipComponents):
         return {"flip_threshold": str(mech._flip_threshold)}
+    if isinstance(mech, OptimizedUnaryEncoding):
+        return {"set_threshold": str(mech._set_threshold)}
+    if isinstance(mech, HadamardResponse):
+        return {"columns": str(mech.columns), "keep_threshold": str(mech._keep_threshold)}
     if isinstance(mech, GaussianNoise):
         sigma2 = mech._sigma2_grid
         return {
@@ -237,8 +247,55 @@ def _report_cases() -> list[Case]:
         ),
         Case(la, {"k": 2, "epsilon": 0.05, "granularity_bits": 2}, 1, "small epsilon"),
         Case(la, {"k": 2, "epsilon": 16.0, "granularity_bits": 0}, 0, "large epsilon"),
+        *_large_domain_cases(),
     ]
     return cases
+
+
+def _large_domain_cases() -> list[Case]:
+    """Optimized unary encoding and Hadamard response (docs/wire.md §3.5, §3.6, §4.8, §4.9),
+    after every older vector so that their numbers, and bytes, stay as they were."""
+    ou, hr = "optimized_unary", "hadamard_response"
+    return [
+        Case(ou, {"k": 2, "epsilon": 1.0}, 1),
+        Case(ou, {"k": 6, "epsilon": 2.0}, 5, "k not a multiple of 8: two zero padding bits"),
+        Case(ou, {"k": 13, "epsilon": 4.0}, 12, "spans two bytes"),
+        Case(
+            ou,
+            {"k": 6, "epsilon": 1.0},
+            3,
+            "two attributes 2 x 3, answer (1, 0)",
+            attributes=[2, 3],
+        ),
+        Case(
+            ou, {"k": 6, "epsilon": 1.0}, 0, "every uniform is 0: every bit is 1", prefix=b"\0" * 48
+        ),
+        Case(
+            ou, {"k": 5, "epsilon": 1e-6}, 2, "smallest epsilon: the threshold is capped at 2**63"
+        ),
+        Case(ou, {"k": 5, "epsilon": 64.0}, 2, "largest epsilon in the vectors"),
+        Case(hr, {"k": 2, "epsilon": 1.0}, 0, "K = 4: bits(66) reads 9 bytes"),
+        Case(hr, {"k": 7, "epsilon": 1.0}, 6, "K = 8"),
+        Case(hr, {"k": 8, "epsilon": 2.0}, 3, "k a power of 2: K = 16"),
+        Case(
+            hr,
+            {"k": 12, "epsilon": 1.0},
+            7,
+            "two attributes 3 x 4, answer (1, 3)",
+            attributes=[3, 4],
+        ),
+        Case(hr, {"k": 1000, "epsilon": 3.0}, 999, "K = 1024"),
+        Case(hr, {"k": 4, "epsilon": 1.0}, 2, "all-ones draw: outside the set", prefix=b"\xff" * 9),
+        Case(
+            hr,
+            {"k": 4, "epsilon": 1.0},
+            2,
+            "all-zero draw: column 0 is in every set",
+            prefix=b"\0" * 9,
+        ),
+        Case(hr, {"k": 3, "epsilon": 1e-6}, 1, "smallest epsilon in the vectors"),
+        Case(hr, {"k": 3, "epsilon": 64.0}, 0, "largest epsilon in the vectors"),
+    ]
 
 
 def _parts(index: int, sizes: list[int]) -> list[int]:

@@ -51,7 +51,14 @@ def test_committed_vectors_equal_a_fresh_generation():
 def test_vectors_have_the_documented_format():
     assert VECTORS["version"] == 1
     mechanisms = {v["mechanism"] for v in VECTORS["reports"]}
-    assert mechanisms == {"randomized_response", "flip_components", "gaussian", "laplace"}
+    assert mechanisms == {
+        "randomized_response",
+        "flip_components",
+        "gaussian",
+        "laplace",
+        "optimized_unary",
+        "hadamard_response",
+    }
     for vector in VECTORS["reports"]:
         assert {"mechanism", "params", "answer", "random_hex", "payload_hex"} <= set(vector)
         bytes.fromhex(vector["random_hex"]), bytes.fromhex(vector["payload_hex"])

@@ -102,6 +102,37 @@ def flip_components(k: int, eps: float, x: int, r: Stream) -> bytes:
     return bytes(out)
 
 
+def optimized_unary(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.8 and §3.5."""
+    threshold = _decimal(
+        lambda: int((2**64 / (Decimal(eps).exp() + 1)).to_integral_value(ROUND_CEILING))
+    )
+    threshold = min(threshold + 1, 2**63)
+    block = r.take(8 * k)
+    uniforms = [int.from_bytes(block[8 * j : 8 * j + 8], "little") for j in range(k)]
+    bits = [int(u < (2**63 if j == x else threshold)) for j, u in enumerate(uniforms)]
+    out = bytearray((k + 7) // 8)
+    for j, bit in enumerate(bits):
+        out[j // 8] |= bit << (j % 8)
+    return bytes(out)
+
+
+def hadamard_response(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.9 and §3.6."""
+    m = k.bit_length()  # K = 2^m, the smallest power of 2 above k
+    threshold = _decimal(
+        lambda: int((2**64 / (1 + (-Decimal(eps)).exp())).to_integral_value(ROUND_FLOOR))
+    )
+    threshold = max(threshold - 1, 2**63)
+    row = x + 1
+    d = r.bits(64 + m)
+    column, u = d >> 64, d % 2**64
+    want = 0 if u < threshold else 1
+    if bin(row & column).count("1") % 2 != want:
+        column ^= row & -row
+    return struct.pack("<I", column)
+
+
 def additive(mechanism: str, k: int, parameter: float, bits: int, x: int, r: Stream) -> bytes:
     """§4.4-§4.7 and §3.4."""
     g = 2**bits
@@ -139,6 +170,10 @@ def report(vector: dict) -> tuple[bytes, int]:
         payload = randomized_response(p["k"], p["epsilon"], x, r)
     elif mechanism == "flip_components":
         payload = flip_components(p["k"], p["epsilon"], x, r)
+    elif mechanism == "optimized_unary":
+        payload = optimized_unary(p["k"], p["epsilon"], x, r)
+    elif mechanism == "hadamard_response":
+        payload = hadamard_response(p["k"], p["epsilon"], x, r)
     else:
         parameter = p["rho"] if mechanism == "gaussian" else p["epsilon"]
         payload = additive(mechanism, p["k"], parameter, p["granularity_bits"], x, r)
