@@ -31,10 +31,20 @@ class SupportMechanism(Mechanism):
 
     def support_counts(self, reports: np.ndarray) -> np.ndarray:
         """The int64 support count of each category over a stack of reports."""
-        return self.support(reports).sum(axis=0, dtype=np.int64)
+        return bit_sums(self.support(reports))
 
     def aggregate(self, reports: np.ndarray) -> np.ndarray:
         return self.support_counts(reports).astype(np.float64)
+
+
+def bit_sums(bits: np.ndarray) -> np.ndarray:
+    """Column sums (int64) of a 0/1 matrix, adding 255 rows at a time in uint8 (no overflow):
+    several times faster than a sum in int64."""
+    bits = np.asarray(bits, dtype=np.uint8)
+    rows, k = bits.shape
+    full = rows - rows % 255
+    blocks = np.add.reduce(bits[:full].reshape(-1, 255, k), axis=1, dtype=np.uint8)
+    return blocks.sum(axis=0, dtype=np.int64) + bits[full:].sum(axis=0, dtype=np.int64)
 
 
 def unpack_bits(packed: np.ndarray, k: int) -> np.ndarray:
