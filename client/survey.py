@@ -23,6 +23,7 @@ from client.mechanisms import (
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 from protos.ldp.v1 import ldp_pb2
 
@@ -33,6 +34,7 @@ MECHANISM_NAMES = {
     "laplace": ldp_pb2.LAPLACE,
     "optimized_unary": ldp_pb2.OPTIMIZED_UNARY,
     "hadamard_response": ldp_pb2.HADAMARD_RESPONSE,
+    "subset_selection": ldp_pb2.SUBSET_SELECTION,
 }
 #: The epsilon-LDP mechanisms built from (k, epsilon) alone.
 _EPSILON_ONLY = {
@@ -40,6 +42,7 @@ _EPSILON_ONLY = {
     "flip_components": FlipComponents,
     "optimized_unary": OptimizedUnaryEncoding,
     "hadamard_response": HadamardResponse,
+    "subset_selection": SubsetSelection,
 }
 DIGEST_FORMAT = "ldp-question-definition/1"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -18,6 +18,7 @@ from client.mechanisms import (
     HadamardResponse,
     OptimizedUnaryEncoding,
     ReportRangeError,
+    SubsetSelection,
     SupportMechanism,
 )
 from client.mechanisms.hadamard import fwht
@@ -25,8 +26,15 @@ from client.mechanisms.secure_random import SYSTEM_RANDOM
 from client.survey import Attribute, build_question
 from protos.ldp.v1 import ldp_pb2
 
-KINDS = [OptimizedUnaryEncoding, HadamardResponse]
-CASES = [OptimizedUnaryEncoding(7, 1.0), HadamardResponse(7, 1.0), HadamardResponse(12, 0.5)]
+KINDS = [OptimizedUnaryEncoding, HadamardResponse, SubsetSelection]
+CASES = [
+    OptimizedUnaryEncoding(7, 1.0),
+    HadamardResponse(7, 1.0),
+    SubsetSelection(7, 1.0),
+    HadamardResponse(12, 0.5),
+    SubsetSelection(12, 0.5),
+]
+STATS_CASES = CASES[:3]
 
 
 def ids(mech) -> str:
@@ -78,9 +86,10 @@ def test_support_counts_follow_the_exact_channel(mech: SupportMechanism) -> None
     se = np.sqrt(np.diag(cov) / n)
     assert (np.abs(support.mean(axis=0) - mech.report_mean(p)) < 5 * se).all()
     assert np.abs(np.cov(support.T) - cov).max() < 5 * 0.25 * math.sqrt(2 / n)
-    draws = mech.simulate_histogram(500, p, rng, size=20_000)
+    size = 2_000 if isinstance(mech, SubsetSelection) else 20_000  # simulated report by report
+    draws = mech.simulate_histogram(500, p, rng, size=size)
     assert (np.abs(draws.mean(axis=0) / 500 - mech.report_mean(p)) < 5 * se * math.sqrt(10)).all()
-    assert np.abs(np.cov(draws.T) / 500 - cov).max() < 5 * 0.25 * math.sqrt(2 / 20_000)
+    assert np.abs(np.cov(draws.T) / 500 - cov).max() < 5 * 0.25 * math.sqrt(2 / size)
 
 
 @pytest.mark.parametrize("mech", CASES, ids=ids)
@@ -112,6 +121,14 @@ def test_encode_decode_round_trip_and_bulk_decode(mech: SupportMechanism) -> Non
 
 def test_malformed_payloads_are_refused() -> None:
     oue, hr = OptimizedUnaryEncoding(10, 1.0), HadamardResponse(10, 1.0)
+    ss = SubsetSelection(10, 1.0)
+    assert ss.subset_size == 3  # ceil(10 / (e + 1))
+    with pytest.raises(ReportRangeError):
+        ss.decode(b"\x03\x00")  # two categories, not three
+    with pytest.raises(ValueError, match="padding"):
+        ss.decode(b"\x03\x04")
+    with pytest.raises(ValueError):
+        ss.encode(np.ones(10))
     with pytest.raises(ValueError):
         oue.decode(b"\x00")
     with pytest.raises(ValueError, match="padding"):
@@ -139,17 +156,25 @@ def test_hadamard_decode_is_fast_at_large_k() -> None:
 
 @pytest.mark.parametrize(
     "name, kind",
-    [("optimized_unary", OptimizedUnaryEncoding), ("hadamard_response", HadamardResponse)],
+    [
+        ("optimized_unary", OptimizedUnaryEncoding),
+        ("hadamard_response", HadamardResponse),
+        ("subset_selection", SubsetSelection),
+    ],
 )
 def test_survey_definition_round_trips(name: str, kind) -> None:
     question = build_question("q", "", [Attribute("q", ("a", "b", "c"))], name, 1.5)
     assert isinstance(question.mechanism, kind) and question.mechanism.epsilon == 1.5
     message = question.to_proto()
-    assert message.mechanism in (ldp_pb2.OPTIMIZED_UNARY, ldp_pb2.HADAMARD_RESPONSE)
+    assert message.mechanism in (
+        ldp_pb2.OPTIMIZED_UNARY,
+        ldp_pb2.HADAMARD_RESPONSE,
+        ldp_pb2.SUBSET_SELECTION,
+    )
     assert type(question).from_proto(message) == question
 
 
-@pytest.mark.parametrize("mech", CASES[:2], ids=ids)
+@pytest.mark.parametrize("mech", STATS_CASES, ids=ids)
 def test_intervals_cover(mech: SupportMechanism) -> None:
     """Per-coordinate 90% intervals cover at least nominally (Clopper-Pearson through the
     channel), estimates are unbiased: 400 replicates, lower 99.9% binomial bound."""
@@ -167,7 +192,7 @@ def test_intervals_cover(mech: SupportMechanism) -> None:
     assert (np.abs(freqs / reps - p) < 4 * se).all()
 
 
-@pytest.mark.parametrize("mech", CASES[:2], ids=ids)
+@pytest.mark.parametrize("mech", STATS_CASES, ids=ids)
 @pytest.mark.parametrize("calibration", ["asymptotic", "monte-carlo"])
 def test_goodness_of_fit_level(mech: SupportMechanism, calibration: str) -> None:
     """Type I at alpha = 0.1 inside the 99% binomial band (200 null replicates)."""
@@ -184,7 +209,7 @@ def test_goodness_of_fit_level(mech: SupportMechanism, calibration: str) -> None
     assert low <= rejections <= high, rejections
 
 
-@pytest.mark.parametrize("mech", CASES[:2], ids=ids)
+@pytest.mark.parametrize("mech", STATS_CASES, ids=ids)
 def test_goodness_of_fit_power_and_planning(mech: SupportMechanism) -> None:
     """Far from p0 the test rejects, and planning (weighted noncentral law) agrees."""
     rng = np.random.default_rng(6)

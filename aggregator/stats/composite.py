@@ -45,6 +45,7 @@ from client.mechanisms import (
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 
 COMPOSITE_METHODS: dict[type, tuple[str, ...]] = {
@@ -54,6 +55,7 @@ COMPOSITE_METHODS: dict[type, tuple[str, ...]] = {
     FlipComponents: ("projected", "nonprojected"),
     OptimizedUnaryEncoding: ("bootstrap",),
     HadamardResponse: ("bootstrap",),
+    SubsetSelection: ("bootstrap",),
 }
 
 _LABELS = {
@@ -65,6 +67,7 @@ _LABELS = {
     (FlipComponents, "nonprojected"): "non-projected general chi-square, flip components",
     (OptimizedUnaryEncoding, "bootstrap"): "minimum support-count Pearson, optimized unary",
     (HadamardResponse, "bootstrap"): "minimum support-count Pearson, Hadamard response",
+    (SubsetSelection, "bootstrap"): "minimum support-count Pearson, subset selection",
 }
 
 MIN_EXPECTED_CELL = 5.0
@@ -194,8 +197,8 @@ def independence(
 
     Category ``i * c + j`` is row i, column j. Methods: randomized response ``min-chi-square``;
     Gaussian ``projected`` (default) or ``nonprojected``; Laplace ``bootstrap``; flip components
-    ``projected`` (default) or ``nonprojected``; optimized unary encoding and Hadamard response
-    ``bootstrap``. Degrees of freedom (r - 1)(c - 1);
+    ``projected`` (default) or ``nonprojected``; optimized unary encoding, Hadamard response and
+    subset selection ``bootstrap``. Degrees of freedom (r - 1)(c - 1);
     ``calibration`` as in ``composite``.
     """
     hist = check_histogram(hist)

@@ -34,6 +34,7 @@ from client.mechanisms import (
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 
 GOF_METHODS: dict[type, tuple[str, ...]] = {
@@ -43,6 +44,7 @@ GOF_METHODS: dict[type, tuple[str, ...]] = {
     FlipComponents: ("projected", "nonprojected"),
     OptimizedUnaryEncoding: ("pearson",),
     HadamardResponse: ("pearson",),
+    SubsetSelection: ("pearson",),
 }
 
 _LABELS = {
@@ -55,6 +57,7 @@ _LABELS = {
     (FlipComponents, "nonprojected"): "non-projected chi-square, flip components",
     (OptimizedUnaryEncoding, "pearson"): "Pearson on support counts, optimized unary encoding",
     (HadamardResponse, "pearson"): "Pearson on support counts, Hadamard response",
+    (SubsetSelection, "pearson"): "Pearson on support counts, subset selection",
 }
 
 
@@ -72,8 +75,9 @@ def goodness_of_fit(
 
     Methods: randomized response ``pearson``; Gaussian ``projected`` (default), ``nonprojected``,
     ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default), ``nonprojected``;
-    optimized unary encoding and Hadamard response ``pearson`` (each support count against its
-    binomial variance; asymptotically a weighted chi-square, ``support_null_weights``).
+    optimized unary encoding, Hadamard response and subset selection ``pearson`` (each support
+    count against its binomial variance; asymptotically a weighted chi-square,
+    ``support_null_weights``).
     ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
     exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or
     ``"auto"`` (asymptotic only where the diagnostics of ``stats.calibration`` pass).

@@ -9,6 +9,7 @@ from client.mechanisms.base import Mechanism, PrivacyCost, ReportRangeError
 from client.mechanisms.flip_components import FlipComponents
 from client.mechanisms.hadamard import HadamardResponse
 from client.mechanisms.randomized_response import RandomizedResponse
+from client.mechanisms.subset import SubsetSelection
 from client.mechanisms.support import SupportMechanism
 from client.mechanisms.unary import OptimizedUnaryEncoding
 
@@ -23,5 +24,6 @@ __all__ = [
     "PrivacyCost",
     "RandomizedResponse",
     "ReportRangeError",
+    "SubsetSelection",
     "SupportMechanism",
 ]

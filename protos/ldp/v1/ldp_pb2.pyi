@@ -16,6 +16,7 @@ class Mechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LAPLACE: _ClassVar[Mechanism]
     OPTIMIZED_UNARY: _ClassVar[Mechanism]
     HADAMARD_RESPONSE: _ClassVar[Mechanism]
+    SUBSET_SELECTION: _ClassVar[Mechanism]
 
 class ReportStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -31,6 +32,7 @@ GAUSSIAN: Mechanism
 LAPLACE: Mechanism
 OPTIMIZED_UNARY: Mechanism
 HADAMARD_RESPONSE: Mechanism
+SUBSET_SELECTION: Mechanism
 REPORT_STATUS_UNSPECIFIED: ReportStatus
 ACCEPTED: ReportStatus
 DUPLICATE: ReportStatus
