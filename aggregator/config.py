@@ -16,7 +16,8 @@ Example::
     text = "How do you feel today?"
     categories = ["great", "fine", "low", "bad"]
     mechanism = "randomized_response"   # or flip_components, optimized_unary,
-                                        # hadamard_response, gaussian (rho = ...), laplace
+                                        # hadamard_response, subset_selection,
+                                        # gaussian (rho = ...), laplace
     epsilon = 1.0
 
     [[survey.question]]

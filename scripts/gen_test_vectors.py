@@ -40,6 +40,7 @@ from client.mechanisms import (  # noqa: E402
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 from client.mechanisms.secure_random import SecureRandom, _isqrt_fraction  # noqa: E402
 from protos.ldp.v1 import ldp_pb2  # noqa: E402
@@ -102,6 +103,8 @@ def build_mechanism(mechanism: str, params: dict) -> Mechanism:
         return OptimizedUnaryEncoding(k, params["epsilon"])
     if mechanism == "hadamard_response":
         return HadamardResponse(k, params["epsilon"])
+    if mechanism == "subset_selection":
+        return SubsetSelection(k, params["epsilon"])
     if mechanism == "gaussian":
         return GaussianNoise(k, params["rho"], granularity_bits=params["granularity_bits"])
     if mechanism == "laplace":
@@ -120,6 +123,8 @@ def derived_constants(mech: Mechanism) -> dict[str, str]:
         return {"set_threshold": str(mech._set_threshold)}
     if isinstance(mech, HadamardResponse):
         return {"columns": str(mech.columns), "keep_threshold": str(mech._keep_threshold)}
+    if isinstance(mech, SubsetSelection):
+        return {"subset_size": str(mech.subset_size), "in_threshold": str(mech._in_threshold)}
     if isinstance(mech, GaussianNoise):
         sigma2 = mech._sigma2_grid
         return {
@@ -253,9 +258,9 @@ def _report_cases() -> list[Case]:
 
 
 def _large_domain_cases() -> list[Case]:
-    """Optimized unary encoding and Hadamard response (docs/wire.md §3.5, §3.6, §4.8, §4.9),
-    after every older vector so that their numbers, and bytes, stay as they were."""
-    ou, hr = "optimized_unary", "hadamard_response"
+    """Optimized unary encoding, Hadamard response and subset selection (docs/wire.md §3.5-§3.7,
+    §4.8-§4.10), after every older vector so that their numbers, and bytes, stay as they were."""
+    ou, hr, ss = "optimized_unary", "hadamard_response", "subset_selection"
     return [
         Case(ou, {"k": 2, "epsilon": 1.0}, 1),
         Case(ou, {"k": 6, "epsilon": 2.0}, 5, "k not a multiple of 8: two zero padding bits"),
@@ -295,6 +300,23 @@ def _large_domain_cases() -> list[Case]:
         ),
         Case(hr, {"k": 3, "epsilon": 1e-6}, 1, "smallest epsilon in the vectors"),
         Case(hr, {"k": 3, "epsilon": 64.0}, 0, "largest epsilon in the vectors"),
+        Case(ss, {"k": 2, "epsilon": 1.0}, 1, "d = 1, one other category"),
+        Case(ss, {"k": 10, "epsilon": 1.0}, 4, "d = 3"),
+        Case(ss, {"k": 13, "epsilon": 0.5}, 12, "d = 5, spans two bytes"),
+        Case(
+            ss,
+            {"k": 6, "epsilon": 1.0},
+            2,
+            "two attributes 2 x 3, answer (0, 2)",
+            attributes=[2, 3],
+        ),
+        Case(
+            ss, {"k": 10, "epsilon": 1.0}, 4, "all-ones draw: outside the set", prefix=b"\xff" * 8
+        ),
+        Case(ss, {"k": 10, "epsilon": 1.0}, 4, "all-zero draw: in the set", prefix=b"\0" * 8),
+        Case(ss, {"k": 300, "epsilon": 3.0}, 299, "d = 15"),
+        Case(ss, {"k": 5, "epsilon": 1e-6}, 0, "smallest epsilon: d = 3"),
+        Case(ss, {"k": 5, "epsilon": 64.0}, 2, "largest epsilon: d = 1"),
     ]
 
 

@@ -42,6 +42,7 @@ from client.mechanisms import (
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 from client.mechanisms.secure_random import SecureRandom
 
@@ -96,7 +97,7 @@ def events_for(mech: Mechanism) -> list[Event]:
         return [Event(f"Y = {j}", lambda y, j=j: y[:, 0] == j) for j in range(k)]
     if isinstance(mech, HadamardResponse):
         return [Event(f"Y = {c}", lambda y, c=c: y[:, 0] == c) for c in range(mech.columns)]
-    if isinstance(mech, FlipComponents | OptimizedUnaryEncoding):
+    if isinstance(mech, FlipComponents | OptimizedUnaryEncoding | SubsetSelection):
         out = [
             Event(f"b{i} = {a}", lambda y, i=i, a=a: y[:, i] == a) for i in range(k) for a in (0, 1)
         ]
@@ -197,6 +198,7 @@ def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[
     rr, fc = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
     lap, gauss = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
     oue, hr = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
+    ss = SubsetSelection(4, 1.0)
     return [
         audit(rr.describe(), rr, rr.epsilon, trials=trials, pilot=pilot, seed=1),
         audit(fc.describe(), fc, fc.epsilon, trials=trials, pilot=pilot, seed=2),
@@ -212,6 +214,7 @@ def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[
         ),
         audit(oue.describe(), oue, oue.epsilon, trials=trials, pilot=pilot, seed=5),
         audit(hr.describe(), hr, hr.epsilon, trials=trials, pilot=pilot, seed=6),
+        audit(ss.describe(), ss, ss.epsilon, trials=trials, pilot=pilot, seed=7),
     ]
 
 
@@ -231,7 +234,7 @@ def table(results: Sequence[AuditResult]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=20000, help="per input, RR, flip, OUE, HR")
+    parser.add_argument("--trials", type=int, default=20000, help="per input, pure mechanisms")
     parser.add_argument("--additive-trials", type=int, default=8000, help="per input, noise")
     args = parser.parse_args()
     print(table(honest_audits(args.trials, args.additive_trials)))

@@ -5,11 +5,14 @@ decode, and the support-count statistics (coverage of the intervals, level of th
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from aggregator.config import load_surveys
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate, goodness_of_fit, independence
@@ -238,3 +241,15 @@ def test_histogram_checks_support_counts() -> None:
         Histogram(mech, 2, [3, 0, 0])
     with pytest.raises(InvalidInputError):
         Histogram(mech, 2, [0.5, 0, 0])
+
+
+def test_config_reference_large_domain_example_loads(tmp_path) -> None:
+    """docs/config.md's large-domain example is a valid survey file."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text()
+    block = text[text.index("## Large domains") :]
+    example = re.search(r"```toml\n(.*?)```", block, re.DOTALL).group(1)
+    path = tmp_path / "large.toml"
+    path.write_text(example)
+    survey = load_surveys(path)["field-2026"]
+    kinds = [type(q.mechanism) for q in survey.questions]
+    assert kinds == [OptimizedUnaryEncoding, HadamardResponse, SubsetSelection]

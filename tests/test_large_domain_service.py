@@ -40,8 +40,14 @@ id = "hr"
 categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
 mechanism = "hadamard_response"
 epsilon = 1.0
+
+[[survey.question]]
+id = "ss"
+categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
+mechanism = "subset_selection"
+epsilon = 1.0
 """
-QUESTIONS = ("oue", "hr")
+QUESTIONS = ("oue", "hr", "ss")
 
 
 @pytest.fixture
@@ -101,6 +107,8 @@ def test_devices_to_estimate_and_test(server, tmp_path, question_id: str) -> Non
         ("oue", b"\x00\x04", grpc.StatusCode.INVALID_ARGUMENT),  # padding bit 10 set
         ("hr", (16).to_bytes(4, "little"), grpc.StatusCode.OUT_OF_RANGE),  # K = 16 columns
         ("hr", b"\x00\x00", grpc.StatusCode.INVALID_ARGUMENT),
+        ("ss", b"\x03\x00", grpc.StatusCode.OUT_OF_RANGE),  # 2 categories, not d = 3
+        ("ss", b"\x03\x04", grpc.StatusCode.INVALID_ARGUMENT),  # padding bit 10 set
     ],
 )
 def test_bad_payloads_get_their_status(server, question_id, payload, code) -> None:
@@ -108,7 +116,8 @@ def test_bad_payloads_get_their_status(server, question_id, payload, code) -> No
     with pytest.raises(grpc.RpcError) as info:
         collector.Upload(ldp_pb2.UploadRequest(reports=[wire(question_id, payload)]), timeout=10)
     assert info.value.code() == code
-    one = wire(question_id, bytes((15).to_bytes(4, "little") if question_id == "hr" else 2))
+    good = {"oue": bytes(2), "hr": (15).to_bytes(4, "little"), "ss": b"\x07\x00"}
+    one = wire(question_id, good[question_id])
     assert collector.Upload(ldp_pb2.UploadRequest(reports=[one])).results[0].status == (
         ldp_pb2.ACCEPTED
     )

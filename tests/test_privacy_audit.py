@@ -34,6 +34,7 @@ from client.mechanisms import (
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 from protos.ldp.v1 import ldp_pb2
@@ -54,7 +55,7 @@ def honest_results():
     return auditor.honest_audits(TRIALS, ADDITIVE_TRIALS, PILOT)
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(7))
 def test_audit_stays_within_the_claim(honest_results, index: int) -> None:
     result = honest_results[index]
     assert result.passed, f"{result.name}: eps_lower {result.eps_lower:.3f} > {result.claimed:.3f}"
@@ -124,6 +125,22 @@ def hadamard_leaky_set(mech: HadamardResponse):
 
 RR, FC = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
 OUE, HR = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
+SS = SubsetSelection(4, 1.0)
+
+
+def subset_answer_always_in(mech: SubsetSelection):
+    """Subset selection that always puts the answer in the set."""
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        bits = mech.randomize(value, source)
+        if not bits[value]:
+            bits[np.flatnonzero(bits)[0]] = 0
+            bits[value] = 1
+        return bits
+
+    return randomize
+
+
 LAP, GAUSS = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
 GAUSS_EPSILON = auditor.zcdp_epsilon(GAUSS.rho, auditor.DELTA)
 BROKEN = {
@@ -134,6 +151,8 @@ BROKEN = {
     "unary for 2 epsilon": (OUE, OUE.epsilon, OptimizedUnaryEncoding(4, 2.0).randomize, TRIALS, 0),
     "hadamard, leaky set": (HR, HR.epsilon, hadamard_leaky_set(HR), TRIALS, 0.0),
     "hadamard for 2 epsilon": (HR, HR.epsilon, HadamardResponse(4, 2.0).randomize, TRIALS, 0),
+    "subset, answer always in": (SS, SS.epsilon, subset_answer_always_in(SS), TRIALS, 0.0),
+    "subset for 3 epsilon": (SS, SS.epsilon, SubsetSelection(4, 3.0).randomize, TRIALS, 0.0),
     "laplace, last coordinate unnoised": (
         LAP,
         LAP.epsilon,
@@ -253,6 +272,8 @@ LENGTH_CASES: list[Mechanism] = [
     OptimizedUnaryEncoding(9, 8.0),
     HadamardResponse(2, 0.5),
     HadamardResponse(300, 1.0),
+    SubsetSelection(2, 0.5),
+    SubsetSelection(300, 1.0),
     GaussianNoise(2, 0.01),
     GaussianNoise(4, 10.0, granularity_bits=0),
     GaussianNoise(3, 1.0, granularity_bits=20),

@@ -58,6 +58,7 @@ def test_vectors_have_the_documented_format():
         "laplace",
         "optimized_unary",
         "hadamard_response",
+        "subset_selection",
     }
     for vector in VECTORS["reports"]:
         assert {"mechanism", "params", "answer", "random_hex", "payload_hex"} <= set(vector)

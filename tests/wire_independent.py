@@ -133,6 +133,30 @@ def hadamard_response(k: int, eps: float, x: int, r: Stream) -> bytes:
     return struct.pack("<I", column)
 
 
+def subset_selection(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.10 and §3.7."""
+    d = _decimal(lambda: int((k / (Decimal(eps).exp() + 1)).to_integral_value(ROUND_CEILING)))
+    d = min(max(d, 1), k - 1)
+    threshold = _decimal(
+        lambda: int(
+            (2**64 * d / (d + (k - d) * (-Decimal(eps)).exp())).to_integral_value(ROUND_FLOOR)
+        )
+    )
+    inside = r.bits(64) < max(threshold - 1, 0)
+    positions = list(range(k - 1))
+    chosen = []
+    for i in range(d):
+        j = i + r.below(k - 1 - i)
+        positions[i], positions[j] = positions[j], positions[i]
+        chosen.append(positions[i] + (1 if positions[i] >= x else 0))
+    if inside:
+        chosen[-1] = x
+    out = bytearray((k + 7) // 8)
+    for j in chosen:
+        out[j // 8] |= 1 << (j % 8)
+    return bytes(out)
+
+
 def additive(mechanism: str, k: int, parameter: float, bits: int, x: int, r: Stream) -> bytes:
     """§4.4-§4.7 and §3.4."""
     g = 2**bits
@@ -174,6 +198,8 @@ def report(vector: dict) -> tuple[bytes, int]:
         payload = optimized_unary(p["k"], p["epsilon"], x, r)
     elif mechanism == "hadamard_response":
         payload = hadamard_response(p["k"], p["epsilon"], x, r)
+    elif mechanism == "subset_selection":
+        payload = subset_selection(p["k"], p["epsilon"], x, r)
     else:
         parameter = p["rho"] if mechanism == "gaussian" else p["epsilon"]
         payload = additive(mechanism, p["k"], parameter, p["granularity_bits"], x, r)
