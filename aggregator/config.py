@@ -17,6 +17,7 @@ Example::
     categories = ["great", "fine", "low", "bad"]
     mechanism = "randomized_response"   # or flip_components, optimized_unary,
                                         # hadamard_response, subset_selection,
+                                        # local_hashing,
                                         # gaussian (rho = ...), laplace
     epsilon = 1.0
 

@@ -20,6 +20,7 @@ from client.mechanisms import (
     GaussianNoise,
     HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
@@ -35,6 +36,7 @@ MECHANISM_NAMES = {
     "optimized_unary": ldp_pb2.OPTIMIZED_UNARY,
     "hadamard_response": ldp_pb2.HADAMARD_RESPONSE,
     "subset_selection": ldp_pb2.SUBSET_SELECTION,
+    "local_hashing": ldp_pb2.LOCAL_HASHING,
 }
 #: The epsilon-LDP mechanisms built from (k, epsilon) alone.
 _EPSILON_ONLY = {
@@ -43,6 +45,7 @@ _EPSILON_ONLY = {
     "optimized_unary": OptimizedUnaryEncoding,
     "hadamard_response": HadamardResponse,
     "subset_selection": SubsetSelection,
+    "local_hashing": LocalHashing,
 }
 DIGEST_FORMAT = "ldp-question-definition/1"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

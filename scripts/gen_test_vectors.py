@@ -37,6 +37,7 @@ from client.mechanisms import (  # noqa: E402
     GaussianNoise,
     HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
@@ -103,6 +104,8 @@ def build_mechanism(mechanism: str, params: dict) -> Mechanism:
         return OptimizedUnaryEncoding(k, params["epsilon"])
     if mechanism == "hadamard_response":
         return HadamardResponse(k, params["epsilon"])
+    if mechanism == "local_hashing":
+        return LocalHashing(k, params["epsilon"])
     if mechanism == "subset_selection":
         return SubsetSelection(k, params["epsilon"])
     if mechanism == "gaussian":
@@ -123,6 +126,12 @@ def derived_constants(mech: Mechanism) -> dict[str, str]:
         return {"set_threshold": str(mech._set_threshold)}
     if isinstance(mech, HadamardResponse):
         return {"columns": str(mech.columns), "keep_threshold": str(mech._keep_threshold)}
+    if isinstance(mech, LocalHashing):
+        return {
+            "buckets": str(mech.buckets),
+            "draw_range": str(mech.inner._draw_range),
+            "keep_threshold": str(mech.inner._keep_threshold),
+        }
     if isinstance(mech, SubsetSelection):
         return {"subset_size": str(mech.subset_size), "in_threshold": str(mech._in_threshold)}
     if isinstance(mech, GaussianNoise):
@@ -260,7 +269,7 @@ def _report_cases() -> list[Case]:
 def _large_domain_cases() -> list[Case]:
     """Optimized unary encoding, Hadamard response and subset selection (docs/wire.md §3.5-§3.7,
     §4.8-§4.10), after every older vector so that their numbers, and bytes, stay as they were."""
-    ou, hr, ss = "optimized_unary", "hadamard_response", "subset_selection"
+    ou, hr, ss, lh = "optimized_unary", "hadamard_response", "subset_selection", "local_hashing"
     return [
         Case(ou, {"k": 2, "epsilon": 1.0}, 1),
         Case(ou, {"k": 6, "epsilon": 2.0}, 5, "k not a multiple of 8: two zero padding bits"),
@@ -317,6 +326,20 @@ def _large_domain_cases() -> list[Case]:
         Case(ss, {"k": 300, "epsilon": 3.0}, 299, "d = 15"),
         Case(ss, {"k": 5, "epsilon": 1e-6}, 0, "smallest epsilon: d = 3"),
         Case(ss, {"k": 5, "epsilon": 64.0}, 2, "largest epsilon: d = 1"),
+        Case(lh, {"k": 2, "epsilon": 1.0}, 1, "g = 4"),
+        Case(lh, {"k": 10, "epsilon": 1.0}, 7),
+        Case(lh, {"k": 1000, "epsilon": 2.0}, 999, "g = 9"),
+        Case(
+            lh,
+            {"k": 6, "epsilon": 1.0},
+            5,
+            "two attributes 3 x 2, answer (2, 1)",
+            attributes=[3, 2],
+        ),
+        Case(lh, {"k": 10, "epsilon": 1.0}, 3, "seed 0", prefix=bytes(8)),
+        Case(lh, {"k": 10, "epsilon": 1.0}, 3, "seed 2^64 - 1", prefix=b"\xff" * 8),
+        Case(lh, {"k": 3, "epsilon": 1e-6}, 2, "smallest epsilon: g = 3"),
+        Case(lh, {"k": 3, "epsilon": 20.0}, 0, "largest epsilon: g = 485165197"),
     ]
 
 

@@ -39,6 +39,7 @@ from client.mechanisms import (
     GaussianNoise,
     HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
@@ -95,6 +96,11 @@ def events_for(mech: Mechanism) -> list[Event]:
     k = mech.k
     if isinstance(mech, RandomizedResponse):
         return [Event(f"Y = {j}", lambda y, j=j: y[:, 0] == j) for j in range(k)]
+    if isinstance(mech, LocalHashing):  # supports i (the hashed value is h(i)), and not j
+        return [
+            Event(f"S{i}, not S{j}", lambda y, i=i, j=j: _supports(mech, y, i, j))
+            for i, j in permutations(range(k), 2)
+        ]
     if isinstance(mech, HadamardResponse):
         return [Event(f"Y = {c}", lambda y, c=c: y[:, 0] == c) for c in range(mech.columns)]
     if isinstance(mech, FlipComponents | OptimizedUnaryEncoding | SubsetSelection):
@@ -131,6 +137,11 @@ def events_for(mech: Mechanism) -> list[Event]:
         for b in lows
     ]
     return out
+
+
+def _supports(mech: LocalHashing, reports: np.ndarray, i: int, j: int) -> np.ndarray:
+    support = mech.support(reports).astype(bool)
+    return support[:, i] & ~support[:, j]
 
 
 def sample(randomize: Randomizer, value: int, trials: int, source: SecureRandom) -> np.ndarray:
@@ -198,7 +209,7 @@ def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[
     rr, fc = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
     lap, gauss = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
     oue, hr = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
-    ss = SubsetSelection(4, 1.0)
+    ss, olh = SubsetSelection(4, 1.0), LocalHashing(4, 1.0)
     return [
         audit(rr.describe(), rr, rr.epsilon, trials=trials, pilot=pilot, seed=1),
         audit(fc.describe(), fc, fc.epsilon, trials=trials, pilot=pilot, seed=2),
@@ -215,6 +226,7 @@ def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[
         audit(oue.describe(), oue, oue.epsilon, trials=trials, pilot=pilot, seed=5),
         audit(hr.describe(), hr, hr.epsilon, trials=trials, pilot=pilot, seed=6),
         audit(ss.describe(), ss, ss.epsilon, trials=trials, pilot=pilot, seed=7),
+        audit(olh.describe(), olh, olh.epsilon, trials=trials, pilot=pilot, seed=8),
     ]
 
 

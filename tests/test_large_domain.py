@@ -19,25 +19,30 @@ from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.stats.power import power
 from client.mechanisms import (
     HadamardResponse,
+    LocalHashing,
     OptimizedUnaryEncoding,
     ReportRangeError,
     SubsetSelection,
     SupportMechanism,
 )
 from client.mechanisms.hadamard import fwht
+from client.mechanisms.local_hashing import hash_coefficients, hash_values
 from client.mechanisms.secure_random import SYSTEM_RANDOM
 from client.survey import Attribute, build_question
 from protos.ldp.v1 import ldp_pb2
 
-KINDS = [OptimizedUnaryEncoding, HadamardResponse, SubsetSelection]
+KINDS = [OptimizedUnaryEncoding, HadamardResponse, SubsetSelection, LocalHashing]
 CASES = [
     OptimizedUnaryEncoding(7, 1.0),
     HadamardResponse(7, 1.0),
     SubsetSelection(7, 1.0),
+    LocalHashing(7, 1.0),
     HadamardResponse(12, 0.5),
     SubsetSelection(12, 0.5),
+    LocalHashing(12, 2.0),
 ]
-STATS_CASES = CASES[:3]
+STATS_CASES = CASES[:4]
+SIMULATED = (SubsetSelection, LocalHashing)  # simulate_histogram goes report by report
 
 
 def ids(mech) -> str:
@@ -54,6 +59,10 @@ def test_bad_parameters_are_refused(kind, k, epsilon) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("epsilon", [0.01, 1.0, 8.0, 40.0])
 def test_cost_is_pure_epsilon_and_never_exceeded(kind, epsilon: float) -> None:
+    if kind is LocalHashing and epsilon > 21:  # g = ceil(e^eps) + 1 must stay below 2^31
+        with pytest.raises(ValueError, match="too large"):
+            kind(9, epsilon)
+        return
     mech = kind(9, epsilon)
     assert mech.cost.kind == "pure" and mech.cost.epsilon == epsilon
     assert 0 <= mech.realized_epsilon <= epsilon
@@ -89,7 +98,7 @@ def test_support_counts_follow_the_exact_channel(mech: SupportMechanism) -> None
     se = np.sqrt(np.diag(cov) / n)
     assert (np.abs(support.mean(axis=0) - mech.report_mean(p)) < 5 * se).all()
     assert np.abs(np.cov(support.T) - cov).max() < 5 * 0.25 * math.sqrt(2 / n)
-    size = 2_000 if isinstance(mech, SubsetSelection) else 20_000  # simulated report by report
+    size = 2_000 if isinstance(mech, SIMULATED) else 20_000
     draws = mech.simulate_histogram(500, p, rng, size=size)
     assert (np.abs(draws.mean(axis=0) / 500 - mech.report_mean(p)) < 5 * se * math.sqrt(10)).all()
     assert np.abs(np.cov(draws.T) / 500 - cov).max() < 5 * 0.25 * math.sqrt(2 / size)
@@ -132,6 +141,14 @@ def test_malformed_payloads_are_refused() -> None:
         ss.decode(b"\x03\x04")
     with pytest.raises(ValueError):
         ss.encode(np.ones(10))
+    olh = LocalHashing(10, 1.0)
+    assert olh.buckets == 4  # ceil(e) + 1
+    with pytest.raises(ReportRangeError):
+        olh.decode(bytes(8) + (4).to_bytes(4, "little"))
+    with pytest.raises(ValueError):
+        olh.decode(bytes(11))
+    with pytest.raises(ValueError, match="too large"):
+        LocalHashing(10, 30.0)
     with pytest.raises(ValueError):
         oue.decode(b"\x00")
     with pytest.raises(ValueError, match="padding"):
@@ -144,6 +161,22 @@ def test_malformed_payloads_are_refused() -> None:
         hr.encode(16)
     with pytest.raises(ValueError):
         oue.encode(np.zeros(9))
+
+
+def test_local_hashing_collisions_are_exact() -> None:
+    """kappa and kappa3 equal the collision rates of the hashed categories over many seeds,
+    and the hash family is the documented polynomial over GF(2^31 - 1)."""
+    mech = LocalHashing(6, 1.0)
+    coefficients = hash_coefficients(np.arange(40_000))
+    hashed = hash_values(coefficients, np.arange(3), mech.buckets)
+    kappa, kappa3 = mech.collisions
+    pair = np.mean(hashed[:, 0] == hashed[:, 1])
+    triple = np.mean((hashed[:, 0] == hashed[:, 1]) & (hashed[:, 1] == hashed[:, 2]))
+    assert abs(pair - kappa) < 5 * math.sqrt(kappa / 40_000)
+    assert abs(triple - kappa3) < 5 * math.sqrt(kappa3 / 40_000)
+    c2, c1, c0 = (int(v) for v in coefficients[7])
+    expected = [((c2 * x * x + c1 * x + c0) % (2**31 - 1)) % mech.buckets for x in range(3)]
+    assert hashed[7].tolist() == expected
 
 
 def test_hadamard_decode_is_fast_at_large_k() -> None:
@@ -163,6 +196,7 @@ def test_hadamard_decode_is_fast_at_large_k() -> None:
         ("optimized_unary", OptimizedUnaryEncoding),
         ("hadamard_response", HadamardResponse),
         ("subset_selection", SubsetSelection),
+        ("local_hashing", LocalHashing),
     ],
 )
 def test_survey_definition_round_trips(name: str, kind) -> None:
@@ -173,6 +207,7 @@ def test_survey_definition_round_trips(name: str, kind) -> None:
         ldp_pb2.OPTIMIZED_UNARY,
         ldp_pb2.HADAMARD_RESPONSE,
         ldp_pb2.SUBSET_SELECTION,
+        ldp_pb2.LOCAL_HASHING,
     )
     assert type(question).from_proto(message) == question
 
@@ -252,4 +287,4 @@ def test_config_reference_large_domain_example_loads(tmp_path) -> None:
     path.write_text(example)
     survey = load_surveys(path)["field-2026"]
     kinds = [type(q.mechanism) for q in survey.questions]
-    assert kinds == [OptimizedUnaryEncoding, HadamardResponse, SubsetSelection]
+    assert kinds == [OptimizedUnaryEncoding, HadamardResponse, SubsetSelection, LocalHashing]

@@ -46,8 +46,14 @@ id = "ss"
 categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
 mechanism = "subset_selection"
 epsilon = 1.0
+
+[[survey.question]]
+id = "olh"
+categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
+mechanism = "local_hashing"
+epsilon = 1.0
 """
-QUESTIONS = ("oue", "hr", "ss")
+QUESTIONS = ("oue", "hr", "ss", "olh")
 
 
 @pytest.fixture
@@ -109,6 +115,8 @@ def test_devices_to_estimate_and_test(server, tmp_path, question_id: str) -> Non
         ("hr", b"\x00\x00", grpc.StatusCode.INVALID_ARGUMENT),
         ("ss", b"\x03\x00", grpc.StatusCode.OUT_OF_RANGE),  # 2 categories, not d = 3
         ("ss", b"\x03\x04", grpc.StatusCode.INVALID_ARGUMENT),  # padding bit 10 set
+        ("olh", bytes(8) + (4).to_bytes(4, "little"), grpc.StatusCode.OUT_OF_RANGE),  # g = 4
+        ("olh", bytes(11), grpc.StatusCode.INVALID_ARGUMENT),
     ],
 )
 def test_bad_payloads_get_their_status(server, question_id, payload, code) -> None:
@@ -116,7 +124,7 @@ def test_bad_payloads_get_their_status(server, question_id, payload, code) -> No
     with pytest.raises(grpc.RpcError) as info:
         collector.Upload(ldp_pb2.UploadRequest(reports=[wire(question_id, payload)]), timeout=10)
     assert info.value.code() == code
-    good = {"oue": bytes(2), "hr": (15).to_bytes(4, "little"), "ss": b"\x07\x00"}
+    good = {"oue": bytes(2), "hr": (15).to_bytes(4, "little"), "ss": b"\x07\x00", "olh": bytes(12)}
     one = wire(question_id, good[question_id])
     assert collector.Upload(ldp_pb2.UploadRequest(reports=[one])).results[0].status == (
         ldp_pb2.ACCEPTED

@@ -31,11 +31,13 @@ from client.mechanisms import (
     GaussianNoise,
     HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
     SubsetSelection,
 )
+from client.mechanisms.local_hashing import hash_coefficients, hash_values_at
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 from protos.ldp.v1 import ldp_pb2
 
@@ -55,7 +57,7 @@ def honest_results():
     return auditor.honest_audits(TRIALS, ADDITIVE_TRIALS, PILOT)
 
 
-@pytest.mark.parametrize("index", range(7))
+@pytest.mark.parametrize("index", range(8))
 def test_audit_stays_within_the_claim(honest_results, index: int) -> None:
     result = honest_results[index]
     assert result.passed, f"{result.name}: eps_lower {result.eps_lower:.3f} > {result.claimed:.3f}"
@@ -125,7 +127,20 @@ def hadamard_leaky_set(mech: HadamardResponse):
 
 RR, FC = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
 OUE, HR = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
-SS = SubsetSelection(4, 1.0)
+SS, OLH = SubsetSelection(4, 1.0), LocalHashing(4, 1.0)
+
+
+def hashing_leaks_sometimes(mech: LocalHashing):
+    """Local hashing that sends the plain hashed answer one time in three."""
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        report = mech.randomize(value, source)
+        if source.below(3) == 0:
+            coefficients = hash_coefficients(report[:1])
+            report[1] = hash_values_at(coefficients, [value], mech.buckets)[0]
+        return report
+
+    return randomize
 
 
 def subset_answer_always_in(mech: SubsetSelection):
@@ -137,6 +152,19 @@ def subset_answer_always_in(mech: SubsetSelection):
             bits[np.flatnonzero(bits)[0]] = 0
             bits[value] = 1
         return bits
+
+    return randomize
+
+
+def hashing_inner_for(mech: LocalHashing, epsilon: float):
+    """Local hashing whose randomized response on [g] is built for another epsilon."""
+    inner = RandomizedResponse(mech.buckets, epsilon)
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        report = mech.randomize(value, source)
+        hashed = hash_values_at(hash_coefficients(report[:1]), [value], mech.buckets)[0]
+        report[1] = inner.randomize(int(hashed), source)
+        return report
 
     return randomize
 
@@ -153,6 +181,8 @@ BROKEN = {
     "hadamard for 2 epsilon": (HR, HR.epsilon, HadamardResponse(4, 2.0).randomize, TRIALS, 0),
     "subset, answer always in": (SS, SS.epsilon, subset_answer_always_in(SS), TRIALS, 0.0),
     "subset for 3 epsilon": (SS, SS.epsilon, SubsetSelection(4, 3.0).randomize, TRIALS, 0.0),
+    "hashing, plain value 1 in 3": (OLH, OLH.epsilon, hashing_leaks_sometimes(OLH), TRIALS, 0.0),
+    "hashing for 3 epsilon": (OLH, OLH.epsilon, hashing_inner_for(OLH, 3.0), TRIALS, 0.0),
     "laplace, last coordinate unnoised": (
         LAP,
         LAP.epsilon,
@@ -274,6 +304,8 @@ LENGTH_CASES: list[Mechanism] = [
     HadamardResponse(300, 1.0),
     SubsetSelection(2, 0.5),
     SubsetSelection(300, 1.0),
+    LocalHashing(2, 0.5),
+    LocalHashing(300, 4.0),
     GaussianNoise(2, 0.01),
     GaussianNoise(4, 10.0, granularity_bits=0),
     GaussianNoise(3, 1.0, granularity_bits=20),

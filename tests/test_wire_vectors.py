@@ -59,6 +59,7 @@ def test_vectors_have_the_documented_format():
         "optimized_unary",
         "hadamard_response",
         "subset_selection",
+        "local_hashing",
     }
     for vector in VECTORS["reports"]:
         assert {"mechanism", "params", "answer", "random_hex", "payload_hex"} <= set(vector)

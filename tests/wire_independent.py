@@ -157,6 +157,18 @@ def subset_selection(k: int, eps: float, x: int, r: Stream) -> bytes:
     return bytes(out)
 
 
+def local_hashing(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.11 and §3.8."""
+    prime = 2**31 - 1
+    g = _decimal(lambda: int(Decimal(eps).exp().to_integral_value(ROUND_CEILING))) + 1
+    seed = int.from_bytes(r.take(8), "little")
+    digest = hashlib.sha256(b"ldp-survey/olh/v1" + seed.to_bytes(8, "little")).digest()
+    c2, c1, c0 = (int.from_bytes(digest[8 * i : 8 * i + 8], "little") % prime for i in range(3))
+    hashed = ((c2 * (x * x % prime) + c1 * x + c0) % prime) % g
+    value = struct.unpack("<I", randomized_response(g, eps, hashed, r))[0]
+    return struct.pack("<QI", seed, value)
+
+
 def additive(mechanism: str, k: int, parameter: float, bits: int, x: int, r: Stream) -> bytes:
     """§4.4-§4.7 and §3.4."""
     g = 2**bits
@@ -198,6 +210,8 @@ def report(vector: dict) -> tuple[bytes, int]:
         payload = optimized_unary(p["k"], p["epsilon"], x, r)
     elif mechanism == "hadamard_response":
         payload = hadamard_response(p["k"], p["epsilon"], x, r)
+    elif mechanism == "local_hashing":
+        payload = local_hashing(p["k"], p["epsilon"], x, r)
     elif mechanism == "subset_selection":
         payload = subset_selection(p["k"], p["epsilon"], x, r)
     else:

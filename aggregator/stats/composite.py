@@ -42,6 +42,7 @@ from client.mechanisms import (
     GaussianNoise,
     HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
@@ -56,6 +57,7 @@ COMPOSITE_METHODS: dict[type, tuple[str, ...]] = {
     OptimizedUnaryEncoding: ("bootstrap",),
     HadamardResponse: ("bootstrap",),
     SubsetSelection: ("bootstrap",),
+    LocalHashing: ("bootstrap",),
 }
 
 _LABELS = {
@@ -68,6 +70,7 @@ _LABELS = {
     (OptimizedUnaryEncoding, "bootstrap"): "minimum support-count Pearson, optimized unary",
     (HadamardResponse, "bootstrap"): "minimum support-count Pearson, Hadamard response",
     (SubsetSelection, "bootstrap"): "minimum support-count Pearson, subset selection",
+    (LocalHashing, "bootstrap"): "minimum support-count Pearson, local hashing",
 }
 
 MIN_EXPECTED_CELL = 5.0
@@ -197,8 +200,8 @@ def independence(
 
     Category ``i * c + j`` is row i, column j. Methods: randomized response ``min-chi-square``;
     Gaussian ``projected`` (default) or ``nonprojected``; Laplace ``bootstrap``; flip components
-    ``projected`` (default) or ``nonprojected``; optimized unary encoding, Hadamard response and
-    subset selection ``bootstrap``. Degrees of freedom (r - 1)(c - 1);
+    ``projected`` (default) or ``nonprojected``; optimized unary encoding, Hadamard response,
+    subset selection and local hashing ``bootstrap``. Degrees of freedom (r - 1)(c - 1);
     ``calibration`` as in ``composite``.
     """
     hist = check_histogram(hist)

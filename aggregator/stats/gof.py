@@ -31,6 +31,7 @@ from client.mechanisms import (
     GaussianNoise,
     HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
     RandomizedResponse,
@@ -45,6 +46,7 @@ GOF_METHODS: dict[type, tuple[str, ...]] = {
     OptimizedUnaryEncoding: ("pearson",),
     HadamardResponse: ("pearson",),
     SubsetSelection: ("pearson",),
+    LocalHashing: ("pearson",),
 }
 
 _LABELS = {
@@ -58,6 +60,7 @@ _LABELS = {
     (OptimizedUnaryEncoding, "pearson"): "Pearson on support counts, optimized unary encoding",
     (HadamardResponse, "pearson"): "Pearson on support counts, Hadamard response",
     (SubsetSelection, "pearson"): "Pearson on support counts, subset selection",
+    (LocalHashing, "pearson"): "Pearson on support counts, optimized local hashing",
 }
 
 
@@ -75,8 +78,8 @@ def goodness_of_fit(
 
     Methods: randomized response ``pearson``; Gaussian ``projected`` (default), ``nonprojected``,
     ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default), ``nonprojected``;
-    optimized unary encoding, Hadamard response and subset selection ``pearson`` (each support
-    count against its binomial variance; asymptotically a weighted chi-square,
+    optimized unary encoding, Hadamard response, subset selection, local hashing ``pearson``
+    (each support count against its binomial variance; asymptotically a weighted chi-square,
     ``support_null_weights``).
     ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
     exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or

@@ -8,6 +8,7 @@ from client.mechanisms.additive import DEFAULT_GRANULARITY_BITS, GaussianNoise, 
 from client.mechanisms.base import Mechanism, PrivacyCost, ReportRangeError
 from client.mechanisms.flip_components import FlipComponents
 from client.mechanisms.hadamard import HadamardResponse
+from client.mechanisms.local_hashing import LocalHashing
 from client.mechanisms.randomized_response import RandomizedResponse
 from client.mechanisms.subset import SubsetSelection
 from client.mechanisms.support import SupportMechanism
@@ -19,6 +20,7 @@ __all__ = [
     "GaussianNoise",
     "HadamardResponse",
     "LaplaceNoise",
+    "LocalHashing",
     "Mechanism",
     "OptimizedUnaryEncoding",
     "PrivacyCost",

@@ -17,6 +17,7 @@ class Mechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OPTIMIZED_UNARY: _ClassVar[Mechanism]
     HADAMARD_RESPONSE: _ClassVar[Mechanism]
     SUBSET_SELECTION: _ClassVar[Mechanism]
+    LOCAL_HASHING: _ClassVar[Mechanism]
 
 class ReportStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -33,6 +34,7 @@ LAPLACE: Mechanism
 OPTIMIZED_UNARY: Mechanism
 HADAMARD_RESPONSE: Mechanism
 SUBSET_SELECTION: Mechanism
+LOCAL_HASHING: Mechanism
 REPORT_STATUS_UNSPECIFIED: ReportStatus
 ACCEPTED: ReportStatus
 DUPLICATE: ReportStatus
