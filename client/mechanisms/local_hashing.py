@@ -123,7 +123,9 @@ class LocalHashing(SupportMechanism):
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
         value = check_value(value, self.k)
         seed = int.from_bytes(source.bytes(8), "little")
-        hashed = int(hash_values_at(hash_coefficients(np.array([seed])), [value], self.buckets)[0])
+        digest = hashlib.sha256(HASH_DOMAIN + struct.pack("<Q", seed)).digest()
+        c2, c1, c0 = (v % PRIME for v in struct.unpack("<3Q", digest[:24]))
+        hashed = ((c2 * (value * value % PRIME) + c1 * value + c0) % PRIME) % self.buckets
         return np.array([seed, self.inner.randomize(hashed, source)], dtype=np.uint64)
 
     @property
