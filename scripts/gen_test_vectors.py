@@ -40,6 +40,7 @@ from client.mechanisms import (  # noqa: E402
     LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
+    PublicCoinBit,
     RandomizedResponse,
     SubsetSelection,
 )
@@ -93,7 +94,7 @@ class RecordingRandom(SecureRandom):
         return out
 
 
-def build_mechanism(mechanism: str, params: dict) -> Mechanism:
+def build_mechanism(mechanism: str, params: dict) -> Mechanism | PublicCoinBit:
     """The mechanism a vector's ``mechanism`` and ``params`` (survey-file names) describe."""
     k = params["k"]
     if mechanism == "randomized_response":
@@ -104,6 +105,8 @@ def build_mechanism(mechanism: str, params: dict) -> Mechanism:
         return OptimizedUnaryEncoding(k, params["epsilon"])
     if mechanism == "hadamard_response":
         return HadamardResponse(k, params["epsilon"])
+    if mechanism == "public_coin_bit":
+        return PublicCoinBit(k, params["epsilon"], params["public_seed"], params["groups"])
     if mechanism == "local_hashing":
         return LocalHashing(k, params["epsilon"])
     if mechanism == "subset_selection":
@@ -115,7 +118,7 @@ def build_mechanism(mechanism: str, params: dict) -> Mechanism:
     raise ValueError(f"unknown mechanism {mechanism!r}")
 
 
-def derived_constants(mech: Mechanism) -> dict[str, str]:
+def derived_constants(mech: Mechanism | PublicCoinBit) -> dict[str, str]:
     """The integers a sampler compares with or draws below (docs/wire.md §4), as decimal
     strings: implementations check their own derivation against them."""
     if isinstance(mech, RandomizedResponse):
@@ -126,6 +129,14 @@ def derived_constants(mech: Mechanism) -> dict[str, str]:
         return {"set_threshold": str(mech._set_threshold)}
     if isinstance(mech, HadamardResponse):
         return {"columns": str(mech.columns), "keep_threshold": str(mech._keep_threshold)}
+    if isinstance(mech, PublicCoinBit):
+        derived = {"keep_threshold": str(mech._keep_threshold)}
+        if mech.k <= 16:  # the subsets themselves, group by group, for small questions
+            subsets = (
+                ",".join(str(j) for j, inside in enumerate(m) if inside) for m in mech.subset_masks
+            )
+            derived["subsets"] = ";".join(subsets)
+        return derived
     if isinstance(mech, LocalHashing):
         return {
             "buckets": str(mech.buckets),
@@ -340,6 +351,31 @@ def _large_domain_cases() -> list[Case]:
         Case(lh, {"k": 10, "epsilon": 1.0}, 3, "seed 2^64 - 1", prefix=b"\xff" * 8),
         Case(lh, {"k": 3, "epsilon": 1e-6}, 2, "smallest epsilon: g = 3"),
         Case(lh, {"k": 3, "epsilon": 20.0}, 0, "largest epsilon: g = 485165197"),
+        *_public_coin_cases(),
+    ]
+
+
+def _public_coin_cases() -> list[Case]:
+    """Public-coin one-bit reports (docs/wire.md §3.9, §4.12)."""
+    pc = "public_coin_bit"
+
+    def params(k: int, eps: float, seed: int, groups: int) -> dict:
+        return {"k": k, "epsilon": eps, "public_seed": seed, "groups": groups}
+
+    return [
+        Case(pc, params(2, 1.0, 0, 1), 1, "one group: below(1) reads nothing"),
+        Case(pc, params(10, 1.0, 12345, 5), 7),
+        Case(pc, params(1000, 2.0, 2**64 - 1, 20), 999, "largest seed"),
+        Case(pc, params(6, 1.0, 7, 3), 4, "two attributes 2 x 3, answer (1, 1)", attributes=[2, 3]),
+        Case(
+            pc,
+            params(10, 1.0, 12345, 5),
+            7,
+            "all-ones keep draw: the bit is flipped",
+            prefix=b"\x00" + b"\xff" * 8,
+        ),
+        Case(pc, params(9, 1e-6, 1, 4), 0, "smallest epsilon"),
+        Case(pc, params(9, 64.0, 1, 4), 8, "largest epsilon"),
     ]
 
 

@@ -42,6 +42,7 @@ from client.mechanisms import (
     LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
+    PublicCoinBit,
     RandomizedResponse,
     SubsetSelection,
 )
@@ -96,6 +97,12 @@ def events_for(mech: Mechanism) -> list[Event]:
     k = mech.k
     if isinstance(mech, RandomizedResponse):
         return [Event(f"Y = {j}", lambda y, j=j: y[:, 0] == j) for j in range(k)]
+    if isinstance(mech, PublicCoinBit):
+        return [
+            Event(f"G = {g}, b = {b}", lambda y, g=g, b=b: (y[:, 0] == g) & (y[:, 1] == b))
+            for g in range(mech.groups)
+            for b in (0, 1)
+        ]
     if isinstance(mech, LocalHashing):  # supports i (the hashed value is h(i)), and not j
         return [
             Event(f"S{i}, not S{j}", lambda y, i=i, j=j: _supports(mech, y, i, j))
@@ -210,6 +217,7 @@ def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[
     lap, gauss = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
     oue, hr = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
     ss, olh = SubsetSelection(4, 1.0), LocalHashing(4, 1.0)
+    coin = PublicCoinBit(4, 1.0, public_seed=7, groups=3)
     return [
         audit(rr.describe(), rr, rr.epsilon, trials=trials, pilot=pilot, seed=1),
         audit(fc.describe(), fc, fc.epsilon, trials=trials, pilot=pilot, seed=2),
@@ -227,6 +235,7 @@ def honest_audits(trials: int, additive_trials: int, pilot: int = 1500) -> list[
         audit(hr.describe(), hr, hr.epsilon, trials=trials, pilot=pilot, seed=6),
         audit(ss.describe(), ss, ss.epsilon, trials=trials, pilot=pilot, seed=7),
         audit(olh.describe(), olh, olh.epsilon, trials=trials, pilot=pilot, seed=8),
+        audit(coin.describe(), coin, coin.epsilon, trials=trials, pilot=pilot, seed=9),  # type: ignore[arg-type]
     ]
 
 

@@ -34,6 +34,7 @@ from client.mechanisms import (
     LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
+    PublicCoinBit,
     RandomizedResponse,
     SubsetSelection,
 )
@@ -57,7 +58,7 @@ def honest_results():
     return auditor.honest_audits(TRIALS, ADDITIVE_TRIALS, PILOT)
 
 
-@pytest.mark.parametrize("index", range(8))
+@pytest.mark.parametrize("index", range(9))
 def test_audit_stays_within_the_claim(honest_results, index: int) -> None:
     result = honest_results[index]
     assert result.passed, f"{result.name}: eps_lower {result.eps_lower:.3f} > {result.claimed:.3f}"
@@ -128,6 +129,19 @@ def hadamard_leaky_set(mech: HadamardResponse):
 RR, FC = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
 OUE, HR = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
 SS, OLH = SubsetSelection(4, 1.0), LocalHashing(4, 1.0)
+COIN = PublicCoinBit(4, 1.0, public_seed=7, groups=3)
+
+
+def coin_truthful_sometimes(mech: PublicCoinBit):
+    """Public-coin bit that sends the true membership bit unflipped one time in three."""
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        report = mech.randomize(value, source)
+        if source.below(3) == 0:
+            report[1] = int(mech.subset_masks[report[0], value])
+        return report
+
+    return randomize
 
 
 def hashing_leaks_sometimes(mech: LocalHashing):
@@ -183,6 +197,14 @@ BROKEN = {
     "subset for 3 epsilon": (SS, SS.epsilon, SubsetSelection(4, 3.0).randomize, TRIALS, 0.0),
     "hashing, plain value 1 in 3": (OLH, OLH.epsilon, hashing_leaks_sometimes(OLH), TRIALS, 0.0),
     "hashing for 3 epsilon": (OLH, OLH.epsilon, hashing_inner_for(OLH, 3.0), TRIALS, 0.0),
+    "coin, true bit 1 in 3": (COIN, COIN.epsilon, coin_truthful_sometimes(COIN), TRIALS, 0.0),
+    "coin for 3 epsilon": (
+        COIN,
+        COIN.epsilon,
+        PublicCoinBit(4, 3.0, public_seed=7, groups=3).randomize,
+        TRIALS,
+        0.0,
+    ),
     "laplace, last coordinate unnoised": (
         LAP,
         LAP.epsilon,
@@ -306,6 +328,8 @@ LENGTH_CASES: list[Mechanism] = [
     SubsetSelection(300, 1.0),
     LocalHashing(2, 0.5),
     LocalHashing(300, 4.0),
+    PublicCoinBit(2, 0.5, public_seed=0, groups=1),  # type: ignore[list-item]
+    PublicCoinBit(300, 1.0, public_seed=2**64 - 1, groups=20),  # type: ignore[list-item]
     GaussianNoise(2, 0.01),
     GaussianNoise(4, 10.0, granularity_bits=0),
     GaussianNoise(3, 1.0, granularity_bits=20),

@@ -169,6 +169,22 @@ def local_hashing(k: int, eps: float, x: int, r: Stream) -> bytes:
     return struct.pack("<QI", seed, value)
 
 
+def public_coin_bit(k: int, eps: float, seed: int, groups: int, x: int, r: Stream) -> bytes:
+    """§4.12 and §3.9."""
+    group = r.below(groups)
+    threshold = _decimal(
+        lambda: int((2**64 / (1 + (-Decimal(eps)).exp())).to_integral_value(ROUND_FLOOR))
+    )
+    keep = r.bits(64) < max(threshold - 1, 2**63)
+    keys = []
+    for j in range(k):
+        data = b"ldp-survey/raptor/v1" + struct.pack("<QII", seed, group, j)
+        keys.append((int.from_bytes(hashlib.sha256(data).digest()[:8], "little"), j))
+    inside = x in {j for _, j in sorted(keys)[: k // 2]}
+    bit = int(inside) if keep else 1 - int(inside)
+    return struct.pack("<I", 2 * group + bit)
+
+
 def additive(mechanism: str, k: int, parameter: float, bits: int, x: int, r: Stream) -> bytes:
     """§4.4-§4.7 and §3.4."""
     g = 2**bits
@@ -210,6 +226,8 @@ def report(vector: dict) -> tuple[bytes, int]:
         payload = optimized_unary(p["k"], p["epsilon"], x, r)
     elif mechanism == "hadamard_response":
         payload = hadamard_response(p["k"], p["epsilon"], x, r)
+    elif mechanism == "public_coin_bit":
+        payload = public_coin_bit(p["k"], p["epsilon"], p["public_seed"], p["groups"], x, r)
     elif mechanism == "local_hashing":
         payload = local_hashing(p["k"], p["epsilon"], x, r)
     elif mechanism == "subset_selection":

@@ -9,6 +9,7 @@ from client.mechanisms.base import Mechanism, PrivacyCost, ReportRangeError
 from client.mechanisms.flip_components import FlipComponents
 from client.mechanisms.hadamard import HadamardResponse
 from client.mechanisms.local_hashing import LocalHashing
+from client.mechanisms.public_coin import PublicCoinBit
 from client.mechanisms.randomized_response import RandomizedResponse
 from client.mechanisms.subset import SubsetSelection
 from client.mechanisms.support import SupportMechanism
@@ -24,6 +25,7 @@ __all__ = [
     "Mechanism",
     "OptimizedUnaryEncoding",
     "PrivacyCost",
+    "PublicCoinBit",
     "RandomizedResponse",
     "ReportRangeError",
     "SubsetSelection",

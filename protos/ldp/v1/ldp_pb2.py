@@ -24,49 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/ldp/v1/ldp.proto\x12\x06ldp.v1\"-\n\tAttribute\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ncategories\x18\x02 \x03(\t\"\xa9\x01\n\x08Question\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12%\n\nattributes\x18\x03 \x03(\x0b\x32\x11.ldp.v1.Attribute\x12$\n\tmechanism\x18\x04 \x01(\x0e\x32\x11.ldp.v1.Mechanism\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\x12\x0b\n\x03rho\x18\x06 \x01(\x01\x12\x18\n\x10granularity_bits\x18\x07 \x01(\r\"}\n\x06Survey\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12#\n\tquestions\x18\x03 \x03(\x0b\x32\x10.ldp.v1.Question\x12\x16\n\x0emin_batch_size\x18\x04 \x01(\x04\x12\x1b\n\x13require_device_auth\x18\x05 \x01(\x08\"o\n\x06Report\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x11\n\tsurvey_id\x18\x02 \x01(\t\x12\x13\n\x0bquestion_id\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x19\n\x11\x64\x65\x66inition_digest\x18\x05 \x01(\x0c\"}\n\x0cReportResult\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12$\n\x06status\x18\x02 \x01(\x0e\x32\x14.ldp.v1.ReportStatus\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\r\"C\n\rUploadRequest\x12\x1f\n\x07reports\x18\x01 \x03(\x0b\x32\x0e.ldp.v1.Report\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"q\n\x0eUploadResponse\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.ldp.v1.ReportResult\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x04\x12\x12\n\nduplicates\x18\x03 \x01(\x04\x12\x12\n\nsummarized\x18\x04 \x01(\x08\"%\n\x10GetSurveyRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\"\x14\n\x12ListSurveysRequest\"6\n\x13ListSurveysResponse\x12\x1f\n\x07surveys\x18\x01 \x03(\x0b\x32\x0e.ldp.v1.Survey\"M\n\x0f\x45stimateRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\x12\n\nconfidence\x18\x03 \x01(\x01\"\xcf\x01\n\x10\x45stimateResponse\x12\t\n\x01n\x18\x01 \x01(\x04\x12\x0e\n\x06labels\x18\x02 \x03(\t\x12\x13\n\x0b\x66requencies\x18\x03 \x03(\x01\x12\x17\n\x0fstandard_errors\x18\x04 \x03(\x01\x12\x0e\n\x06\x63i_low\x18\x05 \x03(\x01\x12\x0f\n\x07\x63i_high\x18\x06 \x03(\x01\x12\x12\n\nconfidence\x18\x07 \x01(\x01\x12\x11\n\tmechanism\x18\x08 \x01(\t\x12\x11\n\tprojected\x18\t \x03(\x01\x12\x17\n\x0finterval_method\x18\n \x01(\t\"\x9a\x01\n\x14GoodnessOfFitRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\n\n\x02p0\x18\x03 \x03(\x01\x12\r\n\x05\x61lpha\x18\x04 \x01(\x01\x12\x0e\n\x06method\x18\x05 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x06 \x01(\t\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\x8d\x01\n\x13IndependenceRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\r\n\x05\x61lpha\x18\x03 \x01(\x01\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x05 \x01(\t\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\xb5\x02\n\x0cTestResponse\x12\x11\n\tstatistic\x18\x01 \x01(\x01\x12\x0e\n\x06pvalue\x18\x02 \x01(\x01\x12\x10\n\x03\x64of\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\t\n\x01n\x18\x05 \x01(\x04\x12\r\n\x05\x61lpha\x18\x06 \x01(\x01\x12\x0e\n\x06reject\x18\x07 \x01(\x08\x12\x14\n\x0cinconclusive\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x10\n\x08\x65xpected\x18\n \x03(\x01\x12\x10\n\x08observed\x18\x0b \x03(\x01\x12\x11\n\tmechanism\x18\x0c \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\r \x01(\t\x12\x1a\n\x12\x63\x61libration_reason\x18\x0e \x01(\t\x12\x14\n\x07n_draws\x18\x0f \x01(\rH\x01\x88\x01\x01\x42\x06\n\x04_dofB\n\n\x08_n_draws*\xc4\x01\n\tMechanism\x12\x19\n\x15MECHANISM_UNSPECIFIED\x10\x00\x12\x17\n\x13RANDOMIZED_RESPONSE\x10\x01\x12\x13\n\x0f\x46LIP_COMPONENTS\x10\x02\x12\x0c\n\x08GAUSSIAN\x10\x03\x12\x0b\n\x07LAPLACE\x10\x04\x12\x13\n\x0fOPTIMIZED_UNARY\x10\x05\x12\x15\n\x11HADAMARD_RESPONSE\x10\x06\x12\x14\n\x10SUBSET_SELECTION\x10\x07\x12\x11\n\rLOCAL_HASHING\x10\x08*f\n\x0cReportStatus\x12\x1d\n\x19REPORT_STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\x12\x0c\n\x08\x43ONFLICT\x10\x04\x32\x84\x02\n\tCollector\x12\x35\n\tGetSurvey\x12\x18.ldp.v1.GetSurveyRequest\x1a\x0e.ldp.v1.Survey\x12\x46\n\x0bListSurveys\x12\x1a.ldp.v1.ListSurveysRequest\x1a\x1b.ldp.v1.ListSurveysResponse\x12\x37\n\x06Upload\x12\x15.ldp.v1.UploadRequest\x1a\x16.ldp.v1.UploadResponse\x12?\n\x0cUploadStream\x12\x15.ldp.v1.UploadRequest\x1a\x16.ldp.v1.UploadResponse(\x01\x32\xd0\x01\n\x07\x41nalyst\x12=\n\x08\x45stimate\x12\x17.ldp.v1.EstimateRequest\x1a\x18.ldp.v1.EstimateResponse\x12\x43\n\rGoodnessOfFit\x12\x1c.ldp.v1.GoodnessOfFitRequest\x1a\x14.ldp.v1.TestResponse\x12\x41\n\x0cIndependence\x12\x1b.ldp.v1.IndependenceRequest\x1a\x14.ldp.v1.TestResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/ldp/v1/ldp.proto\x12\x06ldp.v1\"-\n\tAttribute\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ncategories\x18\x02 \x03(\t\"\xce\x01\n\x08Question\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12%\n\nattributes\x18\x03 \x03(\x0b\x32\x11.ldp.v1.Attribute\x12$\n\tmechanism\x18\x04 \x01(\x0e\x32\x11.ldp.v1.Mechanism\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\x12\x0b\n\x03rho\x18\x06 \x01(\x01\x12\x18\n\x10granularity_bits\x18\x07 \x01(\r\x12\x13\n\x0bpublic_seed\x18\x08 \x01(\x04\x12\x0e\n\x06groups\x18\t \x01(\r\"}\n\x06Survey\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12#\n\tquestions\x18\x03 \x03(\x0b\x32\x10.ldp.v1.Question\x12\x16\n\x0emin_batch_size\x18\x04 \x01(\x04\x12\x1b\n\x13require_device_auth\x18\x05 \x01(\x08\"o\n\x06Report\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x11\n\tsurvey_id\x18\x02 \x01(\t\x12\x13\n\x0bquestion_id\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x19\n\x11\x64\x65\x66inition_digest\x18\x05 \x01(\x0c\"}\n\x0cReportResult\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12$\n\x06status\x18\x02 \x01(\x0e\x32\x14.ldp.v1.ReportStatus\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\r\"C\n\rUploadRequest\x12\x1f\n\x07reports\x18\x01 \x03(\x0b\x32\x0e.ldp.v1.Report\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"q\n\x0eUploadResponse\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.ldp.v1.ReportResult\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x04\x12\x12\n\nduplicates\x18\x03 \x01(\x04\x12\x12\n\nsummarized\x18\x04 \x01(\x08\"%\n\x10GetSurveyRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\"\x14\n\x12ListSurveysRequest\"6\n\x13ListSurveysResponse\x12\x1f\n\x07surveys\x18\x01 \x03(\x0b\x32\x0e.ldp.v1.Survey\"M\n\x0f\x45stimateRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\x12\n\nconfidence\x18\x03 \x01(\x01\"\xcf\x01\n\x10\x45stimateResponse\x12\t\n\x01n\x18\x01 \x01(\x04\x12\x0e\n\x06labels\x18\x02 \x03(\t\x12\x13\n\x0b\x66requencies\x18\x03 \x03(\x01\x12\x17\n\x0fstandard_errors\x18\x04 \x03(\x01\x12\x0e\n\x06\x63i_low\x18\x05 \x03(\x01\x12\x0f\n\x07\x63i_high\x18\x06 \x03(\x01\x12\x12\n\nconfidence\x18\x07 \x01(\x01\x12\x11\n\tmechanism\x18\x08 \x01(\t\x12\x11\n\tprojected\x18\t \x03(\x01\x12\x17\n\x0finterval_method\x18\n \x01(\t\"\x9a\x01\n\x14GoodnessOfFitRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\n\n\x02p0\x18\x03 \x03(\x01\x12\r\n\x05\x61lpha\x18\x04 \x01(\x01\x12\x0e\n\x06method\x18\x05 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x06 \x01(\t\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\x8d\x01\n\x13IndependenceRequest\x12\x11\n\tsurvey_id\x18\x01 \x01(\t\x12\x13\n\x0bquestion_id\x18\x02 \x01(\t\x12\r\n\x05\x61lpha\x18\x03 \x01(\x01\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\x05 \x01(\t\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\xb5\x02\n\x0cTestResponse\x12\x11\n\tstatistic\x18\x01 \x01(\x01\x12\x0e\n\x06pvalue\x18\x02 \x01(\x01\x12\x10\n\x03\x64of\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06method\x18\x04 \x01(\t\x12\t\n\x01n\x18\x05 \x01(\x04\x12\r\n\x05\x61lpha\x18\x06 \x01(\x01\x12\x0e\n\x06reject\x18\x07 \x01(\x08\x12\x14\n\x0cinconclusive\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x10\n\x08\x65xpected\x18\n \x03(\x01\x12\x10\n\x08observed\x18\x0b \x03(\x01\x12\x11\n\tmechanism\x18\x0c \x01(\t\x12\x13\n\x0b\x63\x61libration\x18\r \x01(\t\x12\x1a\n\x12\x63\x61libration_reason\x18\x0e \x01(\t\x12\x14\n\x07n_draws\x18\x0f \x01(\rH\x01\x88\x01\x01\x42\x06\n\x04_dofB\n\n\x08_n_draws*\xd9\x01\n\tMechanism\x12\x19\n\x15MECHANISM_UNSPECIFIED\x10\x00\x12\x17\n\x13RANDOMIZED_RESPONSE\x10\x01\x12\x13\n\x0f\x46LIP_COMPONENTS\x10\x02\x12\x0c\n\x08GAUSSIAN\x10\x03\x12\x0b\n\x07LAPLACE\x10\x04\x12\x13\n\x0fOPTIMIZED_UNARY\x10\x05\x12\x15\n\x11HADAMARD_RESPONSE\x10\x06\x12\x14\n\x10SUBSET_SELECTION\x10\x07\x12\x11\n\rLOCAL_HASHING\x10\x08\x12\x13\n\x0fPUBLIC_COIN_BIT\x10\t*f\n\x0cReportStatus\x12\x1d\n\x19REPORT_STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\x12\x0c\n\x08\x43ONFLICT\x10\x04\x32\x84\x02\n\tCollector\x12\x35\n\tGetSurvey\x12\x18.ldp.v1.GetSurveyRequest\x1a\x0e.ldp.v1.Survey\x12\x46\n\x0bListSurveys\x12\x1a.ldp.v1.ListSurveysRequest\x1a\x1b.ldp.v1.ListSurveysResponse\x12\x37\n\x06Upload\x12\x15.ldp.v1.UploadRequest\x1a\x16.ldp.v1.UploadResponse\x12?\n\x0cUploadStream\x12\x15.ldp.v1.UploadRequest\x1a\x16.ldp.v1.UploadResponse(\x01\x32\xd0\x01\n\x07\x41nalyst\x12=\n\x08\x45stimate\x12\x17.ldp.v1.EstimateRequest\x1a\x18.ldp.v1.EstimateResponse\x12\x43\n\rGoodnessOfFit\x12\x1c.ldp.v1.GoodnessOfFitRequest\x1a\x14.ldp.v1.TestResponse\x12\x41\n\x0cIndependence\x12\x1b.ldp.v1.IndependenceRequest\x1a\x14.ldp.v1.TestResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.ldp.v1.ldp_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MECHANISM']._serialized_start=1825
-  _globals['_MECHANISM']._serialized_end=2021
-  _globals['_REPORTSTATUS']._serialized_start=2023
-  _globals['_REPORTSTATUS']._serialized_end=2125
+  _globals['_MECHANISM']._serialized_start=1862
+  _globals['_MECHANISM']._serialized_end=2079
+  _globals['_REPORTSTATUS']._serialized_start=2081
+  _globals['_REPORTSTATUS']._serialized_end=2183
   _globals['_ATTRIBUTE']._serialized_start=35
   _globals['_ATTRIBUTE']._serialized_end=80
   _globals['_QUESTION']._serialized_start=83
-  _globals['_QUESTION']._serialized_end=252
-  _globals['_SURVEY']._serialized_start=254
-  _globals['_SURVEY']._serialized_end=379
-  _globals['_REPORT']._serialized_start=381
-  _globals['_REPORT']._serialized_end=492
-  _globals['_REPORTRESULT']._serialized_start=494
-  _globals['_REPORTRESULT']._serialized_end=619
-  _globals['_UPLOADREQUEST']._serialized_start=621
-  _globals['_UPLOADREQUEST']._serialized_end=688
-  _globals['_UPLOADRESPONSE']._serialized_start=690
-  _globals['_UPLOADRESPONSE']._serialized_end=803
-  _globals['_GETSURVEYREQUEST']._serialized_start=805
-  _globals['_GETSURVEYREQUEST']._serialized_end=842
-  _globals['_LISTSURVEYSREQUEST']._serialized_start=844
-  _globals['_LISTSURVEYSREQUEST']._serialized_end=864
-  _globals['_LISTSURVEYSRESPONSE']._serialized_start=866
-  _globals['_LISTSURVEYSRESPONSE']._serialized_end=920
-  _globals['_ESTIMATEREQUEST']._serialized_start=922
-  _globals['_ESTIMATEREQUEST']._serialized_end=999
-  _globals['_ESTIMATERESPONSE']._serialized_start=1002
-  _globals['_ESTIMATERESPONSE']._serialized_end=1209
-  _globals['_GOODNESSOFFITREQUEST']._serialized_start=1212
-  _globals['_GOODNESSOFFITREQUEST']._serialized_end=1366
-  _globals['_INDEPENDENCEREQUEST']._serialized_start=1369
-  _globals['_INDEPENDENCEREQUEST']._serialized_end=1510
-  _globals['_TESTRESPONSE']._serialized_start=1513
-  _globals['_TESTRESPONSE']._serialized_end=1822
-  _globals['_COLLECTOR']._serialized_start=2128
-  _globals['_COLLECTOR']._serialized_end=2388
-  _globals['_ANALYST']._serialized_start=2391
-  _globals['_ANALYST']._serialized_end=2599
+  _globals['_QUESTION']._serialized_end=289
+  _globals['_SURVEY']._serialized_start=291
+  _globals['_SURVEY']._serialized_end=416
+  _globals['_REPORT']._serialized_start=418
+  _globals['_REPORT']._serialized_end=529
+  _globals['_REPORTRESULT']._serialized_start=531
+  _globals['_REPORTRESULT']._serialized_end=656
+  _globals['_UPLOADREQUEST']._serialized_start=658
+  _globals['_UPLOADREQUEST']._serialized_end=725
+  _globals['_UPLOADRESPONSE']._serialized_start=727
+  _globals['_UPLOADRESPONSE']._serialized_end=840
+  _globals['_GETSURVEYREQUEST']._serialized_start=842
+  _globals['_GETSURVEYREQUEST']._serialized_end=879
+  _globals['_LISTSURVEYSREQUEST']._serialized_start=881
+  _globals['_LISTSURVEYSREQUEST']._serialized_end=901
+  _globals['_LISTSURVEYSRESPONSE']._serialized_start=903
+  _globals['_LISTSURVEYSRESPONSE']._serialized_end=957
+  _globals['_ESTIMATEREQUEST']._serialized_start=959
+  _globals['_ESTIMATEREQUEST']._serialized_end=1036
+  _globals['_ESTIMATERESPONSE']._serialized_start=1039
+  _globals['_ESTIMATERESPONSE']._serialized_end=1246
+  _globals['_GOODNESSOFFITREQUEST']._serialized_start=1249
+  _globals['_GOODNESSOFFITREQUEST']._serialized_end=1403
+  _globals['_INDEPENDENCEREQUEST']._serialized_start=1406
+  _globals['_INDEPENDENCEREQUEST']._serialized_end=1547
+  _globals['_TESTRESPONSE']._serialized_start=1550
+  _globals['_TESTRESPONSE']._serialized_end=1859
+  _globals['_COLLECTOR']._serialized_start=2186
+  _globals['_COLLECTOR']._serialized_end=2446
+  _globals['_ANALYST']._serialized_start=2449
+  _globals['_ANALYST']._serialized_end=2657
 # @@protoc_insertion_point(module_scope)

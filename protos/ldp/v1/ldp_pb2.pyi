@@ -18,6 +18,7 @@ class Mechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HADAMARD_RESPONSE: _ClassVar[Mechanism]
     SUBSET_SELECTION: _ClassVar[Mechanism]
     LOCAL_HASHING: _ClassVar[Mechanism]
+    PUBLIC_COIN_BIT: _ClassVar[Mechanism]
 
 class ReportStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -35,6 +36,7 @@ OPTIMIZED_UNARY: Mechanism
 HADAMARD_RESPONSE: Mechanism
 SUBSET_SELECTION: Mechanism
 LOCAL_HASHING: Mechanism
+PUBLIC_COIN_BIT: Mechanism
 REPORT_STATUS_UNSPECIFIED: ReportStatus
 ACCEPTED: ReportStatus
 DUPLICATE: ReportStatus
@@ -50,7 +52,7 @@ class Attribute(_message.Message):
     def __init__(self, name: _Optional[str] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Question(_message.Message):
-    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits")
+    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits", "public_seed", "groups")
     ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +60,8 @@ class Question(_message.Message):
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     RHO_FIELD_NUMBER: _ClassVar[int]
     GRANULARITY_BITS_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_SEED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     id: str
     text: str
     attributes: _containers.RepeatedCompositeFieldContainer[Attribute]
@@ -65,7 +69,9 @@ class Question(_message.Message):
     epsilon: float
     rho: float
     granularity_bits: int
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ...) -> None: ...
+    public_seed: int
+    groups: int
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., public_seed: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...
 
 class Survey(_message.Message):
     __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth")
