@@ -60,8 +60,10 @@ DEFAULT_PORT = 50051
 METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics' method tables
     "test method; default: the first one of the question's mechanism. gof: "
     "randomized_response: pearson; flip_components: projected, nonprojected; gaussian: "
-    "projected, nonprojected, imhof; laplace: monte-carlo. independence: randomized_response: "
-    "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap"
+    "projected, nonprojected, imhof; laplace: monte-carlo; optimized_unary, hadamard_response, "
+    "subset_selection, local_hashing: pearson. independence: randomized_response: "
+    "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap; "
+    "optimized_unary, hadamard_response, subset_selection, local_hashing: bootstrap"
 )
 
 
@@ -968,7 +970,17 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-PLAN_MECHANISMS = ("all", "randomized_response", "flip_components", "gaussian", "laplace")
+PLAN_MECHANISMS = (
+    "all",
+    "randomized_response",
+    "flip_components",
+    "gaussian",
+    "laplace",
+    "optimized_unary",
+    "hadamard_response",
+    "subset_selection",
+    "local_hashing",
+)
 
 
 def _add_plan(sub) -> None:
@@ -1048,7 +1060,16 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def _plan_mechanisms(args: argparse.Namespace, k: int):
     """The epsilon the advisor compares at, and the one mechanism asked for (None: all)."""
-    from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
+    from client.mechanisms import (
+        FlipComponents,
+        GaussianNoise,
+        HadamardResponse,
+        LaplaceNoise,
+        LocalHashing,
+        OptimizedUnaryEncoding,
+        RandomizedResponse,
+        SubsetSelection,
+    )
 
     if args.mechanism == "gaussian":
         if args.rho is None:
@@ -1062,6 +1083,10 @@ def _plan_mechanisms(args: argparse.Namespace, k: int):
         "randomized_response": RandomizedResponse,
         "flip_components": FlipComponents,
         "laplace": LaplaceNoise,
+        "optimized_unary": OptimizedUnaryEncoding,
+        "hadamard_response": HadamardResponse,
+        "subset_selection": SubsetSelection,
+        "local_hashing": LocalHashing,
     }
     if args.mechanism == "all":
         return args.epsilon, None
