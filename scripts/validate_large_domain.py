@@ -10,7 +10,7 @@ tested at alpha = 0.05 with ``calibration="auto"`` (Imhof's weighted chi-square 
 exact Monte Carlo with 99 draws above); the 99% binomial band of the rejection count is printed
 beside it. Null: a Zipf(1) law on k categories. Coverage: per-coordinate 95% intervals, the
 mean and smallest coordinate's coverage over the replicates. Power: the alternative moves 0.1 of
-mass from the second half of the categories to the first (||Delta||_1 = 0.2), simulated against
+mass from the first half of the categories to the second (||Delta||_1 = 0.2), simulated against
 ``aggregator.stats.power``. Subset selection and local hashing simulate every report (O(n k) per
 draw), so they stop at k = 256.
 """
@@ -52,11 +52,12 @@ def zipf(k: int) -> np.ndarray:
 
 
 def alternative(p0: np.ndarray) -> np.ndarray:
-    """0.1 of mass moved from the second half to the first, proportionally."""
+    """0.1 of mass moved from the first half (which holds more than half of a Zipf law) to the
+    second, proportionally: ||Delta||_1 = 0.2 and p1 >= 0."""
     half = p0.size // 2
     p1 = p0.copy()
-    p1[:half] += 0.1 * p0[:half] / p0[:half].sum()
-    p1[half:] -= 0.1 * p0[half:] / p0[half:].sum()
+    p1[:half] -= 0.1 * p0[:half] / p0[:half].sum()
+    p1[half:] += 0.1 * p0[half:] / p0[half:].sum()
     return p1
 
 
