@@ -12,10 +12,11 @@ Every mechanism's average report is ``c0 + c1 * p``, so the de-biased estimate
 Writing flip components this way shows that T_FC (spec section 4.8) is the projected
 additive-noise statistic with ``b = A / (A - 1)^2``.
 
-* support-count mechanisms (optimized unary encoding, Hadamard response): each count is
-  Binomial(n, q_j), q = c0 + c1 p, and ``W = c1^2 Diag(1 / (q (1 - q)))`` (Pearson on each
-  count against its own binomial variance); the counts are correlated in a mechanism-specific
-  way (``report_covariance``), so the null law is a weighted chi-square (``support_null``).
+* support-count mechanisms (optimized unary encoding, Hadamard response, subset selection, local
+  hashing): each count is Binomial(n, q_j), q = c0 + c1 p, and ``W = c1^2 Diag(1 / (q (1 - q)))``
+  (Pearson on each count against its own binomial variance); the counts are correlated in a
+  mechanism-specific way (``report_covariance``), so the null law is a weighted chi-square
+  (``support_null``).
 """
 
 from __future__ import annotations
