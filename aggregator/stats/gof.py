@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from scipy import stats
 
@@ -138,9 +140,17 @@ def _statistic(mech: Mechanism, method: str, n: int, p0: np.ndarray):
 
 
 def support_null_weights(mech: Mechanism, p0: np.ndarray) -> np.ndarray:
-    """The positive weights of the support-count Pearson statistic's null law."""
-    weights = support_null(mech, p0)[0]
-    return weights[weights > 1e-12 * weights.max()]
+    """The positive weights of the support-count Pearson statistic's null law (an O(k^3)
+    eigendecomposition, so the last few (mechanism, p0) pairs are remembered)."""
+    return _support_null_weights(mech, np.asarray(p0, dtype=float).tobytes())
+
+
+@lru_cache(maxsize=8)
+def _support_null_weights(mech: Mechanism, p0: bytes) -> np.ndarray:
+    weights = support_null(mech, np.frombuffer(p0))[0]
+    weights = weights[weights > 1e-12 * weights.max()]
+    weights.setflags(write=False)
+    return weights
 
 
 def imhof_matrix(p0: np.ndarray, noise_variance: float) -> np.ndarray:
