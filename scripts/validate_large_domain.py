@@ -7,9 +7,10 @@ Usage: python scripts/validate_large_domain.py [--quick]
 
 Type I: ``reps`` null histograms per setting drawn with the mechanism's exact aggregate sampler,
 tested at alpha = 0.05 with ``calibration="auto"`` (Imhof's weighted chi-square up to k = 2,048,
-exact Monte Carlo with 99 draws above); the 99% binomial band of the rejection count is printed
-beside it. Null: a Zipf(1) law on k categories. Coverage: per-coordinate 95% intervals, the
-mean and smallest coordinate's coverage over the replicates. Power: the alternative moves 0.1 of
+exact Monte Carlo with 99 draws above; the full run has k = 16, 256 and 4,096); the 99%
+binomial band of the rejection count is printed beside it. Null: a Zipf(1) law on k categories.
+Coverage: per-coordinate 95% intervals, the mean and smallest coordinate's coverage over the
+replicates. Power: the alternative moves 0.1 of
 mass from the first half of the categories to the second (||Delta||_1 = 0.2), simulated against
 ``aggregator.stats.power``. Subset selection and local hashing simulate every report (O(n k) per
 draw), so they stop at k = 256.
@@ -28,7 +29,8 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aggregator.histogram import Histogram
-from aggregator.stats import estimate, goodness_of_fit
+from aggregator.stats import goodness_of_fit
+from aggregator.stats.intervals import confidence_intervals
 from aggregator.stats.power import power
 from client.mechanisms import (
     HadamardResponse,
@@ -70,8 +72,8 @@ def row(name: str, k: int, n: int, reps: int, rng: np.random.Generator) -> str:
         hist = Histogram(mech, n, values)
         result = goodness_of_fit(hist, p0, ALPHA, rng=i, n_draws=99)
         rejections += result.reject
-        est = estimate(hist)
-        covered += (est.ci_low <= p0) & (p0 <= est.ci_high)
+        low_ci, high_ci = confidence_intervals(hist, 0.95)  # what estimate() reports, O(k)
+        covered += (low_ci <= p0) & (p0 <= high_ci)
     low, high = stats.binom.interval(0.99, reps, ALPHA)
     inside = "yes" if low <= rejections <= high else "**no**"
     p1, big = alternative(p0), 10 * n
@@ -91,8 +93,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="k <= 256, 100 replicates")
     args = parser.parse_args()
-    reps = 100 if args.quick else 300
-    ks = (16, 256) if args.quick else (16, 256, 1024, 4096)
+    reps = 100 if args.quick else 200
+    ks = (16, 256) if args.quick else (16, 256, 4096)
     rng = np.random.default_rng(SEED)
     started = time.perf_counter()
     print(
