@@ -131,6 +131,29 @@ def test_bad_payloads_get_their_status(server, question_id, payload, code) -> No
     )
 
 
+def test_an_upload_too_large_to_expand_is_refused(tmp_path: Path) -> None:
+    """A k = 65,535 Hadamard question: 4-byte payloads, but each report expands to k counts, so
+    one upload may carry at most MAX_SUPPORT_CELLS / k of them (RESOURCE_EXHAUSTED beyond)."""
+    config = tmp_path / "wide.toml"
+    labels = ", ".join(f'"c{j}"' for j in range(2**16 - 1))
+    config.write_text(
+        f'[[survey]]\nid = "wide"\ntitle = "t"\n\n[[survey.question]]\nid = "hr"\n'
+        f'categories = [{labels}]\nmechanism = "hadamard_response"\nepsilon = 1.0\n'
+    )
+    surveys = load_surveys(config)
+    allowed = ingest.MAX_SUPPORT_CELLS // (2**16 - 1)
+    messages = [
+        ldp_pb2.Report(
+            report_id=os.urandom(16), survey_id="wide", question_id="hr", payload=bytes(4)
+        )
+        for _ in range(allowed + 1)
+    ]
+    assert allowed == 512 and len(ingest.validate_batch(messages[:2], surveys)) == 2
+    with pytest.raises(ingest.ReportRejectedError) as refused:
+        ingest.validate_batch(messages, surveys)
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 def test_store_shards_and_beam_job_agree(tmp_path: Path, config: Path) -> None:
     pytest.importorskip("apache_beam", reason="needs the [beam] extra")
     from aggregator.jobs import inputs, pipeline

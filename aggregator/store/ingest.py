@@ -28,6 +28,11 @@ from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 REPORT_ID_BYTES = 16
+#: The most report-by-category cells one upload may expand into for a support-count mechanism
+#: (each report's contribution is a k-vector of int64: 2^25 cells is 256 MiB). A Hadamard or
+#: local-hashing payload is a few bytes whatever k, so without it 10,000 tiny reports of a
+#: k = 65,536 question would ask for 5 GiB.
+MAX_SUPPORT_CELLS = 2**25
 #: The probability that an honest additive-noise report falls outside the accepted range
 #: (:func:`accepted_bound`), bounded over its k coordinates: about one in a trillion reports.
 HONEST_REJECTION = 2.0**-40
@@ -249,6 +254,11 @@ def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
     size = mech.payload_size
     if any(len(p) != size for p in payloads):
         raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload length")
+    if isinstance(mech, SupportMechanism) and len(payloads) * mech.k > MAX_SUPPORT_CELLS:
+        raise ReportRejectedError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"at most {MAX_SUPPORT_CELLS // mech.k} reports of question {question.id} per upload",
+        )
     packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), size)
     decoded = decode_payloads(question, packed)
     if isinstance(mech, RandomizedResponse):
