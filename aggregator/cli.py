@@ -63,8 +63,10 @@ METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics
     "test method; default: the first one of the question's mechanism (t1, t2 are the "
     "large-domain U-statistics of docs/calibration.md). gof: "
     "randomized_response: pearson, t2; flip_components: projected, nonprojected, t1; gaussian: "
-    "projected, nonprojected, imhof; laplace: monte-carlo. independence: randomized_response: "
-    "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap"
+    "projected, nonprojected, imhof; laplace: monte-carlo; optimized_unary, hadamard_response, "
+    "subset_selection, local_hashing: pearson. independence: randomized_response: "
+    "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap; "
+    "optimized_unary, hadamard_response, subset_selection, local_hashing: bootstrap"
 )
 
 
@@ -1183,7 +1185,17 @@ def run_holdout(args: argparse.Namespace) -> int:
     return 0
 
 
-PLAN_MECHANISMS = ("all", "randomized_response", "flip_components", "gaussian", "laplace")
+PLAN_MECHANISMS = (
+    "all",
+    "randomized_response",
+    "flip_components",
+    "gaussian",
+    "laplace",
+    "optimized_unary",
+    "hadamard_response",
+    "subset_selection",
+    "local_hashing",
+)
 
 
 def _add_plan(sub) -> None:
@@ -1263,7 +1275,16 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def _plan_mechanisms(args: argparse.Namespace, k: int):
     """The epsilon the advisor compares at, and the one mechanism asked for (None: all)."""
-    from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
+    from client.mechanisms import (
+        FlipComponents,
+        GaussianNoise,
+        HadamardResponse,
+        LaplaceNoise,
+        LocalHashing,
+        OptimizedUnaryEncoding,
+        RandomizedResponse,
+        SubsetSelection,
+    )
 
     if args.mechanism == "gaussian":
         if args.rho is None:
@@ -1277,6 +1298,10 @@ def _plan_mechanisms(args: argparse.Namespace, k: int):
         "randomized_response": RandomizedResponse,
         "flip_components": FlipComponents,
         "laplace": LaplaceNoise,
+        "optimized_unary": OptimizedUnaryEncoding,
+        "hadamard_response": HadamardResponse,
+        "subset_selection": SubsetSelection,
+        "local_hashing": LocalHashing,
     }
     if args.mechanism == "all":
         return args.epsilon, None

@@ -15,7 +15,10 @@ Example::
     id = "mood"
     text = "How do you feel today?"
     categories = ["great", "fine", "low", "bad"]
-    mechanism = "randomized_response"   # or flip_components, gaussian (rho = ...), laplace
+    mechanism = "randomized_response"   # or flip_components, optimized_unary,
+                                        # hadamard_response, subset_selection,
+                                        # local_hashing,
+                                        # gaussian (rho = ...), laplace
     epsilon = 1.0
 
     [[survey.question]]

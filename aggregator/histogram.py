@@ -8,13 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from aggregator.errors import IncompatibleHistogramsError, InvalidInputError
-from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse
+from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse, SupportMechanism
 
 
 @dataclass(frozen=True, eq=False)
 class Histogram:
     """``values`` is what the estimators and tests need from ``n`` reports of ``mechanism``:
-    category counts (randomized response), bit sums (flip components) or coordinate sums in real
+    category counts (randomized response), bit sums (flip components), support counts (optimized
+    unary encoding, Hadamard response) or coordinate sums in real
     units (Gaussian, Laplace). Build it from reports with ``from_reports`` or directly from
     numbers an analyst already has; add histograms of the same mechanism with ``+``.
     """
@@ -44,7 +45,7 @@ class Histogram:
 
     def _check_support(self, values: np.ndarray) -> None:
         n = self.n
-        if isinstance(self.mechanism, RandomizedResponse | FlipComponents):
+        if isinstance(self.mechanism, RandomizedResponse | FlipComponents | SupportMechanism):
             if not np.array_equal(values, np.round(values)):
                 raise InvalidInputError(f"{self.mechanism.name} values must be integers")
             if values.min() < 0 or values.max() > n:

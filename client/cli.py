@@ -556,7 +556,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         with bar(total, "simulate", unit="reports", quiet=args.json) as progress:
             for device in range(args.devices):
-                # A split survey: each simulated device has its own split secret (wire.md §3.6).
+                # A split survey: each simulated device has its own split secret (wire.md §3.10).
                 side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
                 for question in survey.questions:
                     mech = question.mechanism

@@ -18,9 +18,13 @@ from client.mechanisms import (
     DEFAULT_GRANULARITY_BITS,
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
+    OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 from protos.ldp.v1 import ldp_pb2
 
@@ -29,6 +33,19 @@ MECHANISM_NAMES = {
     "flip_components": ldp_pb2.FLIP_COMPONENTS,
     "gaussian": ldp_pb2.GAUSSIAN,
     "laplace": ldp_pb2.LAPLACE,
+    "optimized_unary": ldp_pb2.OPTIMIZED_UNARY,
+    "hadamard_response": ldp_pb2.HADAMARD_RESPONSE,
+    "subset_selection": ldp_pb2.SUBSET_SELECTION,
+    "local_hashing": ldp_pb2.LOCAL_HASHING,
+}
+#: The epsilon-LDP mechanisms built from (k, epsilon) alone.
+_EPSILON_ONLY = {
+    "randomized_response": RandomizedResponse,
+    "flip_components": FlipComponents,
+    "optimized_unary": OptimizedUnaryEncoding,
+    "hadamard_response": HadamardResponse,
+    "subset_selection": SubsetSelection,
+    "local_hashing": LocalHashing,
 }
 DIGEST_FORMAT = "ldp-question-definition/1"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -235,10 +252,8 @@ def build_question(
             f"choose from {sorted(MECHANISM_NAMES)}"
         )
     try:
-        if mechanism == "randomized_response":
-            mech: Mechanism = RandomizedResponse(k, parameter)
-        elif mechanism == "flip_components":
-            mech = FlipComponents(k, parameter)
+        if mechanism in _EPSILON_ONLY:
+            mech: Mechanism = _EPSILON_ONLY[mechanism](k, parameter)
         elif mechanism == "gaussian":
             mech = GaussianNoise(k, parameter, granularity_bits=granularity_bits)
         else:

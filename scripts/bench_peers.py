@@ -3,6 +3,7 @@ of k-ary randomized response (k-RR) and symmetric unary encoding (SUE) in ldp-su
 multi-freq-ldpy, in one process and on identical true answers.
 
 Usage: python scripts/bench_peers.py [--quick] [--out docs/peers-table.md] [--venv DIR]
+       python scripts/bench_peers.py --large-domain [--quick] (issue 17: OUE, OLH, HR, SS)
 
 The peers are not dependencies of ldp-survey. Unless they are importable already, the script
 creates a benchmark virtual environment (``.bench-venv`` at the repository root, or --venv),
@@ -18,6 +19,16 @@ What is matched with what:
   de-biasing, so their MSE must agree with each other and with the exact variance.
   multi-freq-ldpy's ``*_Aggregator_MI`` clips negative estimates to 0 and renormalises; it is
   compared with the same post-processing applied to our unbiased estimate.
+* Large domains (``--large-domain``): our ``OptimizedUnaryEncoding`` = pure-ldp
+  ``UEClient(use_oue=True)`` = multi-freq-ldpy ``UE_Client(optimal=True)``; our ``LocalHashing``
+  = pure-ldp ``LHClient(use_olh=True)`` = multi-freq-ldpy ``LH_Client(optimal=True)`` (their
+  g = round(e^eps) + 1 and xxhash32, ours ceil(e^eps) + 1 and a SHA-256-keyed polynomial); our
+  ``HadamardResponse`` = pure-ldp ``HadamardResponseClient`` (at eps <= 1 its high-privacy
+  variant); our ``SubsetSelection`` = multi-freq-ldpy ``SS_Client`` (their d = rint(k/(e^eps+1)),
+  ours the ceiling). Compared: reports per second of one-report randomization, and the time to
+  turn n reports into frequency estimates (ours from the wire payloads, theirs from their own
+  report objects; the peers have no batch path). pure-ldp's RAPPOR is left out: its client never
+  flips a true 1 to 0.
 """
 
 from __future__ import annotations
@@ -32,7 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PEER_PINS = ("pure-ldp==1.2.0", "multi-freq-ldpy==0.2.5")
 # pure_ldp.frequency_oracles imports these at package import time without declaring them.
-PEER_UNDECLARED = ("scikit-learn", "statsmodels")
+# Both peers' local hashing hash str(value) with xxhash, which xxhash >= 2 refuses (bytes only).
+PEER_UNDECLARED = ("scikit-learn", "statsmodels", "xxhash<2")
 NEEDED_MODULES = (
     "numpy",
     "scipy",
@@ -81,6 +93,9 @@ def parse_args() -> argparse.Namespace:
         default=ROOT / ".bench-venv",
         help="benchmark venv (default: %(default)s)",
     )
+    parser.add_argument(
+        "--large-domain", action="store_true", help="OUE, OLH, HR, SS instead (issue 17)"
+    )
     return parser.parse_args()
 
 
@@ -101,8 +116,15 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 from multi_freq_ldpy.pure_frequency_oracles.GRR import GRR_Aggregator_MI, GRR_Client
+from multi_freq_ldpy.pure_frequency_oracles.LH import LH_Aggregator_MI, LH_Client
+from multi_freq_ldpy.pure_frequency_oracles.SS import SS_Aggregator_MI, SS_Client
 from multi_freq_ldpy.pure_frequency_oracles.UE import UE_Aggregator_MI, UE_Client
 from pure_ldp.frequency_oracles.direct_encoding import DEClient, DEServer
+from pure_ldp.frequency_oracles.hadamard_response import (
+    HadamardResponseClient,
+    HadamardResponseServer,
+)
+from pure_ldp.frequency_oracles.local_hashing import LHClient, LHServer
 from pure_ldp.frequency_oracles.unary_encoding import UEClient, UEServer
 
 sys.path.insert(0, str(ROOT))
@@ -111,7 +133,15 @@ from privacy_audit import SeededSource  # Mersenne Twister bytes: NOT secure, di
 
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate
-from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse
+from client.mechanisms import (
+    FlipComponents,
+    HadamardResponse,
+    LocalHashing,
+    Mechanism,
+    OptimizedUnaryEncoding,
+    RandomizedResponse,
+    SubsetSelection,
+)
 from client.progress import track
 
 SEED = 20261121
@@ -505,8 +535,150 @@ def environment(sizes: Sizes, started: str, load: str) -> list[str]:
     ]
 
 
+# --- large domains (issue 17) --------------------------------------------------------------------
+
+LARGE_KS, LARGE_EPSILON = (64, 1024), 1.0
+
+
+def large_domain_pairs(kind: str, k: int, eps: float) -> tuple[Mechanism, dict]:
+    """Our mechanism and each peer's (client, decoder) for one mechanism kind: the client
+    randomizes one answer, the decoder turns a list of client outputs into frequencies."""
+    if kind == "OUE":
+        pure_server = UEServer(eps, k, use_oue=True, index_mapper=identity)
+        peers = {
+            PURE: (
+                UEClient(eps, k, use_oue=True, index_mapper=identity).privatise,
+                lambda reports, s=pure_server: _pure_decode(s, reports, k),
+            ),
+            MFL: (
+                lambda v: UE_Client(v, k, eps, True),
+                lambda reports: UE_Aggregator_MI(reports, eps, True),
+            ),
+        }
+        return OptimizedUnaryEncoding(k, eps), peers
+    if kind == "OLH":
+        g = round(math.exp(eps)) + 1
+        pure_server = LHServer(eps, k, g, use_olh=True, index_mapper=identity)
+        peers = {
+            PURE: (
+                LHClient(eps, k, g, use_olh=True, index_mapper=identity).privatise,
+                lambda reports, s=pure_server: _pure_decode(s, reports, k),
+            ),
+            MFL: (
+                lambda v: LH_Client(v, k, eps, True),
+                lambda reports: LH_Aggregator_MI(reports, k, eps, True),
+            ),
+        }
+        return LocalHashing(k, eps), peers
+    if kind == "HR":
+        pure_server = HadamardResponseServer(eps, k, index_mapper=identity)
+        client = HadamardResponseClient(eps, k, pure_server.get_hash_funcs(), identity)
+        peers = {PURE: (client.privatise, lambda r, s=pure_server: _pure_decode(s, r, k))}
+        return HadamardResponse(k, eps), peers
+    peers = {
+        MFL: (lambda v: SS_Client(v, k, eps), lambda reports: SS_Aggregator_MI(reports, k, eps))
+    }
+    return SubsetSelection(k, eps), peers
+
+
+def _pure_decode(server, reports: list, k: int) -> np.ndarray:
+    server.reset()
+    for report in reports:
+        server.aggregate(report)
+    return np.asarray(server.estimate_all(range(k), suppress_warnings=True))
+
+
+def ours_decode(mech: Mechanism, packed: np.ndarray) -> np.ndarray:
+    """Wire payloads (n, payload_size) -> de-biased frequencies, as the service does it."""
+    counts = mech.support_counts(mech.decode_many(packed))  # type: ignore[attr-defined]
+    return (counts / packed.shape[0] - mech.offset) / mech.slope
+
+
+@dataclass(frozen=True)
+class LargeRow:
+    kind: str
+    k: int
+    randomize: dict[str, float]  # reports per second, one report per call
+    decode: dict[str, float]  # seconds for n reports
+
+
+def measure_large(kind: str, k: int, sizes: Sizes) -> LargeRow:
+    eps = LARGE_EPSILON
+    mech, peers = large_domain_pairs(kind, k, eps)
+    count = max(200, sizes.per_report[(SUE, 64)] // 4)
+    values = [int(v) for v in true_answers(k, count)]
+    rates = {f"{OURS} secure": per_report_rate(mech.randomize, (), values, sizes.repeats)}
+    for label, (client, _) in peers.items():
+        seed_peers(kind, k, label)
+        rates[label] = per_report_rate(client, (), values, sizes.repeats)
+    n = sizes.n * 5
+    answers = true_answers(k, n)
+    rng = np.random.default_rng([SEED, k])
+    payloads = b"".join(mech.encode(r) for r in mech.simulate(answers, rng))
+    packed = np.frombuffer(payloads, dtype=np.uint8).reshape(n, mech.payload_size)
+    decode = {OURS: _seconds(lambda: ours_decode(mech, packed))}
+    for label, (client, decoder) in peers.items():
+        seed_peers(kind, k, label, "decode")
+        reports = [client(int(v)) for v in answers]
+        decode[label] = _seconds(lambda d=decoder, r=reports: d(r))
+    return LargeRow(kind, k, rates, decode)
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def large_domain_tables(rows: list[LargeRow], n: int) -> list[str]:
+    body = []
+    for r in rows:
+        for label in (f"{OURS} secure", PURE, MFL):
+            peer = label.split(" ")[0]
+            if label not in r.randomize:
+                continue
+            seconds = r.decode[peer]
+            body.append(
+                [r.kind, str(r.k), label, rate_text(r.randomize[label]), f"{1000 * seconds:.1f}"]
+            )
+    return [
+        f"### Large domains, ε = {LARGE_EPSILON:g}: randomization and decoding of n = {n:,} "
+        "reports",
+        "",
+        "Randomization: one report per call, reports/s (ours through the secure CSPRNG path). "
+        "Decoding: wall time from n reports to the k frequency estimates (ours from the wire "
+        "payloads with the service's decoder; the peers from their own report objects).",
+        "",
+        *table(["mech", "k", "library", "randomize (rep/s)", f"decode n={n:,} (ms)"], body),
+    ]
+
+
+def main_large(sizes: Sizes) -> None:
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    clock = time.perf_counter()
+    rows = []
+    for kind in ("OUE", "OLH", "HR", "SS"):
+        for k in LARGE_KS:
+            print(f"large domain {kind} k={k}", file=sys.stderr)
+            rows.append(measure_large(kind, k, sizes))
+    elapsed = time.perf_counter() - clock
+    lines = [
+        f"Command: `python scripts/bench_peers.py --large-domain"
+        f"{' --quick' if sizes is QUICK else ''}`, started {started}; load average {load}.",
+        "",
+        *large_domain_tables(rows, sizes.n * 5),
+        "",
+        f"Total time: {elapsed:.0f} s.",
+    ]
+    print("\n".join(lines))
+
+
 def main() -> None:
     args = parse_args()
+    if args.large_domain:
+        main_large(QUICK if args.quick else FULL)
+        return
     sizes = QUICK if args.quick else FULL
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())

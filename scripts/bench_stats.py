@@ -1,7 +1,8 @@
 """Benchmark of the statistical engine: simulation throughput, secure per-record randomization
 latency, and the latency of the local tests and estimates, each compared with its target.
 
-Usage: python scripts/bench_stats.py [--quick] [--json PATH]. Exits 0 whatever the outcome;
+Usage: python scripts/bench_stats.py [--quick] [--json PATH] [--calibrated-only |
+--large-domain-only]. Exits 0 whatever the outcome;
 the last line counts the targets met. Figures are medians (and p90) over repetitions timed with
 ``time.perf_counter`` after warm-up calls.
 """
@@ -29,8 +30,10 @@ from aggregator.stats import estimate, goodness_of_fit, independence
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
     Mechanism,
+    OptimizedUnaryEncoding,
     RandomizedResponse,
 )
 from client.progress import track
@@ -211,6 +214,48 @@ def bench_calibrated(reps: int, rng: np.random.Generator) -> list[Row]:
     return rows
 
 
+def bench_large_domain(reps: int, rng: np.random.Generator) -> list[Row]:
+    """Issue 17: decode of n = 10^6 reports into de-biased frequencies at k = 2^10 .. 2^16
+    (Hadamard response: column counts, one FWHT; optimized unary encoding: bit sums of the
+    packed payloads, per report), and the secure randomizer per report."""
+    rows, n = [], N_HIST
+    for k in (2**10, 2**12, 2**14, 2**16 - 1, 2**16):
+        mech = HadamardResponse(k, EPSILON)
+        reports = rng.integers(0, mech.columns, size=n)
+
+        def decode(m=mech, r=reports) -> np.ndarray:
+            return (m.support_counts(r) / n - m.offset) / m.slope
+
+        target = 50.0 if k >= 2**16 - 1 else None
+        name = f"Hadamard response, k={k:,} (K={mech.columns:,}), n=10^6"
+        rows.append(latency("decode", name, timings(decode, reps), "ms", target))
+    for k in (2**10, 2**12):
+        mech = OptimizedUnaryEncoding(k, EPSILON)
+        chunk = 10_000
+        packed = rng.integers(0, 256, size=(chunk, mech.payload_size), dtype=np.uint8)
+        if k % 8:
+            packed[:, -1] &= (1 << (k % 8)) - 1
+
+        def decode(m=mech, b=packed, size=chunk) -> np.ndarray:
+            return (m.support_counts(m.decode_many(b)) / size - m.offset) / m.slope
+
+        seconds = timings(decode, reps) * (n / chunk)
+        name = f"optimized unary, k={k:,}, n=10^6 (bit sums of payloads, 10^4 per batch)"
+        rows.append(latency("decode", name, seconds, "ms", None))
+    cases = [
+        (OptimizedUnaryEncoding(64, EPSILON), 2_000),
+        (OptimizedUnaryEncoding(1024, EPSILON), 500),
+        (HadamardResponse(1024, EPSILON), 20_000),
+        (HadamardResponse(2**16 - 1, EPSILON), 20_000),
+    ]
+    for mech, calls in cases:
+        calls = max(20, calls // (5 if reps < 5 else 1))
+        seconds = timings(lambda m=mech: m.randomize(3), repeats=20, number=calls // 20)
+        name = f"{mech.describe()}, {calls:,} calls"
+        rows.append(latency("randomize (secure)", name, seconds, "µs", None))
+    return rows
+
+
 def machine() -> dict[str, str]:
     """Platform, CPU model, core count, library versions, date and load average."""
     cpu = "unknown"
@@ -269,17 +314,25 @@ def main() -> None:
     parser.add_argument(
         "--calibrated-only", action="store_true", help="only the calibrated tests (issue 11)"
     )
+    parser.add_argument(
+        "--large-domain-only", action="store_true", help="only decode and randomize (issue 17)"
+    )
     args = parser.parse_args()
     reps, scale = (3, 0.1) if args.quick else (15, 1.0)
     rng = np.random.default_rng(SEED)
     started = time.perf_counter()
     info = machine()
-    sections = [lambda: bench_calibrated(reps, rng)]
-    if not args.calibrated_only:
-        sections[:0] = [
+    if args.calibrated_only:
+        sections = [lambda: bench_calibrated(reps, rng)]
+    elif args.large_domain_only:
+        sections = [lambda: bench_large_domain(reps, rng)]
+    else:
+        sections = [
             lambda: bench_simulate(reps, rng),
             lambda: bench_randomize(scale),
             lambda: bench_tests(reps, rng),
+            lambda: bench_calibrated(reps, rng),
+            lambda: bench_large_domain(reps, rng),
         ]
     rows = [row for section in track(sections, "bench", unit="sections") for row in section()]
     print_table(info, rows)

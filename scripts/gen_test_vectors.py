@@ -35,9 +35,14 @@ from client.device.keys import DeviceKey  # noqa: E402
 from client.mechanisms import (  # noqa: E402
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
+    OptimizedUnaryEncoding,
+    PublicCoinBit,
     RandomizedResponse,
+    SubsetSelection,
 )
 from client.mechanisms.secure_random import SecureRandom, _isqrt_fraction  # noqa: E402
 from protos.ldp.v1 import ldp_pb2  # noqa: E402
@@ -89,13 +94,23 @@ class RecordingRandom(SecureRandom):
         return out
 
 
-def build_mechanism(mechanism: str, params: dict) -> Mechanism:
+def build_mechanism(mechanism: str, params: dict) -> Mechanism | PublicCoinBit:
     """The mechanism a vector's ``mechanism`` and ``params`` (survey-file names) describe."""
     k = params["k"]
     if mechanism == "randomized_response":
         return RandomizedResponse(k, params["epsilon"])
     if mechanism == "flip_components":
         return FlipComponents(k, params["epsilon"])
+    if mechanism == "optimized_unary":
+        return OptimizedUnaryEncoding(k, params["epsilon"])
+    if mechanism == "hadamard_response":
+        return HadamardResponse(k, params["epsilon"])
+    if mechanism == "public_coin_bit":
+        return PublicCoinBit(k, params["epsilon"], params["public_seed"], params["groups"])
+    if mechanism == "local_hashing":
+        return LocalHashing(k, params["epsilon"])
+    if mechanism == "subset_selection":
+        return SubsetSelection(k, params["epsilon"])
     if mechanism == "gaussian":
         return GaussianNoise(k, params["rho"], granularity_bits=params["granularity_bits"])
     if mechanism == "laplace":
@@ -103,13 +118,33 @@ def build_mechanism(mechanism: str, params: dict) -> Mechanism:
     raise ValueError(f"unknown mechanism {mechanism!r}")
 
 
-def derived_constants(mech: Mechanism) -> dict[str, str]:
+def derived_constants(mech: Mechanism | PublicCoinBit) -> dict[str, str]:
     """The integers a sampler compares with or draws below (docs/wire.md §4), as decimal
     strings: implementations check their own derivation against them."""
     if isinstance(mech, RandomizedResponse):
         return {"draw_range": str(mech._draw_range), "keep_threshold": str(mech._keep_threshold)}
     if isinstance(mech, FlipComponents):
         return {"flip_threshold": str(mech._flip_threshold)}
+    if isinstance(mech, OptimizedUnaryEncoding):
+        return {"set_threshold": str(mech._set_threshold)}
+    if isinstance(mech, HadamardResponse):
+        return {"columns": str(mech.columns), "keep_threshold": str(mech._keep_threshold)}
+    if isinstance(mech, PublicCoinBit):
+        derived = {"keep_threshold": str(mech._keep_threshold)}
+        if mech.k <= 16:  # the subsets themselves, group by group, for small questions
+            subsets = (
+                ",".join(str(j) for j, inside in enumerate(m) if inside) for m in mech.subset_masks
+            )
+            derived["subsets"] = ";".join(subsets)
+        return derived
+    if isinstance(mech, LocalHashing):
+        return {
+            "buckets": str(mech.buckets),
+            "draw_range": str(mech.inner._draw_range),
+            "keep_threshold": str(mech.inner._keep_threshold),
+        }
+    if isinstance(mech, SubsetSelection):
+        return {"subset_size": str(mech.subset_size), "in_threshold": str(mech._in_threshold)}
     if isinstance(mech, GaussianNoise):
         sigma2 = mech._sigma2_grid
         return {
@@ -237,8 +272,111 @@ def _report_cases() -> list[Case]:
         ),
         Case(la, {"k": 2, "epsilon": 0.05, "granularity_bits": 2}, 1, "small epsilon"),
         Case(la, {"k": 2, "epsilon": 16.0, "granularity_bits": 0}, 0, "large epsilon"),
+        *_large_domain_cases(),
     ]
     return cases
+
+
+def _large_domain_cases() -> list[Case]:
+    """Optimized unary encoding, Hadamard response and subset selection (docs/wire.md §3.5-§3.7,
+    §4.8-§4.10), after every older vector so that their numbers, and bytes, stay as they were."""
+    ou, hr, ss, lh = "optimized_unary", "hadamard_response", "subset_selection", "local_hashing"
+    return [
+        Case(ou, {"k": 2, "epsilon": 1.0}, 1),
+        Case(ou, {"k": 6, "epsilon": 2.0}, 5, "k not a multiple of 8: two zero padding bits"),
+        Case(ou, {"k": 13, "epsilon": 4.0}, 12, "spans two bytes"),
+        Case(
+            ou,
+            {"k": 6, "epsilon": 1.0},
+            3,
+            "two attributes 2 x 3, answer (1, 0)",
+            attributes=[2, 3],
+        ),
+        Case(
+            ou, {"k": 6, "epsilon": 1.0}, 0, "every uniform is 0: every bit is 1", prefix=b"\0" * 48
+        ),
+        Case(
+            ou, {"k": 5, "epsilon": 1e-6}, 2, "smallest epsilon: the threshold is capped at 2**63"
+        ),
+        Case(ou, {"k": 5, "epsilon": 64.0}, 2, "largest epsilon in the vectors"),
+        Case(hr, {"k": 2, "epsilon": 1.0}, 0, "K = 4: bits(66) reads 9 bytes"),
+        Case(hr, {"k": 7, "epsilon": 1.0}, 6, "K = 8"),
+        Case(hr, {"k": 8, "epsilon": 2.0}, 3, "k a power of 2: K = 16"),
+        Case(
+            hr,
+            {"k": 12, "epsilon": 1.0},
+            7,
+            "two attributes 3 x 4, answer (1, 3)",
+            attributes=[3, 4],
+        ),
+        Case(hr, {"k": 1000, "epsilon": 3.0}, 999, "K = 1024"),
+        Case(hr, {"k": 4, "epsilon": 1.0}, 2, "all-ones draw: outside the set", prefix=b"\xff" * 9),
+        Case(
+            hr,
+            {"k": 4, "epsilon": 1.0},
+            2,
+            "all-zero draw: column 0 is in every set",
+            prefix=b"\0" * 9,
+        ),
+        Case(hr, {"k": 3, "epsilon": 1e-6}, 1, "smallest epsilon in the vectors"),
+        Case(hr, {"k": 3, "epsilon": 64.0}, 0, "largest epsilon in the vectors"),
+        Case(ss, {"k": 2, "epsilon": 1.0}, 1, "d = 1, one other category"),
+        Case(ss, {"k": 10, "epsilon": 1.0}, 4, "d = 3"),
+        Case(ss, {"k": 13, "epsilon": 0.5}, 12, "d = 5, spans two bytes"),
+        Case(
+            ss,
+            {"k": 6, "epsilon": 1.0},
+            2,
+            "two attributes 2 x 3, answer (0, 2)",
+            attributes=[2, 3],
+        ),
+        Case(
+            ss, {"k": 10, "epsilon": 1.0}, 4, "all-ones draw: outside the set", prefix=b"\xff" * 8
+        ),
+        Case(ss, {"k": 10, "epsilon": 1.0}, 4, "all-zero draw: in the set", prefix=b"\0" * 8),
+        Case(ss, {"k": 300, "epsilon": 3.0}, 299, "d = 15"),
+        Case(ss, {"k": 5, "epsilon": 1e-6}, 0, "smallest epsilon: d = 3"),
+        Case(ss, {"k": 5, "epsilon": 64.0}, 2, "largest epsilon: d = 1"),
+        Case(lh, {"k": 2, "epsilon": 1.0}, 1, "g = 4"),
+        Case(lh, {"k": 10, "epsilon": 1.0}, 7),
+        Case(lh, {"k": 1000, "epsilon": 2.0}, 999, "g = 9"),
+        Case(
+            lh,
+            {"k": 6, "epsilon": 1.0},
+            5,
+            "two attributes 3 x 2, answer (2, 1)",
+            attributes=[3, 2],
+        ),
+        Case(lh, {"k": 10, "epsilon": 1.0}, 3, "seed 0", prefix=bytes(8)),
+        Case(lh, {"k": 10, "epsilon": 1.0}, 3, "seed 2^64 - 1", prefix=b"\xff" * 8),
+        Case(lh, {"k": 3, "epsilon": 1e-6}, 2, "smallest epsilon: g = 3"),
+        Case(lh, {"k": 3, "epsilon": 20.0}, 0, "largest epsilon: g = 485165197"),
+        *_public_coin_cases(),
+    ]
+
+
+def _public_coin_cases() -> list[Case]:
+    """Public-coin one-bit reports (docs/wire.md §3.9, §4.12)."""
+    pc = "public_coin_bit"
+
+    def params(k: int, eps: float, seed: int, groups: int) -> dict:
+        return {"k": k, "epsilon": eps, "public_seed": seed, "groups": groups}
+
+    return [
+        Case(pc, params(2, 1.0, 0, 1), 1, "one group: below(1) reads nothing"),
+        Case(pc, params(10, 1.0, 12345, 5), 7),
+        Case(pc, params(1000, 2.0, 2**64 - 1, 20), 999, "largest seed"),
+        Case(pc, params(6, 1.0, 7, 3), 4, "two attributes 2 x 3, answer (1, 1)", attributes=[2, 3]),
+        Case(
+            pc,
+            params(10, 1.0, 12345, 5),
+            7,
+            "all-ones keep draw: the bit is flipped",
+            prefix=b"\x00" + b"\xff" * 8,
+        ),
+        Case(pc, params(9, 1e-6, 1, 4), 0, "smallest epsilon"),
+        Case(pc, params(9, 64.0, 1, 4), 8, "largest epsilon"),
+    ]
 
 
 def _parts(index: int, sizes: list[int]) -> list[int]:
@@ -307,7 +445,7 @@ def signature_vector(number: int, timestamp: int, reports: list[tuple]) -> dict:
     }
 
 
-#: (secret label, survey id, exploration fraction) of the split vectors (docs/wire.md §3.6).
+#: (secret label, survey id, exploration fraction) of the split vectors (docs/wire.md §3.10).
 _SPLITS = [
     ("device-a", "wellbeing-2026", 0.5),
     ("device-b", "wellbeing-2026", 0.5),

@@ -37,9 +37,14 @@ from scipy import stats
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
+    OptimizedUnaryEncoding,
+    PublicCoinBit,
     RandomizedResponse,
+    SubsetSelection,
 )
 from client.mechanisms.secure_random import SecureRandom
 from client.progress import track
@@ -93,7 +98,20 @@ def events_for(mech: Mechanism) -> list[Event]:
     k = mech.k
     if isinstance(mech, RandomizedResponse):
         return [Event(f"Y = {j}", lambda y, j=j: y[:, 0] == j) for j in range(k)]
-    if isinstance(mech, FlipComponents):
+    if isinstance(mech, PublicCoinBit):
+        return [
+            Event(f"G = {g}, b = {b}", lambda y, g=g, b=b: (y[:, 0] == g) & (y[:, 1] == b))
+            for g in range(mech.groups)
+            for b in (0, 1)
+        ]
+    if isinstance(mech, LocalHashing):  # supports i (the hashed value is h(i)), and not j
+        return [
+            Event(f"S{i}, not S{j}", lambda y, i=i, j=j: _supports(mech, y, i, j))
+            for i, j in permutations(range(k), 2)
+        ]
+    if isinstance(mech, HadamardResponse):
+        return [Event(f"Y = {c}", lambda y, c=c: y[:, 0] == c) for c in range(mech.columns)]
+    if isinstance(mech, FlipComponents | OptimizedUnaryEncoding | SubsetSelection):
         out = [
             Event(f"b{i} = {a}", lambda y, i=i, a=a: y[:, i] == a) for i in range(k) for a in (0, 1)
         ]
@@ -127,6 +145,11 @@ def events_for(mech: Mechanism) -> list[Event]:
         for b in lows
     ]
     return out
+
+
+def _supports(mech: LocalHashing, reports: np.ndarray, i: int, j: int) -> np.ndarray:
+    support = mech.support(reports).astype(bool)
+    return support[:, i] & ~support[:, j]
 
 
 def sample(randomize: Randomizer, value: int, trials: int, source: SecureRandom) -> np.ndarray:
@@ -196,11 +219,19 @@ def honest_audits(
     ``quiet``)."""
     rr, fc = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
     lap, gauss = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
+    oue, hr = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
+    ss, olh = SubsetSelection(4, 1.0), LocalHashing(4, 1.0)
+    coin = PublicCoinBit(4, 1.0, public_seed=7, groups=3)
     settings = [
         (rr, rr.epsilon, trials, 1, 0.0),
         (fc, fc.epsilon, trials, 2, 0.0),
         (lap, lap.epsilon, additive_trials, 3, 0.0),
         (gauss, zcdp_epsilon(gauss.rho, DELTA), additive_trials, 4, DELTA),
+        (oue, oue.epsilon, trials, 5, 0.0),
+        (hr, hr.epsilon, trials, 6, 0.0),
+        (ss, ss.epsilon, trials, 7, 0.0),
+        (olh, olh.epsilon, trials, 8, 0.0),
+        (coin, coin.epsilon, trials, 9, 0.0),
     ]
     return [
         audit(mech.describe(), mech, claimed, trials=n, pilot=pilot, seed=seed, delta=delta)
@@ -226,7 +257,7 @@ def table(results: Sequence[AuditResult]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=20000, help="per input, RR and flip")
+    parser.add_argument("--trials", type=int, default=20000, help="per input, pure mechanisms")
     parser.add_argument("--additive-trials", type=int, default=8000, help="per input, noise")
     args = parser.parse_args()
     print(table(honest_audits(args.trials, args.additive_trials, quiet=False)))

@@ -29,10 +29,16 @@ from client.device.transport import Transport
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
+    OptimizedUnaryEncoding,
+    PublicCoinBit,
     RandomizedResponse,
+    SubsetSelection,
 )
+from client.mechanisms.local_hashing import hash_coefficients, hash_values_at
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 from protos.ldp.v1 import ldp_pb2
 
@@ -52,7 +58,7 @@ def honest_results():
     return auditor.honest_audits(TRIALS, ADDITIVE_TRIALS, PILOT)
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(9))
 def test_audit_stays_within_the_claim(honest_results, index: int) -> None:
     result = honest_results[index]
     assert result.passed, f"{result.name}: eps_lower {result.eps_lower:.3f} > {result.claimed:.3f}"
@@ -97,13 +103,108 @@ def miscalibrated(mech: FlipComponents):
     return FlipComponents(mech.k, 2 * mech.epsilon).randomize
 
 
+def plain_answer_bit(mech: OptimizedUnaryEncoding):
+    """Optimized unary encoding whose answer bit is always 1 (never randomized)."""
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        bits = mech.randomize(value, source)
+        bits[value] = 1
+        return bits
+
+    return randomize
+
+
+def hadamard_leaky_set(mech: HadamardResponse):
+    """Hadamard response that moves half of its reports outside the answer's set back in."""
+
+    def randomize(value: int, source: SecureRandom) -> int:
+        column = mech.randomize(value, source)
+        if source.below(2) == 0 and ((value + 1) & column).bit_count() % 2:
+            column ^= (value + 1) & -(value + 1)
+        return column
+
+    return randomize
+
+
 RR, FC = RandomizedResponse(4, 1.0), FlipComponents(4, 1.0)
+OUE, HR = OptimizedUnaryEncoding(4, 1.0), HadamardResponse(4, 1.0)
+SS, OLH = SubsetSelection(4, 1.0), LocalHashing(4, 1.0)
+COIN = PublicCoinBit(4, 1.0, public_seed=7, groups=3)
+
+
+def coin_truthful_sometimes(mech: PublicCoinBit):
+    """Public-coin bit that sends the true membership bit unflipped one time in three."""
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        report = mech.randomize(value, source)
+        if source.below(3) == 0:
+            report[1] = int(mech.subset_masks[report[0], value])
+        return report
+
+    return randomize
+
+
+def hashing_leaks_sometimes(mech: LocalHashing):
+    """Local hashing that sends the plain hashed answer one time in three."""
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        report = mech.randomize(value, source)
+        if source.below(3) == 0:
+            coefficients = hash_coefficients(report[:1])
+            report[1] = hash_values_at(coefficients, [value], mech.buckets)[0]
+        return report
+
+    return randomize
+
+
+def subset_answer_always_in(mech: SubsetSelection):
+    """Subset selection that always puts the answer in the set."""
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        bits = mech.randomize(value, source)
+        if not bits[value]:
+            bits[np.flatnonzero(bits)[0]] = 0
+            bits[value] = 1
+        return bits
+
+    return randomize
+
+
+def hashing_inner_for(mech: LocalHashing, epsilon: float):
+    """Local hashing whose randomized response on [g] is built for another epsilon."""
+    inner = RandomizedResponse(mech.buckets, epsilon)
+
+    def randomize(value: int, source: SecureRandom) -> np.ndarray:
+        report = mech.randomize(value, source)
+        hashed = hash_values_at(hash_coefficients(report[:1]), [value], mech.buckets)[0]
+        report[1] = inner.randomize(int(hashed), source)
+        return report
+
+    return randomize
+
+
 LAP, GAUSS = LaplaceNoise(3, 1.0), GaussianNoise(3, 0.5)
 GAUSS_EPSILON = auditor.zcdp_epsilon(GAUSS.rho, auditor.DELTA)
 BROKEN = {
     "leaky randomized response": (RR, RR.epsilon, leaky_response(RR), TRIALS, 0.0),
     "unflipped last bit": (FC, FC.epsilon, unflipped_last_bit(FC), TRIALS, 0.0),
     "flip for 2 epsilon": (FC, FC.epsilon, miscalibrated(FC), TRIALS, 0.0),
+    "unary, plain answer bit": (OUE, OUE.epsilon, plain_answer_bit(OUE), TRIALS, 0.0),
+    "unary for 2 epsilon": (OUE, OUE.epsilon, OptimizedUnaryEncoding(4, 2.0).randomize, TRIALS, 0),
+    "hadamard, leaky set": (HR, HR.epsilon, hadamard_leaky_set(HR), TRIALS, 0.0),
+    "hadamard for 2 epsilon": (HR, HR.epsilon, HadamardResponse(4, 2.0).randomize, TRIALS, 0),
+    "subset, answer always in": (SS, SS.epsilon, subset_answer_always_in(SS), TRIALS, 0.0),
+    "subset for 3 epsilon": (SS, SS.epsilon, SubsetSelection(4, 3.0).randomize, TRIALS, 0.0),
+    "hashing, plain value 1 in 3": (OLH, OLH.epsilon, hashing_leaks_sometimes(OLH), TRIALS, 0.0),
+    "hashing for 3 epsilon": (OLH, OLH.epsilon, hashing_inner_for(OLH, 3.0), TRIALS, 0.0),
+    "coin, true bit 1 in 3": (COIN, COIN.epsilon, coin_truthful_sometimes(COIN), TRIALS, 0.0),
+    "coin for 3 epsilon": (
+        COIN,
+        COIN.epsilon,
+        PublicCoinBit(4, 3.0, public_seed=7, groups=3).randomize,
+        TRIALS,
+        0.0,
+    ),
     "laplace, last coordinate unnoised": (
         LAP,
         LAP.epsilon,
@@ -219,6 +320,16 @@ LENGTH_CASES: list[Mechanism] = [
     FlipComponents(8, 8.0),
     FlipComponents(9, 1.0),
     FlipComponents(17, 0.01),
+    OptimizedUnaryEncoding(2, 0.5),
+    OptimizedUnaryEncoding(9, 8.0),
+    HadamardResponse(2, 0.5),
+    HadamardResponse(300, 1.0),
+    SubsetSelection(2, 0.5),
+    SubsetSelection(300, 1.0),
+    LocalHashing(2, 0.5),
+    LocalHashing(300, 4.0),
+    PublicCoinBit(2, 0.5, public_seed=0, groups=1),  # type: ignore[list-item]
+    PublicCoinBit(300, 1.0, public_seed=2**64 - 1, groups=20),  # type: ignore[list-item]
     GaussianNoise(2, 0.01),
     GaussianNoise(4, 10.0, granularity_bits=0),
     GaussianNoise(3, 1.0, granularity_bits=20),

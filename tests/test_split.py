@@ -1,5 +1,5 @@
 """The exploration/confirmation split on the device: the documented mapping (vectors, and a
-second implementation from docs/wire.md §3.6), one side per device and survey across restarts,
+second implementation from docs/wire.md §3.10), one side per device and survey across restarts,
 the declared fractions over many device secrets, and the survey field on the wire and in TOML."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ epsilon = 1.0
 
 
 def _from_the_document(secret: bytes, survey_id: str, fraction: float) -> str:
-    """docs/wire.md §3.6, written from the text alone."""
+    """docs/wire.md §3.10, written from the text alone."""
     if fraction == 0:
         return "SIDE_UNSPECIFIED"
     domain, name = b"ldp-survey split v1", survey_id.encode("utf-8")

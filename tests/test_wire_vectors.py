@@ -51,7 +51,17 @@ def test_committed_vectors_equal_a_fresh_generation():
 def test_vectors_have_the_documented_format():
     assert VECTORS["version"] == 1
     mechanisms = {v["mechanism"] for v in VECTORS["reports"]}
-    assert mechanisms == {"randomized_response", "flip_components", "gaussian", "laplace"}
+    assert mechanisms == {
+        "randomized_response",
+        "flip_components",
+        "gaussian",
+        "laplace",
+        "optimized_unary",
+        "hadamard_response",
+        "subset_selection",
+        "local_hashing",
+        "public_coin_bit",
+    }
     for vector in VECTORS["reports"]:
         assert {"mechanism", "params", "answer", "random_hex", "payload_hex"} <= set(vector)
         bytes.fromhex(vector["random_hex"]), bytes.fromhex(vector["payload_hex"])
@@ -104,6 +114,9 @@ def test_aggregator_accepts_each_payload(vector):
     """The payload is valid for the question the vector describes, with the joint index of its
     per-attribute answer in row-major order."""
     params = vector["params"]
+    if vector["mechanism"] == "public_coin_bit":  # not collected by the service yet (§3.9)
+        gen.build_mechanism("public_coin_bit", params).decode(bytes.fromhex(vector["payload_hex"]))
+        return
     sizes = vector.get("attributes", [params["k"]])
     attributes = [
         Attribute(f"a{i}", tuple(f"c{j}" for j in range(size))) for i, size in enumerate(sizes)

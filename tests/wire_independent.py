@@ -102,6 +102,89 @@ def flip_components(k: int, eps: float, x: int, r: Stream) -> bytes:
     return bytes(out)
 
 
+def optimized_unary(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.8 and §3.5."""
+    threshold = _decimal(
+        lambda: int((2**64 / (Decimal(eps).exp() + 1)).to_integral_value(ROUND_CEILING))
+    )
+    threshold = min(threshold + 1, 2**63)
+    block = r.take(8 * k)
+    uniforms = [int.from_bytes(block[8 * j : 8 * j + 8], "little") for j in range(k)]
+    bits = [int(u < (2**63 if j == x else threshold)) for j, u in enumerate(uniforms)]
+    out = bytearray((k + 7) // 8)
+    for j, bit in enumerate(bits):
+        out[j // 8] |= bit << (j % 8)
+    return bytes(out)
+
+
+def hadamard_response(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.9 and §3.6."""
+    m = k.bit_length()  # K = 2^m, the smallest power of 2 above k
+    threshold = _decimal(
+        lambda: int((2**64 / (1 + (-Decimal(eps)).exp())).to_integral_value(ROUND_FLOOR))
+    )
+    threshold = max(threshold - 1, 2**63)
+    row = x + 1
+    d = r.bits(64 + m)
+    column, u = d >> 64, d % 2**64
+    want = 0 if u < threshold else 1
+    if bin(row & column).count("1") % 2 != want:
+        column ^= row & -row
+    return struct.pack("<I", column)
+
+
+def subset_selection(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.10 and §3.7."""
+    d = _decimal(lambda: int((k / (Decimal(eps).exp() + 1)).to_integral_value(ROUND_CEILING)))
+    d = min(max(d, 1), k - 1)
+    threshold = _decimal(
+        lambda: int(
+            (2**64 * d / (d + (k - d) * (-Decimal(eps)).exp())).to_integral_value(ROUND_FLOOR)
+        )
+    )
+    inside = r.bits(64) < max(threshold - 1, 0)
+    positions = list(range(k - 1))
+    chosen = []
+    for i in range(d):
+        j = i + r.below(k - 1 - i)
+        positions[i], positions[j] = positions[j], positions[i]
+        chosen.append(positions[i] + (1 if positions[i] >= x else 0))
+    if inside:
+        chosen[-1] = x
+    out = bytearray((k + 7) // 8)
+    for j in chosen:
+        out[j // 8] |= 1 << (j % 8)
+    return bytes(out)
+
+
+def local_hashing(k: int, eps: float, x: int, r: Stream) -> bytes:
+    """§4.11 and §3.8."""
+    prime = 2**31 - 1
+    g = _decimal(lambda: int(Decimal(eps).exp().to_integral_value(ROUND_CEILING))) + 1
+    seed = int.from_bytes(r.take(8), "little")
+    digest = hashlib.sha256(b"ldp-survey/olh/v1" + seed.to_bytes(8, "little")).digest()
+    c2, c1, c0 = (int.from_bytes(digest[8 * i : 8 * i + 8], "little") % prime for i in range(3))
+    hashed = ((c2 * (x * x % prime) + c1 * x + c0) % prime) % g
+    value = struct.unpack("<I", randomized_response(g, eps, hashed, r))[0]
+    return struct.pack("<QI", seed, value)
+
+
+def public_coin_bit(k: int, eps: float, seed: int, groups: int, x: int, r: Stream) -> bytes:
+    """§4.12 and §3.9."""
+    group = r.below(groups)
+    threshold = _decimal(
+        lambda: int((2**64 / (1 + (-Decimal(eps)).exp())).to_integral_value(ROUND_FLOOR))
+    )
+    keep = r.bits(64) < max(threshold - 1, 2**63)
+    keys = []
+    for j in range(k):
+        data = b"ldp-survey/raptor/v1" + struct.pack("<QII", seed, group, j)
+        keys.append((int.from_bytes(hashlib.sha256(data).digest()[:8], "little"), j))
+    inside = x in {j for _, j in sorted(keys)[: k // 2]}
+    bit = int(inside) if keep else 1 - int(inside)
+    return struct.pack("<I", 2 * group + bit)
+
+
 def additive(mechanism: str, k: int, parameter: float, bits: int, x: int, r: Stream) -> bytes:
     """§4.4-§4.7 and §3.4."""
     g = 2**bits
@@ -139,6 +222,16 @@ def report(vector: dict) -> tuple[bytes, int]:
         payload = randomized_response(p["k"], p["epsilon"], x, r)
     elif mechanism == "flip_components":
         payload = flip_components(p["k"], p["epsilon"], x, r)
+    elif mechanism == "optimized_unary":
+        payload = optimized_unary(p["k"], p["epsilon"], x, r)
+    elif mechanism == "hadamard_response":
+        payload = hadamard_response(p["k"], p["epsilon"], x, r)
+    elif mechanism == "public_coin_bit":
+        payload = public_coin_bit(p["k"], p["epsilon"], p["public_seed"], p["groups"], x, r)
+    elif mechanism == "local_hashing":
+        payload = local_hashing(p["k"], p["epsilon"], x, r)
+    elif mechanism == "subset_selection":
+        payload = subset_selection(p["k"], p["epsilon"], x, r)
     else:
         parameter = p["rho"] if mechanism == "gaussian" else p["epsilon"]
         payload = additive(mechanism, p["k"], parameter, p["granularity_bits"], x, r)

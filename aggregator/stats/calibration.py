@@ -4,12 +4,17 @@
 say the chi-square limit is accurate, and otherwise simulates the null:
 
 * **effective counts**: every cell's expected privatized count is at least
-  ``MIN_EFFECTIVE_COUNT`` (randomized response: ``n q_j``; flip components: the smaller of the
-  expected ones and zeros of bit j; additive noise: ``n (p_j + b)``, the cell's variance in
-  count units, so noise that dominates a small cell makes it Gaussian);
+  ``MIN_EFFECTIVE_COUNT`` (randomized response: ``n q_j``; flip components and the support-count
+  mechanisms: the smaller of the expected ones and zeros of bit j; additive noise:
+  ``n (p_j + b)``, the cell's variance in count units, so noise that dominates a small cell
+  makes it Gaussian);
 * **signal-to-noise of the fitted null** (composite nulls only): every fitted cell lies at least
   ``MIN_BOUNDARY_SE`` standard errors of its de-biased estimate away from zero, so the fit is
   not at, or within noise of, the boundary of the simplex where the chi-square limit fails.
+
+The support-count mechanisms' composite tests are always bootstrapped (their limit is a weighted
+chi-square with fitted weights), and so is goodness of fit above ``MAX_SUPPORT_IMHOF``
+categories, where the weights (an eigendecomposition of k x k) cost more than the simulation.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from aggregator.errors import InvalidInputError
-from aggregator.stats.channel import extra_variance, is_randomized_response
+from aggregator.stats.channel import extra_variance, is_randomized_response, is_support
 from client.mechanisms import FlipComponents, LaplaceNoise, Mechanism
 
 CALIBRATIONS = ("auto", "asymptotic", "monte-carlo")
 MIN_EFFECTIVE_COUNT = 5.0
 MIN_BOUNDARY_SE = 3.0
+MAX_SUPPORT_IMHOF = 2048
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ def effective_counts(mech: Mechanism, n: int, p: np.ndarray) -> np.ndarray:
     q = mech.report_mean(p)
     if is_randomized_response(mech):
         return n * q
-    if isinstance(mech, FlipComponents):
+    if isinstance(mech, FlipComponents) or is_support(mech):
         return n * np.minimum(q, 1 - q)
     return n * (p + extra_variance(mech))
 
@@ -59,7 +65,7 @@ def effective_counts(mech: Mechanism, n: int, p: np.ndarray) -> np.ndarray:
 def per_report_variance(mech: Mechanism, p: np.ndarray) -> np.ndarray:
     """Variance of one report's de-biased value in each cell, under p."""
     p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
-    if is_randomized_response(mech) or isinstance(mech, FlipComponents):
+    if is_randomized_response(mech) or isinstance(mech, FlipComponents) or is_support(mech):
         q = mech.report_mean(p)
         return q * (1 - q) / mech.slope**2
     return p * (1 - p) + extra_variance(mech)
@@ -85,6 +91,10 @@ def choose(
         return Choice("monte-carlo", "requested")
     if laplace_always and isinstance(mech, LaplaceNoise):
         return Choice("monte-carlo", "Laplace noise: its null is always simulated")
+    if is_support(mech) and composite:
+        return Choice("monte-carlo", "support counts: a composite null is always bootstrapped")
+    if is_support(mech) and mech.k > MAX_SUPPORT_IMHOF:
+        return Choice("monte-carlo", f"support counts: k > {MAX_SUPPORT_IMHOF}, simulated")
     counts = effective_counts(mech, n, null)
     if counts.min() < MIN_EFFECTIVE_COUNT:
         return Choice(

@@ -11,6 +11,12 @@ Every mechanism's average report is ``c0 + c1 * p``, so the de-biased estimate
 
 Writing flip components this way shows that T_FC (spec section 4.8) is the projected
 additive-noise statistic with ``b = A / (A - 1)^2``.
+
+* support-count mechanisms (optimized unary encoding, Hadamard response, subset selection, local
+  hashing): each count is Binomial(n, q_j), q = c0 + c1 p, and ``W = c1^2 Diag(1 / (q (1 - q)))``
+  (Pearson on each count against its own binomial variance); the counts are correlated in a
+  mechanism-specific way (``report_covariance``), so the null law is a weighted chi-square
+  (``support_null``).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import numpy as np
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
-from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse
+from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse, SupportMechanism
 
 #: Bounds past which a mechanism's numbers overflow double precision in the tests: a slope of
 #: 1e-10 (or noise variance of 1e20) per report would need about 1e20 reports to detect anything.
@@ -33,8 +39,15 @@ def is_randomized_response(mechanism: Mechanism) -> bool:
     return isinstance(mechanism, RandomizedResponse)
 
 
+def is_support(mechanism: Mechanism) -> bool:
+    return isinstance(mechanism, SupportMechanism)
+
+
 def extra_variance(mechanism: Mechanism) -> float:
-    """b in ``n Cov(p_hat) = Diag p - p p^T + b I`` (not defined for randomized response)."""
+    """b in ``n Cov(p_hat) = Diag p - p p^T + b I`` (not defined for randomized response and
+    the support-count mechanisms)."""
+    if is_support(mechanism):
+        raise TypeError("a support-count mechanism has no additive covariance form")
     if isinstance(mechanism, FlipComponents):
         s = mechanism.flip_probability
         return s * (1 - s) / check_signal(mechanism) ** 2
@@ -122,6 +135,22 @@ def additive_form(y: np.ndarray, p: np.ndarray, b: float, projected: bool) -> np
     return value
 
 
+def support_metric(mechanism: Mechanism, p: np.ndarray) -> np.ndarray:
+    """``c1^2 / (q (1 - q))`` per cell, q = c0 + c1 p clipped inside (0, 1): the support metric."""
+    q = np.clip(mechanism.report_mean(np.clip(p, 0.0, 1.0)), 1e-300, None)
+    return check_signal(mechanism) ** 2 / (q * np.clip(1 - q, 1e-300, None))
+
+
+def support_null(mechanism: Mechanism, p0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The weighted chi-square law of ``n y^T W y`` for a support-count mechanism: the weights
+    (eigenvalues of ``D^-1/2 C D^-1/2``, C the exact report covariance at p0 and D its diagonal)
+    and the matrix of eigenvectors, for the noncentralities of planning."""
+    cov = mechanism.report_covariance(p0)
+    scale = 1 / np.sqrt(np.clip(np.diag(cov), 1e-300, None))
+    weights, vectors = np.linalg.eigh(cov * scale[:, None] * scale[None, :])
+    return np.clip(weights, 0.0, None), vectors
+
+
 def randomized_response_form(y: np.ndarray, p: np.ndarray, mechanism: RandomizedResponse):
     """``a1^2 sum_j y_j^2 / (a0 + a1 p_j)`` for each row (Pearson on privatized counts)."""
     q = mechanism.a0 + mechanism.a1 * np.asarray(p, dtype=float)
@@ -134,6 +163,8 @@ def quadratic_form(
     """``y^T W(p) y`` per row for the mechanism's test metric, y in de-biased units."""
     if is_randomized_response(mechanism):
         return randomized_response_form(y, p, mechanism)  # type: ignore[arg-type]
+    if is_support(mechanism):
+        return np.sum(support_metric(mechanism, p) * np.asarray(y) ** 2, axis=-1)
     return additive_form(y, p, extra_variance(mechanism), projected)
 
 
@@ -144,6 +175,8 @@ def metric_matrix(mechanism: Mechanism, p: np.ndarray, projected: bool = True) -
     if is_randomized_response(mechanism):
         q = mechanism.a0 + mechanism.a1 * p  # type: ignore[attr-defined]
         return mechanism.a1**2 * (np.eye(k) / q[..., None, :])  # type: ignore[attr-defined]
+    if is_support(mechanism):
+        return np.eye(k) * support_metric(mechanism, p)[..., None, :]
     b = extra_variance(mechanism)
     _check_noise(b)
     # Pi S_b^{-1} Pi = Pi Diag(w)^{-1} Pi + b u u^T / sum(p / w), with u = Pi (1 / w): the

@@ -21,6 +21,7 @@ from aggregator.stats.calibration import Choice, check_calibration, choose, simu
 from aggregator.stats.channel import (
     debiased,
     is_randomized_response,
+    is_support,
     metric_matrix,
     quadratic_form,
     rough_distribution,
@@ -39,9 +40,13 @@ from aggregator.stats.validate import (
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
+    OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 
 COMPOSITE_METHODS: dict[type, tuple[str, ...]] = {
@@ -49,6 +54,10 @@ COMPOSITE_METHODS: dict[type, tuple[str, ...]] = {
     GaussianNoise: ("projected", "nonprojected"),
     LaplaceNoise: ("bootstrap",),
     FlipComponents: ("projected", "nonprojected"),
+    OptimizedUnaryEncoding: ("bootstrap",),
+    HadamardResponse: ("bootstrap",),
+    SubsetSelection: ("bootstrap",),
+    LocalHashing: ("bootstrap",),
 }
 
 _LABELS = {
@@ -58,6 +67,10 @@ _LABELS = {
     (LaplaceNoise, "bootstrap"): "projected GenChiTest, Laplace noise",
     (FlipComponents, "projected"): "projected general chi-square, flip components",
     (FlipComponents, "nonprojected"): "non-projected general chi-square, flip components",
+    (OptimizedUnaryEncoding, "bootstrap"): "minimum support-count Pearson, optimized unary",
+    (HadamardResponse, "bootstrap"): "minimum support-count Pearson, Hadamard response",
+    (SubsetSelection, "bootstrap"): "minimum support-count Pearson, subset selection",
+    (LocalHashing, "bootstrap"): "minimum support-count Pearson, local hashing",
 }
 
 MIN_EXPECTED_CELL = 5.0
@@ -116,6 +129,11 @@ def composite(
         raise InvalidInputError(f"the model has {model.k} cells but the question has {mech.k}")
     kind = type(mech)
     method = check_method(method, COMPOSITE_METHODS[kind], mech.name)
+    if is_support(mech) and calibration == "asymptotic":
+        raise InvalidInputError(
+            f"{mech.name}: a composite null is only calibrated by the bootstrap; "
+            "use calibration='monte-carlo' or 'auto'"
+        )
     projected = method != "nonprojected"
     n = hist.n
     dof = mech.k - model.n_params - (1 if projected else 0)
@@ -182,7 +200,8 @@ def independence(
 
     Category ``i * c + j`` is row i, column j. Methods: randomized response ``min-chi-square``;
     Gaussian ``projected`` (default) or ``nonprojected``; Laplace ``bootstrap``; flip components
-    ``projected`` (default) or ``nonprojected``. Degrees of freedom (r - 1)(c - 1);
+    ``projected`` (default) or ``nonprojected``; optimized unary encoding, Hadamard response,
+    subset selection and local hashing ``bootstrap``. Degrees of freedom (r - 1)(c - 1);
     ``calibration`` as in ``composite``.
     """
     hist = check_histogram(hist)

@@ -15,6 +15,7 @@ from aggregator.stats.channel import (
     debiased_histogram,
     extra_variance,
     is_randomized_response,
+    is_support,
     project_simplex,
 )
 from aggregator.stats.display import category_names, estimate_frame, estimate_html
@@ -125,12 +126,18 @@ def estimate_covariance(hist: Histogram) -> np.ndarray:
     """Closed-form covariance of the de-biased estimate, with plug-in probabilities.
 
     Randomized response: (Diag q - q q^T) / (n a1^2) with q = counts / n (spec 1.3).
+    Support counts: the mechanism's exact report covariance at the estimate clipped to [0, 1] and
+    renormalised, over n c1^2.
     Others: (Diag p - p p^T + b I) / n with p the estimate clipped to [0, 1] (spec 1.1, 1.2, 1.4).
     """
     mech, n = hist.mechanism, hist.n
     if is_randomized_response(mech):
         q = hist.values / n
         return (np.diag(q) - np.outer(q, q)) / (n * mech.slope**2)
+    if is_support(mech):
+        p = np.clip(debiased_histogram(hist), 0.0, 1.0)
+        p = p / p.sum() if p.sum() > 0 else np.full(mech.k, 1 / mech.k)
+        return mech.report_covariance(p) / (n * mech.slope**2)
     p = np.clip(debiased_histogram(hist), 0.0, 1.0)
     return (np.diag(p) - np.outer(p, p) + extra_variance(mech) * np.eye(mech.k)) / n
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from scipy import stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import check_calibration, choose, simulate_null
-from aggregator.stats.channel import debiased, extra_variance, quadratic_form
+from aggregator.stats.channel import (
+    debiased,
+    extra_variance,
+    is_support,
+    quadratic_form,
+    support_null,
+)
 from aggregator.stats.identity import (
     T1_LABEL,
     T2_LABEL,
@@ -32,9 +40,13 @@ from aggregator.stats.validate import (
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
+    OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 
 GOF_METHODS: dict[type, tuple[str, ...]] = {
@@ -42,6 +54,10 @@ GOF_METHODS: dict[type, tuple[str, ...]] = {
     GaussianNoise: ("projected", "nonprojected", "imhof"),
     LaplaceNoise: ("monte-carlo",),
     FlipComponents: ("projected", "nonprojected", "t1"),
+    OptimizedUnaryEncoding: ("pearson",),
+    HadamardResponse: ("pearson",),
+    SubsetSelection: ("pearson",),
+    LocalHashing: ("pearson",),
 }
 #: The rate-optimal U-statistics (stats/identity.py): always a Monte Carlo null unless
 #: calibration="asymptotic" asks for their normal law.
@@ -57,6 +73,10 @@ _LABELS = {
     (FlipComponents, "nonprojected"): "non-projected chi-square, flip components",
     (FlipComponents, "t1"): T1_LABEL,
     (RandomizedResponse, "t2"): T2_LABEL,
+    (OptimizedUnaryEncoding, "pearson"): "Pearson on support counts, optimized unary encoding",
+    (HadamardResponse, "pearson"): "Pearson on support counts, Hadamard response",
+    (SubsetSelection, "pearson"): "Pearson on support counts, subset selection",
+    (LocalHashing, "pearson"): "Pearson on support counts, optimized local hashing",
 }
 
 
@@ -74,8 +94,10 @@ def goodness_of_fit(
 
     Methods: randomized response ``pearson``, ``t2``; Gaussian ``projected`` (default),
     ``nonprojected``, ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default),
-    ``nonprojected``, ``t1``. T1 and T2 are the rate-optimal U-statistics of stats/identity.py
-    for large k: with ``"auto"`` they always simulate their null.
+    ``nonprojected``, ``t1``; optimized unary encoding, Hadamard response, subset selection, local
+    hashing ``pearson`` (each support count against its binomial variance; asymptotically a
+    weighted chi-square, ``support_null_weights``). T1 and T2 are the rate-optimal U-statistics
+    of stats/identity.py for large k: with ``"auto"`` they always simulate their null.
     ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
     exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or
     ``"auto"`` (asymptotic only where the diagnostics of ``stats.calibration`` pass).
@@ -118,6 +140,9 @@ def goodness_of_fit(
         weights = np.linalg.eigvalsh(imhof_matrix(p0, extra_variance(mech)))
         pvalue = weighted_chi2_sf(statistic, weights)
         return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
+    if is_support(mech):
+        pvalue = weighted_chi2_sf(statistic, support_null_weights(mech, p0))
+        return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
     dof = mech.k if method == "nonprojected" else mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
@@ -158,6 +183,20 @@ def _statistic(mech: Mechanism, method: str, n: int, p0: np.ndarray):
         return lambda values: np.sum((values - n * p0) ** 2 / (n * p0), axis=-1)
     projected = method != "nonprojected"
     return lambda values: n * quadratic_form(mech, debiased(values, n, mech) - p0, p0, projected)
+
+
+def support_null_weights(mech: Mechanism, p0: np.ndarray) -> np.ndarray:
+    """The positive weights of the support-count Pearson statistic's null law (an O(k^3)
+    eigendecomposition, so the last few (mechanism, p0) pairs are remembered)."""
+    return _support_null_weights(mech, np.asarray(p0, dtype=float).tobytes())
+
+
+@lru_cache(maxsize=8)
+def _support_null_weights(mech: Mechanism, p0: bytes) -> np.ndarray:
+    weights = support_null(mech, np.frombuffer(p0))[0]
+    weights = weights[weights > 1e-12 * weights.max()]
+    weights.setflags(write=False)
+    return weights
 
 
 def imhof_matrix(p0: np.ndarray, noise_variance: float) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Per-coordinate confidence intervals for the true frequencies that keep at least their nominal
 coverage at small n and for sparse large k, and never have zero width (docs/calibration.md).
 
-* Randomized response and flip components: a category's count (or bit sum) is exactly
+* Randomized response, flip components and the support-count mechanisms (optimized unary
+  encoding, Hadamard response): a category's count (bit sum, support count) is exactly
   Binomial(n, q_j) with q_j = offset + slope * p_j, so the Clopper-Pearson interval for q_j,
   mapped through the increasing map p = (q - offset) / slope, covers p_j with probability at
   least the nominal level at every n and p (exact, conservative).
@@ -30,7 +31,7 @@ from scipy import stats
 
 from aggregator.histogram import Histogram
 from aggregator.stats.channel import debiased_histogram, extra_variance
-from client.mechanisms import FlipComponents, LaplaceNoise, RandomizedResponse
+from client.mechanisms import FlipComponents, LaplaceNoise, RandomizedResponse, SupportMechanism
 
 CLOPPER_PEARSON = "Clopper-Pearson on the privatized counts, mapped through the channel"
 SCORE = "score interval with the noise variance"
@@ -62,7 +63,7 @@ def simultaneous_intervals(hist: Histogram, confidence: float) -> tuple[np.ndarr
 
 
 def _is_binomial(hist: Histogram) -> bool:
-    return isinstance(hist.mechanism, RandomizedResponse | FlipComponents)
+    return isinstance(hist.mechanism, RandomizedResponse | FlipComponents | SupportMechanism)
 
 
 def _clopper_pearson(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray]:

@@ -7,9 +7,9 @@ For a fixed alternative p1 the statistics are asymptotically noncentral chi-squa
 noncentrality ``nu = n * (p1 - p0)^T W(p0) (p1 - p0)`` (goodness of fit) or
 ``nu = n * min_theta (p1 - p(theta))^T W(phi) (p1 - p(theta))`` (composite nulls), W being the
 test's metric in de-biased units (with ``calibration="asymptotic"`` the Laplace tests use the
-same Gaussian limit); the Gaussian ``imhof`` method uses a weighted noncentral sum. The
-U-statistics T1/T2 (``method="t1"``/``"t2"``) use the normal law with their exact mean and
-variances (stats/identity.py; ``noncentrality`` gives E[T] / sd0(T)).
+same Gaussian limit); the Gaussian ``imhof`` method and the support-count Pearson tests use a
+weighted noncentral sum. The U-statistics T1/T2 (``method="t1"``/``"t2"``) use the normal law
+with their exact mean and variances (stats/identity.py; ``noncentrality`` gives E[T] / sd0(T)).
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from scipy import optimize, stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.stats.calibration import check_calibration, choose
-from aggregator.stats.channel import extra_variance, metric_matrix, quadratic_form
+from aggregator.stats.channel import (
+    extra_variance,
+    is_support,
+    metric_matrix,
+    quadratic_form,
+    support_null,
+)
 from aggregator.stats.composite import COMPOSITE_METHODS
 from aggregator.stats.gof import GOF_METHODS, U_METHODS, imhof_matrix
 from aggregator.stats.identity import UMoments, u_moments, u_power
@@ -90,6 +96,12 @@ def _plan(
         lam, vectors = np.linalg.eigh(imhof_matrix(p0, extra_variance(mechanism)))
         mu = delta / np.sqrt(p0)
         imhof = (lam, (vectors.T @ mu) ** 2 / lam)
+        return _Plan(mechanism, method, k, 0.0, imhof, alternative=p1, null=p0)
+    if is_support(mechanism):
+        lam, vectors = support_null(mechanism, p0)
+        mu = mechanism.slope * delta / np.sqrt(np.diag(mechanism.report_covariance(p0)))
+        keep = lam > 1e-12 * lam.max()
+        imhof = (lam[keep], ((vectors.T @ mu) ** 2)[keep] / lam[keep])
         return _Plan(mechanism, method, k, 0.0, imhof, alternative=p1, null=p0)
     projected = method != "nonprojected"
     nu = float(quadratic_form(mechanism, delta, p0, projected))

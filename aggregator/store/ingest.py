@@ -22,11 +22,17 @@ from client.mechanisms import (
     LaplaceNoise,
     RandomizedResponse,
     ReportRangeError,
+    SupportMechanism,
 )
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 REPORT_ID_BYTES = 16
+#: The most report-by-category cells one upload may expand into for a support-count mechanism
+#: (each report's contribution is a k-vector of int64: 2^25 cells is 256 MiB). A Hadamard or
+#: local-hashing payload is a few bytes whatever k, so without it 10,000 tiny reports of a
+#: k = 65,536 question would ask for 5 GiB.
+MAX_SUPPORT_CELLS = 2**25
 #: The probability that an honest additive-noise report falls outside the accepted range
 #: (:func:`accepted_bound`), bounded over its k coordinates: about one in a trillion reports.
 HONEST_REJECTION = 2.0**-40
@@ -128,7 +134,8 @@ def check_side(survey: SurveySpec, side: int) -> None:
 
 def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
     """Decode a payload into its int64 contribution to the question's sufficient statistic:
-    a one-hot count (randomized response), the bits (flip components) or the grid values."""
+    a one-hot count (randomized response), the bits (flip components), the supported
+    categories (support-count mechanisms) or the grid values."""
     mech = question.mechanism
     try:
         report = mech.decode(payload)
@@ -147,6 +154,8 @@ def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
         out = np.zeros(mech.k, dtype=np.int64)
         out[report] = 1
         return out
+    if isinstance(mech, SupportMechanism):
+        return mech.support(np.asarray([report]))[0].astype(np.int64)
     return np.asarray(report, dtype=np.int64)
 
 
@@ -275,19 +284,27 @@ def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
     size = mech.payload_size
     if any(len(p) != size for p in payloads):
         raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload length")
+    if isinstance(mech, SupportMechanism) and len(payloads) * mech.k > MAX_SUPPORT_CELLS:
+        raise ReportRejectedError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"at most {MAX_SUPPORT_CELLS // mech.k} reports of question {question.id} per upload",
+        )
     packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), size)
     decoded = decode_payloads(question, packed)
     if isinstance(mech, RandomizedResponse):
         rows = np.zeros((decoded.size, mech.k), dtype=np.int64)
         rows[np.arange(decoded.size), decoded] = 1
         return rows
+    if isinstance(mech, SupportMechanism):
+        return mech.support(decoded).astype(np.int64)
     return decoded.astype(np.int64)
 
 
 def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
     """Check and decode a (m, payload_size) uint8 matrix of one question's payloads: category
-    indices (m,) for randomized response, bits (m, k) for flip components, grid values (m, k)
-    for additive noise. Raises ReportRejectedError with the code a single report would get."""
+    indices (m,) for randomized response, bits (m, k) for flip components, the mechanism's own
+    reports for support-count mechanisms, grid values (m, k) for additive noise. Raises
+    ReportRejectedError with the code a single report would get."""
     mech = question.mechanism
     size, k = mech.payload_size, mech.k
     packed = np.ascontiguousarray(packed, dtype=np.uint8)
@@ -303,6 +320,13 @@ def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
         if bits[:, k:].any():
             raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "padding")
         return bits[:, :k]
+    if isinstance(mech, SupportMechanism):
+        try:
+            return mech.decode_many(packed)
+        except ReportRangeError:
+            raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "report value") from None
+        except ValueError:
+            raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload") from None
     grid = packed.view("<i8")
     limit = accepted_bound(mech)  # type: ignore[arg-type]
     if grid.size and (grid.max() > limit or grid.min() < -limit):
@@ -318,6 +342,8 @@ def sum_decoded(question: QuestionSpec, decoded: np.ndarray) -> np.ndarray:
         return np.bincount(decoded, minlength=mech.k).astype(np.int64)
     if isinstance(mech, FlipComponents):
         return decoded.sum(axis=0, dtype=np.int64)
+    if isinstance(mech, SupportMechanism):
+        return mech.support_counts(decoded)
     bound = float(accepted_bound(mech)) * len(decoded)  # type: ignore[arg-type]
     if bound >= 2.0**62:
         raise OverflowError(f"sums of {len(decoded)} reports of {question.id} may overflow int64")
@@ -328,6 +354,6 @@ def histogram(question: QuestionSpec, n: int, sums: np.ndarray) -> Histogram:
     """The question's histogram from stored integer sums (grid units for additive noise)."""
     mech = question.mechanism
     values = np.asarray(sums, dtype=np.float64)
-    if not isinstance(mech, RandomizedResponse | FlipComponents):
+    if not isinstance(mech, RandomizedResponse | FlipComponents | SupportMechanism):
         values = values / mech.scale  # type: ignore[attr-defined]
     return Histogram(mech, n, values)

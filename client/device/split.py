@@ -3,7 +3,7 @@
 The side is a keyed hash of the survey id under a secret that never leaves the device, so every
 report of one device in one survey falls on the same side (across restarts), the aggregator
 learns only the side, and nobody without the secret can predict or steer it. The mapping is the
-normative one of docs/wire.md §3.6 (conformance vectors in protos/ldp/v1/testvectors.json).
+normative one of docs/wire.md §3.10 (conformance vectors in protos/ldp/v1/testvectors.json).
 """
 
 from __future__ import annotations

@@ -7,15 +7,27 @@ May import numpy and the standard library only: never ``client.device``, ``aggre
 from client.mechanisms.additive import DEFAULT_GRANULARITY_BITS, GaussianNoise, LaplaceNoise
 from client.mechanisms.base import Mechanism, PrivacyCost, ReportRangeError
 from client.mechanisms.flip_components import FlipComponents
+from client.mechanisms.hadamard import HadamardResponse
+from client.mechanisms.local_hashing import LocalHashing
+from client.mechanisms.public_coin import PublicCoinBit
 from client.mechanisms.randomized_response import RandomizedResponse
+from client.mechanisms.subset import SubsetSelection
+from client.mechanisms.support import SupportMechanism
+from client.mechanisms.unary import OptimizedUnaryEncoding
 
 __all__ = [
     "DEFAULT_GRANULARITY_BITS",
     "FlipComponents",
     "GaussianNoise",
+    "HadamardResponse",
     "LaplaceNoise",
+    "LocalHashing",
     "Mechanism",
+    "OptimizedUnaryEncoding",
     "PrivacyCost",
+    "PublicCoinBit",
     "RandomizedResponse",
     "ReportRangeError",
+    "SubsetSelection",
+    "SupportMechanism",
 ]

@@ -14,6 +14,11 @@ class Mechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FLIP_COMPONENTS: _ClassVar[Mechanism]
     GAUSSIAN: _ClassVar[Mechanism]
     LAPLACE: _ClassVar[Mechanism]
+    OPTIMIZED_UNARY: _ClassVar[Mechanism]
+    HADAMARD_RESPONSE: _ClassVar[Mechanism]
+    SUBSET_SELECTION: _ClassVar[Mechanism]
+    LOCAL_HASHING: _ClassVar[Mechanism]
+    PUBLIC_COIN_BIT: _ClassVar[Mechanism]
 
 class Side(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -33,6 +38,11 @@ RANDOMIZED_RESPONSE: Mechanism
 FLIP_COMPONENTS: Mechanism
 GAUSSIAN: Mechanism
 LAPLACE: Mechanism
+OPTIMIZED_UNARY: Mechanism
+HADAMARD_RESPONSE: Mechanism
+SUBSET_SELECTION: Mechanism
+LOCAL_HASHING: Mechanism
+PUBLIC_COIN_BIT: Mechanism
 SIDE_UNSPECIFIED: Side
 EXPLORATION: Side
 CONFIRMATION: Side
@@ -51,7 +61,7 @@ class Attribute(_message.Message):
     def __init__(self, name: _Optional[str] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Question(_message.Message):
-    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits", "household_shared")
+    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits", "household_shared", "public_seed", "groups")
     ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +70,8 @@ class Question(_message.Message):
     RHO_FIELD_NUMBER: _ClassVar[int]
     GRANULARITY_BITS_FIELD_NUMBER: _ClassVar[int]
     HOUSEHOLD_SHARED_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_SEED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     id: str
     text: str
     attributes: _containers.RepeatedCompositeFieldContainer[Attribute]
@@ -68,7 +80,9 @@ class Question(_message.Message):
     rho: float
     granularity_bits: int
     household_shared: bool
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ...) -> None: ...
+    public_seed: int
+    groups: int
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ..., public_seed: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...
 
 class Survey(_message.Message):
     __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction")

@@ -1,0 +1,199 @@
+"""RAPTOR-style public-coin one-bit reports (Acharya, Canonne, Freitag, Tyagi 2019): epsilon-LDP,
+one bit per device about a public random half of the categories.
+
+Before collection the survey fixes a public seed and a number of groups L; group l's subset
+S_l (floor(k/2) categories) is derived from the seed by a documented SHA-256 construction, so
+every device and the aggregator agree bit for bit. A device joins a uniformly random group and
+sends 1{x in S_l} through binary randomized response. The sufficient statistic is the per-group
+bit sums and group sizes (``group_statistics``), not a per-category vector: this class has the
+device-side surface of a mechanism and the group aggregates a grouped chi-square test (spec T3)
+reads: ``(bit_sums, group_sizes, subset_masks, p0, epsilon)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+import struct
+from dataclasses import dataclass
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_FLOOR, Decimal, localcontext
+from functools import cached_property
+
+import numpy as np
+
+from client.mechanisms.base import (
+    PrivacyCost,
+    ReportRangeError,
+    check_categories,
+    check_privacy_parameter,
+    check_value,
+    check_values,
+)
+from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
+
+SUBSET_DOMAIN = b"ldp-survey/raptor/v1"
+MAX_GROUPS = 2**16
+_U64 = 2**64
+
+
+def public_subsets(k: int, seed: int, groups: int) -> np.ndarray:
+    """(groups, k) boolean masks: group l's subset is the floor(k/2) categories j with the
+    smallest (key, j), key = the first 8 bytes, u64le, of
+    SHA-256(SUBSET_DOMAIN || seed u64le || l u32le || j u32le)."""
+    half = k // 2
+    masks = np.zeros((groups, k), dtype=bool)
+    prefix = SUBSET_DOMAIN + struct.pack("<Q", seed)
+    for group in range(groups):
+        head = prefix + struct.pack("<I", group)
+        digests = b"".join(
+            hashlib.sha256(head + struct.pack("<I", j)).digest()[:8] for j in range(k)
+        )
+        keys = np.frombuffer(digests, dtype="<u8")
+        order = np.lexsort((np.arange(k), keys))  # by key, ties by category
+        masks[group, order[:half]] = True
+    return masks
+
+
+@dataclass(frozen=True)
+class PublicCoinBit:
+    """One bit about the answer's membership in the public subset of the device's group, kept
+    with probability rho = e^eps / (e^eps + 1).
+
+    Privacy: the group does not depend on the answer, and given it the bit is binary randomized
+    response: a likelihood ratio of at most e^eps. On devices the keep decision compares a
+    uniform 64-bit integer with a threshold rounded *down* from rho (80-digit decimal), so
+    ``realized_epsilon <= epsilon``.
+    """
+
+    name = "public_coin_bit"
+    k: int
+    epsilon: float
+    public_seed: int
+    groups: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k", check_categories(self.k))
+        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
+        seed, groups = self.public_seed, self.groups
+        if (
+            isinstance(seed, bool)
+            or not isinstance(seed, numbers.Integral)
+            or not (0 <= seed < _U64)
+        ):
+            raise ValueError(f"public_seed must be an integer in 0..2**64-1, got {seed!r}")
+        if (
+            isinstance(groups, bool)
+            or not isinstance(groups, numbers.Integral)
+            or not (1 <= groups <= MAX_GROUPS)
+        ):
+            raise ValueError(f"groups must be an integer in 1..{MAX_GROUPS}, got {groups!r}")
+        object.__setattr__(self, "public_seed", int(seed))
+        object.__setattr__(self, "groups", int(groups))
+
+    @property
+    def parameter(self) -> float:
+        return self.epsilon
+
+    @property
+    def cost(self) -> PrivacyCost:
+        return PrivacyCost("pure", self.epsilon)
+
+    def describe(self) -> str:
+        return f"{self.name}(k={self.k}, epsilon={self.epsilon:g}, groups={self.groups})"
+
+    @cached_property
+    def subset_masks(self) -> np.ndarray:
+        """(L, k) booleans: the public subsets S_1..S_L (read-only)."""
+        masks = public_subsets(self.k, self.public_seed, self.groups)
+        masks.setflags(write=False)
+        return masks
+
+    @cached_property
+    def keep_probability(self) -> float:
+        """rho = e^eps / (e^eps + 1)."""
+        return float(1 / (1 + np.exp(-self.epsilon)))
+
+    @cached_property
+    def _keep_threshold(self) -> int:
+        """floor(rho * 2**64) - 1, at least 2**63."""
+        with localcontext() as ctx:
+            ctx.prec, ctx.Emax, ctx.Emin = 80, MAX_EMAX, MIN_EMIN
+            rho = 1 / (1 + (-Decimal(self.epsilon)).exp())
+            threshold = int((rho * _U64).to_integral_value(rounding=ROUND_FLOOR))
+        return max(threshold - 1, _U64 // 2)
+
+    @property
+    def realized_epsilon(self) -> float:
+        with localcontext() as ctx:
+            ctx.prec, ctx.Emax, ctx.Emin = 80, MAX_EMAX, MIN_EMIN
+            rho = Decimal(self._keep_threshold) / _U64
+            return float((rho / (1 - rho)).ln())
+
+    # --- device side -------------------------------------------------------------------------
+    def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
+        """(group, bit): a uniform group, then 1{value in S_group}, flipped unless kept."""
+        value = check_value(value, self.k)
+        group = source.below(self.groups)
+        keep = source.bits(64) < self._keep_threshold
+        inside = bool(self.subset_masks[group, value])
+        return np.array([group, int(inside == keep)], dtype=np.int64)
+
+    @property
+    def payload_size(self) -> int:
+        return 4
+
+    def encode(self, report: np.ndarray | int) -> bytes:
+        group, bit = (int(v) for v in np.asarray(report).reshape(2))
+        if not (0 <= group < self.groups and bit in (0, 1)):
+            raise ValueError(f"a report is (group < {self.groups}, bit in 0/1)")
+        return struct.pack("<I", 2 * group + bit)
+
+    def decode(self, payload: bytes) -> np.ndarray:
+        if len(payload) != self.payload_size:
+            raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")
+        return self.decode_many(np.frombuffer(payload, dtype=np.uint8)[None, :])[0]
+
+    def decode_many(self, packed: np.ndarray) -> np.ndarray:
+        """(m, 4) uint8 payloads -> (m, 2) reports (group, bit); OUT_OF_RANGE-style
+        ``ReportRangeError`` for a group >= L."""
+        packed = np.ascontiguousarray(packed, dtype=np.uint8)
+        if packed.ndim != 2 or packed.shape[1] != self.payload_size:
+            raise ValueError(f"payloads must be {self.payload_size} bytes")
+        words = packed.view("<u4").reshape(-1).astype(np.int64)
+        if words.size and words.max() >= 2 * self.groups:
+            raise ReportRangeError(f"group {words.max() // 2} is outside 0..{self.groups - 1}")
+        return np.stack([words // 2, words % 2], axis=1)
+
+    # --- aggregates and studies ----------------------------------------------------------------
+    def group_statistics(self, reports: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bit_sums, group_sizes), each int64 of length L: the sufficient statistic."""
+        reports = np.asarray(reports, dtype=np.int64)
+        if reports.ndim != 2 or reports.shape[1] != 2:
+            raise ValueError("reports have shape (n, 2): group, bit")
+        groups, bits = reports[:, 0], reports[:, 1]
+        sizes = np.bincount(groups, minlength=self.groups)
+        sums = np.bincount(groups, weights=bits, minlength=self.groups).astype(np.int64)
+        return sums, sizes
+
+    def bit_probabilities(self, p: np.ndarray) -> np.ndarray:
+        """mu_l = (1 - rho) + (2 rho - 1) p(S_l): the chance of a 1 in group l under p."""
+        rho = self.keep_probability
+        mass = self.subset_masks.astype(float) @ np.asarray(p, dtype=float)
+        return (1 - rho) + (2 * rho - 1) * mass
+
+    def simulate(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        values = check_values(values, self.k)
+        groups = rng.integers(0, self.groups, size=values.size)
+        keep = rng.random(values.size) < self.keep_probability
+        inside = self.subset_masks[groups, values]
+        return np.stack([groups, (inside == keep).astype(np.int64)], axis=1)
+
+    def simulate_groups(
+        self, n: int, p: np.ndarray, rng: np.random.Generator, size: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact draws of (bit_sums, group_sizes) from n reports with answers iid ~ p: group
+        sizes Multinomial(n, 1/L), then B_l ~ Binomial(n_l, mu_l)."""
+        p = np.asarray(p, dtype=float)
+        sizes = rng.multinomial(n, np.full(self.groups, 1 / self.groups), size=size)
+        sums = rng.binomial(sizes, self.bit_probabilities(p / p.sum()))
+        return sums.astype(np.int64), sizes.astype(np.int64)

@@ -1,0 +1,188 @@
+"""Subset selection (Ye and Barg 2018; Wang et al. 2016 "k-subset"): epsilon-LDP, a set of
+d of the k categories, the answer in it more often than chance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+from functools import cached_property
+
+import numpy as np
+
+from client.mechanisms.base import (
+    PrivacyCost,
+    ReportRangeError,
+    check_categories,
+    check_privacy_parameter,
+    check_value,
+    check_values,
+)
+from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
+from client.mechanisms.support import SupportMechanism, pack_bits, unpack_bits
+
+_PRECISION = 80
+_U64 = 2**64
+_SIMULATION_CHUNK = 2**22  # reports x categories per simulated block
+
+
+@dataclass(frozen=True)
+class SubsetSelection(SupportMechanism):
+    """Report a set S of d = ceil(k / (e^eps + 1)) categories (at least 1, at most k - 1): with
+    probability a = d e^eps / (d e^eps + k - d) the answer and d - 1 others chosen uniformly,
+    otherwise d categories chosen uniformly among the other k - 1.
+
+    Privacy: every d-set containing the answer has probability e^eps / Z and every other d-set
+    1 / Z, so the ratio is at most e^eps. On devices the in-set decision compares a uniform 64-bit
+    integer with a threshold rounded *down* from a (80-digit decimal), so
+    ``realized_epsilon <= epsilon``; the d others are drawn by a partial Fisher-Yates shuffle
+    with exact uniform integers, and the work does not depend on the decision.
+    """
+
+    name = "subset_selection"
+    k: int
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k", check_categories(self.k))
+        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
+
+    @property
+    def parameter(self) -> float:
+        return self.epsilon
+
+    @property
+    def cost(self) -> PrivacyCost:
+        return PrivacyCost("pure", self.epsilon)
+
+    @cached_property
+    def subset_size(self) -> int:
+        """d = ceil(k / (e^eps + 1)) (80-digit decimal), clipped to 1..k-1."""
+        with localcontext() as ctx:
+            ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
+            d = int((self.k / (Decimal(self.epsilon).exp() + 1)).to_integral_value(ROUND_CEILING))
+        return min(max(d, 1), self.k - 1)
+
+    @cached_property
+    def in_probability(self) -> float:
+        """a = d / (d + (k - d) e^-eps): the chance that the answer is in the set."""
+        d, k = self.subset_size, self.k
+        return float(d / (d + (k - d) * np.exp(-self.epsilon)))
+
+    @property
+    def offset(self) -> float:
+        """b = (d - a) / (k - 1): the chance that a category other than the answer is in S."""
+        return (self.subset_size - self.in_probability) / (self.k - 1)
+
+    @property
+    def slope(self) -> float:
+        """a - b = (a k - d) / (k - 1)."""
+        return (self.in_probability * self.k - self.subset_size) / (self.k - 1)
+
+    @cached_property
+    def _in_threshold(self) -> int:
+        """floor(a * 2**64) - 1: the answer is in S iff a uniform 64-bit integer is below it."""
+        d, k = self.subset_size, self.k
+        with localcontext() as ctx:
+            ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
+            a = d / (d + (k - d) * (-Decimal(self.epsilon)).exp())
+            threshold = int((a * _U64).to_integral_value(rounding=ROUND_FLOOR))
+        return max(threshold - 1, 0)
+
+    @property
+    def realized_epsilon(self) -> float:
+        """ln(a' (k - d) / ((1 - a') d)) for the realised in-set probability a' (<= epsilon)."""
+        d, k = self.subset_size, self.k
+        with localcontext() as ctx:
+            ctx.prec, ctx.Emax, ctx.Emin = _PRECISION, MAX_EMAX, MIN_EMIN
+            a = Decimal(self._in_threshold) / _U64
+            return float((a * (k - d) / ((1 - a) * d)).ln())
+
+    # --- device side -------------------------------------------------------------------------
+    def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
+        value = check_value(value, self.k)
+        inside = source.bits(64) < self._in_threshold
+        others, d = self.k - 1, self.subset_size
+        moved: dict[int, int] = {}  # a partial Fisher-Yates shuffle of 0..k-2, stored sparsely
+        chosen = []
+        for i in range(d):
+            j = i + source.below(others - i)
+            pick = moved.get(j, j)
+            moved[j] = moved.get(i, i)
+            chosen.append(pick + (pick >= value))  # position -> category, skipping the answer
+        if inside:
+            chosen[-1] = value
+        bits = np.zeros(self.k, dtype=np.uint8)
+        bits[chosen] = 1
+        return bits
+
+    @property
+    def payload_size(self) -> int:
+        return (self.k + 7) // 8
+
+    def encode(self, report: np.ndarray | int) -> bytes:
+        bits = np.asarray(report)
+        if bits.shape == (self.k,) and int(bits.sum()) != self.subset_size:
+            raise ValueError(f"a subset-selection report has exactly {self.subset_size} bits set")
+        return pack_bits(bits, self.k, self.name)
+
+    def decode(self, payload: bytes) -> np.ndarray:
+        if len(payload) != self.payload_size:
+            raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")
+        return self.decode_many(np.frombuffer(payload, dtype=np.uint8)[None, :])[0]
+
+    def decode_many(self, packed: np.ndarray) -> np.ndarray:
+        bits = unpack_bits(packed, self.k)
+        if (bits.sum(axis=1, dtype=np.int64) != self.subset_size).any():
+            raise ReportRangeError(f"a report must have exactly {self.subset_size} categories")
+        return bits
+
+    def support(self, reports: np.ndarray) -> np.ndarray:
+        reports = np.asarray(reports)
+        if reports.ndim != 2 or reports.shape[1] != self.k:
+            raise ValueError(f"reports must have shape (n, {self.k})")
+        return reports
+
+    # --- studies ---------------------------------------------------------------------------------
+    def simulate(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The d smallest of k uniform keys, the answer's key forced first (in S) or last."""
+        values = check_values(values, self.k)
+        d = self.subset_size
+        out = np.zeros((values.size, self.k), dtype=np.uint8)
+        step = max(1, _SIMULATION_CHUNK // self.k)
+        for start in range(0, values.size, step):
+            x = values[start : start + step]
+            keys = rng.random((x.size, self.k))
+            inside = rng.random(x.size) < self.in_probability
+            keys[np.arange(x.size), x] = np.where(inside, -1.0, 2.0)
+            chosen = np.argpartition(keys, d - 1, axis=1)[:, :d]
+            np.put_along_axis(out[start : start + step], chosen, 1, axis=1)
+        return out
+
+    def simulate_histogram(
+        self, n: int, p: np.ndarray, rng: np.random.Generator, size: int | None = None
+    ) -> np.ndarray:
+        """Exact, by simulating every report (no closed form for sums of random subsets):
+        O(n k) per draw, several draws per numpy call."""
+        p = np.asarray(p, dtype=float)
+        p = p / p.sum()
+        draws = 1 if size is None else size
+        out = np.zeros((draws, self.k))
+        per_block = max(1, _SIMULATION_CHUNK // max(1, n * self.k))
+        for start in range(0, draws, per_block if n else draws):
+            block = min(per_block, draws - start)
+            reports = self.simulate(rng.choice(self.k, size=block * n, p=p), rng)
+            out[start : start + block] = reports.reshape(block, n, self.k).sum(axis=1)
+        return out[0] if size is None else out
+
+    def report_covariance(self, p: np.ndarray) -> np.ndarray:
+        """Membership indicators: P(j, l in S) is c1 = a (d - 1) / (k - 1) when the answer is j
+        or l, else c2 = (a (d - 1)(d - 2) + (1 - a) d (d - 1)) / ((k - 1)(k - 2))."""
+        p = np.asarray(p, dtype=float)
+        k, d, a = self.k, self.subset_size, self.in_probability
+        c1 = a * (d - 1) / (k - 1)
+        c2 = (a * (d - 1) * (d - 2) + (1 - a) * d * (d - 1)) / ((k - 1) * (k - 2)) if k > 2 else 0
+        mean = self.report_mean(p)
+        joint = c2 + (c1 - c2) * (p[:, None] + p[None, :])
+        cov = joint - np.outer(mean, mean)
+        np.fill_diagonal(cov, mean * (1 - mean))
+        return cov
