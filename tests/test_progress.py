@@ -131,7 +131,7 @@ def test_a_script_shows_progress_on_a_terminal_only():
     ]  # fmt: skip
     status, out, drawn = on_terminal(command)
     assert status == 0 and "audit:" in drawn and BAR in drawn, drawn
-    assert sum(line.startswith("| ") for line in out.splitlines()) == 5  # header, 4 rows
+    assert sum(line.startswith("| ") for line in out.splitlines()) == 10  # header, 9 mechanisms
     piped = on_pipe(command)
     assert piped.returncode == 0 and piped.stderr == "" and piped.stdout == out
 
