@@ -643,7 +643,7 @@ def _load(args: argparse.Namespace, *, test: bool = False):
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)
-        n, sums = reader.statistics(survey.id, question.id, question.k, side)
+        n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side)
     if n < survey.min_batch_size:
         raise UserError(
             f"{survey.id}/{question.id} has {n} reports; results are released from "
@@ -790,7 +790,9 @@ def run_export(args: argparse.Namespace) -> int:
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)
-        total = sum(reader.statistics(survey.id, q.id, q.k, side)[0] for q in survey.questions)
+        total = sum(
+            reader.statistics(survey.id, q.id, q.statistic_size, side)[0] for q in survey.questions
+        )
         with bar(total, "export", unit="reports") as progress:
             manifest = shards.export_survey(
                 reader, survey, args.out, args.shards, progress.update, side
