@@ -238,3 +238,50 @@ def test_t3_power_and_sample_size_follow_raptor_power() -> None:
         rejected += goodness_of_fit(hist, p0, calibration="asymptotic").reject
     low, high = stats.binom.ppf([0.005, 0.995], trials, 0.8)
     assert low <= rejected <= high, (rejected, n)
+
+
+def test_digest_follows_the_documented_encoding(config: Path) -> None:
+    """docs/config.md, "Definition digest": fields 8 are public_seed=… and groups=…"""
+    import hashlib
+    import struct
+
+    fields = ["ldp-question-definition/1", "pc", "public_coin_bit"]
+    fields += [struct.pack(">d", 1.0).hex(), "", "1", "pc", "12"]
+    fields += [f"c{j}" for j in range(12)] + ["public_seed=12345", "groups=4"]
+    encoded = b"".join(len(f.encode()).to_bytes(4, "big") + f.encode() for f in fields)
+    question = load_surveys(config)["coin"].question("pc")
+    assert question.digest == hashlib.sha256(encoded).digest()
+
+
+def test_client_simulate_and_aggregator_cli(tmp_path: Path, config: Path) -> None:
+    """ldp-client simulate uploads through a served store; ldp-aggregator test runs T3 on it and
+    estimate refuses in one line."""
+    import signal
+    import subprocess
+    import sys
+
+    from aggregator_process import spawn_serve
+
+    def run(module: str, *args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", module, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    db = tmp_path / "store.sqlite"
+    process, port = spawn_serve(
+        tmp_path / "port", "--config", str(config), "--db", str(db), "--insecure"
+    )
+    try:
+        target = ["--server", f"127.0.0.1:{port}", "--insecure", "--survey", "coin"]
+        sim = run("client.cli", "simulate", *target, "--devices", "200", "--seed", "1", "--json")
+        assert sim.returncode == 0, sim.stderr
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+    common = ["--config", str(config), "--db", str(db), "--survey", "coin", "--question", "pc"]
+    p0 = ",".join(["0.0833333333333333"] * 11 + ["0.0833333333333337"])
+    done = run("aggregator.cli", "test", *common, "gof", "--p0", p0, "--seed", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"T3' in done.stdout and '"n": 200' in done.stdout
+    refused = run("aggregator.cli", "estimate", *common)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "goodness_of_fit" in refused.stderr
