@@ -285,3 +285,20 @@ def test_client_simulate_and_aggregator_cli(tmp_path: Path, config: Path) -> Non
     refused = run("aggregator.cli", "estimate", *common)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "goodness_of_fit" in refused.stderr
+
+
+def test_the_survey_report_shows_t3_and_says_why_there_is_no_estimate(config: Path) -> None:
+    from aggregator.analyses import Analysis
+    from aggregator.report import build_report, render_html, render_markdown
+
+    survey = load_surveys(config)["coin"]
+    mech = survey.question("pc").mechanism
+    rng = np.random.default_rng(6)
+    hist = Histogram.from_reports(mech, mech.simulate(rng.integers(0, 12, size=300), rng))
+    declared = [Analysis("uniform occupations", "pc", "goodness_of_fit", p0=tuple(P0))]
+    report = build_report(survey, {"pc": hist}, declared)
+    section = report.questions[0]
+    assert section.released and section.estimate is None and section.tests[0].result is not None
+    assert "T3" in section.tests[0].result.method
+    for text in (render_markdown(report), render_html(report)):
+        assert "No estimate" in text and "goodness_of_fit" in text and "Not released" not in text
