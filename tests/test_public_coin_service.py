@@ -302,3 +302,18 @@ def test_the_survey_report_shows_t3_and_says_why_there_is_no_estimate(config: Pa
     assert "T3" in section.tests[0].result.method
     for text in (render_markdown(report), render_html(report)):
         assert "No estimate" in text and "goodness_of_fit" in text and "Not released" not in text
+
+
+def test_plan_knows_public_coin_bit() -> None:
+    from aggregator.plan import plan_study
+
+    k = 1024
+    p0 = np.full(k, 1 / k)
+    p1 = p0 + 0.2 / k * np.where(np.arange(k) < k // 2, 1.0, -1.0)
+    mech = PublicCoinBit(k, 1.0, 0, 5)
+    plan = plan_study(
+        k=k, epsilon=1.0, alternative=p1, null=p0, mechanisms=[mech], target_power=0.8
+    )
+    row = plan.rows[0]
+    assert row.method == "t3" and row.n == sample_size(mech, p1, null=p0)
+    assert row.n == 2_231_046  # the prediction in docs/validation.md (reports needed)
