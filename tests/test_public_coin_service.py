@@ -282,6 +282,8 @@ def test_client_simulate_and_aggregator_cli(tmp_path: Path, config: Path) -> Non
     done = run("aggregator.cli", "test", *common, "gof", "--p0", p0, "--seed", "2", "--json")
     assert done.returncode == 0, done.stderr
     assert '"T3' in done.stdout and '"n": 200' in done.stdout
+    rebuilt = run("aggregator.cli", "rebuild", "--config", str(config), "--db", str(db), "--json")
+    assert rebuilt.returncode == 0 and '"matched": true' in rebuilt.stdout, rebuilt.stderr
     refused = run("aggregator.cli", "estimate", *common)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "goodness_of_fit" in refused.stderr
