@@ -64,7 +64,8 @@ METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics
     "large-domain U-statistics of docs/calibration.md). gof: "
     "randomized_response: pearson, t2; flip_components: projected, nonprojected, t1; gaussian: "
     "projected, nonprojected, imhof; laplace: monte-carlo; optimized_unary, hadamard_response, "
-    "subset_selection, local_hashing: pearson. independence: randomized_response: "
+    "subset_selection, local_hashing: pearson; public_coin_bit: t3. independence: "
+    "randomized_response: "
     "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap; "
     "optimized_unary, hadamard_response, subset_selection, local_hashing: bootstrap"
 )
@@ -643,7 +644,7 @@ def _load(args: argparse.Namespace, *, test: bool = False):
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)
-        n, sums = reader.statistics(survey.id, question.id, question.k, side)
+        n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side)
     if n < survey.min_batch_size:
         raise UserError(
             f"{survey.id}/{question.id} has {n} reports; results are released from "
@@ -790,7 +791,9 @@ def run_export(args: argparse.Namespace) -> int:
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)
-        total = sum(reader.statistics(survey.id, q.id, q.k, side)[0] for q in survey.questions)
+        total = sum(
+            reader.statistics(survey.id, q.id, q.statistic_size, side)[0] for q in survey.questions
+        )
         with bar(total, "export", unit="reports") as progress:
             manifest = shards.export_survey(
                 reader, survey, args.out, args.shards, progress.update, side
@@ -1195,6 +1198,7 @@ PLAN_MECHANISMS = (
     "hadamard_response",
     "subset_selection",
     "local_hashing",
+    "public_coin_bit",
 )
 
 
@@ -1212,6 +1216,13 @@ def _add_plan(sub) -> None:
     )
     plan.add_argument("--epsilon", type=float, help="epsilon of the epsilon-LDP mechanisms")
     plan.add_argument("--rho", type=float, help="rho of --mechanism gaussian (zCDP)")
+    plan.add_argument(
+        "--groups",
+        type=_positive,
+        default=10,
+        help="public groups L of --mechanism public_coin_bit (default 10); its power is averaged "
+        "over the public random subsets, i.e. over seeds",
+    )
     null = plan.add_mutually_exclusive_group(required=True)
     null.add_argument("--p0", help="goodness of fit against this null (comma-separated)")
     null.add_argument("--k", type=_positive, help="goodness of fit against uniform on k categories")
@@ -1282,6 +1293,7 @@ def _plan_mechanisms(args: argparse.Namespace, k: int):
         LaplaceNoise,
         LocalHashing,
         OptimizedUnaryEncoding,
+        PublicCoinBit,
         RandomizedResponse,
         SubsetSelection,
     )
@@ -1305,6 +1317,11 @@ def _plan_mechanisms(args: argparse.Namespace, k: int):
     }
     if args.mechanism == "all":
         return args.epsilon, None
+    if args.mechanism == "public_coin_bit":  # the seed does not change the planned power
+        try:
+            return args.epsilon, [PublicCoinBit(k, args.epsilon, 0, args.groups)]
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     return args.epsilon, [kinds[args.mechanism](k, args.epsilon)]
 
 

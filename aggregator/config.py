@@ -17,7 +17,8 @@ Example::
     categories = ["great", "fine", "low", "bad"]
     mechanism = "randomized_response"   # or flip_components, optimized_unary,
                                         # hadamard_response, subset_selection,
-                                        # local_hashing,
+                                        # local_hashing, public_coin_bit
+                                        # (public_seed = ..., groups = ...),
                                         # gaussian (rho = ...), laplace
     epsilon = 1.0
 
@@ -57,6 +58,8 @@ _QUESTION_KEYS = {
     "granularity_bits",
     "max_reports_per_device",
     "household_shared",
+    "public_seed",
+    "groups",
 }
 
 _SURVEY_KEYS = {
@@ -198,6 +201,8 @@ def _question(entry: dict, survey_id: object) -> QuestionSpec:
         entry[key],
         entry.get("granularity_bits", DEFAULT_GRANULARITY_BITS),
         household_shared=entry.get("household_shared", False),
+        public_seed=entry.get("public_seed"),
+        groups=entry.get("groups"),
     )
 
 

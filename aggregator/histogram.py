@@ -8,16 +8,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from aggregator.errors import IncompatibleHistogramsError, InvalidInputError
-from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse, SupportMechanism
+from client.mechanisms import (
+    FlipComponents,
+    Mechanism,
+    PublicCoinBit,
+    RandomizedResponse,
+    SupportMechanism,
+)
 
 
 @dataclass(frozen=True, eq=False)
 class Histogram:
     """``values`` is what the estimators and tests need from ``n`` reports of ``mechanism``:
     category counts (randomized response), bit sums (flip components), support counts (optimized
-    unary encoding, Hadamard response) or coordinate sums in real
-    units (Gaussian, Laplace). Build it from reports with ``from_reports`` or directly from
-    numbers an analyst already has; add histograms of the same mechanism with ``+``.
+    unary encoding, Hadamard response), per-group report counts then bit sums (public-coin
+    one-bit reports: 2L numbers) or coordinate sums in real units (Gaussian, Laplace). Build it
+    from reports with ``from_reports`` or directly from numbers an analyst already has; add
+    histograms of the same mechanism with ``+``.
     """
 
     mechanism: Mechanism
@@ -34,9 +41,9 @@ class Histogram:
             values = np.array(self.values, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"values must be a vector of numbers: {exc}") from exc
-        k = self.mechanism.k
-        if values.shape != (k,):
-            raise InvalidInputError(f"values must have shape ({k},), got {values.shape}")
+        size = self.mechanism.statistic_size
+        if values.shape != (size,):
+            raise InvalidInputError(f"values must have shape ({size},), got {values.shape}")
         if not np.isfinite(values).all():
             raise InvalidInputError("values must be finite")
         self._check_support(values)
@@ -45,7 +52,8 @@ class Histogram:
 
     def _check_support(self, values: np.ndarray) -> None:
         n = self.n
-        if isinstance(self.mechanism, RandomizedResponse | FlipComponents | SupportMechanism):
+        counted = RandomizedResponse | FlipComponents | SupportMechanism | PublicCoinBit
+        if isinstance(self.mechanism, counted):
             if not np.array_equal(values, np.round(values)):
                 raise InvalidInputError(f"{self.mechanism.name} values must be integers")
             if values.min() < 0 or values.max() > n:
@@ -54,13 +62,19 @@ class Histogram:
             raise InvalidInputError(
                 f"randomized-response counts must sum to n={n}, got {values.sum():g}"
             )
+        if isinstance(self.mechanism, PublicCoinBit):
+            sizes, sums = np.split(values, 2)
+            if sizes.sum() != n or (sums > sizes).any():
+                raise InvalidInputError(
+                    f"public-coin group sizes must sum to n={n} and bound their bit sums"
+                )
         if n == 0 and values.any():
             raise InvalidInputError("a histogram of zero reports must have all-zero values")
 
     @classmethod
     def empty(cls, mechanism: Mechanism) -> Histogram:
         """The histogram of no reports (the identity of ``+``)."""
-        return cls(mechanism, 0, np.zeros(mechanism.k))
+        return cls(mechanism, 0, np.zeros(mechanism.statistic_size))
 
     @classmethod
     def from_reports(cls, mechanism: Mechanism, reports: np.ndarray) -> Histogram:

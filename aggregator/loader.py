@@ -96,7 +96,7 @@ def open_survey(
         reader.check_definitions(surveys, config)
         confirmations.check_readable(reader.connection, spec, number)
         for question in spec.questions:
-            n, sums = reader.statistics(spec.id, question.id, question.k, number)
+            n, sums = reader.statistics(spec.id, question.id, question.statistic_size, number)
             hist = ingest.histogram(question, n, sums)
             questions[question.id] = QuestionData(question, hist, n >= spec.min_batch_size)
     return SurveyData(spec, questions, side)

@@ -16,6 +16,7 @@ import numpy as np
 
 from aggregator.errors import InvalidInputError
 from aggregator.stats import advise, power, sample_size
+from aggregator.stats.gof import GOF_METHODS
 from aggregator.stats.validate import check_distribution
 from client.mechanisms import Mechanism
 
@@ -154,6 +155,8 @@ def plan_study(
     rows = []
     for mechanism, note in candidates:
         method = next((a.method for a in advised if type(a.mechanism) is type(mechanism)), "")
+        if not method and null is not None:  # a mechanism the advisor does not rank: its default
+            method = GOF_METHODS[type(mechanism)][0]
         if n is not None:
             figure = power(mechanism, alternative, n, null=null, shape=shape, alpha=alpha)
             rows.append(PlanRow(mechanism, method, n, figure, note))

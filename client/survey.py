@@ -23,6 +23,7 @@ from client.mechanisms import (
     LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
+    PublicCoinBit,
     RandomizedResponse,
     SubsetSelection,
 )
@@ -37,6 +38,7 @@ MECHANISM_NAMES = {
     "hadamard_response": ldp_pb2.HADAMARD_RESPONSE,
     "subset_selection": ldp_pb2.SUBSET_SELECTION,
     "local_hashing": ldp_pb2.LOCAL_HASHING,
+    "public_coin_bit": ldp_pb2.PUBLIC_COIN_BIT,
 }
 #: The epsilon-LDP mechanisms built from (k, epsilon) alone.
 _EPSILON_ONLY = {
@@ -78,6 +80,11 @@ class QuestionSpec:
     @property
     def k(self) -> int:
         return self.mechanism.k
+
+    @property
+    def statistic_size(self) -> int:
+        """Length of the question's stored sufficient statistic (k, or 2L public groups)."""
+        return self.mechanism.statistic_size
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -138,6 +145,9 @@ class QuestionSpec:
                 {"name": a.name, "categories": list(a.categories)} for a in self.attributes
             ],
         }
+        if isinstance(mech, PublicCoinBit):
+            definition["public_seed"] = mech.public_seed
+            definition["groups"] = mech.groups
         if self.household_shared:
             definition["household_shared"] = True
         return definition
@@ -159,6 +169,8 @@ class QuestionSpec:
         ]
         for attribute in self.attributes:
             fields += [attribute.name, str(len(attribute.categories)), *attribute.categories]
+        if isinstance(mech, PublicCoinBit):  # the public subsets are part of the definition
+            fields += [f"public_seed={mech.public_seed}", f"groups={mech.groups}"]
         if self.household_shared:  # absent otherwise: untagged questions keep their digests
             fields.append("household_shared")
         encoded = b"".join(
@@ -184,6 +196,8 @@ class QuestionSpec:
             message.epsilon = mech.parameter
         if isinstance(mech, GaussianNoise | LaplaceNoise):
             message.granularity_bits = mech.granularity_bits
+        if isinstance(mech, PublicCoinBit):
+            message.public_seed, message.groups = mech.public_seed, mech.groups
         return message
 
     @classmethod
@@ -201,7 +215,15 @@ class QuestionSpec:
             parameter,
             message.granularity_bits,  # to_proto always sets it; 0 is a valid grid (step 1)
             household_shared=message.household_shared,
+            **_coin_fields(message),
         )
+
+
+def _coin_fields(message: ldp_pb2.Question) -> dict[str, int]:
+    """public_seed and groups of a PUBLIC_COIN_BIT question (proto3 zeros elsewhere)."""
+    if message.mechanism != ldp_pb2.PUBLIC_COIN_BIT:
+        return {}
+    return {"public_seed": message.public_seed, "groups": message.groups}
 
 
 def _category(label: str, attribute: Attribute) -> int:
@@ -227,8 +249,11 @@ def build_question(
     granularity_bits: int = DEFAULT_GRANULARITY_BITS,
     *,
     household_shared: bool = False,
+    public_seed: int | None = None,
+    groups: int | None = None,
 ) -> QuestionSpec:
-    """Validate a question definition and build its mechanism."""
+    """Validate a question definition and build its mechanism (``public_seed`` and ``groups``:
+    the public subsets of ``public_coin_bit``, required there and refused elsewhere)."""
     check_id("question", question_id)
     if not isinstance(household_shared, bool):
         raise SurveyError(
@@ -251,9 +276,18 @@ def build_question(
             f"question {question_id}: unknown mechanism {mechanism!r}; "
             f"choose from {sorted(MECHANISM_NAMES)}"
         )
+    coin = mechanism == "public_coin_bit"
+    if coin and (public_seed is None or groups is None):
+        raise SurveyError(f"question {question_id}: public_coin_bit needs public_seed and groups")
+    if not coin and (public_seed is not None or groups is not None):
+        raise SurveyError(
+            f"question {question_id}: public_seed and groups belong to public_coin_bit only"
+        )
     try:
-        if mechanism in _EPSILON_ONLY:
-            mech: Mechanism = _EPSILON_ONLY[mechanism](k, parameter)
+        if coin:
+            mech: Mechanism = PublicCoinBit(k, parameter, public_seed, groups)
+        elif mechanism in _EPSILON_ONLY:
+            mech = _EPSILON_ONLY[mechanism](k, parameter)
         elif mechanism == "gaussian":
             mech = GaussianNoise(k, parameter, granularity_bits=granularity_bits)
         else:

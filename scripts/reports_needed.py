@@ -7,7 +7,8 @@ Alternative (documented in docs/validation.md): p = p0 + Delta with p0 uniform a
 Delta_j = +0.2/k for the first k/2 categories, -0.2/k for the others: ||Delta||_1 = 0.2,
 ||Delta||_2^2 = 0.04/k. Tests: k-RR Pearson, flip components T_FC (projected), T1 (flip
 components), T2 (on k-RR), T3 (RAPTOR, L = 5 public random halves, devices assigned to groups
-uniformly, simulated with the spec's law directly in numpy). T2 on Hadamard response is not
+uniformly: ``PublicCoinBit`` with a fresh public seed per simulated study, its SHA-256 subsets and
+its exact group sampler). T2 on Hadamard response is not
 measured: that mechanism is not in this branch.
 
 Measured: for each n, ``draws`` null and ``draws`` alternative aggregates from the exact samplers
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import platform
 import sys
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aggregator.stats import sample_size
 from aggregator.stats.identity import raptor_power
 from aggregator.stats.simulated_power import simulated_power
-from client.mechanisms import FlipComponents, RandomizedResponse
+from client.mechanisms import FlipComponents, PublicCoinBit, RandomizedResponse
 
 K, EPS, ALPHA, TARGET, GROUPS = 1024, 1.0, 0.05, 0.8, 5
 P0 = np.full(K, 1 / K)
@@ -49,25 +51,29 @@ TESTS = [  # (label, mechanism, method)
 
 
 def raptor_simulated_power(n: float, draws: int, seed: int = 20_111) -> float:
-    """Power of T3 with n reports, random public halves per study, Monte Carlo critical value
-    (under uniform p0 every half has p0(S) = 1/2, so the null law does not depend on the
-    subsets)."""
+    """Power of T3 with n reports through the mechanism: study i uses ``PublicCoinBit`` with
+    public seed i (its SHA-256 subsets), group sizes and bit sums from its exact sampler, and the
+    Monte Carlo critical value (under uniform p0 every half has p0(S) = 1/2, so the null law
+    does not depend on the subsets)."""
     rng = np.random.default_rng(seed)
     n = round(n)
-    keep = 1 / (1 + math.exp(-EPS))
     sizes = rng.multinomial(n, np.full(GROUPS, 1 / GROUPS), size=(2, draws))
-    order = np.argsort(rng.random((draws, GROUPS, K)), axis=-1)
-    halves = np.zeros((draws, GROUPS, K), dtype=bool)
-    np.put_along_axis(halves, order[..., : K // 2], True, axis=-1)
-    mu_alt = (1 - keep) + (2 * keep - 1) * (halves @ ALT)
     null = rng.binomial(sizes[0], 0.5)
-    alt = rng.binomial(sizes[1], mu_alt)
+    alt = rng.binomial(sizes[1], _raptor_alternative_means(draws))
 
     def q(b: np.ndarray, size: np.ndarray) -> np.ndarray:
         return np.sum((b - size / 2) ** 2 / (size / 4), axis=-1)
 
     critical = np.quantile(q(null, sizes[0]), 1 - ALPHA, method="higher")
     return float(np.mean(q(alt, sizes[1]) > critical))
+
+
+@functools.cache
+def _raptor_alternative_means(draws: int) -> np.ndarray:
+    """(draws, L): mu_l under the alternative of the mechanism with public seed 0 .. draws-1."""
+    return np.stack(
+        [PublicCoinBit(K, EPS, seed, GROUPS).bit_probabilities(ALT) for seed in range(draws)]
+    )
 
 
 def raptor_predicted() -> int:
@@ -161,8 +167,8 @@ def table(rows, draws: int, tolerance: float, elapsed: float, quick: bool) -> li
         "",
         f"Best: {best[0]}, {rr / best[1]:.0f}x fewer reports than k-RR Pearson (goal: at least "
         "5x). T2 on Hadamard response is not measured here: that mechanism is not on this branch "
-        "(issue 17, mechanisms). T3 runs on simulated RAPTOR reports (the spec's law, numpy); the "
-        "mechanism itself is built separately.",
+        "(issue 17, mechanisms). T3 runs through `PublicCoinBit` (a fresh public seed per "
+        "simulated study, its SHA-256 subsets, its exact group sampler).",
         END,
     ]
     return lines

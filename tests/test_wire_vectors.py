@@ -114,16 +114,24 @@ def test_aggregator_accepts_each_payload(vector):
     """The payload is valid for the question the vector describes, with the joint index of its
     per-attribute answer in row-major order."""
     params = vector["params"]
-    if vector["mechanism"] == "public_coin_bit":  # not collected by the service yet (§3.9)
-        gen.build_mechanism("public_coin_bit", params).decode(bytes.fromhex(vector["payload_hex"]))
-        return
+    coin = {
+        key: params[key]
+        for key in ("public_seed", "groups")
+        if vector["mechanism"] == "public_coin_bit"
+    }
     sizes = vector.get("attributes", [params["k"]])
     attributes = [
         Attribute(f"a{i}", tuple(f"c{j}" for j in range(size))) for i, size in enumerate(sizes)
     ]
     parameter = params["rho"] if vector["mechanism"] == "gaussian" else params["epsilon"]
     question = build_question(
-        "q", "", attributes, vector["mechanism"], parameter, params.get("granularity_bits", 10)
+        "q",
+        "",
+        attributes,
+        vector["mechanism"],
+        parameter,
+        params.get("granularity_bits", 10),
+        **coin,
     )
     assert question.k == params["k"]
     if "answer_parts" in vector:
@@ -137,7 +145,7 @@ def test_aggregator_accepts_each_payload(vector):
         payload=bytes.fromhex(vector["payload_hex"]),
     )
     stored = ingest.validate(report, {"s": survey})
-    assert stored.contribution.shape == (params["k"],)
+    assert stored.contribution.shape == (question.statistic_size,)
 
 
 @pytest.mark.parametrize("vector", VECTORS["signatures"], ids=lambda v: v["device_id"])

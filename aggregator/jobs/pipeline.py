@@ -72,7 +72,7 @@ def build(pipeline: beam.Pipeline, spec: JobSpec) -> None:
         partials = shards | "ReadAndPreaggregate" >> beam.ParDo(read)
     zeros = pipeline | "EveryQuestion" >> beam.Create(
         [
-            ((survey.id, question.id), Partial.zero(question.k))
+            ((survey.id, question.id), Partial.zero(question.statistic_size))
             for survey in spec.surveys.values()
             for question in survey.questions
         ]

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aggregator.analyses import check_independent
-from aggregator.errors import ClusteredReportsError, InsufficientDataError
+from aggregator.errors import ClusteredReportsError, InsufficientDataError, InvalidInputError
 from aggregator.jobs.partial import Partial
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.store import ingest
 from aggregator.store.shards import SIDE_NAMES
+from client.mechanisms import PublicCoinBit
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -67,7 +68,7 @@ def question_result(survey: SurveySpec, question_id: str, total: Partial, analys
         return out
     out["sums"] = total.sums.tolist()  # the store's integer statistic (grid units if additive)
     hist = ingest.histogram(question, total.n, total.sums)
-    out["estimate"] = estimate(hist, analysis.confidence).to_dict()
+    out["estimate"] = _estimated(hist, analysis.confidence)
     tests: dict = {}
     refusal = _clustered(survey, question)
     p0 = analysis.gof.get((survey.id, question.id))
@@ -93,6 +94,17 @@ def question_result(survey: SurveySpec, question_id: str, total: Partial, analys
         )
     out["tests"] = tests
     return out
+
+
+def _estimated(hist, confidence: float) -> dict:
+    """The estimate's dict, or {"error": ...} for public-coin one-bit reports, which carry no
+    per-category estimate (their goodness of fit still runs)."""
+    try:
+        return estimate(hist, confidence).to_dict()
+    except InvalidInputError as exc:
+        if not isinstance(hist.mechanism, PublicCoinBit):
+            raise
+        return {"error": str(exc)}
 
 
 def _clustered(survey: SurveySpec, question) -> dict | None:

@@ -10,12 +10,13 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from aggregator.analyses import EXPLORATORY, Analysis
-from aggregator.errors import InsufficientDataError
+from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.numbers import reports
 from aggregator.report.sentences import result_sentence
 from aggregator.stats import Estimate, TestResult, estimate, goodness_of_fit, independence
 from client.budgeting import SurveyCost, survey_cost
+from client.mechanisms import PublicCoinBit
 from client.survey import QuestionSpec, SurveySpec
 
 
@@ -46,13 +47,14 @@ class QuestionSection:
     question: QuestionSpec
     n: int
     min_batch_size: int
-    estimate: Estimate | None  # None below the release threshold
+    estimate: Estimate | None  # None below the release threshold, or when ``withheld``
     marginals: tuple[Marginal, ...]
     tests: tuple[TestSection, ...]
+    withheld: str = ""  # released, but the mechanism has no per-category estimate: why
 
     @property
     def released(self) -> bool:
-        return self.estimate is not None
+        return self.estimate is not None or bool(self.withheld)
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,13 @@ def _section(
         why = f"not run: {reports(hist.n)}, results are released from {threshold}"
         tests = tuple(TestSection(a, None, why) for a in analyses)
         return QuestionSection(question, hist.n, threshold, None, (), tests)
-    est = estimate(hist, confidence)
     tests = tuple(_run(question, hist, a, seed) for a in analyses)
+    try:
+        est = estimate(hist, confidence)
+    except InvalidInputError as exc:  # public-coin reports: tests only (docs/mechanisms.md)
+        if not isinstance(question.mechanism, PublicCoinBit):
+            raise
+        return QuestionSection(question, hist.n, threshold, None, (), tests, str(exc))
     return QuestionSection(question, hist.n, threshold, est, _marginals(question, est), tests)
 
 

@@ -84,10 +84,12 @@ def _question(section: QuestionSection, confidence: float, plots: bool) -> str:
         f"<p>{escape(question.text)}</p>" if question.text else "",
         f'<p class="meta">{escape(question.mechanism.describe())} · n = {section.n:,}</p>',
     ]
-    if not section.released:
+    if not section.released or section.withheld:
         head.append(
-            f'<p class="held">Not released: {reports(section.n)} so far, results are released '
-            f"from {section.min_batch_size:,}.</p>"
+            f'<p class="held">No estimate: {escape(section.withheld)}.</p>'
+            if section.withheld
+            else f'<p class="held">Not released: {reports(section.n)} so far, results are '
+            f"released from {section.min_batch_size:,}.</p>"
         )
         head += [_test(test) for test in section.tests]
         return "\n".join([*head, "</section>"])

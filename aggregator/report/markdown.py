@@ -47,6 +47,8 @@ def _question(section: QuestionSection) -> list[str]:
             f"**Not released:** {reports(section.n)} so far, results are released from "
             f"{section.min_batch_size:,}.",
         ]
+    elif section.withheld:
+        lines += ["", f"No estimate: {section.withheld}."]
     else:
         est = section.estimate
         assert est is not None

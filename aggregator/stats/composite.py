@@ -35,6 +35,7 @@ from aggregator.stats.validate import (
     check_finite_statistic,
     check_histogram,
     check_method,
+    check_per_category,
     make_rng,
 )
 from client.mechanisms import (
@@ -118,7 +119,7 @@ def composite(
     fits included, each re-fitted) or ``"auto"`` (asymptotic only where the diagnostics of
     ``stats.calibration`` pass; Laplace noise is always bootstrapped).
     """
-    hist = check_histogram(hist)
+    hist = check_per_category(check_histogram(hist), "composite test")
     alpha = check_alpha(alpha)
     calibration = check_calibration(calibration)
     n_draws = check_draws(n_draws, alpha)
@@ -202,9 +203,9 @@ def independence(
     Gaussian ``projected`` (default) or ``nonprojected``; Laplace ``bootstrap``; flip components
     ``projected`` (default) or ``nonprojected``; optimized unary encoding, Hadamard response,
     subset selection and local hashing ``bootstrap``. Degrees of freedom (r - 1)(c - 1);
-    ``calibration`` as in ``composite``.
+    ``calibration`` as in ``composite``. Public-coin one-bit reports are refused.
     """
-    hist = check_histogram(hist)
+    hist = check_per_category(check_histogram(hist), "independence test")
     try:
         r, c = shape
         if int(r) != r or int(c) != c:

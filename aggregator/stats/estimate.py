@@ -24,7 +24,11 @@ from aggregator.stats.intervals import (
     interval_method,
     simultaneous_intervals,
 )
-from aggregator.stats.validate import check_finite_statistic, check_histogram
+from aggregator.stats.validate import (
+    check_finite_statistic,
+    check_histogram,
+    check_per_category,
+)
 
 
 @dataclass(frozen=True)
@@ -144,8 +148,10 @@ def estimate_covariance(hist: Histogram) -> np.ndarray:
 
 def estimate(hist: Histogram, confidence: float = 0.95, *, simultaneous: bool = False) -> Estimate:
     """Unbiased frequencies, standard errors and per-coordinate confidence intervals of at least
-    nominal coverage; with ``simultaneous``, also Bonferroni intervals over all k categories."""
-    hist = check_histogram(hist)
+    nominal coverage; with ``simultaneous``, also Bonferroni intervals over all k categories.
+    Public-coin one-bit reports are refused (InvalidInputError): they carry no per-category
+    information."""
+    hist = check_per_category(check_histogram(hist), "estimate")
     if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
         raise InvalidInputError(f"confidence must be a number in (0, 1), got {confidence!r}")
     if not 0 < confidence < 1:

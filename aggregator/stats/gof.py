@@ -22,6 +22,7 @@ from aggregator.stats.identity import (
     T2_LABEL,
     multinomial_frobenius2,
     null_variance,
+    t3_test,
     u_statistic,
     u_test,
     unary_frobenius2,
@@ -45,6 +46,7 @@ from client.mechanisms import (
     LocalHashing,
     Mechanism,
     OptimizedUnaryEncoding,
+    PublicCoinBit,
     RandomizedResponse,
     SubsetSelection,
 )
@@ -58,6 +60,7 @@ GOF_METHODS: dict[type, tuple[str, ...]] = {
     HadamardResponse: ("pearson",),
     SubsetSelection: ("pearson",),
     LocalHashing: ("pearson",),
+    PublicCoinBit: ("t3",),
 }
 #: The rate-optimal U-statistics (stats/identity.py): always a Monte Carlo null unless
 #: calibration="asymptotic" asks for their normal law.
@@ -96,8 +99,10 @@ def goodness_of_fit(
     ``nonprojected``, ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default),
     ``nonprojected``, ``t1``; optimized unary encoding, Hadamard response, subset selection, local
     hashing ``pearson`` (each support count against its binomial variance; asymptotically a
-    weighted chi-square, ``support_null_weights``). T1 and T2 are the rate-optimal U-statistics
-    of stats/identity.py for large k: with ``"auto"`` they always simulate their null.
+    weighted chi-square, ``support_null_weights``); public-coin one-bit reports ``t3`` (the
+    grouped chi-square of stats/identity.py: chi-square(L) or L binomials given the sizes).
+    T1 and T2 are the rate-optimal U-statistics of stats/identity.py for large k: with
+    ``"auto"`` they always simulate their null.
     ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
     exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or
     ``"auto"`` (asymptotic only where the diagnostics of ``stats.calibration`` pass).
@@ -111,6 +116,8 @@ def goodness_of_fit(
     kind = type(mech)
     method = check_method(method, GOF_METHODS[kind], mech.name)
     n = hist.n
+    if method == "t3":
+        return t3_test(hist, p0, alpha, calibration, make_rng(rng), n_draws)
     if method == "imhof" and (p0 <= 0).any():
         raise InvalidInputError(
             "the imhof method divides by p0 and needs every cell > 0; use method='projected'"

@@ -26,7 +26,8 @@ import numpy as np
 from scipy import stats
 
 from aggregator.errors import InvalidInputError
-from aggregator.stats.calibration import check_calibration
+from aggregator.histogram import Histogram
+from aggregator.stats.calibration import MIN_EFFECTIVE_COUNT, check_calibration
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
 from aggregator.stats.validate import check_alpha, check_distribution, make_rng
@@ -286,32 +287,77 @@ def raptor_test(
     n_draws = check_draws(n_draws, alpha)
     keep = 1 / (1 + math.exp(-epsilon))
     mu = (1 - keep) + (2 * keep - 1) * (masks @ p0)
+    label = f"raptor(k={masks.shape[1]}, epsilon={epsilon:g}, groups={masks.shape[0]})"
+    return _t3(sums, sizes, mu, alpha, "monte-carlo", make_rng(rng), n_draws, label)
+
+
+def t3_test(
+    hist: Histogram,
+    p0: np.ndarray,
+    alpha: float,
+    calibration: str,
+    rng: np.random.Generator,
+    n_draws: int,
+) -> TestResult:
+    """T3 on a ``PublicCoinBit`` histogram ([n_l], then [B_l]): ``calibration="auto"`` uses the
+    chi-square(L) limit where every group with reports expects at least ``MIN_EFFECTIVE_COUNT``
+    ones and zeros (n_l min(mu_l, 1 - mu_l), Cochran's rule as for the other mechanisms), else
+    exact binomial draws given the group sizes."""
+    mech = hist.mechanism
+    sizes, sums = np.split(hist.values, 2)
+    return _t3(
+        sums, sizes, mech.bit_probabilities(p0), alpha, calibration, rng, n_draws, mech.describe()
+    )
+
+
+def _t3(sums, sizes, mu, alpha, calibration, rng, n_draws, label) -> TestResult:
+    """Q = sum_l (B_l - n_l mu_l)^2 / (n_l mu_l (1 - mu_l)) over the groups with reports, with
+    its chi-square(L) p-value or an exact Monte Carlo one (L binomials given the sizes)."""
     used = sizes > 0
     if not used.any():
         raise InvalidInputError("T3 needs at least one report")
     sums, sizes, mu = sums[used], sizes[used], mu[used]
+    if ((mu <= 0) | (mu >= 1)).any():  # only at infinite epsilon, refused upstream
+        raise InvalidInputError("T3 needs every group's bit probability inside (0, 1)")
     scale = sizes * mu * (1 - mu)
 
     def statistic_of(b: np.ndarray) -> np.ndarray:
         return np.sum((b - sizes * mu) ** 2 / scale, axis=-1)
 
     statistic = float(statistic_of(sums))
-    draws = make_rng(rng).binomial(sizes.astype(np.int64), mu, size=(n_draws, sizes.size))
+    fewest = float(np.min(sizes * np.minimum(mu, 1 - mu)))
+    if calibration == "auto":
+        simulated = fewest < MIN_EFFECTIVE_COUNT
+        reason = (
+            f"a group expects {fewest:.1f} < {MIN_EFFECTIVE_COUNT:g} ones or zeros"
+            if simulated
+            else f"every group expects >= {MIN_EFFECTIVE_COUNT:g} ones and zeros"
+        )
+    else:
+        simulated, reason = calibration == "monte-carlo", "requested"
+    common = dict(
+        method=T3_LABEL,
+        n=int(sizes.sum()),
+        alpha=alpha,
+        expected=sizes * mu,
+        observed=sums.astype(float),
+        mechanism=label,
+        calibration_reason=reason,
+    )
+    if not simulated:
+        dof = int(sizes.size)
+        pvalue = float(stats.chi2.sf(statistic, dof))
+        return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+    draws = rng.binomial(sizes.astype(np.int64), mu, size=(n_draws, sizes.size))
     pvalue = monte_carlo_pvalue(statistic, statistic_of(draws))
     return TestResult(
         statistic,
         pvalue,
         None,
-        method=T3_LABEL,
-        n=int(sizes.sum()),
-        alpha=alpha,
         reject=pvalue <= alpha,
-        expected=sizes * mu,
-        observed=sums.astype(float),
-        mechanism=f"raptor(k={masks.shape[1]}, epsilon={epsilon:g}, groups={masks.shape[0]})",
         calibration="monte-carlo",
-        calibration_reason="exact null draws: one binomial per group at p0",
         n_draws=n_draws,
+        **common,
     )
 
 

@@ -10,6 +10,8 @@ test's metric in de-biased units (with ``calibration="asymptotic"`` the Laplace 
 same Gaussian limit); the Gaussian ``imhof`` method and the support-count Pearson tests use a
 weighted noncentral sum. The U-statistics T1/T2 (``method="t1"``/``"t2"``) use the normal law
 with their exact mean and variances (stats/identity.py; ``noncentrality`` gives E[T] / sd0(T)).
+T3 on public-coin one-bit reports uses ``identity.raptor_power``: its power averaged over the
+public random halves, i.e. before the survey's seed is drawn (``noncentrality`` gives its nu).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from aggregator.stats.channel import (
 )
 from aggregator.stats.composite import COMPOSITE_METHODS
 from aggregator.stats.gof import GOF_METHODS, U_METHODS, imhof_matrix
-from aggregator.stats.identity import UMoments, u_moments, u_power
+from aggregator.stats.identity import UMoments, raptor_power, u_moments, u_power
 from aggregator.stats.imhof import weighted_chi2_isf, weighted_chi2_sf
 from aggregator.stats.minchisq import fit_minimum_chi_square
 from aggregator.stats.models import IndependenceModel, ParametricModel
@@ -43,6 +45,7 @@ from client.mechanisms import (
     GaussianNoise,
     LaplaceNoise,
     Mechanism,
+    PublicCoinBit,
     RandomizedResponse,
 )
 
@@ -60,6 +63,7 @@ class _Plan:
     null: np.ndarray | None = None  # p0, or the model's closest fit to the alternative
     model: ParametricModel | None = None
     u_moments: UMoments | None = None  # T1/T2 (stats/identity.py)
+    t3_delta2: float | None = None  # T3: ||p1 - p0||^2 (stats/identity.py raptor_power)
 
 
 def _plan(
@@ -82,10 +86,20 @@ def _plan(
         if model.k != k:
             raise InvalidInputError(f"shape {shape} does not match k={k}")
     if model is not None:
+        if isinstance(mechanism, PublicCoinBit):
+            raise InvalidInputError(
+                "public_coin_bit reports support goodness of fit (T3) only: they carry no "
+                "per-category information for independence or composite tests"
+            )
         return _composite_plan(mechanism, p1, model, method)
     p0 = check_distribution(null, k, "null")
     method = check_method(method, GOF_METHODS[type(mechanism)], mechanism.name)
     delta = p1 - p0
+    if method == "t3":
+        delta2 = float(delta @ delta)
+        keep = mechanism.keep_probability
+        nu = (2 * keep - 1) ** 2 * k / (k - 1) * delta2
+        return _Plan(mechanism, method, mechanism.groups, nu, None, p1, p0, t3_delta2=delta2)
     if method in U_METHODS:
         moments = u_moments(mechanism, method, p0, p1)
         nu = moments.mean / math.sqrt(2 * moments.trace0_sq)  # n * nu ~ E[T] / sd0(T)
@@ -125,8 +139,8 @@ def _simulated(plan: _Plan, n: float, calibration: str) -> bool:
     """Does the test as run with n reports calibrate by simulation, at a point where the
     chi-square law would not give its power? (Laplace tests always simulate, but where the
     diagnostics pass their power is the asymptotic one.)"""
-    if plan.u_moments is not None:
-        return False  # T1/T2: the normal law of spec section 3 (their own power formula)
+    if plan.u_moments is not None or plan.t3_delta2 is not None:
+        return False  # T1/T2/T3: their own power formulas (spec section 3)
     composite = plan.model is not None
     n = max(1, round(n))
     choice = choose(
@@ -152,6 +166,9 @@ def _power_as_run(plan: _Plan, n: float, alpha: float, calibration: str) -> floa
 
 
 def _power(plan: _Plan, n: float, alpha: float) -> float:
+    if plan.t3_delta2 is not None:
+        mech = plan.mechanism
+        return raptor_power(mech.k, mech.epsilon, n, plan.t3_delta2, mech.groups, alpha)
     if plan.u_moments is not None:
         return u_power(plan.u_moments, max(n, 2.0), alpha)
     if plan.imhof is not None:
@@ -254,7 +271,7 @@ def _searched_sample_size(plan: _Plan, start: int, target: float, alpha: float, 
 
 
 def _asymptotic_sample_size(plan: _Plan, per_n: float, power: float, alpha: float) -> int:
-    if plan.u_moments is not None:
+    if plan.u_moments is not None or plan.t3_delta2 is not None:
         return _bisected_sample_size(plan, power, alpha)
     if plan.imhof is None:
         critical = stats.chi2.isf(alpha, plan.dof)

@@ -9,6 +9,15 @@ import numpy as np
 
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
+from client.mechanisms import PublicCoinBit
+
+#: Why per-category analyses refuse public-coin one-bit reports (docs/mechanisms.md).
+PUBLIC_COIN_REFUSAL = (
+    "public_coin_bit reports identify only the masses p(S_l) of the L public subsets, not the "
+    "{k} category frequencies, so there is no unbiased per-category {analysis} from them; test a "
+    "hypothesised distribution with goodness_of_fit (T3), or collect with hadamard_response or "
+    "optimized_unary to estimate frequencies"
+)
 
 
 def check_histogram(hist: object, minimum_n: int = 1) -> Histogram:
@@ -23,6 +32,14 @@ def check_histogram(hist: object, minimum_n: int = 1) -> Histogram:
             raise InvalidInputError(
                 f"hist: values beyond +-{limit:.6g}, more than {hist.n} reports can sum to"
             )
+    return hist
+
+
+def check_per_category(hist: Histogram, analysis: str) -> Histogram:
+    """InvalidInputError for an analysis that needs per-category information the public-coin
+    statistic does not carry (estimates, composite nulls, independence)."""
+    if isinstance(hist.mechanism, PublicCoinBit):
+        raise InvalidInputError(PUBLIC_COIN_REFUSAL.format(k=hist.k, analysis=analysis))
     return hist
 
 

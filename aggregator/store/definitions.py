@@ -63,7 +63,7 @@ def register(store: ReportStore, surveys: Mapping[str, SurveySpec], where: objec
     store.run_in_writer(pin_all)
     for survey in surveys.values():
         for question in survey.questions:
-            store.register_question(survey.id, question.id, question.k)
+            store.register_question(survey.id, question.id, question.statistic_size)
 
 
 def check(conn: sqlite3.Connection, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
@@ -79,7 +79,9 @@ def check(conn: sqlite3.Connection, surveys: Mapping[str, SurveySpec], where: ob
             stored = _stored(conn, survey.id, question.id) if has_pins else None
             if stored is not None and stored[1] != question.digest:
                 raise _changed(survey.id, question, json.loads(stored[0]), where)
-            if stored is None and k != question.k:  # a store from before pins: k is all we know
+            if (
+                stored is None and k != question.statistic_size
+            ):  # a store from before pins: k is all we know
                 raise DefinitionChangedError(
                     f"survey {survey.id}, question {question.id}: {where or 'the configuration'} "
                     f"gives {question.k} categories, the store holds reports with {k}"
@@ -136,15 +138,17 @@ def _pin(conn: sqlite3.Connection, survey_id: str, question: QuestionSpec, where
     if n:
         if stored is not None:
             raise _changed(survey_id, question, json.loads(stored[0]), where)
-        if k != question.k:
+        if k != question.statistic_size:
             raise DefinitionChangedError(
                 f"survey {survey_id}, question {question.id}: {where or 'the configuration'} "
                 f"gives {question.k} categories, the store holds reports with {k}"
             )
-    elif k is not None and k != question.k:  # no data yet: the statistics follow the config
+    elif (
+        k is not None and k != question.statistic_size
+    ):  # no data yet: the statistics follow the config
         conn.execute(
             "UPDATE statistics SET k = ?, sums = ? WHERE survey_id = ? AND question_id = ?",
-            (question.k, bytes(8 * question.k), survey_id, question.id),
+            (question.statistic_size, bytes(8 * question.statistic_size), survey_id, question.id),
         )
         conn.execute(
             "DELETE FROM side_statistics WHERE survey_id = ? AND question_id = ?",
@@ -192,7 +196,7 @@ def _changed(
 
 def difference(stored: Mapping, given: Mapping) -> tuple[str, object, object]:
     """The first field in which two question definitions differ: (field, stored, given)."""
-    for key in ("mechanism", "epsilon", "rho", "granularity_bits"):
+    for key in ("mechanism", "epsilon", "rho", "granularity_bits", "public_seed", "groups"):
         if stored.get(key) != given.get(key):
             return key, stored.get(key), given.get(key)
     shared = bool(stored.get("household_shared")), bool(given.get("household_shared"))

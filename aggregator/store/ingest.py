@@ -20,6 +20,7 @@ from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
     LaplaceNoise,
+    PublicCoinBit,
     RandomizedResponse,
     ReportRangeError,
     SupportMechanism,
@@ -135,7 +136,8 @@ def check_side(survey: SurveySpec, side: int) -> None:
 def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
     """Decode a payload into its int64 contribution to the question's sufficient statistic:
     a one-hot count (randomized response), the bits (flip components), the supported
-    categories (support-count mechanisms) or the grid values."""
+    categories (support-count mechanisms), the group's count and bit (public-coin one-bit
+    reports) or the grid values."""
     mech = question.mechanism
     try:
         report = mech.decode(payload)
@@ -156,6 +158,8 @@ def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
         return out
     if isinstance(mech, SupportMechanism):
         return mech.support(np.asarray([report]))[0].astype(np.int64)
+    if isinstance(mech, PublicCoinBit):
+        return mech.statistic_rows(report)[0]
     return np.asarray(report, dtype=np.int64)
 
 
@@ -279,15 +283,17 @@ def validate_batch(
 
 
 def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
-    """Integer contributions (m, k) of many payloads of one question, checked in bulk."""
+    """Integer contributions (m, statistic_size) of many payloads of one question, checked in
+    bulk."""
     mech = question.mechanism
-    size = mech.payload_size
+    size, width = mech.payload_size, mech.statistic_size
     if any(len(p) != size for p in payloads):
         raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload length")
-    if isinstance(mech, SupportMechanism) and len(payloads) * mech.k > MAX_SUPPORT_CELLS:
+    expands = isinstance(mech, SupportMechanism | PublicCoinBit)
+    if expands and len(payloads) * width > MAX_SUPPORT_CELLS:
         raise ReportRejectedError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"at most {MAX_SUPPORT_CELLS // mech.k} reports of question {question.id} per upload",
+            f"at most {MAX_SUPPORT_CELLS // width} reports of question {question.id} per upload",
         )
     packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), size)
     decoded = decode_payloads(question, packed)
@@ -297,14 +303,16 @@ def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
         return rows
     if isinstance(mech, SupportMechanism):
         return mech.support(decoded).astype(np.int64)
+    if isinstance(mech, PublicCoinBit):
+        return mech.statistic_rows(decoded)
     return decoded.astype(np.int64)
 
 
 def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
     """Check and decode a (m, payload_size) uint8 matrix of one question's payloads: category
     indices (m,) for randomized response, bits (m, k) for flip components, the mechanism's own
-    reports for support-count mechanisms, grid values (m, k) for additive noise. Raises
-    ReportRejectedError with the code a single report would get."""
+    reports for support-count and public-coin mechanisms, grid values (m, k) for additive
+    noise. Raises ReportRejectedError with the code a single report would get."""
     mech = question.mechanism
     size, k = mech.payload_size, mech.k
     packed = np.ascontiguousarray(packed, dtype=np.uint8)
@@ -320,7 +328,7 @@ def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
         if bits[:, k:].any():
             raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "padding")
         return bits[:, :k]
-    if isinstance(mech, SupportMechanism):
+    if isinstance(mech, SupportMechanism | PublicCoinBit):
         try:
             return mech.decode_many(packed)
         except ReportRangeError:
@@ -335,7 +343,8 @@ def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
 
 
 def sum_decoded(question: QuestionSpec, decoded: np.ndarray) -> np.ndarray:
-    """The int64 sums (length k) of decoded reports, i.e. the sum of their contributions.
+    """The int64 sums (length statistic_size) of decoded reports, i.e. the sum of their
+    contributions.
     Exact: raises OverflowError rather than wrap (possible only for enormous additive sums)."""
     mech = question.mechanism
     if isinstance(mech, RandomizedResponse):
@@ -344,6 +353,9 @@ def sum_decoded(question: QuestionSpec, decoded: np.ndarray) -> np.ndarray:
         return decoded.sum(axis=0, dtype=np.int64)
     if isinstance(mech, SupportMechanism):
         return mech.support_counts(decoded)
+    if isinstance(mech, PublicCoinBit):
+        sums, sizes = mech.group_statistics(decoded)
+        return np.concatenate([sizes, sums])
     bound = float(accepted_bound(mech)) * len(decoded)  # type: ignore[arg-type]
     if bound >= 2.0**62:
         raise OverflowError(f"sums of {len(decoded)} reports of {question.id} may overflow int64")
@@ -354,6 +366,6 @@ def histogram(question: QuestionSpec, n: int, sums: np.ndarray) -> Histogram:
     """The question's histogram from stored integer sums (grid units for additive noise)."""
     mech = question.mechanism
     values = np.asarray(sums, dtype=np.float64)
-    if not isinstance(mech, RandomizedResponse | FlipComponents | SupportMechanism):
+    if isinstance(mech, GaussianNoise | LaplaceNoise):
         values = values / mech.scale  # type: ignore[attr-defined]
     return Histogram(mech, n, values)

@@ -288,7 +288,9 @@ class ReportStore:
 
     def register_question(self, survey_id: str, question_id: str, k: int) -> None:
         """Create the question's statistics row (n = 0, zero sums) if missing. Idempotent; a
-        different k for an existing question is a StoreError."""
+        different k for an existing question is a StoreError. ``k`` (the column ``k``) is the
+        length of the statistic, ``QuestionSpec.statistic_size``: the number of categories, or
+        2L for public-coin one-bit reports."""
         k = operator.index(k)
         if k < 1:
             raise StoreError(f"k must be >= 1, got {k}")

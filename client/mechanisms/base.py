@@ -141,9 +141,15 @@ class Mechanism(ABC):
     def simulate(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Randomize many answers at once with numpy (same law as ``randomize``)."""
 
+    @property
+    def statistic_size(self) -> int:
+        """Length of the sufficient statistic: k, unless the mechanism's reports are summarised
+        otherwise (public-coin one-bit reports: 2L per-group counts)."""
+        return self.k
+
     @abstractmethod
     def aggregate(self, reports: np.ndarray) -> np.ndarray:
-        """Sufficient statistic (length k, float64) of a stack of reports."""
+        """Sufficient statistic (length ``statistic_size``, float64) of a stack of reports."""
 
     @abstractmethod
     def simulate_histogram(
@@ -151,8 +157,9 @@ class Mechanism(ABC):
     ) -> np.ndarray:
         """Draw the sufficient statistic of ``n`` reports from answers iid ~ ``p``.
 
-        Returns shape (k,) or (size, k). Exact for every mechanism except the Gaussian one, whose
-        aggregate is drawn from the normal law with the exact per-report variance.
+        Returns shape (s,) or (size, s), s = ``statistic_size``. Exact for every mechanism
+        except the Gaussian one, whose aggregate is drawn from the normal law with the exact
+        per-report variance.
         """
 
     # --- channel ---------------------------------------------------------------------------------

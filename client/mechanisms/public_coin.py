@@ -5,9 +5,10 @@ Before collection the survey fixes a public seed and a number of groups L; group
 S_l (floor(k/2) categories) is derived from the seed by a documented SHA-256 construction, so
 every device and the aggregator agree bit for bit. A device joins a uniformly random group and
 sends 1{x in S_l} through binary randomized response. The sufficient statistic is the per-group
-bit sums and group sizes (``group_statistics``), not a per-category vector: this class has the
-device-side surface of a mechanism and the group aggregates a grouped chi-square test (spec T3)
-reads: ``(bit_sums, group_sizes, subset_masks, p0, epsilon)``.
+group sizes and bit sums, not a per-category vector: ``statistic_size`` is 2L and the
+statistic is ``[n_1 .. n_L, B_1 .. B_L]`` (reports, then ones, per group), what the grouped
+chi-square test (spec T3) reads. The reports are not linear in p per category, so there is no
+``offset``/``slope``: ``report_mean`` and ``report_covariance`` are those of the 2L statistic.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from client.mechanisms.base import (
+    Mechanism,
     PrivacyCost,
     ReportRangeError,
     check_categories,
@@ -54,8 +56,12 @@ def public_subsets(k: int, seed: int, groups: int) -> np.ndarray:
     return masks
 
 
+class NotLinearError(ValueError):
+    """Asked for a per-category linear channel (offset, slope) that one-bit reports lack."""
+
+
 @dataclass(frozen=True)
-class PublicCoinBit:
+class PublicCoinBit(Mechanism):
     """One bit about the answer's membership in the public subset of the device's group, kept
     with probability rho = e^eps / (e^eps + 1).
 
@@ -165,6 +171,55 @@ class PublicCoinBit:
         return np.stack([words // 2, words % 2], axis=1)
 
     # --- aggregates and studies ----------------------------------------------------------------
+    @property
+    def statistic_size(self) -> int:
+        """2L: every group's report count, then every group's sum of bits."""
+        return 2 * self.groups
+
+    def statistic_rows(self, reports: np.ndarray) -> np.ndarray:
+        """(m, 2L) int64 0/1 rows: each report's contribution to the statistic."""
+        reports = np.asarray(reports, dtype=np.int64).reshape(-1, 2)
+        rows = np.zeros((reports.shape[0], self.statistic_size), dtype=np.int64)
+        index = np.arange(reports.shape[0])
+        rows[index, reports[:, 0]] = 1
+        rows[index, self.groups + reports[:, 0]] = reports[:, 1]
+        return rows
+
+    def aggregate(self, reports: np.ndarray) -> np.ndarray:
+        sums, sizes = self.group_statistics(reports)
+        return np.concatenate([sizes, sums]).astype(np.float64)
+
+    def simulate_histogram(
+        self, n: int, p: np.ndarray, rng: np.random.Generator, size: int | None = None
+    ) -> np.ndarray:
+        sums, sizes = self.simulate_groups(n, p, rng, size)
+        return np.concatenate([sizes, sums], axis=-1).astype(np.float64)
+
+    @property
+    def offset(self) -> float:
+        raise NotLinearError("public_coin_bit reports are per group, not per category")
+
+    @property
+    def slope(self) -> float:
+        raise NotLinearError("public_coin_bit reports are per group, not per category")
+
+    def report_mean(self, p: np.ndarray) -> np.ndarray:
+        """Expected contribution of one report to the statistic: (1/L, mu_l / L)."""
+        share = np.full(self.groups, 1 / self.groups)
+        return np.concatenate([share, share * self.bit_probabilities(p)])
+
+    def report_covariance(self, p: np.ndarray) -> np.ndarray:
+        """Covariance (2L x 2L) of one report's contribution: its second moments are
+        E[size_l size_m] = E[size_l bit_m] = delta_lm / L, E[bit_l bit_m] = delta_lm mu_l / L."""
+        mean = self.report_mean(p)
+        L = self.groups
+        second = np.zeros((2 * L, 2 * L))
+        second[:L, :L] = np.diag(mean[:L])
+        for block in ((slice(0, L), slice(L, None)), (slice(L, None), slice(0, L))):
+            second[block] = np.diag(mean[L:])
+        second[L:, L:] = np.diag(mean[L:])
+        return second - np.outer(mean, mean)
+
     def group_statistics(self, reports: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(bit_sums, group_sizes), each int64 of length L: the sufficient statistic."""
         reports = np.asarray(reports, dtype=np.int64)
