@@ -21,6 +21,7 @@ from client.mechanisms import (
     HadamardResponse,
     LocalHashing,
     OptimizedUnaryEncoding,
+    PublicCoinBit,
     ReportRangeError,
     SubsetSelection,
     SupportMechanism,
@@ -287,4 +288,6 @@ def test_config_reference_large_domain_example_loads(tmp_path) -> None:
     path.write_text(example)
     survey = load_surveys(path)["field-2026"]
     kinds = [type(q.mechanism) for q in survey.questions]
-    assert kinds == [OptimizedUnaryEncoding, HadamardResponse, SubsetSelection, LocalHashing]
+    assert kinds == [
+        OptimizedUnaryEncoding, HadamardResponse, SubsetSelection, LocalHashing, PublicCoinBit
+    ]  # fmt: skip

@@ -100,6 +100,27 @@ def check_values(values: object, k: int) -> np.ndarray:
     return arr
 
 
+class PureEpsilon:
+    """The k categories and pure epsilon of an epsilon-LDP mechanism: their validation (the
+    dataclass's ``__post_init__``), ``parameter`` and ``cost``. Each mechanism still declares the
+    fields ``k`` and ``epsilon`` (dataclass fields come from dataclass bases only)."""
+
+    k: int
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k", check_categories(self.k))
+        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
+
+    @property
+    def parameter(self) -> float:
+        return self.epsilon
+
+    @property
+    def cost(self) -> PrivacyCost:
+        return PrivacyCost("pure", self.epsilon)
+
+
 class Mechanism(ABC):
     """A local randomizer for one categorical question with ``k`` categories."""
 

@@ -10,9 +10,7 @@ import numpy as np
 
 from client.mechanisms.base import (
     Mechanism,
-    PrivacyCost,
-    check_categories,
-    check_privacy_parameter,
+    PureEpsilon,
     check_value,
     check_values,
 )
@@ -22,7 +20,7 @@ _PRECISION = 80
 
 
 @dataclass(frozen=True)
-class FlipComponents(Mechanism):
+class FlipComponents(PureEpsilon, Mechanism):
     """Send the one-hot vector of the answer with every bit flipped independently with
     probability s = 1 / (e^(eps/2) + 1).
 
@@ -35,18 +33,6 @@ class FlipComponents(Mechanism):
     name = "flip_components"
     k: int
     epsilon: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_categories(self.k))
-        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
-
-    @property
-    def parameter(self) -> float:
-        return self.epsilon
-
-    @property
-    def cost(self) -> PrivacyCost:
-        return PrivacyCost("pure", self.epsilon)
 
     @cached_property
     def flip_probability(self) -> float:

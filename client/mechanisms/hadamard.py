@@ -11,10 +11,8 @@ from functools import cached_property
 import numpy as np
 
 from client.mechanisms.base import (
-    PrivacyCost,
+    PureEpsilon,
     ReportRangeError,
-    check_categories,
-    check_privacy_parameter,
     check_value,
     check_values,
 )
@@ -41,7 +39,7 @@ def fwht(values: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class HadamardResponse(SupportMechanism):
+class HadamardResponse(PureEpsilon, SupportMechanism):
     """Category j owns row r = j + 1 of the K x K Sylvester Hadamard matrix
     H[r, c] = (-1)^popcount(r & c), K the smallest power of 2 above k. The report is a column c:
     with probability e^eps / (e^eps + 1) uniform among the K/2 columns where H[r, c] = +1,
@@ -57,18 +55,6 @@ class HadamardResponse(SupportMechanism):
     name = "hadamard_response"
     k: int
     epsilon: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_categories(self.k))
-        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
-
-    @property
-    def parameter(self) -> float:
-        return self.epsilon
-
-    @property
-    def cost(self) -> PrivacyCost:
-        return PrivacyCost("pure", self.epsilon)
 
     @cached_property
     def columns(self) -> int:

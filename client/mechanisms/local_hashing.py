@@ -12,10 +12,8 @@ from functools import cached_property
 import numpy as np
 
 from client.mechanisms.base import (
-    PrivacyCost,
+    PureEpsilon,
     ReportRangeError,
-    check_categories,
-    check_privacy_parameter,
     check_value,
     check_values,
 )
@@ -51,7 +49,7 @@ def hash_values(coefficients: np.ndarray, categories: np.ndarray, g: int) -> np.
 
 
 @dataclass(frozen=True)
-class LocalHashing(SupportMechanism):
+class LocalHashing(PureEpsilon, SupportMechanism):
     """A device draws a fresh 64-bit seed, hashes its answer into [g] with the seed's degree-2
     polynomial over GF(2^31 - 1) (a 3-wise independent family), and sends the seed with the
     hashed value randomized by g-ary randomized response.
@@ -70,20 +68,11 @@ class LocalHashing(SupportMechanism):
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_categories(self.k))
-        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
+        super().__post_init__()
         if self.k > PRIME:
             raise ValueError(f"local hashing needs k <= 2**31 - 1, got {self.k}")
         if self.buckets > PRIME:
             raise ValueError(f"epsilon {self.epsilon} is too large for local hashing (g > 2**31)")
-
-    @property
-    def parameter(self) -> float:
-        return self.epsilon
-
-    @property
-    def cost(self) -> PrivacyCost:
-        return PrivacyCost("pure", self.epsilon)
 
     @cached_property
     def buckets(self) -> int:

@@ -24,10 +24,8 @@ import numpy as np
 
 from client.mechanisms.base import (
     Mechanism,
-    PrivacyCost,
+    PureEpsilon,
     ReportRangeError,
-    check_categories,
-    check_privacy_parameter,
     check_value,
     check_values,
 )
@@ -61,7 +59,7 @@ class NotLinearError(ValueError):
 
 
 @dataclass(frozen=True)
-class PublicCoinBit(Mechanism):
+class PublicCoinBit(PureEpsilon, Mechanism):
     """One bit about the answer's membership in the public subset of the device's group, kept
     with probability rho = e^eps / (e^eps + 1).
 
@@ -78,8 +76,7 @@ class PublicCoinBit(Mechanism):
     groups: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_categories(self.k))
-        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
+        super().__post_init__()
         seed, groups = self.public_seed, self.groups
         if (
             isinstance(seed, bool)
@@ -95,14 +92,6 @@ class PublicCoinBit(Mechanism):
             raise ValueError(f"groups must be an integer in 1..{MAX_GROUPS}, got {groups!r}")
         object.__setattr__(self, "public_seed", int(seed))
         object.__setattr__(self, "groups", int(groups))
-
-    @property
-    def parameter(self) -> float:
-        return self.epsilon
-
-    @property
-    def cost(self) -> PrivacyCost:
-        return PrivacyCost("pure", self.epsilon)
 
     def describe(self) -> str:
         return f"{self.name}(k={self.k}, epsilon={self.epsilon:g}, groups={self.groups})"

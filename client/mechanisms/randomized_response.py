@@ -11,10 +11,8 @@ import numpy as np
 
 from client.mechanisms.base import (
     Mechanism,
-    PrivacyCost,
+    PureEpsilon,
     ReportRangeError,
-    check_categories,
-    check_privacy_parameter,
     check_value,
     check_values,
 )
@@ -24,7 +22,7 @@ _PRECISION = 80  # decimal digits for the keep threshold; far beyond the 2**-64 
 
 
 @dataclass(frozen=True)
-class RandomizedResponse(Mechanism):
+class RandomizedResponse(PureEpsilon, Mechanism):
     """Report the true category with probability e^eps / (e^eps + k - 1), otherwise a category
     drawn uniformly from the k - 1 others.
 
@@ -37,19 +35,6 @@ class RandomizedResponse(Mechanism):
     name = "randomized_response"
     k: int
     epsilon: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_categories(self.k))
-        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
-
-    # --- parameters ------------------------------------------------------------------------------
-    @property
-    def parameter(self) -> float:
-        return self.epsilon
-
-    @property
-    def cost(self) -> PrivacyCost:
-        return PrivacyCost("pure", self.epsilon)
 
     @cached_property
     def a0(self) -> float:

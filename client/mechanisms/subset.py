@@ -10,10 +10,8 @@ from functools import cached_property
 import numpy as np
 
 from client.mechanisms.base import (
-    PrivacyCost,
+    PureEpsilon,
     ReportRangeError,
-    check_categories,
-    check_privacy_parameter,
     check_value,
     check_values,
 )
@@ -26,7 +24,7 @@ _SIMULATION_CHUNK = 2**22  # reports x categories per simulated block
 
 
 @dataclass(frozen=True)
-class SubsetSelection(SupportMechanism):
+class SubsetSelection(PureEpsilon, SupportMechanism):
     """Report a set S of d = ceil(k / (e^eps + 1)) categories (at least 1, at most k - 1): with
     probability a = d e^eps / (d e^eps + k - d) the answer and d - 1 others chosen uniformly,
     otherwise d categories chosen uniformly among the other k - 1.
@@ -41,18 +39,6 @@ class SubsetSelection(SupportMechanism):
     name = "subset_selection"
     k: int
     epsilon: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_categories(self.k))
-        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
-
-    @property
-    def parameter(self) -> float:
-        return self.epsilon
-
-    @property
-    def cost(self) -> PrivacyCost:
-        return PrivacyCost("pure", self.epsilon)
 
     @cached_property
     def subset_size(self) -> int:

@@ -10,9 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from client.mechanisms.base import (
-    PrivacyCost,
-    check_categories,
-    check_privacy_parameter,
+    PureEpsilon,
     check_value,
     check_values,
 )
@@ -24,7 +22,7 @@ _HALF = 2**63
 
 
 @dataclass(frozen=True)
-class OptimizedUnaryEncoding(SupportMechanism):
+class OptimizedUnaryEncoding(PureEpsilon, SupportMechanism):
     """Send k bits: the answer's bit is 1 with probability 1/2, every other bit is 1 with
     probability q = 1 / (e^eps + 1), all independently.
 
@@ -37,18 +35,6 @@ class OptimizedUnaryEncoding(SupportMechanism):
     name = "optimized_unary"
     k: int
     epsilon: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_categories(self.k))
-        object.__setattr__(self, "epsilon", check_privacy_parameter("epsilon", self.epsilon))
-
-    @property
-    def parameter(self) -> float:
-        return self.epsilon
-
-    @property
-    def cost(self) -> PrivacyCost:
-        return PrivacyCost("pure", self.epsilon)
 
     @cached_property
     def set_probability(self) -> float:
