@@ -10,7 +10,13 @@ must use the same mechanism with the same parameters. docs/two-sample.md derives
 * flip components, Gaussian, Laplace: ``n_a n_b / N * d^T W(p_bar) d`` with d the difference of
   the two de-biased histograms and W the projected metric of the mechanism at the pooled
   estimate p_bar (on the simplex), chi-square(k - 1) in the limit; its Monte Carlo null is a
-  parametric bootstrap: both groups drawn from the mechanism's exact aggregate sampler at p_bar.
+  parametric bootstrap: both groups drawn from the mechanism's exact aggregate sampler at p_bar;
+* the support-count mechanisms (optimized unary encoding, Hadamard response, subset selection,
+  local hashing): the same statistic with their support metric ``c1^2 / (q (1 - q))`` at p_bar
+  (Pearson on the difference of the two groups' support frequencies). Its limit is a weighted
+  chi-square (the support null weights at p_bar), so ``"auto"`` always uses the parametric
+  bootstrap at p_bar from the mechanism's exact support-count sampler; ``"asymptotic"`` uses the
+  weighted chi-square (Imhof).
 """
 
 from __future__ import annotations
@@ -29,10 +35,13 @@ from aggregator.stats.calibration import (
 )
 from aggregator.stats.channel import (
     is_randomized_response,
+    is_support,
     project_simplex,
     quadratic_form,
     rough_distribution,
 )
+from aggregator.stats.gof import support_null_weights
+from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
 from aggregator.stats.validate import (
@@ -47,6 +56,7 @@ from client.mechanisms import Mechanism
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
 DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
+SUPPORT_LABEL = "two-sample Pearson on the difference of support frequencies"
 
 
 def two_sample(
@@ -148,8 +158,12 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     p_bar = _pooled(hist_a.values + hist_b.values, n_a + n_b, mech)
     statistic = float(_statistic(mech, n_a, n_b, hist_a.values, hist_b.values)[0])
     check_finite_statistic(statistic)
-    common = _common(hist_a, hist_b, alpha, n_a * mech.report_mean(p_bar), DEBIASED_LABEL)
-    choice = choose(calibration, mech, min(n_a, n_b), p_bar, composite=False)
+    label = SUPPORT_LABEL if is_support(mech) else DEBIASED_LABEL
+    common = _common(hist_a, hist_b, alpha, n_a * mech.report_mean(p_bar), label)
+    if is_support(mech) and calibration == "auto":
+        choice = Choice("monte-carlo", "support counts: a weighted chi-square limit")
+    else:
+        choice = choose(calibration, mech, min(n_a, n_b), p_bar, composite=False)
     if choice.simulated:
         reason = f"{choice.reason}; parametric bootstrap at the pooled estimate"
         generator = make_rng(rng)
@@ -161,6 +175,9 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
             statistic, pvalue, None, reject=pvalue <= alpha, n_draws=n_draws, **common
         )
     common.update(calibration="asymptotic", calibration_reason=choice.reason)
+    if is_support(mech):
+        pvalue = weighted_chi2_sf(statistic, support_null_weights(mech, p_bar))
+        return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
     dof = mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
