@@ -9,7 +9,7 @@ import pytest
 
 from aggregator.errors import IncompatibleHistogramsError
 from aggregator.histogram import Histogram
-from aggregator.stats import two_sample
+from aggregator.stats import two_sample, two_sample_power
 from aggregator.stats.studies import two_sample_rate, zipf
 from client.mechanisms import (
     HadamardResponse,
@@ -51,6 +51,16 @@ def test_detects_a_clear_difference_and_reports_its_calibration(factory):
     limit = two_sample(a, b, calibration="asymptotic")
     assert limit.calibration == "asymptotic" and 0 <= limit.pvalue < 0.01
     assert two_sample(a, a, rng=1, n_draws=99).pvalue > 0.5
+
+
+@pytest.mark.parametrize("factory", [HadamardResponse, OptimizedUnaryEncoding])
+def test_power_follows_simulation(factory):
+    mech, sizes = factory(20, 1.0), (1500, 1000)
+    p_a, p_b = np.full(20, 1 / 20), zipf(20, 1.0)
+    predicted = two_sample_power(mech, p_a, p_b, sizes)
+    rate = two_sample_rate(mech, p_a, p_b, sizes, trials=200, seed=3, n_draws=99)
+    assert 0.2 < predicted < 0.95
+    assert rate.close_to(predicted, points=0.1), (rate.rate, predicted)
 
 
 def test_same_definition_is_checked():

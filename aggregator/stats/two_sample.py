@@ -39,9 +39,11 @@ from aggregator.stats.channel import (
     project_simplex,
     quadratic_form,
     rough_distribution,
+    support_correlation,
 )
 from aggregator.stats.gof import support_null_weights
 from aggregator.stats.imhof import weighted_chi2_sf
+from aggregator.stats.ltz import ltz_isf, ltz_sf, quadratic_moments
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
 from aggregator.stats.validate import (
@@ -237,12 +239,19 @@ def two_sample_power(
     alpha: float = 0.05,
 ) -> float:
     """Asymptotic power of ``two_sample`` with group sizes ``sizes``: noncentral chi-square(k - 1)
-    with ``nu = n_a n_b / N * (p_a - p_b)^T W(p_bar) (p_a - p_b)``, p_bar the pooled mixture."""
+    with ``nu = n_a n_b / N * (p_a - p_b)^T W(p_bar) (p_a - p_b)``, p_bar the pooled mixture
+    (support-count mechanisms: their weighted noncentral chi-square, by the four-cumulant law of
+    stats/ltz.py)."""
     alpha = check_alpha(alpha)
     p_a = check_distribution(p_a, mechanism.k, "p_a")
     p_b = check_distribution(p_b, mechanism.k, "p_b")
     n_a, n_b = (check_count(n, name) for n, name in zip(sizes, ("n_a", "n_b"), strict=True))
     p_bar = (n_a * p_a + n_b * p_b) / (n_a + n_b)
+    if is_support(mechanism):
+        scale = np.sqrt(np.diag(mechanism.report_covariance(p_bar)))
+        shift = mechanism.slope * (p_a - p_b) / scale * np.sqrt(n_a * n_b / (n_a + n_b))
+        moments = quadratic_moments(support_correlation(mechanism, p_bar), shift)
+        return ltz_sf(ltz_isf(alpha, moments), moments, 1.0)
     nu = n_a * n_b / (n_a + n_b) * float(quadratic_form(mechanism, p_a - p_b, p_bar))
     dof = mechanism.k - 1
     return float(stats.ncx2.sf(stats.chi2.isf(alpha, dof), dof, nu))
