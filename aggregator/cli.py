@@ -63,8 +63,9 @@ METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics
     "test method; default: the first one of the question's mechanism (t1, t2 are the "
     "large-domain U-statistics of docs/calibration.md). gof: "
     "randomized_response: pearson, t2; flip_components: projected, nonprojected, t1; gaussian: "
-    "projected, nonprojected, imhof; laplace: monte-carlo; optimized_unary, hadamard_response, "
-    "subset_selection, local_hashing: pearson. independence: randomized_response: "
+    "projected, nonprojected, imhof; laplace: monte-carlo; optimized_unary: pearson, t1; "
+    "hadamard_response, subset_selection, local_hashing: pearson, t2. independence: "
+    "randomized_response: "
     "min-chi-square; flip_components, gaussian: projected, nonprojected; laplace: bootstrap; "
     "optimized_unary, hadamard_response, subset_selection, local_hashing: bootstrap"
 )
