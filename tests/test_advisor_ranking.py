@@ -35,11 +35,16 @@ def halves(k: int) -> tuple[np.ndarray, np.ndarray]:
 def test_four_cumulant_plan_matches_the_exact_weighted_chi_square(factory, monkeypatch):
     mech = factory(128, 1.0)
     p0, alt = halves(128)
-    exact = sample_size(mech, alt, null=p0)
-    exact_nu = noncentrality(mech, alt, exact, null=p0)
-    monkeypatch.setattr(POWER, "EXACT_SUPPORT_PLAN", 64)
-    assert sample_size(mech, alt, null=p0) == pytest.approx(exact, rel=1e-3)
-    assert noncentrality(mech, alt, exact, null=p0) == pytest.approx(exact_nu, rel=1e-9)
+    approximate = sample_size(mech, alt, null=p0)
+    approximate_nu = noncentrality(mech, alt, approximate, null=p0)
+    small = factory(4, 1.0)
+    tilt = np.array([0.3, 0.2, 0.25, 0.25])
+    small_powers = [power(small, tilt, n, null=np.full(4, 0.25)) for n in (2000, 20000)]
+    monkeypatch.setattr(POWER, "EXACT_SUPPORT_PLAN", 10**6)
+    assert sample_size(mech, alt, null=p0) == pytest.approx(approximate, rel=1e-3)
+    assert noncentrality(mech, alt, approximate, null=p0) == pytest.approx(approximate_nu, rel=1e-9)
+    exact = [power(small, tilt, n, null=np.full(4, 0.25)) for n in (2000, 20000)]
+    assert small_powers == pytest.approx(exact, abs=2e-3)
 
 
 def test_t3_is_planned_by_raptor_power():
