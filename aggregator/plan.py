@@ -18,16 +18,17 @@ from aggregator.errors import InvalidInputError
 from aggregator.stats import advise, power, sample_size
 from aggregator.stats.gof import GOF_METHODS
 from aggregator.stats.validate import check_distribution
-from client.mechanisms import Mechanism
+from client.mechanisms import Mechanism, PublicCoinBit, SupportMechanism
 
 ADVISOR_N = 1_000  # any n: the advisor is only asked which mechanisms to compare
+BOOTSTRAP_CURVE_POINTS = 6
 
 
 @dataclass(frozen=True)
 class PlanRow:
     """One mechanism's figure: its power at the planned n, or the n it needs."""
 
-    mechanism: Mechanism
+    mechanism: Mechanism | PublicCoinBit
     method: str
     n: int
     power: float
@@ -136,8 +137,9 @@ def plan_study(
     target_power: float | None = None,
     alpha: float = 0.05,
 ) -> StudyPlan:
-    """Power at ``n`` or the n for ``target_power`` (exactly one), for ``mechanisms`` or, when
-    None, every mechanism the advisor compares at ``epsilon``; best first."""
+    """Power at ``n`` or the n for ``target_power`` (exactly one), for ``mechanisms`` (their
+    default tests) or, when None, every mechanism and test the advisor ranks at ``epsilon``;
+    best first."""
     if (n is None) == (target_power is None):
         raise InvalidInputError("give either n (power at n) or a target power (n needed)")
     if (null is None) == (shape is None):
@@ -146,41 +148,60 @@ def plan_study(
     if null is not None:
         null = check_distribution(null, k, "p0")
     test = "goodness of fit" if null is not None else "independence"
-    advised = advise(k, epsilon, alternative, n or ADVISOR_N, null=null, shape=shape, alpha=alpha)
+    advised = advise(
+        k,
+        epsilon,
+        alternative,
+        n or ADVISOR_N,
+        null=null,
+        shape=shape,
+        alpha=alpha,
+        u_statistics=mechanisms is None,  # given mechanisms: their default tests
+    )
     candidates = (
-        [(a.mechanism, a.note) for a in advised]
+        [(a.mechanism, a.method, a.note) for a in advised]
         if mechanisms is None
-        else [(m, "") for m in mechanisms]
+        else [(m, _default_method(advised, m, null is not None), "") for m in mechanisms]
     )
     rows = []
-    for mechanism, note in candidates:
-        method = next((a.method for a in advised if type(a.mechanism) is type(mechanism)), "")
-        if not method and null is not None:  # a mechanism the advisor does not rank: its default
-            method = GOF_METHODS[type(mechanism)][0]
+    for mechanism, method, note in candidates:
+        asked = dict(null=null, shape=shape, alpha=alpha, method=method or None)
         if n is not None:
-            figure = power(mechanism, alternative, n, null=null, shape=shape, alpha=alpha)
+            figure = power(mechanism, alternative, n, **asked)
             rows.append(PlanRow(mechanism, method, n, figure, note))
         else:
-            needed = sample_size(
-                mechanism, alternative, null=null, shape=shape, power=target_power, alpha=alpha
-            )
+            needed = sample_size(mechanism, alternative, power=target_power, **asked)
             rows.append(PlanRow(mechanism, method, needed, target_power, note))
     rows.sort(key=(lambda r: -r.power) if n is not None else (lambda r: r.n))
     return StudyPlan(test, alternative, null, shape, alpha, target_power, tuple(rows))
 
 
+def _default_method(advised, mechanism: Mechanism, gof: bool) -> str:
+    """The default test of a mechanism of this kind: the advisor's, or for goodness of fit of a
+    mechanism it does not rank, the first of its methods."""
+    method = next((a.method for a in advised if type(a.mechanism) is type(mechanism)), "")
+    if not method and gof:
+        method = GOF_METHODS[type(mechanism)][0]
+    return method
+
+
 def plot_power_curves(plan: StudyPlan, path: Path) -> None:
     """Power against n (log scale) for every mechanism of ``plan``, written to ``path`` (the
-    format follows its suffix: .png, .svg or .pdf). Needs the ``[plot]`` extra."""
+    format follows its suffix: .png, .svg or .pdf). Needs the ``[plot]`` extra. A support-count
+    mechanism's independence test is bootstrapped, so its power is simulated report by report:
+    its curve has ``BOOTSTRAP_CURVE_POINTS`` points, up to its own planned n."""
     from matplotlib.figure import Figure
 
     reference = [row.n for row in plan.rows]
-    grid = np.unique(
-        np.geomspace(max(2, min(reference) // 10), max(reference) * 10, 60).astype(int)
-    )
+    low = max(2, min(reference) // 10)
+    full = np.unique(np.geomspace(low, max(reference) * 10, 60).astype(int))
     fig = Figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot()
     for row in plan.rows:
+        grid = full
+        if plan.shape is not None and isinstance(row.mechanism, SupportMechanism):
+            top = max(row.n, low + 1)
+            grid = np.unique(np.geomspace(low, top, BOOTSTRAP_CURVE_POINTS).astype(int))
         curve = [
             power(
                 row.mechanism,
@@ -189,10 +210,11 @@ def plot_power_curves(plan: StudyPlan, path: Path) -> None:
                 null=plan.null,
                 shape=plan.shape,
                 alpha=plan.alpha,
+                method=row.method or None,
             )
             for m in grid
         ]
-        ax.plot(grid, curve, label=row.mechanism.describe())
+        ax.plot(grid, curve, label=f"{row.mechanism.describe()} {row.method}")
     if plan.target_power is not None:
         ax.axhline(plan.target_power, color="#999999", linestyle="--", linewidth=0.8)
     else:

@@ -143,14 +143,16 @@ def test_t3_sparse_null_keeps_its_level():
     assert rate.within_band(ALPHA), rate
 
 
-def test_advisor_ranks_the_u_statistics_when_asked():
+def test_advisor_ranks_every_mechanism_and_test_by_default():
+    """Issue 17: the rate-optimal tests are ranked unless u_statistics=False leaves them out."""
     k = 256
     p0 = np.full(k, 1 / k)
     alt = p0 + 0.2 / k * np.where(np.arange(k) < k // 2, 1.0, -1.0)
-    default = advise(k, 1.0, alt, 20_000, null=p0)
-    ranked = advise(k, 1.0, alt, 20_000, null=p0, u_statistics=True)
-    assert {a.method for a in default}.isdisjoint({"t1", "t2"})
-    assert {"t1", "t2"} <= {a.method for a in ranked}
+    ranked = advise(k, 1.0, alt, 20_000, null=p0)
+    classic = advise(k, 1.0, alt, 20_000, null=p0, u_statistics=False)
+    assert {a.method for a in classic}.isdisjoint({"t1", "t2", "t3"})
+    assert {"t1", "t2", "t3"} <= {a.method for a in ranked}
+    assert len({a.mechanism.name for a in classic}) == 8
     assert [a.power for a in ranked] == sorted((a.power for a in ranked), reverse=True)
 
 

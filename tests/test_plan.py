@@ -62,7 +62,7 @@ def test_sample_sizes_are_those_of_sample_size_best_first():
     plan = plan_study(k=5, epsilon=2.0, alternative=alternative, null=P0, target_power=0.9)
     assert [row.n for row in plan.rows] == sorted(row.n for row in plan.rows)
     for row in plan.rows:
-        expected = sample_size(row.mechanism, alternative, null=P0, power=0.9)
+        expected = sample_size(row.mechanism, alternative, null=P0, power=0.9, method=row.method)
         assert row.n == expected and row.power == 0.9
     json_rows = plan.to_dict()["rows"]
     assert json_rows[0]["n"] == plan.rows[0].n and plan.to_dict()["target_power"] == 0.9

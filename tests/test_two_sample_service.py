@@ -62,6 +62,54 @@ categories = ["a", "b", "c", "d"]
 mechanism = "randomized_response"
 epsilon = 1.0
 
+[[survey.question]]
+id = "hr_a"
+categories = ["a", "b", "c", "d", "e", "f"]
+mechanism = "hadamard_response"
+epsilon = 1.0
+
+[[survey.question]]
+id = "hr_b"
+categories = ["a", "b", "c", "d", "e", "f"]
+mechanism = "hadamard_response"
+epsilon = 1.0
+
+[[survey.question]]
+id = "oue_a"
+categories = ["a", "b", "c", "d", "e", "f"]
+mechanism = "optimized_unary"
+epsilon = 1.0
+
+[[survey.question]]
+id = "oue_b"
+categories = ["a", "b", "c", "d", "e", "f"]
+mechanism = "optimized_unary"
+epsilon = 1.0
+
+[[survey.question]]
+id = "ss_a"
+categories = ["a", "b", "c", "d", "e", "f"]
+mechanism = "subset_selection"
+epsilon = 1.0
+
+[[survey.question]]
+id = "ss_b"
+categories = ["a", "b", "c", "d", "e", "f"]
+mechanism = "subset_selection"
+epsilon = 1.0
+
+[[survey.question]]
+id = "olh_a"
+categories = ["a", "b", "c", "d", "e", "f"]
+mechanism = "local_hashing"
+epsilon = 1.0
+
+[[survey.question]]
+id = "olh_b"
+categories = ["a", "b", "c", "d", "e", "f"]
+mechanism = "local_hashing"
+epsilon = 1.0
+
 [[survey]]
 id = "wave2"
 title = "second wave"
@@ -82,6 +130,11 @@ ANSWERS = {  # (survey, question) -> (answer distribution, number of devices)
     ("trial", "fc_a"): ([0.2, 0.2, 0.2, 0.2, 0.2], 600),
     ("trial", "few"): ([0.25, 0.25, 0.25, 0.25], 3),
     ("wave2", "fc_b"): ([0.2, 0.2, 0.2, 0.2, 0.2], 500),
+    **{
+        ("trial", f"{name}_{side}"): (p, 600)
+        for name in ("hr", "oue", "ss", "olh")
+        for side, p in (("a", [1 / 6] * 6), ("b", [0.6, 0.2, 0.05, 0.05, 0.05, 0.05]))
+    },
 }
 
 
@@ -153,12 +206,24 @@ def test_rpc_across_surveys_with_a_seeded_monte_carlo_null(populated):
     assert not remote.HasField("dof") and remote.alpha == 0.01
 
 
+@pytest.mark.parametrize("name", ["hr", "oue", "ss", "olh"])
+def test_rpc_support_count_mechanisms_match_the_library(populated, name):
+    """Issue 17: the new mechanisms go through the same RPC (bootstrap at the pooled estimate)."""
+    _, analyst, local, _ = populated
+    remote = analyst.TwoSample(request(f"trial:{name}_a", f"trial:{name}_b", seed=4))
+    library = two_sample(local[("trial", f"{name}_a")], local[("trial", f"{name}_b")], rng=4)
+    assert remote.pvalue == library.pvalue and remote.calibration == "monte-carlo"
+    assert remote.statistic == pytest.approx(library.statistic, rel=1e-12)
+    assert remote.reject and remote.n == 1200 and not remote.HasField("dof")
+
+
 @pytest.mark.parametrize(
     ("a", "b", "code", "fragment"),
     [
         ("trial:arm_a", "trial:other_eps", "FAILED_PRECONDITION", "differ in epsilon (1.0 vs 2.0)"),
         ("trial:arm_a", "trial:other_labels", "FAILED_PRECONDITION", "differ in categories"),
         ("trial:arm_a", "trial:fc_a", "FAILED_PRECONDITION", "differ in mechanism"),
+        ("trial:hr_a", "trial:oue_a", "FAILED_PRECONDITION", "differ in mechanism"),
         ("trial:arm_a", "trial:few", "FAILED_PRECONDITION", "released from 5"),
         ("trial:arm_a", "trial:nope", "NOT_FOUND", "nope"),
     ],
@@ -211,6 +276,10 @@ def test_cli_json_and_text(populated):
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("A = trial:fc_a (n = 600), B = wave2:fc_b (n = 500)")
     assert "parametric bootstrap" in text.stdout
+    hr = cli(config, server.db, "--a", "trial:hr_a", "--b", "trial:hr_b", "--seed", "4", "--json")
+    assert hr.returncode == 0, hr.stderr
+    library = two_sample(local[("trial", "hr_a")], local[("trial", "hr_b")], rng=4)
+    assert json.loads(hr.stdout)["pvalue"] == library.pvalue
 
 
 @pytest.mark.parametrize(

@@ -145,10 +145,15 @@ def support_null(mechanism: Mechanism, p0: np.ndarray) -> tuple[np.ndarray, np.n
     """The weighted chi-square law of ``n y^T W y`` for a support-count mechanism: the weights
     (eigenvalues of ``D^-1/2 C D^-1/2``, C the exact report covariance at p0 and D its diagonal)
     and the matrix of eigenvectors, for the noncentralities of planning."""
+    weights, vectors = np.linalg.eigh(support_correlation(mechanism, p0))
+    return np.clip(weights, 0.0, None), vectors
+
+
+def support_correlation(mechanism: Mechanism, p0: np.ndarray) -> np.ndarray:
+    """``D^-1/2 C D^-1/2``: the correlation matrix of one report's support indicators at p0."""
     cov = mechanism.report_covariance(p0)
     scale = 1 / np.sqrt(np.clip(np.diag(cov), 1e-300, None))
-    weights, vectors = np.linalg.eigh(cov * scale[:, None] * scale[None, :])
-    return np.clip(weights, 0.0, None), vectors
+    return cov * scale[:, None] * scale[None, :]
 
 
 def randomized_response_form(y: np.ndarray, p: np.ndarray, mechanism: RandomizedResponse):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -22,6 +23,7 @@ from aggregator.stats.identity import (
     T2_LABEL,
     multinomial_frobenius2,
     null_variance,
+    support_u_frobenius2,
     t3_test,
     u_statistic,
     u_test,
@@ -56,10 +58,10 @@ GOF_METHODS: dict[type, tuple[str, ...]] = {
     GaussianNoise: ("projected", "nonprojected", "imhof"),
     LaplaceNoise: ("monte-carlo",),
     FlipComponents: ("projected", "nonprojected", "t1"),
-    OptimizedUnaryEncoding: ("pearson",),
-    HadamardResponse: ("pearson",),
-    SubsetSelection: ("pearson",),
-    LocalHashing: ("pearson",),
+    OptimizedUnaryEncoding: ("pearson", "t1"),
+    HadamardResponse: ("pearson", "t2"),
+    SubsetSelection: ("pearson", "t2"),
+    LocalHashing: ("pearson", "t2"),
     PublicCoinBit: ("t3",),
 }
 #: The rate-optimal U-statistics (stats/identity.py): always a Monte Carlo null unless
@@ -80,6 +82,10 @@ _LABELS = {
     (HadamardResponse, "pearson"): "Pearson on support counts, Hadamard response",
     (SubsetSelection, "pearson"): "Pearson on support counts, subset selection",
     (LocalHashing, "pearson"): "Pearson on support counts, optimized local hashing",
+    (OptimizedUnaryEncoding, "t1"): "T1: U-statistic on unary reports (optimized unary encoding)",
+    (HadamardResponse, "t2"): "T2: U-statistic on support counts (Hadamard response)",
+    (SubsetSelection, "t2"): "T2: U-statistic on support counts (subset selection)",
+    (LocalHashing, "t2"): "T2: U-statistic on support counts (optimized local hashing)",
 }
 
 
@@ -99,10 +105,12 @@ def goodness_of_fit(
     ``nonprojected``, ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default),
     ``nonprojected``, ``t1``; optimized unary encoding, Hadamard response, subset selection, local
     hashing ``pearson`` (each support count against its binomial variance; asymptotically a
-    weighted chi-square, ``support_null_weights``); public-coin one-bit reports ``t3`` (the
-    grouped chi-square of stats/identity.py: chi-square(L) or L binomials given the sizes).
-    T1 and T2 are the rate-optimal U-statistics of stats/identity.py for large k: with
-    ``"auto"`` they always simulate their null.
+    weighted chi-square, ``support_null_weights``) and the U-statistic on the support counts
+    (``t1`` for optimized unary encoding, ``t2`` for the others; stats/identity.py,
+    ``support_u_frobenius2``); public-coin one-bit reports ``t3`` (the grouped chi-square of
+    stats/identity.py: chi-square(L) or L binomials given the sizes). T1 and T2 are the
+    rate-optimal U-statistics of stats/identity.py for large k: with ``"auto"`` they always
+    simulate their null.
     ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
     exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or
     ``"auto"`` (asymptotic only where the diagnostics of ``stats.calibration`` pass).
@@ -161,7 +169,10 @@ def _u_test(hist, p0, alpha, method, statistic, statistic_of, calibration, rng, 
     if n < 2:
         raise InvalidInputError(f"{method.upper()} needs at least 2 reports, got n = {n}")
     q0 = mech.report_mean(p0)
-    if method == "t1":
+    if is_support(mech):  # a dense k x k covariance: only for the normal law
+        asymptotic = calibration == "asymptotic"
+        variance0 = null_variance(n, support_u_frobenius2(mech, p0)) if asymptotic else math.nan
+    elif method == "t1":
         variance0 = null_variance(n, unary_frobenius2(mech, p0))
     else:
         variance0 = null_variance(n, multinomial_frobenius2(q0))

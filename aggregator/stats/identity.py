@@ -9,6 +9,15 @@
   counts of a finite-output channel W (outputs x categories), q0 = W p0,
   ``E[T] = n (n - 1) ||W (p - p0)||^2`` and C0 = Diag q0 - q0 q0^T. Any mechanism whose report
   is one of finitely many outputs plugs in through its channel matrix.
+* **T1/T2 on support counts** (``method="t1"`` of optimized unary encoding, ``"t2"`` of Hadamard
+  response, subset selection, local hashing): the same statistic on the support counts N_j with
+  q0 = offset + slope p0. The support indicators are 0/1 with E[Z | X = x] = offset + slope e_x,
+  so it is again ``sum_{i != i'} <Z_i - q0, Z_i' - q0>``: ``E[T] = n (n - 1) slope^2 ||p - p0||^2``
+  and C0 the mechanism's ``report_covariance(p0)``. For Hadamard response this is T2 on the
+  Hadamard coefficients that carry the answer: with M the column counts, N_j = (n + (H M)_{j+1})/2,
+  and by Parseval T2 on M equals 4/K times this statistic plus the terms of rows 0 and k+1..K-1,
+  which have mean zero under every p (pure noise; none when k = K - 1). The stored support counts
+  therefore suffice, and dropping the noise rows keeps the mean and lowers the variance.
 * **T3** (``raptor_test``): the public-coin grouped chi-square of one-bit RAPTOR reports.
 
 Both U-statistics are calibrated by exact Monte Carlo from the aggregate sampler at p0 (T1: bit
@@ -31,7 +40,7 @@ from aggregator.stats.calibration import MIN_EFFECTIVE_COUNT, check_calibration
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
 from aggregator.stats.validate import check_alpha, check_distribution, make_rng
-from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse
+from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse, SupportMechanism
 
 T1_LABEL = "T1: U-statistic on unary reports (flip components)"
 T2_LABEL = "T2: U-statistic on channel output counts"
@@ -64,6 +73,11 @@ def unary_frobenius2(mech: FlipComponents, p: np.ndarray) -> float:
     a = s * (1 - s)
     s2 = float(np.sum(p**2))
     return c2**2 * multinomial_frobenius2(p) + 2 * a * c2 * (1 - s2) + a**2 * p.size
+
+
+def support_u_frobenius2(mech: SupportMechanism, p: np.ndarray) -> float:
+    """``||C||_F^2`` of one report's support indicators (``report_covariance``, k x k)."""
+    return float(np.sum(mech.report_covariance(p) ** 2))
 
 
 def channel_matrix(mech: Mechanism) -> np.ndarray:
@@ -202,6 +216,17 @@ class UMoments:
 
 def u_moments(mech: Mechanism, method: str, p0: np.ndarray, p1: np.ndarray) -> UMoments:
     """The moments of T1 (``method="t1"``) or T2 (``"t2"``) at p1 under the null p0."""
+    if isinstance(mech, SupportMechanism):  # the U-statistic on the 0/1 support indicators
+        mu = mech.slope * (p1 - p0)
+        c0, c1 = mech.report_covariance(p0), mech.report_covariance(p1)
+        return UMoments(
+            float(mu @ mu),
+            float(np.trace(c0)),
+            float(np.sum(c0**2)),
+            float(np.trace(c1)),
+            float(np.sum(c1**2)),
+            float(mu @ c1 @ mu),
+        )
     if method == "t1":
         mu = mech.slope * (p1 - p0)
         s = mech.flip_probability

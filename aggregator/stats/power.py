@@ -8,10 +8,11 @@ noncentrality ``nu = n * (p1 - p0)^T W(p0) (p1 - p0)`` (goodness of fit) or
 ``nu = n * min_theta (p1 - p(theta))^T W(phi) (p1 - p(theta))`` (composite nulls), W being the
 test's metric in de-biased units (with ``calibration="asymptotic"`` the Laplace tests use the
 same Gaussian limit); the Gaussian ``imhof`` method and the support-count Pearson tests use a
-weighted noncentral sum. The U-statistics T1/T2 (``method="t1"``/``"t2"``) use the normal law
-with their exact mean and variances (stats/identity.py; ``noncentrality`` gives E[T] / sd0(T)).
-T3 on public-coin one-bit reports uses ``identity.raptor_power``: its power averaged over the
-public random halves, i.e. before the survey's seed is drawn (``noncentrality`` gives its nu).
+weighted noncentral sum (for the support-count tests its four-cumulant approximation,
+stats/ltz.py, which needs no eigendecomposition). The U-statistics T1/T2 (``method="t1"``/``"t2"``)
+use their Satterthwaite law with the exact mean and variances (stats/identity.py;
+``noncentrality`` gives E[T] / sd0(T)); T3 on public-coin one-bit reports (``PublicCoinBit``,
+``method="t3"``) uses ``identity.raptor_power``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import optimize, stats
@@ -30,12 +32,14 @@ from aggregator.stats.channel import (
     is_support,
     metric_matrix,
     quadratic_form,
+    support_correlation,
     support_null,
 )
 from aggregator.stats.composite import COMPOSITE_METHODS
 from aggregator.stats.gof import GOF_METHODS, U_METHODS, imhof_matrix
 from aggregator.stats.identity import UMoments, raptor_power, u_moments, u_power
 from aggregator.stats.imhof import weighted_chi2_isf, weighted_chi2_sf
+from aggregator.stats.ltz import QuadraticMoments, ltz_isf, ltz_sf, quadratic_moments
 from aggregator.stats.minchisq import fit_minimum_chi_square
 from aggregator.stats.models import IndependenceModel, ParametricModel
 from aggregator.stats.simulated_power import simulated_power
@@ -43,18 +47,29 @@ from aggregator.stats.validate import check_alpha, check_count, check_distributi
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
+    HadamardResponse,
     LaplaceNoise,
+    LocalHashing,
     Mechanism,
+    OptimizedUnaryEncoding,
     PublicCoinBit,
     RandomizedResponse,
+    SubsetSelection,
 )
+
+#: Up to this many categories the support-count Pearson power uses the exact weighted chi-square
+#: (eigendecomposition, Imhof); above, the four-cumulant law, which agrees with it within 0.002
+#: in power from k = 3 (tests/test_advisor_ranking.py) and keeps the advisor interactive.
+EXACT_SUPPORT_PLAN = 0
+#: Public random halves the advisor plans T3 with (spec large-domain section 3: L = 5-20).
+RAPTOR_GROUPS = 5
 
 
 @dataclass(frozen=True)
 class _Plan:
     """What the power of one test depends on, per unit of n."""
 
-    mechanism: Mechanism
+    mechanism: Mechanism | PublicCoinBit
     method: str
     dof: int
     nu_per_n: float
@@ -63,7 +78,8 @@ class _Plan:
     null: np.ndarray | None = None  # p0, or the model's closest fit to the alternative
     model: ParametricModel | None = None
     u_moments: UMoments | None = None  # T1/T2 (stats/identity.py)
-    t3_delta2: float | None = None  # T3: ||p1 - p0||^2 (stats/identity.py raptor_power)
+    cumulants: QuadraticMoments | None = None  # support-count Pearson at large k (stats/ltz.py)
+    raptor_delta2: float | None = None  # T3: ||p1 - p0||^2
 
 
 def _plan(
@@ -74,6 +90,8 @@ def _plan(
     model: ParametricModel | None,
     method: str | None,
 ) -> _Plan:
+    if isinstance(mechanism, PublicCoinBit):
+        return _raptor_plan(mechanism, alternative, null, method)
     if not isinstance(mechanism, Mechanism):
         raise InvalidInputError("mechanism must be a client.mechanisms.Mechanism")
     k = mechanism.k
@@ -86,20 +104,10 @@ def _plan(
         if model.k != k:
             raise InvalidInputError(f"shape {shape} does not match k={k}")
     if model is not None:
-        if isinstance(mechanism, PublicCoinBit):
-            raise InvalidInputError(
-                "public_coin_bit reports support goodness of fit (T3) only: they carry no "
-                "per-category information for independence or composite tests"
-            )
         return _composite_plan(mechanism, p1, model, method)
     p0 = check_distribution(null, k, "null")
     method = check_method(method, GOF_METHODS[type(mechanism)], mechanism.name)
     delta = p1 - p0
-    if method == "t3":
-        delta2 = float(delta @ delta)
-        keep = mechanism.keep_probability
-        nu = (2 * keep - 1) ** 2 * k / (k - 1) * delta2
-        return _Plan(mechanism, method, mechanism.groups, nu, None, p1, p0, t3_delta2=delta2)
     if method in U_METHODS:
         moments = u_moments(mechanism, method, p0, p1)
         nu = moments.mean / math.sqrt(2 * moments.trace0_sq)  # n * nu ~ E[T] / sd0(T)
@@ -112,14 +120,35 @@ def _plan(
         imhof = (lam, (vectors.T @ mu) ** 2 / lam)
         return _Plan(mechanism, method, k, 0.0, imhof, alternative=p1, null=p0)
     if is_support(mechanism):
-        lam, vectors = support_null(mechanism, p0)
         mu = mechanism.slope * delta / np.sqrt(np.diag(mechanism.report_covariance(p0)))
+        if k > EXACT_SUPPORT_PLAN:
+            moments = quadratic_moments(support_correlation(mechanism, p0), mu)
+            return _Plan(mechanism, method, k, 0.0, alternative=p1, null=p0, cumulants=moments)
+        lam, vectors = support_null(mechanism, p0)
         keep = lam > 1e-12 * lam.max()
         imhof = (lam[keep], ((vectors.T @ mu) ** 2)[keep] / lam[keep])
         return _Plan(mechanism, method, k, 0.0, imhof, alternative=p1, null=p0)
     projected = method != "nonprojected"
     nu = float(quadratic_form(mechanism, delta, p0, projected))
     return _Plan(mechanism, method, k - 1 if projected else k, nu, alternative=p1, null=p0)
+
+
+def _raptor_plan(mechanism: PublicCoinBit, alternative, null, method) -> _Plan:
+    """T3 over public random halves: its power depends on p1 - p0 through ||Delta||^2 only."""
+    if null is None:
+        raise InvalidInputError(
+            "public_coin_bit reports support goodness of fit (T3) only: they carry no "
+            "per-category information for independence or composite tests"
+        )
+    method = check_method(method, ("t3",), mechanism.name)
+    p1 = check_distribution(alternative, mechanism.k, "alternative")
+    p0 = check_distribution(null, mechanism.k, "null")
+    delta2 = float(np.sum((p1 - p0) ** 2))
+    k, keep = mechanism.k, mechanism.keep_probability
+    nu = (2 * keep - 1) ** 2 * k / (k - 1) * delta2 if k > 1 else 0.0
+    return _Plan(
+        mechanism, method, mechanism.groups, nu, alternative=p1, null=p0, raptor_delta2=delta2
+    )
 
 
 def _composite_plan(mechanism: Mechanism, p1: np.ndarray, model: ParametricModel, method):
@@ -139,8 +168,8 @@ def _simulated(plan: _Plan, n: float, calibration: str) -> bool:
     """Does the test as run with n reports calibrate by simulation, at a point where the
     chi-square law would not give its power? (Laplace tests always simulate, but where the
     diagnostics pass their power is the asymptotic one.)"""
-    if plan.u_moments is not None or plan.t3_delta2 is not None:
-        return False  # T1/T2/T3: their own power formulas (spec section 3)
+    if plan.u_moments is not None or plan.raptor_delta2 is not None:
+        return False  # T1/T2/T3: their own power laws (stats/identity.py)
     composite = plan.model is not None
     n = max(1, round(n))
     choice = choose(
@@ -166,18 +195,25 @@ def _power_as_run(plan: _Plan, n: float, alpha: float, calibration: str) -> floa
 
 
 def _power(plan: _Plan, n: float, alpha: float) -> float:
-    if plan.t3_delta2 is not None:
-        mech = plan.mechanism
-        return raptor_power(mech.k, mech.epsilon, n, plan.t3_delta2, mech.groups, alpha)
     if plan.u_moments is not None:
         return u_power(plan.u_moments, max(n, 2.0), alpha)
+    if plan.raptor_delta2 is not None:
+        mech = plan.mechanism
+        return raptor_power(mech.k, mech.epsilon, n, plan.raptor_delta2, mech.groups, alpha)
+    if plan.cumulants is not None:
+        return ltz_sf(ltz_isf(alpha, plan.cumulants), plan.cumulants, n)
     if plan.imhof is not None:
         lam, per_n = plan.imhof
-        tau = weighted_chi2_isf(alpha, lam)
-        return weighted_chi2_sf(tau, lam, n * per_n)
+        return weighted_chi2_sf(_imhof_critical(alpha, lam.tobytes()), lam, n * per_n)
     critical = stats.chi2.isf(alpha, plan.dof)
     value = float(stats.ncx2.sf(critical, plan.dof, n * plan.nu_per_n))
     return 1.0 if np.isnan(value) else value  # SciPy gives NaN only far out in the upper tail
+
+
+@lru_cache(maxsize=64)
+def _imhof_critical(alpha: float, weights: bytes) -> float:
+    """The null's upper-alpha quantile, computed once per plan (a search needs it at every n)."""
+    return weighted_chi2_isf(alpha, np.frombuffer(weights))
 
 
 def noncentrality(
@@ -192,9 +228,14 @@ def noncentrality(
 ) -> float:
     """Noncentrality nu of the test's limiting chi-square at sample size n."""
     n = check_count(n)
-    plan = _plan(mechanism, alternative, null, shape, model, method)
+    return _noncentrality(_plan(mechanism, alternative, null, shape, model, method), n)
+
+
+def _noncentrality(plan: _Plan, n: float) -> float:
     if plan.imhof is not None:
         return float(n * np.sum(plan.imhof[1] * plan.imhof[0]))
+    if plan.cumulants is not None:
+        return n * plan.cumulants.shifts[0]
     return n * plan.nu_per_n
 
 
@@ -244,6 +285,8 @@ def sample_size(
     calibration = check_calibration(calibration)
     plan = _plan(mechanism, alternative, null, shape, model, method)
     per_n = plan.nu_per_n if plan.imhof is None else float(np.sum(plan.imhof[1]))
+    if plan.cumulants is not None:
+        per_n = plan.cumulants.shifts[0]
     if not per_n > 0:
         raise InvalidInputError("the alternative satisfies the null: no sample size has power")
     n = _asymptotic_sample_size(plan, per_n, power, alpha)
@@ -271,7 +314,7 @@ def _searched_sample_size(plan: _Plan, start: int, target: float, alpha: float, 
 
 
 def _asymptotic_sample_size(plan: _Plan, per_n: float, power: float, alpha: float) -> int:
-    if plan.u_moments is not None or plan.t3_delta2 is not None:
+    if plan.u_moments is not None or plan.cumulants is not None or plan.raptor_delta2 is not None:
         return _bisected_sample_size(plan, power, alpha)
     if plan.imhof is None:
         critical = stats.chi2.isf(alpha, plan.dof)
@@ -322,9 +365,9 @@ def _check_plannable(n_needed: float) -> None:
 
 @dataclass(frozen=True)
 class Advice:
-    """One mechanism's predicted power for a planned study."""
+    """One mechanism's test and its predicted power for a planned study."""
 
-    mechanism: Mechanism
+    mechanism: Mechanism | PublicCoinBit
     method: str
     power: float
     noncentrality: float
@@ -340,12 +383,14 @@ def advise(
     null: np.ndarray | None = None,
     shape: tuple[int, int] | None = None,
     alpha: float = 0.05,
-    u_statistics: bool = False,
+    u_statistics: bool = True,
 ) -> list[Advice]:
-    """Rank the mechanisms by the power of their tests as run (``calibration="auto"``) for
-    (k, epsilon, null or shape, alternative, n). With ``u_statistics=True`` (goodness of fit), the
-    U-statistics T1 (flip components) and T2 (randomized response) are ranked too, by their
-    normal-approximation power (``Advice.method`` "t1" / "t2").
+    """Rank every mechanism and test by power as run (``calibration="auto"``) for
+    (k, epsilon, null or shape, alternative, n), best first: each mechanism's default test and,
+    for goodness of fit, the rate-optimal tests of spec large-domain section 3: the U-statistics
+    ("t1"/"t2" where the mechanism has them) and T3 on public-coin one-bit reports
+    (``PublicCoinBit`` with ``RAPTOR_GROUPS`` public halves, planned by ``raptor_power``).
+    ``u_statistics=False`` leaves those out.
 
     Gaussian noise is compared at rho = epsilon^2 / 2, a weaker guarantee than epsilon-LDP.
     """
@@ -357,18 +402,28 @@ def advise(
             (FlipComponents(k, epsilon), ""),
             (LaplaceNoise(k, epsilon), ""),
             (GaussianNoise(k, epsilon**2 / 2), "rho = eps^2/2 zCDP: weaker than eps-LDP"),
+            (OptimizedUnaryEncoding(k, epsilon), ""),
+            (HadamardResponse(k, epsilon), ""),
+            (SubsetSelection(k, epsilon), ""),
+            (LocalHashing(k, epsilon), ""),
         ]
+        raptor = PublicCoinBit(k, epsilon, 0, RAPTOR_GROUPS)
     except (ValueError, TypeError, OverflowError) as exc:
         name = "k" if str(exc).startswith("k ") else "epsilon"
         raise InvalidInputError(f"{name}: {exc}") from None
     tests = [(mech, note, None) for mech, note in candidates]
-    if u_statistics and null is not None:  # the rate-optimal U-statistics, for large k
-        tests += [(candidates[1][0], "T1 U-statistic", "t1"), (candidates[0][0], "T2", "t2")]
+    if u_statistics and null is not None and k > 1:  # rate-optimal tests, for large k
+        for mech, _ in candidates:
+            tests += [(mech, _U_NOTES[m], m) for m in GOF_METHODS[type(mech)] if m in U_METHODS]
+        tests.append((raptor, f"public coins: {RAPTOR_GROUPS} public random halves", "t3"))
     advice = []
     for mech, note, method in tests:
         plan = _plan(mech, alternative, null, shape, None, method)
         predicted = _power_as_run(plan, n, alpha, "auto")
         if _simulated(plan, n, "auto"):
             note = "; ".join(x for x in (note, "power of the calibrated test, simulated") if x)
-        advice.append(Advice(mech, plan.method, predicted, n * plan.nu_per_n, note))
+        advice.append(Advice(mech, plan.method, predicted, _noncentrality(plan, n), note))
     return sorted(advice, key=lambda a: -a.power)
+
+
+_U_NOTES = {"t1": "T1 U-statistic", "t2": "T2 U-statistic"}

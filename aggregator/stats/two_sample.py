@@ -10,7 +10,13 @@ must use the same mechanism with the same parameters. docs/two-sample.md derives
 * flip components, Gaussian, Laplace: ``n_a n_b / N * d^T W(p_bar) d`` with d the difference of
   the two de-biased histograms and W the projected metric of the mechanism at the pooled
   estimate p_bar (on the simplex), chi-square(k - 1) in the limit; its Monte Carlo null is a
-  parametric bootstrap: both groups drawn from the mechanism's exact aggregate sampler at p_bar.
+  parametric bootstrap: both groups drawn from the mechanism's exact aggregate sampler at p_bar;
+* the support-count mechanisms (optimized unary encoding, Hadamard response, subset selection,
+  local hashing): the same statistic with their support metric ``c1^2 / (q (1 - q))`` at p_bar
+  (Pearson on the difference of the two groups' support frequencies). Its limit is a weighted
+  chi-square (the support null weights at p_bar), so ``"auto"`` always uses the parametric
+  bootstrap at p_bar from the mechanism's exact support-count sampler; ``"asymptotic"`` uses the
+  weighted chi-square (Imhof).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from aggregator.errors import IncompatibleHistogramsError
+from aggregator.errors import IncompatibleHistogramsError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import (
     MIN_EFFECTIVE_COUNT,
@@ -29,10 +35,15 @@ from aggregator.stats.calibration import (
 )
 from aggregator.stats.channel import (
     is_randomized_response,
+    is_support,
     project_simplex,
     quadratic_form,
     rough_distribution,
+    support_correlation,
 )
+from aggregator.stats.gof import support_null_weights
+from aggregator.stats.imhof import weighted_chi2_sf
+from aggregator.stats.ltz import ltz_isf, ltz_sf, quadratic_moments
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
 from aggregator.stats.validate import (
@@ -43,10 +54,11 @@ from aggregator.stats.validate import (
     check_histogram,
     make_rng,
 )
-from client.mechanisms import Mechanism
+from client.mechanisms import Mechanism, PublicCoinBit
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
 DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
+SUPPORT_LABEL = "two-sample Pearson on the difference of support frequencies"
 
 
 def two_sample(
@@ -70,6 +82,11 @@ def two_sample(
     hist_a = check_histogram(hist_a)
     hist_b = check_histogram(hist_b)
     check_same_mechanism(hist_a.mechanism, hist_b.mechanism)
+    if isinstance(hist_a.mechanism, PublicCoinBit):
+        raise InvalidInputError(
+            "two-sample tests compare per-category reports; public_coin_bit reports are per "
+            "public group (use a per-category mechanism, e.g. hadamard_response)"
+        )
     alpha = check_alpha(alpha)
     calibration = check_calibration(calibration)
     n_draws = check_draws(n_draws, alpha)
@@ -148,8 +165,12 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     p_bar = _pooled(hist_a.values + hist_b.values, n_a + n_b, mech)
     statistic = float(_statistic(mech, n_a, n_b, hist_a.values, hist_b.values)[0])
     check_finite_statistic(statistic)
-    common = _common(hist_a, hist_b, alpha, n_a * mech.report_mean(p_bar), DEBIASED_LABEL)
-    choice = choose(calibration, mech, min(n_a, n_b), p_bar, composite=False)
+    label = SUPPORT_LABEL if is_support(mech) else DEBIASED_LABEL
+    common = _common(hist_a, hist_b, alpha, n_a * mech.report_mean(p_bar), label)
+    if is_support(mech) and calibration == "auto":
+        choice = Choice("monte-carlo", "support counts: a weighted chi-square limit")
+    else:
+        choice = choose(calibration, mech, min(n_a, n_b), p_bar, composite=False)
     if choice.simulated:
         reason = f"{choice.reason}; parametric bootstrap at the pooled estimate"
         generator = make_rng(rng)
@@ -161,6 +182,9 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
             statistic, pvalue, None, reject=pvalue <= alpha, n_draws=n_draws, **common
         )
     common.update(calibration="asymptotic", calibration_reason=choice.reason)
+    if is_support(mech):
+        pvalue = weighted_chi2_sf(statistic, support_null_weights(mech, p_bar))
+        return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
     dof = mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
@@ -220,12 +244,19 @@ def two_sample_power(
     alpha: float = 0.05,
 ) -> float:
     """Asymptotic power of ``two_sample`` with group sizes ``sizes``: noncentral chi-square(k - 1)
-    with ``nu = n_a n_b / N * (p_a - p_b)^T W(p_bar) (p_a - p_b)``, p_bar the pooled mixture."""
+    with ``nu = n_a n_b / N * (p_a - p_b)^T W(p_bar) (p_a - p_b)``, p_bar the pooled mixture
+    (support-count mechanisms: their weighted noncentral chi-square, by the four-cumulant law of
+    stats/ltz.py)."""
     alpha = check_alpha(alpha)
     p_a = check_distribution(p_a, mechanism.k, "p_a")
     p_b = check_distribution(p_b, mechanism.k, "p_b")
     n_a, n_b = (check_count(n, name) for n, name in zip(sizes, ("n_a", "n_b"), strict=True))
     p_bar = (n_a * p_a + n_b * p_b) / (n_a + n_b)
+    if is_support(mechanism):
+        scale = np.sqrt(np.diag(mechanism.report_covariance(p_bar)))
+        shift = mechanism.slope * (p_a - p_b) / scale * np.sqrt(n_a * n_b / (n_a + n_b))
+        moments = quadratic_moments(support_correlation(mechanism, p_bar), shift)
+        return ltz_sf(ltz_isf(alpha, moments), moments, 1.0)
     nu = n_a * n_b / (n_a + n_b) * float(quadratic_form(mechanism, p_a - p_b, p_bar))
     dof = mechanism.k - 1
     return float(stats.ncx2.sf(stats.chi2.isf(alpha, dof), dof, nu))

@@ -4,6 +4,7 @@ public hash seed and one value in [g], g = ceil(e^eps) + 1, whatever k."""
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, Decimal, localcontext
@@ -71,7 +72,8 @@ class LocalHashing(PureEpsilon, SupportMechanism):
         super().__post_init__()
         if self.k > PRIME:
             raise ValueError(f"local hashing needs k <= 2**31 - 1, got {self.k}")
-        if self.buckets > PRIME:
+        # e^eps above PRIME first, in floats: the exact g of a huge epsilon is a huge integer.
+        if self.epsilon > math.log(PRIME) or self.buckets > PRIME:
             raise ValueError(f"epsilon {self.epsilon} is too large for local hashing (g > 2**31)")
 
     @cached_property
