@@ -90,6 +90,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
+from doc_sections import write_section  # noqa: E402
+
 from aggregator.histogram import Histogram  # noqa: E402
 from aggregator.stats import two_sample  # noqa: E402
 from aggregator.stats.studies import RejectionRate  # noqa: E402
@@ -205,14 +207,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        old = args.out.read_text() if args.out.exists() else ""
-        if START in old:
-            head, _, rest = old.partition(START)
-            _, _, tail = rest.partition(END)
-            old = head + text + tail
-        else:
-            old = old.rstrip("\n") + "\n\n" + text + "\n"
-        args.out.write_text(old)
+        write_section(args.out, text)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from doc_sections import write_section
+
 from aggregator.stats import sample_size
 from aggregator.stats.identity import raptor_power
 from aggregator.stats.simulated_power import simulated_power
@@ -128,14 +130,7 @@ def main() -> None:
     text = "\n".join(table(rows, draws, tolerance, elapsed, args.quick))
     print(text)
     if args.out:
-        old = args.out.read_text() if args.out.exists() else ""
-        if START in old:
-            head, _, rest = old.partition(START)
-            _, _, tail = rest.partition(END)
-            old = head + text + tail
-        else:
-            old = old.rstrip("\n") + "\n\n" + text + "\n"
-        args.out.write_text(old)
+        write_section(args.out, text)
 
 
 def table(rows, draws: int, tolerance: float, elapsed: float, quick: bool) -> list[str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
-import re
 import sys
 import time
 import zlib
@@ -30,6 +29,8 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from doc_sections import kept_sections, write_section
 
 from aggregator.histogram import Histogram
 from aggregator.stats import (
@@ -516,10 +517,7 @@ def power_section(pairs: list[tuple[str, int, int, int]]) -> list[str]:
 def run_power_only(args: argparse.Namespace) -> None:
     """Recompute only the calibrated-vs-asymptotic power table inside the widened section."""
     pairs = power_pairs(args.trials_scale)
-    text = args.out.read_text()
-    head, _, rest = text.partition(POWER_START)
-    _, _, tail = rest.partition(POWER_END)
-    args.out.write_text(head + "\n".join(power_section(pairs)) + tail)
+    write_section(args.out, "\n".join(power_section(pairs)))
     print(f"wrote the power table of {args.out}")
 
 
@@ -537,25 +535,8 @@ def run_widened(args: argparse.Namespace) -> None:
     coverage = coverage_rows(args.trials_scale)
     elapsed = time.time() - started
     section = widened_section(results, pairs, coverage, args.trials_scale, elapsed)
-    write_section(args.out, section)
+    write_section(args.out, "\n".join(section))
     print(f"wrote the widened section of {args.out} ({len(results)} cells, {elapsed / 60:.1f} min)")
-
-
-SECTION = re.compile(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", re.DOTALL)
-
-
-def write_section(path: Path, lines: list[str]) -> None:
-    """Put a marked section (its first line ``<!-- name:start -->``) in place of the section of
-    the same name in ``path``, or append it."""
-    section = "\n".join(lines)
-    name = SECTION.match(section).group(1)
-    text = path.read_text() if path.exists() else ""
-    old = next((m for m in SECTION.finditer(text) if m.group(1) == name), None)
-    if old is None:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    else:
-        text = text[: old.start()] + section + text[old.end() :]
-    path.write_text(text)
 
 
 #: Gaussian reports on the unit grid (granularity_bits = 0), where the noise of one report is a
@@ -615,7 +596,7 @@ def run_lattice(args: argparse.Namespace) -> None:
             f"| {cell.setting} | {cell.n} | {cell.eps:g} ({cell.eps**2 / 2:g}) | {cell.label} | "
             f"{cell.calibration} | {rate.rate:.3f} ({rate.rejections}/{rate.trials}) | {band} |"
         )
-    write_section(args.out, [*lines, "<!-- lattice:end -->"])
+    write_section(args.out, "\n".join([*lines, "<!-- lattice:end -->"]))
     print(f"wrote the lattice section of {args.out} ({len(results)} cells, {elapsed:.0f} s)")
 
 
@@ -771,14 +752,7 @@ def run_two_sample(args: argparse.Namespace) -> None:
     results.sort(key=lambda r: order[r[0]])
     elapsed = time.time() - started
     section = "\n".join(two_sample_section(results, scale, elapsed))
-    text = args.out.read_text() if args.out.exists() else ""
-    if TWO_SAMPLE_START in text:
-        head, _, rest = text.partition(TWO_SAMPLE_START)
-        _, _, tail = rest.partition(TWO_SAMPLE_END)
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    args.out.write_text(text)
+    write_section(args.out, section)
     print(f"wrote the two-sample section of {args.out} ({len(results)} cells, {elapsed:.0f} s)")
 
 
@@ -936,14 +910,7 @@ def run_identity(args: argparse.Namespace) -> None:
         results = sorted(pool.map(run_identity_cell, cells, chunksize=1), key=lambda r: order[r[0]])
     elapsed = time.time() - started
     section = "\n".join(identity_section(results, scale, elapsed))
-    text = args.out.read_text() if args.out.exists() else ""
-    if IDENTITY_START in text:
-        head, _, rest = text.partition(IDENTITY_START)
-        _, _, tail = rest.partition(IDENTITY_END)
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    args.out.write_text(text)
+    write_section(args.out, section)
     print(f"wrote the identity section of {args.out} ({len(results)} cells, {elapsed:.0f} s)")
 
 
@@ -1092,8 +1059,7 @@ def write_report(path: Path, results, scale: float, elapsed: float) -> None:
         for lab in GOF_TESTS
     ]
     lines += ["| " + " | ".join(row) + " |", ""]
-    previous = path.read_text() if path.exists() else ""
-    kept = [m.group(0) for m in SECTION.finditer(previous)]  # sections of the other modes
+    kept = kept_sections(path)  # sections of the other modes
     path.write_text("\n".join(lines + kept) + "\n")
 
 
