@@ -34,11 +34,10 @@ What is matched with what:
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from peer_venv import ensure_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_PINS = ("pure-ldp==1.2.0", "multi-freq-ldpy==0.2.5")
@@ -55,30 +54,6 @@ NEEDED_MODULES = (
     "statsmodels",
     "tqdm",  # ldp-survey's own dependency (progress bars): an older bench venv is updated
 )
-REEXEC_MARK = "LDP_BENCH_PEERS_REEXEC"
-
-
-def ensure_bench_venv(venv: Path) -> None:
-    """Return if the peers import here; otherwise build ``venv`` and re-execute inside it."""
-    if all(importlib.util.find_spec(name) for name in NEEDED_MODULES):
-        return
-    if os.environ.get(REEXEC_MARK):
-        missing = [name for name in NEEDED_MODULES if not importlib.util.find_spec(name)]
-        sys.exit(f"bench_peers: still missing {', '.join(missing)} in {sys.prefix}")
-    python = venv / "bin" / "python"
-    try:
-        if not python.exists():
-            print(f"bench_peers: creating {venv}", file=sys.stderr)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        probe = f"import importlib.util as u; exit(not all(map(u.find_spec, {NEEDED_MODULES!r})))"
-        if subprocess.run([str(python), "-c", probe]).returncode != 0:
-            print("bench_peers: installing ldp-survey and the peers", file=sys.stderr)
-            pip = [str(python), "-m", "pip", "install", "--quiet"]
-            subprocess.run([*pip, "-e", str(ROOT), *PEER_PINS, *PEER_UNDECLARED], check=True)
-    except subprocess.CalledProcessError as exc:
-        sys.exit(f"bench_peers: could not prepare {venv}: {exc}")
-    os.environ[REEXEC_MARK] = "1"
-    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
 def parse_args() -> argparse.Namespace:
@@ -100,11 +75,17 @@ def parse_args() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    ensure_bench_venv(parse_args().venv)
+    ensure_venv(
+        "bench_peers",
+        parse_args().venv,
+        NEEDED_MODULES,
+        ["-e", str(ROOT), *PEER_PINS, *PEER_UNDECLARED],
+    )
 
 import datetime
 import importlib.metadata
 import math
+import os
 import platform
 import random
 import statistics

@@ -29,39 +29,14 @@ What is matched with what (privateab README, "Basic usage"):
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from peer_venv import ensure_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_PIN = "privateAB==0.0.2"
 NEEDED_MODULES = ("numpy", "scipy", "torch", "privateAB")
-REEXEC_MARK = "LDP_BENCH_TWO_SAMPLE_REEXEC"
-
-
-def ensure_venv(venv: Path) -> None:
-    """Return if privateab imports here; otherwise build ``venv`` and re-execute inside it."""
-    if all(importlib.util.find_spec(name) for name in NEEDED_MODULES):
-        return
-    if os.environ.get(REEXEC_MARK):
-        missing = [name for name in NEEDED_MODULES if not importlib.util.find_spec(name)]
-        sys.exit(f"bench_two_sample: still missing {', '.join(missing)} in {sys.prefix}")
-    python = venv / "bin" / "python"
-    try:
-        if not python.exists():
-            print(f"bench_two_sample: creating {venv}", file=sys.stderr)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        probe = f"import importlib.util as u; exit(not all(map(u.find_spec, {NEEDED_MODULES!r})))"
-        if subprocess.run([str(python), "-c", probe]).returncode != 0:
-            print(f"bench_two_sample: installing {PEER_PIN}", file=sys.stderr)
-            pip = [str(python), "-m", "pip", "install", "--quiet"]
-            subprocess.run([*pip, PEER_PIN], check=True)
-    except subprocess.CalledProcessError as exc:
-        sys.exit(f"bench_two_sample: could not prepare {venv}: {exc}")
-    os.environ[REEXEC_MARK] = "1"
-    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
 def parse_args() -> argparse.Namespace:
@@ -79,7 +54,7 @@ def parse_args() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    ensure_venv(parse_args().venv)
+    ensure_venv("bench_two_sample", parse_args().venv, NEEDED_MODULES, [PEER_PIN])
 
 import datetime  # noqa: E402
 import platform  # noqa: E402
