@@ -1398,6 +1398,7 @@ def _add_two_sample(sub) -> None:
         help="null distribution of the p-value (auto: simulated where the chi-square limit is "
         "not accurate; docs/two-sample.md)",
     )
+    _side(two)
     _json(two)
     two.set_defaults(run=run_two_sample)
 
@@ -1406,9 +1407,12 @@ def run_two_sample(args: argparse.Namespace) -> int:
     from aggregator.groups import check_same_definition
     from aggregator.stats import two_sample
 
-    # A split survey is read on its exploration side (labelled), like estimate and test.
+    if args.a == args.b:
+        raise UserError(f"--a and --b both name {args.a}: a two-sample test compares two groups")
+    # A split survey is read on one side (--side; exploration, labelled, by default), like
+    # estimate and test; --side applies to both questions.
     groups = [
-        argparse.Namespace(**{"side": None, **vars(args)}, **_survey_question(flag, text))
+        argparse.Namespace(**vars(args), **_survey_question(flag, text))
         for flag, text in (("a", args.a), ("b", args.b))
     ]
     (question_a, hist_a), (question_b, hist_b) = (_load(group, test=True) for group in groups)

@@ -226,6 +226,7 @@ def test_rpc_support_count_mechanisms_match_the_library(populated, name):
         ("trial:hr_a", "trial:oue_a", "FAILED_PRECONDITION", "differ in mechanism"),
         ("trial:arm_a", "trial:few", "FAILED_PRECONDITION", "released from 5"),
         ("trial:arm_a", "trial:nope", "NOT_FOUND", "nope"),
+        ("trial:arm_a", "trial:arm_a", "INVALID_ARGUMENT", "name the same question"),
     ],
 )
 def test_rpc_refusals(populated, a, b, code, fragment):
@@ -287,6 +288,8 @@ def test_cli_json_and_text(populated):
     [
         (["--a", "trial:arm_a", "--b", "trial:other_eps"], 2, "differ in epsilon"),
         (["--a", "trial:arm_a", "--b", "trial"], 2, "expected SURVEY:QUESTION"),
+        (["--a", "trial:arm_a", "--b", "trial:arm_a"], 2, "compares two groups"),
+        (["--a", "trial:arm_a", "--b", "trial:arm_b", "--side", "exploration"], 2, "not split"),
         (["--a", "trial:arm_a", "--b", "trial:few"], 3, "released from 5"),
         (["--a", "trial:arm_a", "--b", "trial:arm_b", "--alpha", "2"], 2, "alpha"),
     ],

@@ -738,6 +738,11 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return await confirm_rpcs.holdout_test(context, self._store, self._surveys, request)
 
     async def TwoSample(self, request, context):
+        if (request.survey_a, request.question_a) == (request.survey_b, request.question_b):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "A and B name the same question: a two-sample test compares two groups",
+            )
         question_a, hist_a = await self._released(
             context, request.survey_a, request.question_a, test=True
         )
