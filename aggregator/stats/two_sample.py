@@ -16,7 +16,10 @@ must use the same mechanism with the same parameters. docs/two-sample.md derives
   (Pearson on the difference of the two groups' support frequencies). Its limit is a weighted
   chi-square (the support null weights at p_bar), so ``"auto"`` always uses the parametric
   bootstrap at p_bar from the mechanism's exact support-count sampler; ``"asymptotic"`` uses the
-  weighted chi-square (Imhof).
+  weighted chi-square (Imhof);
+* public-coin one-bit reports: a 2 x 2 homogeneity chi-square per public group, summed
+  (``stats/two_sample_public.py``); its Monte Carlo null permutes the pooled bits within each
+  group, a hypergeometric draw per group from the counts: exact at every n.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from aggregator.errors import IncompatibleHistogramsError, InvalidInputError
+from aggregator.errors import IncompatibleHistogramsError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import (
     MIN_EFFECTIVE_COUNT,
@@ -46,6 +49,7 @@ from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.ltz import ltz_isf, ltz_sf, quadratic_moments
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
+from aggregator.stats.two_sample_public import public_coin_power, public_coin_two_sample
 from aggregator.stats.validate import (
     check_alpha,
     check_count,
@@ -72,8 +76,9 @@ def two_sample(
 ) -> TestResult:
     """Test H0: groups A and B have the same answer distribution, from their reports only.
 
-    ``calibration``: ``"asymptotic"`` (chi-square(k - 1)), ``"monte-carlo"`` (``n_draws`` null
-    draws: a permutation of the pooled reports for randomized response, exact; a parametric
+    ``calibration``: ``"asymptotic"`` (chi-square(k - 1); public-coin reports: chi-square(number
+    of informative public groups)), ``"monte-carlo"`` (``n_draws`` null draws: a permutation of
+    the pooled reports for randomized response and public-coin bits, exact; a parametric
     bootstrap at the pooled estimate otherwise) or ``"auto"`` (asymptotic only where every
     expected privatized count of both groups is at least 5; Laplace noise always simulated).
     ``expected`` and ``observed`` of the result are group A's: its sufficient statistic and its
@@ -82,14 +87,11 @@ def two_sample(
     hist_a = check_histogram(hist_a)
     hist_b = check_histogram(hist_b)
     check_same_mechanism(hist_a.mechanism, hist_b.mechanism)
-    if isinstance(hist_a.mechanism, PublicCoinBit):
-        raise InvalidInputError(
-            "two-sample tests compare per-category reports; public_coin_bit reports are per "
-            "public group (use a per-category mechanism, e.g. hadamard_response)"
-        )
     alpha = check_alpha(alpha)
     calibration = check_calibration(calibration)
     n_draws = check_draws(n_draws, alpha)
+    if isinstance(hist_a.mechanism, PublicCoinBit):
+        return public_coin_two_sample(hist_a, hist_b, alpha, calibration, rng, n_draws)
     if is_randomized_response(hist_a.mechanism):
         return _randomized_response(hist_a, hist_b, alpha, calibration, rng, n_draws)
     return _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws)
@@ -103,8 +105,10 @@ def check_same_mechanism(a: Mechanism, b: Mechanism) -> None:
         why = f"group A uses {a.name}, group B uses {b.name}"
     elif a.k != b.k:
         why = f"group A has {a.k} categories, group B has {b.k}"
-    else:
+    elif a.describe() != b.describe():
         why = f"group A is {a.describe()}, group B is {b.describe()}"
+    else:  # a parameter describe() leaves out, e.g. a public-coin seed
+        why = f"group A is {a!r}, group B is {b!r}"
     raise IncompatibleHistogramsError(
         f"two-sample test needs the same question definition (mechanism and parameters): {why}"
     )
@@ -246,11 +250,14 @@ def two_sample_power(
     """Asymptotic power of ``two_sample`` with group sizes ``sizes``: noncentral chi-square(k - 1)
     with ``nu = n_a n_b / N * (p_a - p_b)^T W(p_bar) (p_a - p_b)``, p_bar the pooled mixture
     (support-count mechanisms: their weighted noncentral chi-square, by the four-cumulant law of
-    stats/ltz.py)."""
+    stats/ltz.py; public-coin reports: noncentral chi-square(L) over the survey's public
+    subsets)."""
     alpha = check_alpha(alpha)
     p_a = check_distribution(p_a, mechanism.k, "p_a")
     p_b = check_distribution(p_b, mechanism.k, "p_b")
     n_a, n_b = (check_count(n, name) for n, name in zip(sizes, ("n_a", "n_b"), strict=True))
+    if isinstance(mechanism, PublicCoinBit):
+        return public_coin_power(mechanism, p_a, p_b, n_a, n_b, alpha)
     p_bar = (n_a * p_a + n_b * p_b) / (n_a + n_b)
     if is_support(mechanism):
         scale = np.sqrt(np.diag(mechanism.report_covariance(p_bar)))
