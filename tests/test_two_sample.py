@@ -143,4 +143,3 @@ def test_bad_inputs_are_typed_errors():
         two_sample(a, a, n_draws=5)
     with pytest.raises(InvalidInputError):
         two_sample_power(mech, [0.5, 0.5, 0.0], [0.2, 0.2], (10, 10))
-
