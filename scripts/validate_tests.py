@@ -676,9 +676,10 @@ TWO_SAMPLE_TEXT = {
     "otherwise a parametric bootstrap at the pooled estimate; docs/two-sample.md). Gaussian at "
     "rho = eps^2/2. Both groups drawn with the mechanism's exact aggregate sampler.",
     "large-domain": '`two_sample` with `calibration="auto"`, m = 199 draws where it simulates. '
-    "OUE, HR: the support-count Pearson statistic, always a parametric bootstrap at the pooled "
-    "estimate from the exact support-count sampler; power predicted by the weighted noncentral "
-    "chi-square (four-cumulant law). PC: public-coin one-bit reports, L = "
+    "OUE, HR: the support-count Pearson statistic, always simulated (OUE: permutation of each "
+    "category's pooled bits; HR: parametric bootstrap at the pooled estimate from the exact "
+    "support-count sampler); power predicted by the weighted noncentral chi-square "
+    "(four-cumulant law). PC: public-coin one-bit reports, L = "
     f"{PUBLIC_GROUPS} groups, public_seed = {PUBLIC_SEED}: the per-group 2 x 2 homogeneity "
     "chi-square summed, asymptotic where every expected cell is >= 5, otherwise the exact "
     "within-group permutation; power predicted by the noncentral chi-square(L) over the seed's "

@@ -58,7 +58,7 @@ from aggregator.stats.validate import (
     check_histogram,
     make_rng,
 )
-from client.mechanisms import Mechanism, PublicCoinBit
+from client.mechanisms import Mechanism, OptimizedUnaryEncoding, PublicCoinBit
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
 DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
@@ -176,10 +176,15 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     else:
         choice = choose(calibration, mech, min(n_a, n_b), p_bar, composite=False)
     if choice.simulated:
-        reason = f"{choice.reason}; parametric bootstrap at the pooled estimate"
         generator = make_rng(rng)
-        draws_a = simulate_null(mech, n_a, p_bar, generator, n_draws)
-        draws_b = simulate_null(mech, n_b, p_bar, generator, n_draws)
+        if isinstance(mech, OptimizedUnaryEncoding):
+            reason = f"{choice.reason}; permutation of each category's pooled bits"
+            pooled = hist_a.values + hist_b.values
+            draws_a, draws_b = _permute_bits(pooled, n_a, n_b, generator, n_draws)
+        else:
+            reason = f"{choice.reason}; parametric bootstrap at the pooled estimate"
+            draws_a = simulate_null(mech, n_a, p_bar, generator, n_draws)
+            draws_b = simulate_null(mech, n_b, p_bar, generator, n_draws)
         pvalue = monte_carlo_pvalue(statistic, _statistic(mech, n_a, n_b, draws_a, draws_b))
         common.update(calibration="monte-carlo", calibration_reason=reason)
         return TestResult(
@@ -192,6 +197,16 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     dof = mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+
+
+def _permute_bits(pooled: np.ndarray, n_a: int, n_b: int, rng: np.random.Generator, m: int):
+    """Optimized unary encoding: group A's bit sums when each category's pooled bits are split
+    at random between the groups (hypergeometric per category), and group B's the rest. Exact for
+    each category; the categories are drawn independently, which leaves out the weak dependence
+    between a report's bits (only through its answer: correlation -c1^2 p_j p_l / (sd_j sd_l))."""
+    ones = np.rint(pooled).astype(np.int64)
+    draws_a = rng.hypergeometric(ones, n_a + n_b - ones, n_a, size=(m, ones.size))
+    return draws_a.astype(float), (ones - draws_a).astype(float)
 
 
 def _pooled(values: np.ndarray, n: int, mech: Mechanism) -> np.ndarray:
