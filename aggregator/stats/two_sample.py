@@ -14,9 +14,11 @@ must use the same mechanism with the same parameters. docs/two-sample.md derives
 * the support-count mechanisms (optimized unary encoding, Hadamard response, subset selection,
   local hashing): the same statistic with their support metric ``c1^2 / (q (1 - q))`` at p_bar
   (Pearson on the difference of the two groups' support frequencies). Its limit is a weighted
-  chi-square (the support null weights at p_bar), so ``"auto"`` always uses the parametric
-  bootstrap at p_bar from the mechanism's exact support-count sampler; ``"asymptotic"`` uses the
-  weighted chi-square (Imhof);
+  chi-square (the support null weights at p_bar), so ``"auto"`` always simulates: the parametric
+  bootstrap at p_bar from the mechanism's exact support-count sampler, except for optimized unary
+  encoding, whose bits are independent given the answer: there each category's pooled bits are
+  permuted between the groups (the bootstrap over-rejects on sparse answers at large eps);
+  ``"asymptotic"`` uses the weighted chi-square (Imhof);
 * public-coin one-bit reports: a 2 x 2 homogeneity chi-square per public group, summed
   (``stats/two_sample_public.py``); its Monte Carlo null permutes the pooled bits within each
   group, a hypergeometric draw per group from the counts: exact at every n.
