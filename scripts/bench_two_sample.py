@@ -1,7 +1,9 @@
 """Two-sample tests side by side with ``privateab`` (Mun, Kwak, Kim 2024, PyPI ``privateAB``):
 Type I error, power at equal n and time per test, on privateab's own settings.
 
-Usage: python scripts/bench_two_sample.py [--quick] [--out docs/two-sample.md] [--venv DIR]
+Usage: python scripts/bench_two_sample.py [--quick] [--trials N] [--out docs/two-sample.md]
+[--venv DIR]; ``--recheck N --seed S`` reruns only our tests' Type I cells (N trials, seed S; no
+privateab, no table), to settle a cell near the edge of the band.
 
 privateab needs PyTorch and is not a dependency of ldp-survey. Unless it is importable already,
 the script creates its own virtual environment (``.bench-privateab-venv`` at the repository root,
@@ -44,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="30 trials per cell (~1-2 min)")
     parser.add_argument("--trials", type=int, help="trials per cell (default 100; quick: 30)")
     parser.add_argument("--out", type=Path, help="also write the table into this Markdown file")
+    parser.add_argument("--recheck", type=int, metavar="N", help="only our Type I, N trials")
+    parser.add_argument("--seed", type=int, default=2026, help="seed of --recheck")
     parser.add_argument(
         "--venv",
         type=Path,
@@ -137,6 +141,35 @@ def run_cell(k, bump, eps, n, pair, alternative: bool, trials: int, seed: int):
     return peer, ours, peer_time / trials, our_time / trials
 
 
+def our_null_rate(k, bump, eps, n, mechanism_class, trials: int, seed: int) -> RejectionRate:
+    """Type I of our test alone, exactly as in ``run_cell`` (per-device randomizers, m = 199)."""
+    p_a = get_uniform_perturb(k, bump)[0].double().numpy()
+    p_a = p_a / p_a.sum()
+    rng = np.random.default_rng(seed)
+    mech = mechanism_class(k, eps)
+    rejections = 0
+    for _ in range(trials):
+        groups = [rng.choice(k, size=n, p=p_a) for _ in range(2)]
+        hist_a, hist_b = (Histogram.from_reports(mech, mech.simulate(x, rng)) for x in groups)
+        result = two_sample(
+            hist_a, hist_b, ALPHA, calibration="monte-carlo", rng=rng, n_draws=DRAWS
+        )
+        rejections += result.reject
+    return RejectionRate(int(rejections), trials)
+
+
+def recheck(trials: int, seed: int) -> None:
+    for label, k, bump, eps, n in SETTINGS:
+        for _, _, _, mechanism_class in PAIRS:
+            rate = our_null_rate(k, bump, eps, n, mechanism_class, trials, seed)
+            band = "inside" if rate.within_band(ALPHA) else "OUTSIDE"
+            print(
+                f"{label}, n = {n:,}: {mechanism_class.name} Type I {rate.rejections} of "
+                f"{trials} = {rate.rate:.4f} ({band} the 99% band; seed {seed})",
+                flush=True,
+            )
+
+
 def rate_text(count: int, trials: int, null: bool) -> str:
     rate = RejectionRate(int(count), trials)
     mark = " *" if null and not rate.within_band(ALPHA) else ""
@@ -146,6 +179,9 @@ def rate_text(count: int, trials: int, null: bool) -> str:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
+    if args.recheck:
+        recheck(args.recheck, args.seed)
+        return
     trials = args.trials or (30 if args.quick else 100)
     started = time.time()
     rows = []
