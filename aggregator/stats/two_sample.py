@@ -17,7 +17,9 @@ must use the same mechanism with the same parameters. docs/two-sample.md derives
   chi-square (the support null weights at p_bar), so ``"auto"`` always simulates: the parametric
   bootstrap at p_bar from the mechanism's exact support-count sampler, except for optimized unary
   encoding, whose bits are independent given the answer: there each category's pooled bits are
-  permuted between the groups (the bootstrap over-rejects on sparse answers at large eps);
+  permuted between the groups (the bootstrap over-rejects on sparse answers at large eps), and
+  subset selection with subsets of one category (d = 1: eps >= ln(k - 1)), whose support
+  counts are the counts of one-category reports: permuted exactly as randomized response's;
   ``"asymptotic"`` uses the weighted chi-square (Imhof);
 * public-coin one-bit reports: a 2 x 2 homogeneity chi-square per public group, summed
   (``stats/two_sample_public.py``); its Monte Carlo null permutes the pooled bits within each
@@ -60,7 +62,7 @@ from aggregator.stats.validate import (
     check_histogram,
     make_rng,
 )
-from client.mechanisms import Mechanism, OptimizedUnaryEncoding, PublicCoinBit
+from client.mechanisms import Mechanism, OptimizedUnaryEncoding, PublicCoinBit, SubsetSelection
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
 DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
@@ -179,10 +181,15 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
         choice = choose(calibration, mech, min(n_a, n_b), p_bar, composite=False)
     if choice.simulated:
         generator = make_rng(rng)
+        pooled = hist_a.values + hist_b.values
         if isinstance(mech, OptimizedUnaryEncoding):
             reason = f"{choice.reason}; permutation of each category's pooled bits"
-            pooled = hist_a.values + hist_b.values
             draws_a, draws_b = _permute_bits(pooled, n_a, n_b, generator, n_draws)
+        elif isinstance(mech, SubsetSelection) and mech.subset_size == 1:
+            reason = f"{choice.reason}; permutation of the pooled one-category reports"
+            colors = np.rint(pooled).astype(np.int64)
+            draws_a = generator.multivariate_hypergeometric(colors, n_a, size=n_draws)
+            draws_a, draws_b = draws_a.astype(float), (colors - draws_a).astype(float)
         else:
             reason = f"{choice.reason}; parametric bootstrap at the pooled estimate"
             draws_a = simulate_null(mech, n_a, p_bar, generator, n_draws)
