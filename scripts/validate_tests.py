@@ -8,7 +8,9 @@ skewed 5x4 and 2x10 independence at n = 2,000-200,000, per-record and aggregate 
 vs asymptotic power, interval coverage) under ``calibration="auto"`` and rewrites only its
 section of the output file. ``--two-sample`` runs only the two-sample (homogeneity) grid (Type I
 at small n, sparse k, k up to 1,024, eps 0.05..8; power against the noncentral chi-square) and
-rewrites only its section; ``--identity`` does the same for the large-domain identity tests T1, T2
+rewrites only its section (``--table``: per-category RR/FC/Gaussian/Laplace, large-domain
+OUE/HR/public-coin, or sampled SS/OLH on the settings their O(n k) samplers afford; one section
+each); ``--identity`` does the same for the large-domain identity tests T1, T2
 and T3 (Type I at k up to 4,096, power against the predictions); ``--quick`` divides the trials of
 either by 4.
 """
@@ -55,7 +57,17 @@ from aggregator.stats.studies import (
     two_sample_rate,
     zipf,
 )
-from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
+from client.mechanisms import (
+    FlipComponents,
+    GaussianNoise,
+    HadamardResponse,
+    LaplaceNoise,
+    LocalHashing,
+    OptimizedUnaryEncoding,
+    PublicCoinBit,
+    RandomizedResponse,
+    SubsetSelection,
+)
 from client.progress import track
 
 ALPHA = 0.05
@@ -601,12 +613,81 @@ def run_lattice(args: argparse.Namespace) -> None:
 
 
 # --- two-sample (homogeneity) grid ---------------------------------------------------------------
-TWO_SAMPLE_START, TWO_SAMPLE_END = "<!-- two-sample:start -->", "<!-- two-sample:end -->"
+PUBLIC_SEED, PUBLIC_GROUPS = 17, 10  # the public-coin questions of the grid
 TWO_SAMPLE_MECHANISMS = {
     "RR": lambda k, eps: RandomizedResponse(k, eps),
     "FC": lambda k, eps: FlipComponents(k, eps),
     "Gauss": lambda k, eps: GaussianNoise(k, eps * eps / 2),
     "Laplace": lambda k, eps: LaplaceNoise(k, eps),
+    "OUE": lambda k, eps: OptimizedUnaryEncoding(k, eps),
+    "HR": lambda k, eps: HadamardResponse(k, eps),
+    "SS": lambda k, eps: SubsetSelection(k, eps),
+    "OLH": lambda k, eps: LocalHashing(k, eps),
+    "PC": lambda k, eps: PublicCoinBit(k, eps, PUBLIC_SEED, PUBLIC_GROUPS),
+}
+SAMPLED_BUDGET = 20_000  # SS, OLH: settings with k (n_a + n_b) at most this (O(n k) samplers)
+
+
+@dataclass(frozen=True)
+class TwoSampleTable:
+    """One generated table of the two-sample grid, in its own section of docs/validation.md (so
+    that each table is one run of a few minutes): its mechanisms, which settings its samplers can
+    afford, and its trials per null cell (k < 1,024 and k >= 1,024) and per power cell."""
+
+    section: str
+    heading: str
+    mechanisms: tuple[str, ...]
+    null_trials: tuple[int, int]
+    power_trials: int
+    max_cost: int | None = None  # max k (n_a + n_b) of a setting; None: every setting
+
+    def fits(self, k: int, sizes: tuple[int, int]) -> bool:
+        return self.max_cost is None or k * sum(sizes) <= self.max_cost
+
+
+TWO_SAMPLE_TABLES = {
+    "per-category": TwoSampleTable(
+        "two-sample",
+        "## Two-sample (homogeneity) tests",
+        ("RR", "FC", "Gauss", "Laplace"),
+        (800, 200),
+        400,
+    ),
+    "large-domain": TwoSampleTable(
+        "two-sample-large",
+        "### Two-sample tests of optimized unary encoding, Hadamard response and public-coin "
+        "reports",
+        ("OUE", "HR", "PC"),
+        (800, 200),
+        400,
+    ),
+    "sampled": TwoSampleTable(
+        "two-sample-sampled",
+        "### Two-sample tests of subset selection and local hashing",
+        ("SS", "OLH"),
+        (300, 300),
+        200,
+        SAMPLED_BUDGET,
+    ),
+}
+TWO_SAMPLE_TEXT = {
+    "per-category": '`two_sample(hist_a, hist_b)` with `calibration="auto"`, m = 199 Monte Carlo '
+    "draws where it simulates (randomized response: permutation of the pooled privatized reports; "
+    "otherwise a parametric bootstrap at the pooled estimate; docs/two-sample.md). Gaussian at "
+    "rho = eps^2/2. Both groups drawn with the mechanism's exact aggregate sampler.",
+    "large-domain": '`two_sample` with `calibration="auto"`, m = 199 draws where it simulates. '
+    "OUE, HR: the support-count Pearson statistic, always simulated (OUE: permutation of each "
+    "category's pooled bits; HR: parametric bootstrap at the pooled estimate from the exact "
+    "support-count sampler); power predicted by the weighted noncentral chi-square "
+    "(four-cumulant law). PC: public-coin one-bit reports, L = "
+    f"{PUBLIC_GROUPS} groups, public_seed = {PUBLIC_SEED}: the per-group 2 x 2 homogeneity "
+    "chi-square summed, asymptotic where every expected cell is >= 5, otherwise the exact "
+    "within-group permutation; power predicted by the noncentral chi-square(L) over the seed's "
+    "subsets. Both groups drawn with the mechanism's exact aggregate sampler.",
+    "sampled": "As the table above (parametric bootstrap at the pooled estimate, m = 199; "
+    "subset selection with one-category subsets, d = 1: permutation of the pooled reports), on "
+    f"the settings with k (n_a + n_b) <= {SAMPLED_BUDGET:,} only: the support-count samplers of "
+    "subset selection and local hashing simulate every report, O(n k) per draw.",
 }
 
 
@@ -654,15 +735,20 @@ def two_sample_power_settings() -> list[
     ]
 
 
-def two_sample_cells(scale: float) -> list[TwoSampleCell]:
+def two_sample_cells(table: TwoSampleTable, scale: float) -> list[TwoSampleCell]:
     cells = []
+    small, large = table.null_trials
     for name, k, eps, sizes, p in two_sample_settings():
-        trials = max(40, round((200 if k >= 1024 else 800) * scale))
-        for mech in TWO_SAMPLE_MECHANISMS:
+        if not table.fits(k, sizes):
+            continue
+        trials = max(40, round((large if k >= 1024 else small) * scale))
+        for mech in table.mechanisms:
             cells.append(TwoSampleCell(name, mech, k, eps, sizes, tuple(p), tuple(p), trials))
     for name, k, eps, sizes, p_a, p_b in two_sample_power_settings():
-        trials = max(40, round(400 * scale))
-        for mech in TWO_SAMPLE_MECHANISMS:
+        if not table.fits(k, sizes):
+            continue
+        trials = max(40, round(table.power_trials * scale))
+        for mech in table.mechanisms:
             cells.append(TwoSampleCell(name, mech, k, eps, sizes, tuple(p_a), tuple(p_b), trials))
     return cells
 
@@ -677,27 +763,30 @@ def run_two_sample_cell(cell: TwoSampleCell) -> tuple[TwoSampleCell, RejectionRa
     return cell, rate, two_sample_power(mech, p_a, p_b, cell.sizes), seconds
 
 
-def two_sample_section(results, scale: float, elapsed: float) -> list[str]:
+def two_sample_section(name: str, results, scale: float, elapsed: float) -> list[str]:
+    table = TWO_SAMPLE_TABLES[name]
     null = [r for r in results if r[0].p_a == r[0].p_b]
     alternative = [r for r in results if r[0].p_a != r[0].p_b]
     inside = sum(rate.within_band(ALPHA) for _, rate, _, _ in null)
-    names = list(TWO_SAMPLE_MECHANISMS)
-    command = "python scripts/validate_tests.py --two-sample" + (" --quick" if scale < 1 else "")
+    names = list(table.mechanisms)
+    first = name == "per-category"
+    sub = "###" if first else "####"  # the other tables sit under the first one's heading
+    command = "python scripts/validate_tests.py --two-sample" + (
+        "" if first else f" --table {name}"
+    )
+    command += " --quick" if scale < 1 else ""
     lines = [
-        TWO_SAMPLE_START,
-        "## Two-sample (homogeneity) tests",
+        f"<!-- {table.section}:start -->",
+        table.heading,
         "",
         f"Generated by `{command}` on {datetime.date.today()} ({platform.machine()}, Python "
         f"{platform.python_version()}, {elapsed / 60:.1f} min on a 2-core VM shared with other "
-        'jobs). `two_sample(hist_a, hist_b)` with `calibration="auto"`, m = 199 Monte Carlo draws '
-        "where it simulates (randomized response: permutation of the pooled privatized reports; "
-        "otherwise a parametric bootstrap at the pooled estimate; docs/two-sample.md). Gaussian at "
-        "rho = eps^2/2. Both groups drawn with the mechanism's exact aggregate sampler.",
+        f"jobs). {TWO_SAMPLE_TEXT[name]}",
         "",
         f"**Type I summary:** {inside} of {len(null)} null cells inside the 99% binomial band "
         "around 0.05 (`*` marks one outside).",
         "",
-        "### Type I error (p_a = p_b)",
+        f"{sub} Type I error (p_a = p_b)",
         "",
         "| setting | n_a, n_b | trials | " + " | ".join(names) + " |",
         "|---|---|---|" + "---|" * len(names),
@@ -705,7 +794,8 @@ def two_sample_section(results, scale: float, elapsed: float) -> list[str]:
     lines += _two_sample_rows(null, names, power=False)
     lines += [
         "",
-        "### Power (simulated / noncentral chi-square prediction)",
+        f"{sub} Power (simulated / "
+        + ("noncentral chi-square prediction)" if first else "predicted)"),
         "",
         "Alternatives: k = 4, p_a uniform, p_b = p_a + (0.06, -0.02, -0.02, -0.02); k = 16, "
         "p_a Zipf, p_b proportional to p_a (1 + 0.3 cos j).",
@@ -719,7 +809,7 @@ def two_sample_section(results, scale: float, elapsed: float) -> list[str]:
         "",
         f"Slowest cell: {slowest[0].mechanism} at {slowest[0].setting}, "
         f"{1000 * slowest[3]:.0f} ms per test (m = 199).",
-        TWO_SAMPLE_END,
+        f"<!-- {table.section}:end -->",
     ]
     return lines
 
@@ -741,19 +831,34 @@ def _two_sample_rows(results, names: list[str], power: bool) -> list[str]:
     return rows
 
 
+def _two_sample_cost(cell: TwoSampleCell) -> float:
+    """A rough cost, to start the slowest cells first."""
+    sampled = cell.mechanism in ("SS", "OLH", "Laplace")
+    return cell.trials * cell.k * (sum(cell.sizes) if sampled else 1)
+
+
 def run_two_sample(args: argparse.Namespace) -> None:
     started = time.time()
     scale = args.trials_scale / 4 if args.quick else args.trials_scale
-    cells = two_sample_cells(scale)
-    cells.sort(key=lambda c: -c.trials * c.k * (4 if c.mechanism == "Laplace" else 1))
+    cells = two_sample_cells(TWO_SAMPLE_TABLES[args.table], scale)
+    order = {cell: i for i, cell in enumerate(cells)}
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        results = list(pool.map(run_two_sample_cell, cells, chunksize=1))
-    order = {cell: i for i, cell in enumerate(two_sample_cells(scale))}
+        results = list(
+            track(
+                pool.map(run_two_sample_cell, sorted(cells, key=_two_sample_cost, reverse=True)),
+                "two-sample",
+                total=len(cells),
+                unit="cells",
+            )
+        )
     results.sort(key=lambda r: order[r[0]])
     elapsed = time.time() - started
-    section = "\n".join(two_sample_section(results, scale, elapsed))
+    section = "\n".join(two_sample_section(args.table, results, scale, elapsed))
     write_section(args.out, section)
-    print(f"wrote the two-sample section of {args.out} ({len(results)} cells, {elapsed:.0f} s)")
+    print(
+        f"wrote the {args.table} two-sample table of {args.out} ({len(results)} cells, "
+        f"{elapsed:.0f} s)"
+    )
 
 
 # --- large-domain identity tests (T1, T2, T3) -----------------------------------------------------
@@ -927,6 +1032,12 @@ def main() -> None:
         "--widened-power", action="store_true", help="only the widened section's power table"
     )
     parser.add_argument("--two-sample", action="store_true", help="only the two-sample grid")
+    parser.add_argument(
+        "--table",
+        choices=list(TWO_SAMPLE_TABLES),
+        default="per-category",
+        help="which two-sample table (its own section; default %(default)s)",
+    )
     parser.add_argument("--identity", action="store_true", help="only the T1/T2/T3 grid")
     parser.add_argument("--quick", action="store_true", help="those two with 1/4 the trials")
     args = parser.parse_args()

@@ -143,14 +143,3 @@ def test_bad_inputs_are_typed_errors():
         two_sample(a, a, n_draws=5)
     with pytest.raises(InvalidInputError):
         two_sample_power(mech, [0.5, 0.5, 0.0], [0.2, 0.2], (10, 10))
-
-
-def test_public_coin_reports_are_refused_with_a_reason():
-    from aggregator.errors import InvalidInputError
-    from client.mechanisms import PublicCoinBit
-
-    mech = PublicCoinBit(16, 1.0, 3, 4)
-    rng = np.random.default_rng(1)
-    hist = Histogram(mech, 400, mech.simulate_histogram(400, np.full(16, 1 / 16), rng))
-    with pytest.raises(InvalidInputError, match="per public group"):
-        two_sample(hist, hist)

@@ -110,6 +110,30 @@ categories = ["a", "b", "c", "d", "e", "f"]
 mechanism = "local_hashing"
 epsilon = 1.0
 
+[[survey.question]]
+id = "pc_a"
+categories = ["a", "b", "c", "d", "e", "f", "g", "h"]
+mechanism = "public_coin_bit"
+epsilon = 1.0
+public_seed = 2026
+groups = 4
+
+[[survey.question]]
+id = "pc_b"
+categories = ["a", "b", "c", "d", "e", "f", "g", "h"]
+mechanism = "public_coin_bit"
+epsilon = 1.0
+public_seed = 2026
+groups = 4
+
+[[survey.question]]
+id = "pc_seed"
+categories = ["a", "b", "c", "d", "e", "f", "g", "h"]
+mechanism = "public_coin_bit"
+epsilon = 1.0
+public_seed = 2027
+groups = 4
+
 [[survey]]
 id = "wave2"
 title = "second wave"
@@ -135,6 +159,9 @@ ANSWERS = {  # (survey, question) -> (answer distribution, number of devices)
         for name in ("hr", "oue", "ss", "olh")
         for side, p in (("a", [1 / 6] * 6), ("b", [0.6, 0.2, 0.05, 0.05, 0.05, 0.05]))
     },
+    ("trial", "pc_a"): ([1 / 8] * 8, 800),
+    ("trial", "pc_b"): ([0.5, 0.3, 0.04, 0.04, 0.03, 0.03, 0.03, 0.03], 700),
+    ("trial", "pc_seed"): ([1 / 8] * 8, 50),
 }
 
 
@@ -217,6 +244,24 @@ def test_rpc_support_count_mechanisms_match_the_library(populated, name):
     assert remote.reject and remote.n == 1200 and not remote.HasField("dof")
 
 
+@pytest.mark.parametrize("calibration", ["auto", "monte-carlo"])
+def test_rpc_public_coin_reports_match_the_library(populated, calibration):
+    """Public-coin one-bit reports: the per-group homogeneity chi-square through the same RPC."""
+    _, analyst, local, _ = populated
+    remote = analyst.TwoSample(request("trial:pc_a", "trial:pc_b", calibration=calibration, seed=4))
+    library = two_sample(
+        local[("trial", "pc_a")], local[("trial", "pc_b")], calibration=calibration, rng=4
+    )
+    assert remote.pvalue == library.pvalue and remote.reject
+    assert remote.statistic == pytest.approx(library.statistic, rel=1e-12)
+    assert remote.method == library.method and remote.n == 1500
+    assert list(remote.observed) == list(library.observed)
+    if calibration == "auto":
+        assert remote.calibration == "asymptotic" and remote.dof == 4
+    else:
+        assert remote.n_draws == 999 and not remote.HasField("dof")
+
+
 @pytest.mark.parametrize(
     ("a", "b", "code", "fragment"),
     [
@@ -224,6 +269,7 @@ def test_rpc_support_count_mechanisms_match_the_library(populated, name):
         ("trial:arm_a", "trial:other_labels", "FAILED_PRECONDITION", "differ in categories"),
         ("trial:arm_a", "trial:fc_a", "FAILED_PRECONDITION", "differ in mechanism"),
         ("trial:hr_a", "trial:oue_a", "FAILED_PRECONDITION", "differ in mechanism"),
+        ("trial:pc_a", "trial:pc_seed", "FAILED_PRECONDITION", "differ in public_seed"),
         ("trial:arm_a", "trial:few", "FAILED_PRECONDITION", "released from 5"),
         ("trial:arm_a", "trial:nope", "NOT_FOUND", "nope"),
         ("trial:arm_a", "trial:arm_a", "INVALID_ARGUMENT", "name the same question"),
@@ -281,12 +327,18 @@ def test_cli_json_and_text(populated):
     assert hr.returncode == 0, hr.stderr
     library = two_sample(local[("trial", "hr_a")], local[("trial", "hr_b")], rng=4)
     assert json.loads(hr.stdout)["pvalue"] == library.pvalue
+    coin = cli(config, server.db, "--a", "trial:pc_a", "--b", "trial:pc_b")
+    assert coin.returncode == 0, coin.stderr
+    library = two_sample(local[("trial", "pc_a")], local[("trial", "pc_b")])
+    assert "grouped homogeneity chi-square on public-coin bits" in coin.stdout
+    assert f"statistic = {library.statistic:.4f}, dof = 4" in coin.stdout
 
 
 @pytest.mark.parametrize(
     ("args", "status", "fragment"),
     [
         (["--a", "trial:arm_a", "--b", "trial:other_eps"], 2, "differ in epsilon"),
+        (["--a", "trial:pc_a", "--b", "trial:pc_seed"], 2, "differ in public_seed"),
         (["--a", "trial:arm_a", "--b", "trial"], 2, "expected SURVEY:QUESTION"),
         (["--a", "trial:arm_a", "--b", "trial:arm_a"], 2, "compares two groups"),
         (["--a", "trial:arm_a", "--b", "trial:arm_b", "--side", "exploration"], 2, "not split"),

@@ -1,6 +1,8 @@
 """Issue 17 item 3: two_sample for the support-count mechanisms (optimized unary encoding,
-Hadamard response, subset selection, local hashing): parametric bootstrap at the pooled estimate,
-Type I inside the 99% band, power, the same-definition check."""
+Hadamard response, subset selection, local hashing): parametric bootstrap at the pooled estimate
+(optimized unary encoding: permutation of each category's pooled bits; subset selection with
+one-category subsets: permutation of the reports), Type I inside the 99% band, power, the
+same-definition check."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from aggregator.errors import IncompatibleHistogramsError
 from aggregator.histogram import Histogram
 from aggregator.stats import two_sample, two_sample_power
-from aggregator.stats.studies import two_sample_rate, zipf
+from aggregator.stats.studies import geometric, two_sample_rate, zipf
 from client.mechanisms import (
     HadamardResponse,
     LocalHashing,
@@ -26,11 +28,15 @@ ALPHA = 0.05
     [
         (HadamardResponse(30, 1.0), zipf(30), (600, 400), 300),
         (OptimizedUnaryEncoding(30, 1.0), zipf(30), (500, 500), 300),
+        # sparse at eps = 8: the bootstrap at the pooled estimate rejected 0.085 of 800 here
+        (OptimizedUnaryEncoding(64, 8.0), geometric(64, 0.9), (150, 150), 400),
         (HadamardResponse(200, 2.0), zipf(200, 1.5), (300, 200), 300),  # sparse: many p_j ~ 0
         (SubsetSelection(12, 1.0), zipf(12), (200, 150), 200),
+        # d = 1: the bootstrap at the pooled estimate rejected 0.090 of 300 here
+        (SubsetSelection(64, 8.0), geometric(64, 0.9), (150, 150), 400),
         (LocalHashing(12, 1.0), zipf(12), (200, 150), 200),
     ],
-    ids=["hr", "oue", "hr sparse", "ss", "olh"],
+    ids=["hr", "oue", "oue sparse eps 8", "hr sparse", "ss", "ss d 1 sparse eps 8", "olh"],
 )
 def test_type1_inside_band(mech, p, sizes, trials):
     rate = two_sample_rate(mech, p, p, sizes, trials=trials, seed=sizes[0], n_draws=99)
@@ -47,7 +53,9 @@ def test_detects_a_clear_difference_and_reports_its_calibration(factory):
     b = Histogram(mech, 800, mech.simulate_histogram(800, zipf(8, 2.0), rng))
     result = two_sample(a, b, rng=6, n_draws=199)
     assert result.reject and result.calibration == "monte-carlo" and result.n_draws == 199
-    assert "support" in result.method and "bootstrap" in result.calibration_reason
+    permuted = factory is OptimizedUnaryEncoding or mech.name == "subset_selection"  # d = 1 here
+    null = "permutation" if permuted else "bootstrap"
+    assert "support" in result.method and null in result.calibration_reason
     limit = two_sample(a, b, calibration="asymptotic")
     assert limit.calibration == "asymptotic" and 0 <= limit.pvalue < 0.01
     assert two_sample(a, a, rng=1, n_draws=99).pvalue > 0.5

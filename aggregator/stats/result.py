@@ -18,7 +18,8 @@ class TestResult:
     Carlo and bootstrap tests, whose ``n_draws`` is the number of null draws m; ``calibration``
     says which null was used ("asymptotic" or "monte-carlo") and ``calibration_reason`` why.
     An ``inconclusive`` result (a cell-count rule failed) never rejects and carries
-    ``pvalue = 1.0``; ``reason`` says why.
+    ``pvalue = 1.0``; ``reason`` says why. On a conclusive result a non-empty ``reason`` notes
+    what the test left out (e.g. uninformative public groups of a two-sample test).
     """
 
     __test__ = False  # not a pytest test class
@@ -74,11 +75,13 @@ class TestResult:
         else:
             null = f"dof = {self.dof}"
         why = f" ({self.calibration_reason})" if self.calibration_reason else ""
+        note = [f"  note: {self.reason}"] if self.reason and not self.inconclusive else []
         return "\n".join(
             [
                 f"{self.method} [{self.mechanism}]",
                 f"  n = {self.n}, statistic = {self.statistic:.4f}, {null}",
                 f"  calibration: {self.calibration}{why}",
+                *note,
                 f"  p-value: {self.pvalue_text()} at alpha = {self.alpha:g}: {decision}",
             ]
         )

@@ -14,9 +14,16 @@ must use the same mechanism with the same parameters. docs/two-sample.md derives
 * the support-count mechanisms (optimized unary encoding, Hadamard response, subset selection,
   local hashing): the same statistic with their support metric ``c1^2 / (q (1 - q))`` at p_bar
   (Pearson on the difference of the two groups' support frequencies). Its limit is a weighted
-  chi-square (the support null weights at p_bar), so ``"auto"`` always uses the parametric
-  bootstrap at p_bar from the mechanism's exact support-count sampler; ``"asymptotic"`` uses the
-  weighted chi-square (Imhof).
+  chi-square (the support null weights at p_bar), so ``"auto"`` always simulates: the parametric
+  bootstrap at p_bar from the mechanism's exact support-count sampler, except for optimized unary
+  encoding, whose bits are independent given the answer: there each category's pooled bits are
+  permuted between the groups (the bootstrap over-rejects on sparse answers at large eps), and
+  subset selection with subsets of one category (d = 1: eps >= ln(k - 1)), whose support
+  counts are the counts of one-category reports: permuted exactly as randomized response's;
+  ``"asymptotic"`` uses the weighted chi-square (Imhof);
+* public-coin one-bit reports: a 2 x 2 homogeneity chi-square per public group, summed
+  (``stats/two_sample_public.py``); its Monte Carlo null permutes the pooled bits within each
+  group, a hypergeometric draw per group from the counts: exact at every n.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from aggregator.errors import IncompatibleHistogramsError, InvalidInputError
+from aggregator.errors import IncompatibleHistogramsError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import (
     MIN_EFFECTIVE_COUNT,
@@ -46,6 +53,7 @@ from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.ltz import ltz_isf, ltz_sf, quadratic_moments
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
+from aggregator.stats.two_sample_public import public_coin_power, public_coin_two_sample
 from aggregator.stats.validate import (
     check_alpha,
     check_count,
@@ -54,7 +62,7 @@ from aggregator.stats.validate import (
     check_histogram,
     make_rng,
 )
-from client.mechanisms import Mechanism, PublicCoinBit
+from client.mechanisms import Mechanism, OptimizedUnaryEncoding, PublicCoinBit, SubsetSelection
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
 DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
@@ -72,8 +80,9 @@ def two_sample(
 ) -> TestResult:
     """Test H0: groups A and B have the same answer distribution, from their reports only.
 
-    ``calibration``: ``"asymptotic"`` (chi-square(k - 1)), ``"monte-carlo"`` (``n_draws`` null
-    draws: a permutation of the pooled reports for randomized response, exact; a parametric
+    ``calibration``: ``"asymptotic"`` (chi-square(k - 1); public-coin reports: chi-square(number
+    of informative public groups)), ``"monte-carlo"`` (``n_draws`` null draws: a permutation of
+    the pooled reports for randomized response and public-coin bits, exact; a parametric
     bootstrap at the pooled estimate otherwise) or ``"auto"`` (asymptotic only where every
     expected privatized count of both groups is at least 5; Laplace noise always simulated).
     ``expected`` and ``observed`` of the result are group A's: its sufficient statistic and its
@@ -82,14 +91,11 @@ def two_sample(
     hist_a = check_histogram(hist_a)
     hist_b = check_histogram(hist_b)
     check_same_mechanism(hist_a.mechanism, hist_b.mechanism)
-    if isinstance(hist_a.mechanism, PublicCoinBit):
-        raise InvalidInputError(
-            "two-sample tests compare per-category reports; public_coin_bit reports are per "
-            "public group (use a per-category mechanism, e.g. hadamard_response)"
-        )
     alpha = check_alpha(alpha)
     calibration = check_calibration(calibration)
     n_draws = check_draws(n_draws, alpha)
+    if isinstance(hist_a.mechanism, PublicCoinBit):
+        return public_coin_two_sample(hist_a, hist_b, alpha, calibration, rng, n_draws)
     if is_randomized_response(hist_a.mechanism):
         return _randomized_response(hist_a, hist_b, alpha, calibration, rng, n_draws)
     return _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws)
@@ -103,8 +109,10 @@ def check_same_mechanism(a: Mechanism, b: Mechanism) -> None:
         why = f"group A uses {a.name}, group B uses {b.name}"
     elif a.k != b.k:
         why = f"group A has {a.k} categories, group B has {b.k}"
-    else:
+    elif a.describe() != b.describe():
         why = f"group A is {a.describe()}, group B is {b.describe()}"
+    else:  # a parameter describe() leaves out, e.g. a public-coin seed
+        why = f"group A is {a!r}, group B is {b!r}"
     raise IncompatibleHistogramsError(
         f"two-sample test needs the same question definition (mechanism and parameters): {why}"
     )
@@ -172,10 +180,20 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     else:
         choice = choose(calibration, mech, min(n_a, n_b), p_bar, composite=False)
     if choice.simulated:
-        reason = f"{choice.reason}; parametric bootstrap at the pooled estimate"
         generator = make_rng(rng)
-        draws_a = simulate_null(mech, n_a, p_bar, generator, n_draws)
-        draws_b = simulate_null(mech, n_b, p_bar, generator, n_draws)
+        pooled = hist_a.values + hist_b.values
+        if isinstance(mech, OptimizedUnaryEncoding):
+            reason = f"{choice.reason}; permutation of each category's pooled bits"
+            draws_a, draws_b = _permute_bits(pooled, n_a, n_b, generator, n_draws)
+        elif isinstance(mech, SubsetSelection) and mech.subset_size == 1:
+            reason = f"{choice.reason}; permutation of the pooled one-category reports"
+            colors = np.rint(pooled).astype(np.int64)
+            draws_a = generator.multivariate_hypergeometric(colors, n_a, size=n_draws)
+            draws_a, draws_b = draws_a.astype(float), (colors - draws_a).astype(float)
+        else:
+            reason = f"{choice.reason}; parametric bootstrap at the pooled estimate"
+            draws_a = simulate_null(mech, n_a, p_bar, generator, n_draws)
+            draws_b = simulate_null(mech, n_b, p_bar, generator, n_draws)
         pvalue = monte_carlo_pvalue(statistic, _statistic(mech, n_a, n_b, draws_a, draws_b))
         common.update(calibration="monte-carlo", calibration_reason=reason)
         return TestResult(
@@ -188,6 +206,16 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     dof = mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+
+
+def _permute_bits(pooled: np.ndarray, n_a: int, n_b: int, rng: np.random.Generator, m: int):
+    """Optimized unary encoding: group A's bit sums when each category's pooled bits are split
+    at random between the groups (hypergeometric per category), and group B's the rest. Exact for
+    each category; the categories are drawn independently, which leaves out the weak dependence
+    between a report's bits (only through its answer: correlation -c1^2 p_j p_l / (sd_j sd_l))."""
+    ones = np.rint(pooled).astype(np.int64)
+    draws_a = rng.hypergeometric(ones, n_a + n_b - ones, n_a, size=(m, ones.size))
+    return draws_a.astype(float), (ones - draws_a).astype(float)
 
 
 def _pooled(values: np.ndarray, n: int, mech: Mechanism) -> np.ndarray:
@@ -246,11 +274,14 @@ def two_sample_power(
     """Asymptotic power of ``two_sample`` with group sizes ``sizes``: noncentral chi-square(k - 1)
     with ``nu = n_a n_b / N * (p_a - p_b)^T W(p_bar) (p_a - p_b)``, p_bar the pooled mixture
     (support-count mechanisms: their weighted noncentral chi-square, by the four-cumulant law of
-    stats/ltz.py)."""
+    stats/ltz.py; public-coin reports: noncentral chi-square(L) over the survey's public
+    subsets)."""
     alpha = check_alpha(alpha)
     p_a = check_distribution(p_a, mechanism.k, "p_a")
     p_b = check_distribution(p_b, mechanism.k, "p_b")
     n_a, n_b = (check_count(n, name) for n, name in zip(sizes, ("n_a", "n_b"), strict=True))
+    if isinstance(mechanism, PublicCoinBit):
+        return public_coin_power(mechanism, p_a, p_b, n_a, n_b, alpha)
     p_bar = (n_a * p_a + n_b * p_b) / (n_a + n_b)
     if is_support(mechanism):
         scale = np.sqrt(np.diag(mechanism.report_covariance(p_bar)))
