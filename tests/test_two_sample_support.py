@@ -35,8 +35,19 @@ ALPHA = 0.05
         # d = 1: the bootstrap at the pooled estimate rejected 0.090 of 300 here
         (SubsetSelection(64, 8.0), geometric(64, 0.9), (150, 150), 400),
         (LocalHashing(12, 1.0), zipf(12), (200, 150), 200),
+        # sparse at eps = 8: the bootstrap at the pooled estimate rejected 0.087 of 300 here
+        (LocalHashing(64, 8.0), geometric(64, 0.9), (150, 150), 400),
     ],
-    ids=["hr", "oue", "oue sparse eps 8", "hr sparse", "ss", "ss d 1 sparse eps 8", "olh"],
+    ids=[
+        "hr",
+        "oue",
+        "oue sparse eps 8",
+        "hr sparse",
+        "ss",
+        "ss d 1 sparse eps 8",
+        "olh",
+        "olh sparse eps 8",
+    ],
 )
 def test_type1_inside_band(mech, p, sizes, trials):
     rate = two_sample_rate(mech, p, p, sizes, trials=trials, seed=sizes[0], n_draws=99)
@@ -53,7 +64,7 @@ def test_detects_a_clear_difference_and_reports_its_calibration(factory):
     b = Histogram(mech, 800, mech.simulate_histogram(800, zipf(8, 2.0), rng))
     result = two_sample(a, b, rng=6, n_draws=199)
     assert result.reject and result.calibration == "monte-carlo" and result.n_draws == 199
-    permuted = factory is OptimizedUnaryEncoding or mech.name == "subset_selection"  # d = 1 here
+    permuted = factory is not HadamardResponse  # subset selection: d = 1 here
     null = "permutation" if permuted else "bootstrap"
     assert "support" in result.method and null in result.calibration_reason
     limit = two_sample(a, b, calibration="asymptotic")
@@ -61,7 +72,7 @@ def test_detects_a_clear_difference_and_reports_its_calibration(factory):
     assert two_sample(a, a, rng=1, n_draws=99).pvalue > 0.5
 
 
-@pytest.mark.parametrize("factory", [HadamardResponse, OptimizedUnaryEncoding])
+@pytest.mark.parametrize("factory", [HadamardResponse, OptimizedUnaryEncoding, LocalHashing])
 def test_power_follows_simulation(factory):
     mech, sizes = factory(20, 1.0), (1500, 1000)
     p_a, p_b = np.full(20, 1 / 20), zipf(20, 1.0)

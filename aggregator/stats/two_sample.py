@@ -16,8 +16,9 @@ must use the same mechanism with the same parameters. docs/two-sample.md derives
   (Pearson on the difference of the two groups' support frequencies). Its limit is a weighted
   chi-square (the support null weights at p_bar), so ``"auto"`` always simulates: the parametric
   bootstrap at p_bar from the mechanism's exact support-count sampler, except for optimized unary
-  encoding, whose bits are independent given the answer: there each category's pooled bits are
-  permuted between the groups (the bootstrap over-rejects on sparse answers at large eps), and
+  encoding and local hashing, whose support bits are (pairwise) independent given the answer:
+  there each category's pooled bits are permuted between the groups (the bootstrap over-rejects
+  on sparse answers at large eps), and
   subset selection with subsets of one category (d = 1: eps >= ln(k - 1)), whose support
   counts are the counts of one-category reports: permuted exactly as randomized response's;
   ``"asymptotic"`` uses the weighted chi-square (Imhof);
@@ -62,7 +63,13 @@ from aggregator.stats.validate import (
     check_histogram,
     make_rng,
 )
-from client.mechanisms import Mechanism, OptimizedUnaryEncoding, PublicCoinBit, SubsetSelection
+from client.mechanisms import (
+    LocalHashing,
+    Mechanism,
+    OptimizedUnaryEncoding,
+    PublicCoinBit,
+    SubsetSelection,
+)
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
 DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
@@ -182,7 +189,7 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     if choice.simulated:
         generator = make_rng(rng)
         pooled = hist_a.values + hist_b.values
-        if isinstance(mech, OptimizedUnaryEncoding):
+        if isinstance(mech, OptimizedUnaryEncoding | LocalHashing):
             reason = f"{choice.reason}; permutation of each category's pooled bits"
             draws_a, draws_b = _permute_bits(pooled, n_a, n_b, generator, n_draws)
         elif isinstance(mech, SubsetSelection) and mech.subset_size == 1:
@@ -209,10 +216,13 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
 
 
 def _permute_bits(pooled: np.ndarray, n_a: int, n_b: int, rng: np.random.Generator, m: int):
-    """Optimized unary encoding: group A's bit sums when each category's pooled bits are split
-    at random between the groups (hypergeometric per category), and group B's the rest. Exact for
-    each category; the categories are drawn independently, which leaves out the weak dependence
-    between a report's bits (only through its answer: correlation -c1^2 p_j p_l / (sd_j sd_l))."""
+    """Optimized unary encoding, local hashing: group A's support counts when each category's
+    pooled support bits are split at random between the groups (hypergeometric per category), and
+    group B's the rest. Exact for each category; the categories are drawn independently, which
+    leaves out the weak dependence between a report's bits. Given the answer, OUE's bits are
+    independent and local hashing's support bits pairwise independent (its hash family is 3-wise
+    independent), so that dependence runs only through the answer: correlation
+    -c1^2 p_j p_l / (sd_j sd_l), the same second moments the statistic's law depends on."""
     ones = np.rint(pooled).astype(np.int64)
     draws_a = rng.hypergeometric(ones, n_a + n_b - ones, n_a, size=(m, ones.size))
     return draws_a.astype(float), (ones - draws_a).astype(float)
