@@ -51,7 +51,7 @@ from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.cli_parsing import DefaultsFormatter, OneLineParser
 from client.progress import bar
-from client.survey import SurveySpec, survey_to_json
+from client.survey import SurveyError, SurveySpec, survey_to_json
 from protos.ldp.v1 import ldp_pb2
 
 PROG = "ldp-aggregator"
@@ -202,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(est)
     _question(est)
     _side(est)
+    _group(est)
     est.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     est.add_argument(
         "--simultaneous", action="store_true", help="also intervals covering all categories at once"
@@ -214,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     _question(test)
     test.add_argument("kind", choices=["gof", "independence"], help="which test")
     _side(test)
+    _group(test)
     test.add_argument(
         "--p0",
         help="gof only: null distribution, one probability per category in the question's "
@@ -424,6 +426,14 @@ def _side(parser: argparse.ArgumentParser) -> None:
         choices=list(SIDES),
         help="split surveys: which side to read (default exploration; confirmation only once "
         "its results are sealed)",
+    )
+
+
+def _group(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--group",
+        metavar="VALUE",
+        help="surveys with a group label: read one group (default: all groups pooled)",
     )
 
 
@@ -642,17 +652,48 @@ def _load(args: argparse.Namespace, *, test: bool = False):
         raise UserError(f"survey {survey.id} is not split; --side is for split surveys")
     side = SIDES[args.side or "exploration"] if survey.split else 0
     args.exploratory = side == ldp_pb2.EXPLORATION
+    group = getattr(args, "group", None) or ""
+    try:
+        if group:
+            survey.check_group(group)
+    except SurveyError as exc:
+        raise UserError(f"--group: {exc}") from None
+    args.groups = _groups_read(survey, group)
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)
-        n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side)
+        n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side, group)
     if n < survey.min_batch_size:
+        of = f" of {survey.group_label.name} {group!r}" if group else ""  # type: ignore[union-attr]
         raise UserError(
-            f"{survey.id}/{question.id} has {n} reports; results are released from "
+            f"{survey.id}/{question.id} has {n} reports{of}; results are released from "
             f"{survey.min_batch_size} (min_batch_size)",
             status=3,
         )
     return question, ingest.histogram(question, n, sums)
+
+
+def _groups_read(survey: SurveySpec, group: str) -> dict[str, str]:
+    """What a read of a survey with a group label covers, for the output: the one group, or
+    every group pooled; empty for a survey without a group label."""
+    label = survey.group_label
+    if label is None:
+        return {}
+    if group:
+        return {"group_label": label.name, "group": group}
+    return {"group_label": label.name, "group": "", "pooled": ", ".join(label.values)}
+
+
+def _group_line(groups: dict[str, str]) -> str | None:
+    """The first line of a grouped survey's text output."""
+    if not groups:
+        return None
+    if groups["group"]:
+        return f"{groups['group_label']} = {groups['group']}"
+    return (
+        f"all {groups['group_label']} groups pooled ({groups['pooled']}); --group VALUE reads "
+        "one group"
+    )
 
 
 def run_estimate(args: argparse.Namespace) -> int:
@@ -663,10 +704,12 @@ def run_estimate(args: argparse.Namespace) -> int:
     if args.json:
         side = {"exploratory": True} if args.exploratory else {}
         labels = {"question": question.id, "labels": question.labels}
-        print(json.dumps({**labels, **side, **est.to_dict()}))
+        print(json.dumps({**labels, **side, **args.groups, **est.to_dict()}))
     else:
         if args.exploratory:
             print(EXPLORATORY)
+        if _group_line(args.groups):
+            print(_group_line(args.groups))
         print(estimate_table(est, question.labels))
     return 0
 
@@ -741,10 +784,12 @@ def run_test(args: argparse.Namespace) -> int:
         raise UserError(str(exc), status=3) from None
     if args.json:
         side = {"exploratory": True} if args.exploratory else {}
-        print(json.dumps({**side, **result.to_dict()}))
+        print(json.dumps({**side, **args.groups, **result.to_dict()}))
     else:
         if args.exploratory:
             print(EXPLORATORY)
+        if _group_line(args.groups):
+            print(_group_line(args.groups))
         print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
     return 0
 
@@ -1387,8 +1432,16 @@ def _add_two_sample(sub) -> None:
         sub, "two-sample", "did two groups answer alike? homogeneity of two questions (read only)"
     )
     _common(two)
-    two.add_argument("--a", required=True, metavar="SURVEY:QUESTION", help="group A")
-    two.add_argument("--b", required=True, metavar="SURVEY:QUESTION", help="group B")
+    two.add_argument("--a", metavar="SURVEY:QUESTION", help="group A: a question")
+    two.add_argument("--b", metavar="SURVEY:QUESTION", help="group B: a question")
+    two.add_argument("--survey", help="with --groups: the survey (it declares a group label)")
+    two.add_argument("--question", help="with --groups: the question")
+    two.add_argument(
+        "--groups",
+        nargs=2,
+        metavar=("A", "B"),
+        help="compare two values of the survey's group label on one question (instead of --a/--b)",
+    )
     two.add_argument("--alpha", type=float, default=0.05, help="significance level")
     two.add_argument("--seed", type=int, help="seed for the Monte Carlo null")
     two.add_argument(
@@ -1404,33 +1457,65 @@ def _add_two_sample(sub) -> None:
 
 
 def run_two_sample(args: argparse.Namespace) -> int:
-    from aggregator.groups import check_same_definition
+    from aggregator.groups import check_same_definition, group_name
     from aggregator.stats import two_sample
 
-    if args.a == args.b:
-        raise UserError(f"--a and --b both name {args.a}: a two-sample test compares two groups")
     # A split survey is read on one side (--side; exploration, labelled, by default), like
-    # estimate and test; --side applies to both questions.
-    groups = [
-        argparse.Namespace(**vars(args), **_survey_question(flag, text))
-        for flag, text in (("a", args.a), ("b", args.b))
-    ]
+    # estimate and test; --side applies to both groups.
+    groups = _two_sample_groups(args)
     (question_a, hist_a), (question_b, hist_b) = (_load(group, test=True) for group in groups)
     exploratory = any(group.exploratory for group in groups)
-    check_same_definition(question_a, question_b, (args.a, args.b))
+    names = tuple(group_name(g.survey, g.question, g.group) for g in groups)
+    check_same_definition(question_a, question_b, names)
     try:
         result = two_sample(hist_a, hist_b, args.alpha, calibration=args.calibration, rng=args.seed)
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     if args.json:
         label = {"exploratory": True} if exploratory else {}
-        print(json.dumps({"a": args.a, "b": args.b, **label, **result.to_dict()}))
+        print(json.dumps({"a": names[0], "b": names[1], **label, **result.to_dict()}))
     else:
         if exploratory:
             print(EXPLORATORY)
-        print(f"A = {args.a} (n = {hist_a.n}), B = {args.b} (n = {hist_b.n})")
+        print(f"A = {names[0]} (n = {hist_a.n}), B = {names[1]} (n = {hist_b.n})")
         print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
     return 0
+
+
+def _two_sample_groups(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """The two groups of ``two-sample`` as arguments of _load: two questions (--a, --b) or one
+    question split by two values of its survey's group label (--survey, --question, --groups).
+    One line (exit 2) for a mix of the two forms, neither, or two names of one group."""
+    from aggregator.groups import two_sample_request_problem
+
+    pair = args.a is not None or args.b is not None
+    grouped = args.groups is not None or args.survey is not None or args.question is not None
+    if pair == grouped:
+        raise UserError(
+            "give either --a and --b (two questions) or --survey, --question and --groups A B "
+            "(one question split by its group label)"
+        )
+    if pair:
+        if args.a is None or args.b is None:
+            raise UserError("--a and --b go together")
+        if args.a == args.b:
+            raise UserError(
+                f"--a and --b both name {args.a}: a two-sample test compares two groups"
+            )
+        where = [_survey_question(flag, text) for flag, text in (("a", args.a), ("b", args.b))]
+        where = [{**w, "group": ""} for w in where]
+    else:
+        if args.survey is None or args.question is None or args.groups is None:
+            raise UserError("--groups A B needs --survey and --question")
+        where = [
+            {"survey": args.survey, "question": args.question, "group": g} for g in args.groups
+        ]
+    keys = [(w["survey"], w["question"], w["group"]) for w in where]
+    problem = two_sample_request_problem(keys[0], keys[1])
+    if problem:
+        raise UserError(problem)
+    fields = {k: v for k, v in vars(args).items() if k not in ("survey", "question", "groups")}
+    return [argparse.Namespace(**fields, **w) for w in where]
 
 
 def _survey_question(flag: str, text: str) -> dict[str, str]:
