@@ -860,7 +860,7 @@ def run_import(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
     manifest = shards.read_manifest(args.source)
     survey = surveys.get(manifest.survey.id)
-    if survey != manifest.survey:
+    if not definitions.reads_as(manifest.survey, survey):
         change = definitions.survey_change(manifest.survey, survey, args.config)
         raise UserError(f"{args.source}: {change}")
     shards.verify(args.source, manifest)

@@ -23,6 +23,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from aggregator.store.report_store import ReportStore, StoreError
 from client.survey import GroupLabel, QuestionSpec, SurveySpec
@@ -286,6 +287,19 @@ def difference(stored: Mapping, given: Mapping) -> tuple[str, object, object]:
     return "definition", stored, given
 
 
+def reads_as(stored: SurveySpec, given: SurveySpec | None) -> bool:
+    """Whether reports collected under ``stored`` (a shard manifest's survey) are read the same
+    under ``given``: the same survey, or one whose group label gained values (a new wave)."""
+    if given is None or stored == given:
+        return stored == given
+    old, new = stored.group_label, given.group_label
+    if old is None or new is None or old.name != new.name:
+        return False
+    if not set(old.values) <= set(new.values):
+        return False
+    return replace(stored, group_label=new) == given
+
+
 def survey_change(stored: SurveySpec, given: SurveySpec | None, where: object = "") -> str:
     """One line saying how ``given`` (from a survey file) differs from ``stored`` (e.g. a shard
     manifest's survey): the first changed question and field, or the survey-level key."""
@@ -303,7 +317,8 @@ def survey_change(stored: SurveySpec, given: SurveySpec | None, where: object = 
                 f"survey {stored.id}, question {question.id}: {field} is {value!r} in {place} "
                 f"but the reports were randomized with {field} = {old!r}"
             )
-    for key in ("title", "min_batch_size", "require_device_auth", "exploration_fraction"):
+    keys = ("title", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label")
+    for key in keys:
         if getattr(stored, key) != getattr(given, key):
             return (
                 f"survey {stored.id}: {key} is {getattr(given, key)!r} in {place}, "
