@@ -1457,7 +1457,7 @@ def _add_two_sample(sub) -> None:
 
 
 def run_two_sample(args: argparse.Namespace) -> int:
-    from aggregator.groups import check_same_definition, group_name
+    from aggregator.groups import check_same_definition
     from aggregator.stats import two_sample
 
     # A split survey is read on one side (--side; exploration, labelled, by default), like
@@ -1465,7 +1465,7 @@ def run_two_sample(args: argparse.Namespace) -> int:
     groups = _two_sample_groups(args)
     (question_a, hist_a), (question_b, hist_b) = (_load(group, test=True) for group in groups)
     exploratory = any(group.exploratory for group in groups)
-    names = tuple(group_name(g.survey, g.question, g.group) for g in groups)
+    names = tuple(f"{g.survey}:{g.question}" + (f"[{g.group}]" if g.group else "") for g in groups)
     check_same_definition(question_a, question_b, names)
     try:
         result = two_sample(hist_a, hist_b, args.alpha, calibration=args.calibration, rng=args.seed)

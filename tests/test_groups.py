@@ -357,7 +357,7 @@ def test_cli_two_sample_by_group_matches_the_library(populated):
     out = json.loads(done.stdout)
     library = two_sample(local[("hr", "control")], local[("hr", "treatment")], rng=5)
     assert out["reject"] and out["pvalue"] == library.pvalue
-    assert (out["a"], out["b"]) == ("trial/hr[control]", "trial/hr[treatment]")
+    assert (out["a"], out["b"]) == ("trial:hr[control]", "trial:hr[treatment]")
 
 
 @pytest.mark.parametrize(
