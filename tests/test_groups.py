@@ -21,7 +21,7 @@ from aggregator.config import ConfigError, load_surveys
 from aggregator.histogram import Histogram
 from aggregator.service.server import open_store
 from aggregator.stats import estimate, two_sample
-from aggregator.store import definitions, ingest
+from aggregator.store import definitions, ingest, shards
 from aggregator.store.definitions import GroupLabelChangedError
 from aggregator.store.report_store import SCHEMA_VERSION, ReportStore
 from client.device.group import GroupChangedError
@@ -584,3 +584,61 @@ def test_rebuild_export_and_import_keep_the_groups(tmp_path):
         for group, (n, sums) in stored.items():
             n_copy, sums_copy = store.statistics("trial", "rr", group=group)
             assert n_copy == n and sums_copy.tolist() == sums.tolist()
+
+
+@pytest.mark.parametrize("dedup", [0, 8])
+def test_the_beam_job_reads_grouped_shards_and_its_pooled_results_stay_right(tmp_path, dedup):
+    pytest.importorskip("apache_beam", reason="needs the [beam] extra")
+    from aggregator.jobs import inputs, pipeline
+    from aggregator.jobs.results import Analysis
+
+    config, db = grouped_store(tmp_path)
+    surveys = load_surveys(config)
+    out = tmp_path / "shards"
+    with ReportStore(db) as store:
+        shards.export_survey(store, surveys["trial"], out, 3)
+        n, sums = store.statistics("trial", "rr")
+    found = inputs.resolve([str(out)], surveys)
+    spec = pipeline.JobSpec(
+        surveys, found.shards, str(tmp_path / "r.json"), Analysis(seed=1), dedup, block_bytes=512
+    )
+    document = pipeline.run(spec, ["--runner=DirectRunner"])
+    (result,) = [r for r in document["results"] if r["question"] == "rr"]
+    assert (result["n"], result["sums"]) == (n, sums.tolist()) and n == 60
+
+
+def test_groups_on_a_workers_server(tmp_path):
+    """serve --workers 2: grouped uploads, per-group reads and two-sample by group through
+    every worker (the pattern of test_the_flow_on_a_workers_server)."""
+    from test_workers import connection, start, stop
+
+    config = survey_file(tmp_path / "s.toml", '"control", "treatment"')
+    surveys = load_surveys(config)
+    process, target = start(config, tmp_path / "store.sqlite", tmp_path, workers=2)
+    try:
+        channels = [connection(target) for _ in range(3)]
+        rng = np.random.default_rng(9)
+        local = {}
+        for group, (p, _, n) in list(TRUTH.items())[:2]:
+            messages, local[group] = reports(surveys["trial"], "rr", p, n, group, rng)
+            ldp_pb2_grpc.CollectorStub(channels[0]).Upload(
+                ldp_pb2.UploadRequest(reports=messages), timeout=30
+            )
+        library = two_sample(local["control"], local["treatment"])
+        for channel in channels:
+            analyst = ldp_pb2_grpc.AnalystStub(channel)
+            remote = analyst.TwoSample(by_groups("rr", "control", "treatment"), timeout=30)
+            assert remote.pvalue == library.pvalue and remote.n == 1600
+            one = analyst.Estimate(
+                ldp_pb2.EstimateRequest(survey_id="trial", question_id="rr", group="control"),
+                timeout=30,
+            )
+            assert one.n == TRUTH["control"][2]
+            with pytest.raises(grpc.RpcError) as refused:
+                ldp_pb2_grpc.CollectorStub(channel).Upload(
+                    ldp_pb2.UploadRequest(reports=[one("trial", "")]), timeout=30
+                )
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        status, stderr = stop(process)
+    assert status == 0, stderr
