@@ -629,11 +629,11 @@ def test_groups_on_a_workers_server(tmp_path):
             analyst = ldp_pb2_grpc.AnalystStub(channel)
             remote = analyst.TwoSample(by_groups("rr", "control", "treatment"), timeout=30)
             assert remote.pvalue == library.pvalue and remote.n == 1600
-            one = analyst.Estimate(
+            read = analyst.Estimate(
                 ldp_pb2.EstimateRequest(survey_id="trial", question_id="rr", group="control"),
                 timeout=30,
             )
-            assert one.n == TRUTH["control"][2]
+            assert read.n == TRUTH["control"][2]
             with pytest.raises(grpc.RpcError) as refused:
                 ldp_pb2_grpc.CollectorStub(channel).Upload(
                     ldp_pb2.UploadRequest(reports=[one("trial", "")]), timeout=30
