@@ -657,7 +657,7 @@ def _load(args: argparse.Namespace, *, test: bool = False):
         if group:
             survey.check_group(group)
     except SurveyError as exc:
-        raise UserError(f"--group: {exc}") from None
+        raise UserError(str(exc)) from None
     args.groups = _groups_read(survey, group)
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)

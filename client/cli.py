@@ -628,6 +628,9 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"each device spent epsilon {cost.epsilon:g} (pure) and rho {cost.rho:g} (zCDP), "
             f"covered by {cost.flags}"
         )
+        if "groups" in summary:
+            shares = ", ".join(f"{v} {n:,}" for v, n in summary["groups"].items())
+            print(f"devices per {survey.group_label.name}: {shares}")  # type: ignore[union-attr]
     return 0
 
 
