@@ -1080,6 +1080,7 @@ def _add_report(sub) -> None:
     report.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     report.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
     _side(report)
+    _group(report)
     report.set_defaults(run=run_report)
 
 
@@ -1087,11 +1088,17 @@ def run_report(args: argparse.Namespace) -> int:
     from aggregator.loader import open_survey
     from aggregator.report import build_report, render_html, render_markdown
 
-    data = open_survey(args.config, args.db, args.survey, args.side)
+    data = open_survey(args.config, args.db, args.survey, args.side, args.group)
     analyses = load_analyses(args.config, {data.survey.id: data.survey})[data.survey.id]
     histograms = {question_id: item.histogram for question_id, item in data.items()}
     report = build_report(
-        data.survey, histograms, analyses, args.confidence, args.seed, side=data.side
+        data.survey,
+        histograms,
+        analyses,
+        args.confidence,
+        args.seed,
+        side=data.side,
+        group=data.group,
     )
     text = render_html(report) if args.format == "html" else render_markdown(report)
     args.out.write_text(text, encoding="utf-8")

@@ -642,3 +642,24 @@ def test_groups_on_a_workers_server(tmp_path):
     finally:
         status, stderr = stop(process)
     assert status == 0, stderr
+
+
+def test_the_report_and_the_loader_read_one_group_or_all(populated, tmp_path):
+    from aggregator.loader import open_survey
+
+    server, _, _, config = populated
+    one = open_survey(config, server.db, "trial", group="treatment")
+    assert one.group == "treatment" and one["rr"].n == 700 and one["rr"].released
+    assert not open_survey(config, server.db, "trial", group="pilot")["rr"].released
+    assert open_survey(config, server.db, "trial")["rr"].n >= 1604
+    with pytest.raises(ConfigError, match="unknown arm"):
+        open_survey(config, server.db, "trial", group="placebo")
+    out = tmp_path / "report.md"
+    where = ("--config", str(config), "--db", str(server.db), "--survey", "trial")
+    markdown = ("--out", str(out), "--format", "md")
+    done = aggregator_cli("report", *where, *markdown, "--group", "control")
+    assert done.returncode == 0, done.stderr
+    assert "**arm = control: this group's reports only**" in out.read_text()
+    done = aggregator_cli("report", *where, *markdown)
+    assert done.returncode == 0, done.stderr
+    assert "**all arm groups pooled (control, treatment, pilot)**" in out.read_text()
