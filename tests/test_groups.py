@@ -587,7 +587,7 @@ def test_rebuild_export_and_import_keep_the_groups(tmp_path):
 
 
 @pytest.mark.parametrize("dedup", [0, 8])
-def test_the_beam_job_reads_grouped_shards_and_its_pooled_results_stay_right(tmp_path, dedup):
+def test_the_beam_job_gives_each_group_and_all_pooled(tmp_path, dedup):
     pytest.importorskip("apache_beam", reason="needs the [beam] extra")
     from aggregator.jobs import inputs, pipeline
     from aggregator.jobs.results import Analysis
@@ -597,14 +597,18 @@ def test_the_beam_job_reads_grouped_shards_and_its_pooled_results_stay_right(tmp
     out = tmp_path / "shards"
     with ReportStore(db) as store:
         shards.export_survey(store, surveys["trial"], out, 3)
-        n, sums = store.statistics("trial", "rr")
+        stored = {g: store.statistics("trial", "rr", group=g) for g in ("", "control", "treatment")}
     found = inputs.resolve([str(out)], surveys)
     spec = pipeline.JobSpec(
         surveys, found.shards, str(tmp_path / "r.json"), Analysis(seed=1), dedup, block_bytes=512
     )
     document = pipeline.run(spec, ["--runner=DirectRunner"])
-    (result,) = [r for r in document["results"] if r["question"] == "rr"]
-    assert (result["n"], result["sums"]) == (n, sums.tolist()) and n == 60
+    results = {r["group"]: r for r in document["results"] if r["question"] == "rr"}
+    assert set(results) == {"", "control", "treatment"}  # every group, and all pooled
+    for group, (n, sums) in stored.items():
+        assert (results[group]["n"], results[group]["sums"]) == (n, sums.tolist())
+        assert results[group]["group_label"] == "arm"
+    assert stored[""][0] == 60 and stored["control"][0] == 30
 
 
 def test_groups_on_a_workers_server(tmp_path):

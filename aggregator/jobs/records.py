@@ -29,13 +29,14 @@ from aggregator.store.shards import ShardFormatError
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
-QuestionKey = tuple[str, str]  # (survey id, question id)
+QuestionKey = tuple[str, str, str]  # (survey id, question id, group; '' without a group label)
 _ID_COLUMNS = slice(2, 2 + REPORT_ID_BYTES)
 
 
 @dataclass(frozen=True)
 class QuestionRecords:
-    """Reports of one question: ``ids`` (m, 16) and ``payloads`` (m, payload_size), uint8."""
+    """Reports of one question and group: ``ids`` (m, 16) and ``payloads`` (m, payload_size),
+    uint8."""
 
     key: QuestionKey
     ids: np.ndarray
@@ -76,7 +77,9 @@ def _split_by_layout(
             return
         chosen = matrix if same.all() else matrix[same]
         yield QuestionRecords(
-            (first.survey_id, first.question_id), chosen[:, _ID_COLUMNS], chosen[:, payload]
+            (first.survey_id, first.question_id, first.group),
+            chosen[:, _ID_COLUMNS],
+            chosen[:, payload],
         )
         matrix = matrix[~same]
 
@@ -110,7 +113,7 @@ def _parse_each(
         if len(report.payload) != question.mechanism.payload_size:
             raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: payload length")
         yield QuestionRecords(
-            (report.survey_id, report.question_id),
+            (report.survey_id, report.question_id, report.group),
             np.frombuffer(report.report_id, dtype=np.uint8)[None, :],
             np.frombuffer(report.payload, dtype=np.uint8)[None, :],
         )
