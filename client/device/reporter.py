@@ -260,6 +260,8 @@ class Reporter:
         )
 
     def _send(self, batch, totals: dict[str, int], refusals: dict[str, None]) -> None:
+        surveys = {item.survey_id for item in batch}
+        groups = {survey_id: self.groups.get(survey_id) or "" for survey_id in surveys}
         reports = [
             ldp_pb2.Report(
                 report_id=item.report_id,
@@ -268,11 +270,11 @@ class Reporter:
                 payload=item.payload,
                 definition_digest=item.definition_digest,
                 side=self.side(item.survey_id),
-                group=self.groups.get(item.survey_id) or "",
+                group=groups[item.survey_id],
             )
             for item in batch
         ]
-        signed = self._requires_auth({item.survey_id for item in batch})
+        signed = self._requires_auth(surveys)
         self.outbox.mark_attempt([item.report_id for item in batch])
         try:
             results = self._transport.upload(reports, self.device_key() if signed else None)
