@@ -910,6 +910,9 @@ def run_check_config(args: argparse.Namespace) -> int:
                 "require_device_auth": survey.require_device_auth,
                 "household_members": survey.household_members,
                 "exploration_fraction": survey.exploration_fraction,
+                "group_label": None
+                if survey.group_label is None
+                else {"name": survey.group_label.name, "values": list(survey.group_label.values)},
                 "limits": survey.id in limits,
                 "cost": cost.to_dict(),
                 "questions": [
@@ -932,6 +935,12 @@ def run_check_config(args: argparse.Namespace) -> int:
             print(
                 f"  split: {100 * row['exploration_fraction']:g}% of devices explore, the rest "
                 "confirm (docs/adaptive-analysis.md)"
+            )
+        if row["group_label"]:
+            label = row["group_label"]
+            print(
+                f"  public group label {label['name']}: {', '.join(label['values'])} (sent "
+                "unrandomized with every report; docs/two-sample.md)"
             )
         for q in row["questions"]:
             parameter = f"rho = {q['rho']:g}" if "rho" in q else f"epsilon = {q['epsilon']:g}"
