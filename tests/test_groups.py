@@ -212,8 +212,11 @@ def test_per_group_estimates_match_the_library(populated):
         library = estimate(local[("rr", group)])
         assert remote.n == TRUTH[group][2]
         np.testing.assert_allclose(remote.frequencies, library.frequencies, rtol=1e-12)
-    pooled = analyst.Estimate(ldp_pb2.EstimateRequest(survey_id="trial", question_id="rr"))
+    pooled, call = analyst.Estimate.with_call(
+        ldp_pb2.EstimateRequest(survey_id="trial", question_id="rr"), timeout=30
+    )
     assert pooled.n == sum(n for *_, n in TRUTH.values())
+    assert ("ldp-groups", "pooled") in call.trailing_metadata()  # said, as on the command line
     test = analyst.GoodnessOfFit(
         ldp_pb2.GoodnessOfFitRequest(
             survey_id="trial", question_id="rr", p0=[0.25] * 4, group="treatment"

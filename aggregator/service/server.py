@@ -641,6 +641,10 @@ def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
     _register(server, SERVICE_NAMES[1], handlers)
 
 
+#: Trailing metadata of a read of a survey with a group label that pools every group.
+POOLED_METADATA = ("ldp-groups", "pooled")
+
+
 class Analyst(ldp_pb2_grpc.AnalystServicer):
     """Estimates and tests computed from stored sufficient statistics."""
 
@@ -674,6 +678,11 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             except ClusteredReportsError as exc:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
         side = await confirm_rpcs.read_side(context, self._store, survey, side)
+        if survey.group_label is not None and not group:  # every group pooled: say so
+            labels = [POOLED_METADATA]
+            if side == ldp_pb2.EXPLORATION:
+                labels.append(confirm_rpcs.EXPLORATORY_METADATA)
+            context.set_trailing_metadata(tuple(labels))
         n, sums = await asyncio.to_thread(
             self._store.statistics, survey_id, question_id, side, group
         )
