@@ -670,3 +670,25 @@ def test_the_report_and_the_loader_read_one_group_or_all(populated, tmp_path):
     done = aggregator_cli("report", *where, *markdown)
     assert done.returncode == 0, done.stderr
     assert "**all arm groups pooled (control, treatment, pilot)**" in out.read_text()
+
+
+def test_one_upload_mixing_groups_counts_each_in_its_own(tmp_path):
+    """Reports of one question in several groups, interleaved in one request: each lands in its
+    group (and the pooled statistic), the flags come back in request order, a resend is a
+    duplicate everywhere."""
+    config = survey_file(tmp_path / "s.toml", '"control", "treatment"')
+    surveys = load_surveys(config)
+    messages = [one("trial", ("control", "treatment")[i % 3 == 0]) for i in range(12)]
+    store = open_store(surveys, str(tmp_path / "store.sqlite"))
+    try:
+        upload = ingest.validate_upload(messages, surveys)
+        assert [b.group for b in upload.batches] == ["treatment", "control"]
+        flags = upload.in_request_order(store.submit_batches(upload.batches).result())
+        assert flags == [1] * 12
+        again = ingest.validate_upload(messages[:5], surveys)
+        assert again.in_request_order(store.submit_batches(again.batches).result()) == [0] * 5
+        assert store.statistics("trial", "rr", group="treatment")[0] == 4
+        assert store.statistics("trial", "rr", group="control")[0] == 8
+        assert store.statistics("trial", "rr")[0] == 12
+    finally:
+        store.close()
