@@ -1013,11 +1013,12 @@ def run_rebuild(args: argparse.Namespace) -> int:
         raise UserError(f"report store not found: {args.db}")
     questions = {(s.id, q.id): q for s in surveys.values() for q in s.questions}
     store = _open_store(surveys, args.db, args.config)
-    sides = [
-        (s.id, q.id, side)
+    sides = [  # every question's pooled statistic per side, then per group of a group label
+        (s.id, q.id, side, group)
         for s in surveys.values()
         for q in s.questions
         for side in ((ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION) if s.split else (0,))
+        for group in ("", *(s.group_label.values if s.group_label else ()))
     ]
     try:
         before = {key: store.statistics(*key) for key in sides}
@@ -1028,7 +1029,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
                 raise UserError(f"the log holds reports of unknown question {question_id!r}")
             return ingest.contribution(question, payload)
 
-        total = sum(n for n, _ in before.values())
+        total = sum(n for key, (n, _) in before.items() if not key[3])  # pooled: each once
         with bar(total, "rebuild", unit="reports", quiet=args.json) as progress:
             after = store.rebuild(contribution, progress.update)
     finally:
@@ -1036,12 +1037,15 @@ def run_rebuild(args: argparse.Namespace) -> int:
     rows = []
     for key in sides:
         n_before, sums_before = before[key]
-        found = after.get(key[:2] if key[2] == 0 else key, (0, np.zeros_like(sums_before)))
+        stored_as = key[:2] if key[2:] == (0, "") else key[:3] if not key[3] else key
+        found = after.get(stored_as, (0, np.zeros_like(sums_before)))
         n_after, sums_after = found
         same = n_before == n_after and np.array_equal(sums_before, sums_after)
         row = {"survey": key[0], "question": key[1], "n": int(n_after), "matched": same}
         if key[2]:
             row["side"] = ldp_pb2.Side.Name(key[2]).lower()
+        if key[3]:
+            row["group"] = key[3]
         rows.append(row)
     if args.json:
         print(json.dumps(rows))
@@ -1049,6 +1053,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
         for row in rows:
             status = "matches" if row["matched"] else "DIFFERED (rewritten from the log)"
             where = f" ({row['side']} side)" if "side" in row else ""
+            where += f" [{row['group']}]" if "group" in row else ""
             print(f"{row['survey']}/{row['question']}{where}: n = {row['n']}, statistics {status}")
     return 0 if all(row["matched"] for row in rows) else 1
 

@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import grpc
@@ -692,3 +693,19 @@ def test_one_upload_mixing_groups_counts_each_in_its_own(tmp_path):
         assert store.statistics("trial", "rr")[0] == 12
     finally:
         store.close()
+
+
+def test_rebuild_checks_and_repairs_each_group(tmp_path):
+    config, db = grouped_store(tmp_path)
+    with closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE group_statistics SET n = n + 1 WHERE group_value = 'treatment'")
+    where = ("--config", str(config), "--db", str(db))
+    done = aggregator_cli("rebuild", *where, "--json")
+    assert done.returncode == 1, done.stderr
+    rows = {(r["survey"], r["question"], r.get("group", "")): r for r in json.loads(done.stdout)}
+    assert not rows[("trial", "rr", "treatment")]["matched"]
+    assert rows[("trial", "rr", "control")]["matched"] and rows[("trial", "rr", "")]["matched"]
+    assert rows[("trial", "rr", "treatment")]["n"] == 30
+    again = aggregator_cli("rebuild", *where)
+    assert again.returncode == 0, again.stdout
+    assert "trial/rr [treatment]: n = 30, statistics matches" in again.stdout
