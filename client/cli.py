@@ -649,8 +649,8 @@ def _group_shares(survey: SurveySpec, spec: str | None) -> tuple[list[str], np.n
         name, _, share = part.partition("=")
         if name not in label.values:
             raise UserError(
-                f"--group-share: {name!r} is not a {label.name} of survey {survey.id} "
-                f"({', '.join(label.values)})"
+                f"--group-share: {name!r} is not one of the {label.name} values of survey "
+                f"{survey.id} ({', '.join(label.values)})"
             )
         try:
             shares[name] = float(share)

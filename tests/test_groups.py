@@ -709,3 +709,38 @@ def test_rebuild_checks_and_repairs_each_group(tmp_path):
     again = aggregator_cli("rebuild", *where)
     assert again.returncode == 0, again.stdout
     assert "trial/rr [treatment]: n = 30, statistics matches" in again.stdout
+
+
+def test_simulate_spreads_devices_over_groups(tmp_path):
+    config = survey_file(tmp_path / "s.toml", '"control", "treatment"')
+    server = ServerThread(config, tmp_path / "store.sqlite").start()
+    try:
+        base = [sys.executable, "-m", "client.cli", "simulate", "--server", server.target]
+        base += ["--insecure", "--survey", "trial", "--devices", "400", "--seed", "3"]
+        done = subprocess.run(
+            [
+                *base,
+                *("--group-share", "control=0.25,treatment=0.75"),
+                *("--truth-for", "treatment:rr=0.7,0.1,0.1,0.1", "--json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        groups = json.loads(done.stdout)["groups"]
+        assert sum(groups.values()) == 400 and 60 <= groups["control"] <= 140  # Bin(400, 1/4)
+        with ReportStore(server.db) as store:
+            for group, n in groups.items():
+                assert store.statistics("trial", "rr", group=group)[0] == n
+                assert store.statistics("trial", "hr", group=group)[0] == n
+        for wrong, fragment in (
+            (("--truth-for", "placebo:rr=0.7,0.1,0.1,0.1"), "GROUP:QUESTION"),
+            (("--group-share", "control=0.5,placebo=0.5"), "'placebo' is not one of the arm values"),
+            (("--group-share", "control=0.5,treatment=0.6"), "sum to 1"),
+        ):
+            bad = subprocess.run([*base, *wrong], capture_output=True, text=True, timeout=120)
+            lines = bad.stderr.strip().splitlines()
+            assert bad.returncode == 2 and len(lines) == 1 and fragment in lines[0], bad.stderr
+    finally:
+        server.stop()
