@@ -7,23 +7,23 @@ Example (in a survey file)::
     title = "Is mood uniform?"          # optional; a default title names the test and question
     question = "mood"
     test = "goodness_of_fit"            # or "independence" (questions with two attributes)
-    p0 = [0.25, 0.25, 0.25, 0.25]       # goodness_of_fit only: one probability per category
+    p0 = [0.25, 0.25, 0.25, 0.25]       # goodness_of_fit only: one probability per category,
+                                        # "uniform", or a table {great = 0.4, fine = 0.3, ...}
     alpha = 0.05                        # optional, default 0.05
 """
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from aggregator.config import ConfigError
 from aggregator.errors import ClusteredReportsError
+from aggregator.null_text import NullTextError, parse_null
 from client.survey import QuestionSpec, SurveySpec
 
 TESTS = ("goodness_of_fit", "independence")
-P0_TOLERANCE = 1e-9  # how far a declared null may be from summing to 1
 KEYS = frozenset({"title", "question", "test", "p0", "alpha"})
 
 
@@ -106,7 +106,7 @@ def parse_analysis(
             raise ConfigError(f"{where}: independence needs a question with two attributes")
         p0_values = None
     else:
-        p0_values = _p0(p0, question.k, where)
+        p0_values = _p0(p0, question, where)
     try:
         check_independent(survey, question)
     except ClusteredReportsError as exc:
@@ -115,19 +115,17 @@ def parse_analysis(
     return Analysis(str(title), question.id, test, float(alpha), p0_values)
 
 
-def _p0(p0: object, k: int, where: str) -> tuple[float, ...]:
-    if not isinstance(p0, list) or len(p0) != k:
-        raise ConfigError(f"{where}: p0 must list one probability for each of the {k} categories")
-    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in p0):
-        raise ConfigError(f"{where}: p0 must contain numbers only")
-    values = tuple(float(x) for x in p0)
-    if not all(math.isfinite(x) and x >= 0 for x in values):
-        raise ConfigError(f"{where}: p0 must contain finite non-negative numbers")
-    if abs(math.fsum(values) - 1) > P0_TOLERANCE:
-        raise ConfigError(
-            f"{where}: p0 must sum to 1 (within {P0_TOLERANCE:g}), sums to {sum(values):.12g}"
-        )
-    return values
+def _p0(p0: object, question: QuestionSpec, where: str) -> tuple[float, ...]:
+    """The declared null (a list, ``"uniform"`` or a label table; no file, because a plan's
+    hash must cover its null)."""
+    if p0 is None:
+        raise ConfigError(f'{where}: goodness_of_fit needs p0 (a list, "uniform" or a table)')
+    if isinstance(p0, str) and p0.strip().startswith("@"):
+        raise ConfigError(f"{where}: p0 cannot name a file here; write the values in the file")
+    try:
+        return parse_null(p0, question.labels, "p0")
+    except NullTextError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 #: The label of everything computed on a split survey's exploration side (CLI, RPCs, reports).

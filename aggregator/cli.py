@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from aggregator.analyses import EXPLORATORY, check_independent, load_analyses
 from aggregator.config import ConfigError, load_limits, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
+from aggregator.null_text import NullTextError, parse_null
 from aggregator.numbers import share
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.service.devices import DeviceRegistry
@@ -49,7 +50,7 @@ from aggregator.store.reader import StoreReader
 from aggregator.store.report_store import CONFLICT, STORED, ReportStore, StoreError
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
-from client.cli_parsing import DefaultsFormatter, OneLineParser
+from client.cli_parsing import DefaultsFormatter, OneLineParser, reader_went_away
 from client.progress import bar
 from client.survey import SurveyError, SurveySpec, survey_to_json
 from protos.ldp.v1 import ldp_pb2
@@ -94,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return args.run(args)
+    except BrokenPipeError:
+        return reader_went_away()
     except UserError as exc:
         return _fail(args, str(exc), exc.status)
     except (ConfigError, StoreError, LdpError, ValueError, OSError) as exc:  # incl. shard errors
@@ -218,8 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     _group(test)
     test.add_argument(
         "--p0",
-        help="gof only: null distribution, one probability per category in the question's "
-        "order, comma-separated, summing to 1 within 1e-8",
+        help="gof only: the null distribution: 'uniform', one probability per category in the "
+        "question's order (comma-separated), or @FILE with 'label,probability' lines (or one "
+        "probability per line); summing to 1 within 1e-9",
     )
     test.add_argument("--alpha", type=float, default=0.05, help="significance level")
     test.add_argument("--method", help=METHOD_HELP)
@@ -795,17 +799,12 @@ def run_test(args: argparse.Namespace) -> int:
 
 
 def _p0(text: str, question) -> np.ndarray:
-    """--p0 as a distribution over the question's categories (checked again by the test)."""
+    """--p0 as a distribution over the question's categories: ``uniform``, comma-separated
+    numbers in category order, or ``@file`` (aggregator/null_text.py)."""
     try:
-        p0 = np.array([float(x) for x in text.split(",")])
-    except ValueError:
-        raise UserError(f"--p0 {text!r}: expected comma-separated numbers") from None
-    if p0.size != question.k:
-        raise UserError(
-            f"--p0 has {p0.size} probabilities; question {question.id} has {question.k} "
-            f"categories ({', '.join(question.labels)})"
-        )
-    return p0
+        return np.array(parse_null(text, question.labels, "--p0"))
+    except NullTextError as exc:
+        raise UserError(f"question {question.id}: {exc}") from None
 
 
 def _open_store(surveys, db: Path, where: object) -> ReportStore:
@@ -1143,7 +1142,7 @@ def _add_confirm(sub) -> None:
     _common(holdout)
     _question(holdout)
     holdout.add_argument("kind", choices=["gof", "independence"], help="which test")
-    holdout.add_argument("--p0", help="gof only: null distribution, comma-separated")
+    holdout.add_argument("--p0", help="gof only: null distribution, as for `test --p0`")
     holdout.add_argument(
         "--alpha", type=float, help="family-wise level over all queries (first query: 0.05)"
     )

@@ -107,7 +107,7 @@ def load_surveys(path: str | Path) -> dict[str, SurveySpec]:
     surveys = {}
     for entry in _read(path).get("survey", []):
         try:
-            survey = _survey(entry)
+            survey = _survey(_with_category_files(entry, Path(path).parent))
         except SurveyError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
         if survey.id in surveys:
@@ -162,6 +162,47 @@ def _positive_int(value: object, name: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
     return value
+
+
+def _with_category_files(entry: dict, folder: Path) -> dict:
+    """The survey entry with every ``categories_file`` (of a question or an attribute) replaced
+    by the ``categories`` it lists: one label per line, in order, relative to the survey file's
+    folder; blank lines and lines starting with ``#`` are skipped. For domains of hundreds or
+    thousands of categories (occupations, places) that no one should retype."""
+    questions = []
+    for question in entry.get("question", []):
+        if not isinstance(question, dict):
+            return entry  # _survey reports the malformed entry
+        where = f"survey {entry.get('id')}, question {question.get('id')}"
+        question = _read_categories(question, folder, where)
+        attributes = question.get("attributes")
+        if isinstance(attributes, list) and all(isinstance(a, dict) for a in attributes):
+            attributes = [_read_categories(a, folder, where) for a in attributes]
+            question = {**question, "attributes": attributes}
+        questions.append(question)
+    return {**entry, "question": questions} if "question" in entry else entry
+
+
+def _read_categories(entry: dict, folder: Path, where: str) -> dict:
+    if "categories_file" not in entry:
+        return entry
+    if "categories" in entry:
+        raise SurveyError(f"{where}: give 'categories' or 'categories_file', not both")
+    name = entry["categories_file"]
+    if not isinstance(name, str) or not name:
+        raise SurveyError(f"{where}: categories_file must name a file")
+    path = folder / name
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SurveyError(f"{where}: cannot read categories_file {path}: {exc}") from None
+    labels = [line.strip() for line in lines]
+    labels = [label for label in labels if label and not label.startswith("#")]
+    if not labels:
+        raise SurveyError(f"{where}: categories_file {path} lists no categories")
+    return {key: value for key, value in entry.items() if key != "categories_file"} | {
+        "categories": labels
+    }
 
 
 def _survey(entry: dict) -> SurveySpec:

@@ -32,7 +32,7 @@ import numpy as np
 
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
-from client.cli_parsing import DefaultsFormatter, OneLineParser
+from client.cli_parsing import DefaultsFormatter, OneLineParser, reader_went_away
 from client.device.filekind import create_private
 from client.device.household import Household, HouseholdTerms, create_terms
 from client.device.keys import DeviceKey, device_key_path
@@ -57,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except BrokenPipeError:
+        return reader_went_away()
     except (
         UserError,
         LedgerError,

@@ -1,9 +1,12 @@
 """Argument parsing shared by both command lines (``ldp-client``, ``ldp-aggregator``): help that
-shows every option's default, and a command-line mistake reported in one line."""
+shows every option's default, a command-line mistake reported in one line, and a quiet exit when
+the reader of the output goes away."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -21,3 +24,11 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def reader_went_away() -> int:
+    """The exit status when stdout's reader closed the pipe (``... | head``): nothing more is
+    printed, not even Python's own complaint at exit (stdout now points at /dev/null)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, what a shell reports for a command ended by a closed pipe

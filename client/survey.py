@@ -9,6 +9,7 @@ import json
 import math
 import re
 import struct
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -263,12 +264,16 @@ def build_question(
     if not attributes:
         raise SurveyError(f"question {question_id}: needs categories or attributes")
     for attribute in attributes:
-        if len(attribute.categories) < 2 or len(set(attribute.categories)) != len(
-            attribute.categories
-        ):
+        if len(attribute.categories) < 2:
             raise SurveyError(
                 f"question {question_id}: attribute {attribute.name!r} needs >= 2 distinct "
                 "categories"
+            )
+        repeated = sorted(c for c, n in Counter(attribute.categories).items() if n > 1)
+        if repeated:
+            raise SurveyError(
+                f"question {question_id}: attribute {attribute.name!r} needs distinct "
+                f"categories; listed more than once: {', '.join(map(repr, repeated[:5]))}"
             )
     k = math.prod(len(a.categories) for a in attributes)
     if mechanism not in MECHANISM_NAMES:

@@ -205,11 +205,36 @@ def test_release_threshold_and_bad_test_input(live_server, survey_file):
         "has 4 categories",
     )
     assert_user_error(run("agg", "test", *args, "--question", "rr", "gof", check=False), 2, "--p0")
+    test = ["test", *args, "--question", "rr", "gof", "--seed", "5", "--json"]
+    by_numbers = json.loads(run("agg", *test, "--p0", "0.25,0.25,0.25,0.25").stdout)
+    assert json.loads(run("agg", *test, "--p0", "uniform").stdout) == by_numbers
+    null_file = db.parent / "p0.csv"
+    null_file.write_text("category,p0\nd,0.25\nb,0.25\n# comment\na,0.25\nc,0.25\n")
+    assert json.loads(run("agg", *test, "--p0", f"@{null_file}").stdout) == by_numbers
+    null_file.write_text("a,0.5\nb,0.5\n")
+    assert_user_error(
+        run("agg", *test[:-1], "--p0", f"@{null_file}", check=False), 2, "no probability for 2"
+    )
     assert_user_error(
         run("agg", "test", *args, "--question", "nope", "gof", "--p0", "1", check=False),
         2,
         "no question",
     )
+
+
+def test_a_closed_output_pipe_ends_quietly(survey_file):
+    """`ldp-aggregator ... | head -1`: the reader goes away; no complaint, the shell's status."""
+    for module, args in (
+        ("aggregator.cli", ["check-config", str(survey_file)]),
+        ("client.cli", ["--help"]),
+    ):
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        process.stdout.close()  # the reader is gone before the first line is written
+        assert process.wait(timeout=60) in (141, 0) and process.stderr.read() == b""
 
 
 def test_client_user_errors(live_server, tmp_path):

@@ -52,6 +52,7 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
             "aggregator.errors",
             "aggregator.config",
             "aggregator.analyses",
+            "aggregator.null_text",
             "aggregator.numbers",
             "aggregator.groups",
         ),

@@ -99,7 +99,10 @@ def test_analysis_section_is_read_and_checked(config):
         ('question = "mood"\ntest = "anova"', "test must be one of"),
         ('question = "nope"\ntest = "independence"', "no question 'nope'"),
         ('question = "mood"\ntest = "independence"', "two attributes"),
-        ('question = "mood"\ntest = "goodness_of_fit"\np0 = [0.5, 0.5]', "each of the 4"),
+        (
+            'question = "mood"\ntest = "goodness_of_fit"\np0 = [0.5, 0.5]',
+            "the question has 4 categories",
+        ),
         ('question = "mood"\ntest = "goodness_of_fit"\np0 = [0.3, 0.3, 0.3, 0.3]', "sum to 1"),
         ('question = "mood"\ntest = "goodness_of_fit"\np0 = [1, 0, 0, 0]\nalpha = 2', "alpha"),
         ('question = "smoke_by_sport"\ntest = "independence"\np0 = [1]', "takes no p0"),

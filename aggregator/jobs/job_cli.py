@@ -17,7 +17,7 @@ from aggregator.config import load_surveys
 from aggregator.errors import LdpError
 from aggregator.jobs import inputs, pipeline
 from aggregator.jobs.results import Analysis
-from aggregator.stats.validate import check_distribution
+from aggregator.null_text import NullTextError, parse_null
 from client.progress import bar, shown
 from client.survey import SurveySpec
 
@@ -118,8 +118,9 @@ def beam_options(runner: str, passthrough: list[str], quiet: bool) -> list[str]:
 
 
 def parse_gof(option: str, surveys: dict[str, SurveySpec]) -> tuple[tuple[str, str], tuple]:
-    """``[survey/]question=p0,p0,...`` -> ((survey, question), p0); the question must exist and
-    p0 must be a distribution over its categories."""
+    """``[survey/]question=P0`` -> ((survey, question), p0); the question must exist and P0 be a
+    distribution over its categories, written as for ``test --p0`` (``uniform``, numbers in
+    category order, ``@file``; aggregator/null_text.py)."""
     name, sep, values = option.partition("=")
     if not sep:
         raise inputs.JobInputError(f"--gof {option!r}: expected QUESTION=P0")
@@ -136,9 +137,8 @@ def parse_gof(option: str, surveys: dict[str, SurveySpec]) -> tuple[tuple[str, s
     key = matches[0]
     question = surveys[key[0]].question(key[1])
     try:
-        p0 = tuple(float(x) for x in values.split(","))
-        check_distribution(p0, question.k)  # the test itself gets p0 as given, like `test --p0`
-    except ValueError as exc:
+        p0 = parse_null(values, question.labels, "p0")
+    except NullTextError as exc:
         raise inputs.JobInputError(f"--gof {name}: {exc}") from None
     return key, p0
 
