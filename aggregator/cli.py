@@ -52,7 +52,7 @@ from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.cli_parsing import DefaultsFormatter, OneLineParser, reader_went_away
 from client.progress import bar
-from client.survey import SurveySpec, survey_to_json
+from client.survey import SurveyError, SurveySpec, survey_to_json
 from protos.ldp.v1 import ldp_pb2
 
 PROG = "ldp-aggregator"
@@ -205,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(est)
     _question(est)
     _side(est)
+    _group(est)
     est.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     est.add_argument(
         "--simultaneous", action="store_true", help="also intervals covering all categories at once"
@@ -217,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     _question(test)
     test.add_argument("kind", choices=["gof", "independence"], help="which test")
     _side(test)
+    _group(test)
     test.add_argument(
         "--p0",
         help="gof only: the null distribution: 'uniform', one probability per category in the "
@@ -428,6 +430,14 @@ def _side(parser: argparse.ArgumentParser) -> None:
         choices=list(SIDES),
         help="split surveys: which side to read (default exploration; confirmation only once "
         "its results are sealed)",
+    )
+
+
+def _group(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--group",
+        metavar="VALUE",
+        help="surveys with a group label: read one group (default: all groups pooled)",
     )
 
 
@@ -646,17 +656,48 @@ def _load(args: argparse.Namespace, *, test: bool = False):
         raise UserError(f"survey {survey.id} is not split; --side is for split surveys")
     side = SIDES[args.side or "exploration"] if survey.split else 0
     args.exploratory = side == ldp_pb2.EXPLORATION
+    group = getattr(args, "group", None) or ""
+    try:
+        if group:
+            survey.check_group(group)
+    except SurveyError as exc:
+        raise UserError(str(exc)) from None
+    args.groups = _groups_read(survey, group)
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)
-        n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side)
+        n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side, group)
     if n < survey.min_batch_size:
+        of = f" of {survey.group_label.name} {group!r}" if group else ""  # type: ignore[union-attr]
         raise UserError(
-            f"{survey.id}/{question.id} has {n} reports; results are released from "
+            f"{survey.id}/{question.id} has {n} reports{of}; results are released from "
             f"{survey.min_batch_size} (min_batch_size)",
             status=3,
         )
     return question, ingest.histogram(question, n, sums)
+
+
+def _groups_read(survey: SurveySpec, group: str) -> dict[str, str]:
+    """What a read of a survey with a group label covers, for the output: the one group, or
+    every group pooled; empty for a survey without a group label."""
+    label = survey.group_label
+    if label is None:
+        return {}
+    if group:
+        return {"group_label": label.name, "group": group}
+    return {"group_label": label.name, "group": "", "pooled": ", ".join(label.values)}
+
+
+def _group_line(groups: dict[str, str]) -> str | None:
+    """The first line of a grouped survey's text output."""
+    if not groups:
+        return None
+    if groups["group"]:
+        return f"{groups['group_label']} = {groups['group']}"
+    return (
+        f"all {groups['group_label']} groups pooled ({groups['pooled']}); --group VALUE reads "
+        "one group"
+    )
 
 
 def run_estimate(args: argparse.Namespace) -> int:
@@ -667,10 +708,12 @@ def run_estimate(args: argparse.Namespace) -> int:
     if args.json:
         side = {"exploratory": True} if args.exploratory else {}
         labels = {"question": question.id, "labels": question.labels}
-        print(json.dumps({**labels, **side, **est.to_dict()}))
+        print(json.dumps({**labels, **side, **args.groups, **est.to_dict()}))
     else:
         if args.exploratory:
             print(EXPLORATORY)
+        if _group_line(args.groups):
+            print(_group_line(args.groups))
         print(estimate_table(est, question.labels))
     return 0
 
@@ -745,10 +788,12 @@ def run_test(args: argparse.Namespace) -> int:
         raise UserError(str(exc), status=3) from None
     if args.json:
         side = {"exploratory": True} if args.exploratory else {}
-        print(json.dumps({**side, **result.to_dict()}))
+        print(json.dumps({**side, **args.groups, **result.to_dict()}))
     else:
         if args.exploratory:
             print(EXPLORATORY)
+        if _group_line(args.groups):
+            print(_group_line(args.groups))
         print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
     return 0
 
@@ -814,7 +859,7 @@ def run_import(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
     manifest = shards.read_manifest(args.source)
     survey = surveys.get(manifest.survey.id)
-    if survey != manifest.survey:
+    if not definitions.reads_as(manifest.survey, survey):
         change = definitions.survey_change(manifest.survey, survey, args.config)
         raise UserError(f"{args.source}: {change}")
     shards.verify(args.source, manifest)
@@ -864,6 +909,9 @@ def run_check_config(args: argparse.Namespace) -> int:
                 "require_device_auth": survey.require_device_auth,
                 "household_members": survey.household_members,
                 "exploration_fraction": survey.exploration_fraction,
+                "group_label": None
+                if survey.group_label is None
+                else {"name": survey.group_label.name, "values": list(survey.group_label.values)},
                 "limits": survey.id in limits,
                 "cost": cost.to_dict(),
                 "questions": [
@@ -886,6 +934,12 @@ def run_check_config(args: argparse.Namespace) -> int:
             print(
                 f"  split: {100 * row['exploration_fraction']:g}% of devices explore, the rest "
                 "confirm (docs/adaptive-analysis.md)"
+            )
+        if row["group_label"]:
+            label = row["group_label"]
+            print(
+                f"  public group label {label['name']}: {', '.join(label['values'])} (sent "
+                "unrandomized with every report; docs/two-sample.md)"
             )
         for q in row["questions"]:
             parameter = f"rho = {q['rho']:g}" if "rho" in q else f"epsilon = {q['epsilon']:g}"
@@ -958,11 +1012,12 @@ def run_rebuild(args: argparse.Namespace) -> int:
         raise UserError(f"report store not found: {args.db}")
     questions = {(s.id, q.id): q for s in surveys.values() for q in s.questions}
     store = _open_store(surveys, args.db, args.config)
-    sides = [
-        (s.id, q.id, side)
+    sides = [  # every question's pooled statistic per side, then per group of a group label
+        (s.id, q.id, side, group)
         for s in surveys.values()
         for q in s.questions
         for side in ((ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION) if s.split else (0,))
+        for group in ("", *(s.group_label.values if s.group_label else ()))
     ]
     try:
         before = {key: store.statistics(*key) for key in sides}
@@ -973,7 +1028,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
                 raise UserError(f"the log holds reports of unknown question {question_id!r}")
             return ingest.contribution(question, payload)
 
-        total = sum(n for n, _ in before.values())
+        total = sum(n for key, (n, _) in before.items() if not key[3])  # pooled: each once
         with bar(total, "rebuild", unit="reports", quiet=args.json) as progress:
             after = store.rebuild(contribution, progress.update)
     finally:
@@ -981,12 +1036,15 @@ def run_rebuild(args: argparse.Namespace) -> int:
     rows = []
     for key in sides:
         n_before, sums_before = before[key]
-        found = after.get(key[:2] if key[2] == 0 else key, (0, np.zeros_like(sums_before)))
+        stored_as = key[:2] if key[2:] == (0, "") else key[:3] if not key[3] else key
+        found = after.get(stored_as, (0, np.zeros_like(sums_before)))
         n_after, sums_after = found
         same = n_before == n_after and np.array_equal(sums_before, sums_after)
         row = {"survey": key[0], "question": key[1], "n": int(n_after), "matched": same}
         if key[2]:
             row["side"] = ldp_pb2.Side.Name(key[2]).lower()
+        if key[3]:
+            row["group"] = key[3]
         rows.append(row)
     if args.json:
         print(json.dumps(rows))
@@ -994,6 +1052,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
         for row in rows:
             status = "matches" if row["matched"] else "DIFFERED (rewritten from the log)"
             where = f" ({row['side']} side)" if "side" in row else ""
+            where += f" [{row['group']}]" if "group" in row else ""
             print(f"{row['survey']}/{row['question']}{where}: n = {row['n']}, statistics {status}")
     return 0 if all(row["matched"] for row in rows) else 1
 
@@ -1034,6 +1093,7 @@ def _add_report(sub) -> None:
     report.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     report.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
     _side(report)
+    _group(report)
     report.set_defaults(run=run_report)
 
 
@@ -1041,11 +1101,17 @@ def run_report(args: argparse.Namespace) -> int:
     from aggregator.loader import open_survey
     from aggregator.report import build_report, render_html, render_markdown
 
-    data = open_survey(args.config, args.db, args.survey, args.side)
+    data = open_survey(args.config, args.db, args.survey, args.side, args.group)
     analyses = load_analyses(args.config, {data.survey.id: data.survey})[data.survey.id]
     histograms = {question_id: item.histogram for question_id, item in data.items()}
     report = build_report(
-        data.survey, histograms, analyses, args.confidence, args.seed, side=data.side
+        data.survey,
+        histograms,
+        analyses,
+        args.confidence,
+        args.seed,
+        side=data.side,
+        group=data.group,
     )
     text = render_html(report) if args.format == "html" else render_markdown(report)
     args.out.write_text(text, encoding="utf-8")
@@ -1386,8 +1452,16 @@ def _add_two_sample(sub) -> None:
         sub, "two-sample", "did two groups answer alike? homogeneity of two questions (read only)"
     )
     _common(two)
-    two.add_argument("--a", required=True, metavar="SURVEY:QUESTION", help="group A")
-    two.add_argument("--b", required=True, metavar="SURVEY:QUESTION", help="group B")
+    two.add_argument("--a", metavar="SURVEY:QUESTION", help="group A: a question")
+    two.add_argument("--b", metavar="SURVEY:QUESTION", help="group B: a question")
+    two.add_argument("--survey", help="with --groups: the survey (it declares a group label)")
+    two.add_argument("--question", help="with --groups: the question")
+    two.add_argument(
+        "--groups",
+        nargs=2,
+        metavar=("A", "B"),
+        help="compare two values of the survey's group label on one question (instead of --a/--b)",
+    )
     two.add_argument("--alpha", type=float, default=0.05, help="significance level")
     two.add_argument("--seed", type=int, help="seed for the Monte Carlo null")
     two.add_argument(
@@ -1406,30 +1480,62 @@ def run_two_sample(args: argparse.Namespace) -> int:
     from aggregator.groups import check_same_definition
     from aggregator.stats import two_sample
 
-    if args.a == args.b:
-        raise UserError(f"--a and --b both name {args.a}: a two-sample test compares two groups")
     # A split survey is read on one side (--side; exploration, labelled, by default), like
-    # estimate and test; --side applies to both questions.
-    groups = [
-        argparse.Namespace(**vars(args), **_survey_question(flag, text))
-        for flag, text in (("a", args.a), ("b", args.b))
-    ]
+    # estimate and test; --side applies to both groups.
+    groups = _two_sample_groups(args)
     (question_a, hist_a), (question_b, hist_b) = (_load(group, test=True) for group in groups)
     exploratory = any(group.exploratory for group in groups)
-    check_same_definition(question_a, question_b, (args.a, args.b))
+    names = tuple(f"{g.survey}:{g.question}" + (f"[{g.group}]" if g.group else "") for g in groups)
+    check_same_definition(question_a, question_b, names)
     try:
         result = two_sample(hist_a, hist_b, args.alpha, calibration=args.calibration, rng=args.seed)
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     if args.json:
         label = {"exploratory": True} if exploratory else {}
-        print(json.dumps({"a": args.a, "b": args.b, **label, **result.to_dict()}))
+        print(json.dumps({"a": names[0], "b": names[1], **label, **result.to_dict()}))
     else:
         if exploratory:
             print(EXPLORATORY)
-        print(f"A = {args.a} (n = {hist_a.n}), B = {args.b} (n = {hist_b.n})")
+        print(f"A = {names[0]} (n = {hist_a.n}), B = {names[1]} (n = {hist_b.n})")
         print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
     return 0
+
+
+def _two_sample_groups(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """The two groups of ``two-sample`` as arguments of _load: two questions (--a, --b) or one
+    question split by two values of its survey's group label (--survey, --question, --groups).
+    One line (exit 2) for a mix of the two forms, neither, or two names of one group."""
+    from aggregator.groups import two_sample_request_problem
+
+    pair = args.a is not None or args.b is not None
+    grouped = args.groups is not None or args.survey is not None or args.question is not None
+    if pair == grouped:
+        raise UserError(
+            "give either --a and --b (two questions) or --survey, --question and --groups A B "
+            "(one question split by its group label)"
+        )
+    if pair:
+        if args.a is None or args.b is None:
+            raise UserError("--a and --b go together")
+        if args.a == args.b:
+            raise UserError(
+                f"--a and --b both name {args.a}: a two-sample test compares two groups"
+            )
+        where = [_survey_question(flag, text) for flag, text in (("a", args.a), ("b", args.b))]
+        where = [{**w, "group": ""} for w in where]
+    else:
+        if args.survey is None or args.question is None or args.groups is None:
+            raise UserError("--groups A B needs --survey and --question")
+        where = [
+            {"survey": args.survey, "question": args.question, "group": g} for g in args.groups
+        ]
+    keys = [(w["survey"], w["question"], w["group"]) for w in where]
+    problem = two_sample_request_problem(keys[0], keys[1])
+    if problem:
+        raise UserError(problem)
+    fields = {k: v for k, v in vars(args).items() if k not in ("survey", "question", "groups")}
+    return [argparse.Namespace(**fields, **w) for w in where]
 
 
 def _survey_question(flag: str, text: str) -> dict[str, str]:

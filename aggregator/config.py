@@ -41,7 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from client.mechanisms import DEFAULT_GRANULARITY_BITS
-from client.survey import Attribute, QuestionSpec, SurveyError, SurveySpec, build_question
+from client.survey import (
+    Attribute,
+    GroupLabel,
+    QuestionSpec,
+    SurveyError,
+    SurveySpec,
+    build_question,
+)
 
 #: Release threshold of a survey that sets none: below ~100 reports the normal-approximation
 #: intervals are unreliable and one device's report moves an estimate visibly (docs/config.md).
@@ -69,6 +76,8 @@ _SURVEY_KEYS = {
     "require_device_auth",
     "household_members",
     "exploration_fraction",
+    "group_label",
+    "group_values",
     "rate_per_minute",
     "burst",
     "max_reports_per_device",
@@ -212,7 +221,21 @@ def _survey(entry: dict) -> SurveySpec:
         require_auth,
         household_members=entry.get("household_members", False),
         exploration_fraction=entry.get("exploration_fraction", 0.0),
+        group_label=_group_label(entry, survey_id),
     )
+
+
+def _group_label(entry: dict, survey_id: object) -> GroupLabel | None:
+    """The survey's public group label from ``group_label`` (its name) and ``group_values``:
+    both or neither."""
+    if ("group_label" in entry) != ("group_values" in entry):
+        raise SurveyError(f"survey {survey_id}: give both group_label and group_values, or neither")
+    if "group_label" not in entry:
+        return None
+    values = entry["group_values"]
+    if not isinstance(values, list):
+        raise SurveyError(f"survey {survey_id}: group_values must be a list of strings")
+    return GroupLabel(entry["group_label"], tuple(values))
 
 
 def _question(entry: dict, survey_id: object) -> QuestionSpec:

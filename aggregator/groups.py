@@ -34,3 +34,28 @@ def _brief(value: object) -> str:
     if isinstance(value, list):  # attributes: their categories, joined
         return "; ".join(",".join(categories) for categories in value)
     return str(value)
+
+
+def two_sample_request_problem(a: tuple[str, str, str], b: tuple[str, str, str]) -> str | None:
+    """What is wrong with comparing ``a`` and ``b``, each (survey, question, group); None if
+    nothing. Either two different questions (no groups), or one question split by two
+    different values of its survey's public group label."""
+    if bool(a[2]) != bool(b[2]):
+        return "give both groups or neither"
+    if a[2]:
+        if a[:2] != b[:2]:
+            return (
+                "groups compare one question: survey and question of B must be empty or equal "
+                "to those of A"
+            )
+        if a[2] == b[2]:
+            return f"A and B name the same group {a[2]!r}: a two-sample test compares two groups"
+        return None
+    if a[:2] == b[:2]:
+        return "A and B name the same question: a two-sample test compares two groups"
+    return None
+
+
+def group_name(survey_id: str, question_id: str, group: str = "") -> str:
+    """How a compared group is named in messages: survey/question, with [group] if any."""
+    return f"{survey_id}/{question_id}" + (f"[{group}]" if group else "")

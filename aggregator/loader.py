@@ -12,7 +12,7 @@ from aggregator.config import ConfigError, load_surveys
 from aggregator.histogram import Histogram
 from aggregator.store import confirmations, ingest
 from aggregator.store.reader import StoreReader
-from client.survey import QuestionSpec, SurveySpec
+from client.survey import QuestionSpec, SurveyError, SurveySpec
 
 SIDES = {"exploration": 1, "confirmation": 2}  # ldp.v1.Side
 
@@ -42,6 +42,7 @@ class SurveyData(Mapping[str, QuestionData]):
     survey: SurveySpec
     questions: Mapping[str, QuestionData]
     side: str = ""  # a split survey's side read: "exploration" or "confirmation"
+    group: str = ""  # the one group read of a survey with a group label ('': all pooled)
 
     @property
     def exploratory(self) -> bool:
@@ -69,13 +70,16 @@ def open_survey(
     db: str | os.PathLike[str],
     survey: str | None = None,
     side: str | None = None,
+    group: str | None = None,
 ) -> SurveyData:
     """Every question of ``survey`` (optional when the file defines one survey) with its
     histogram, read only from the store ``db``. Raises ConfigError for an invalid file or an
     unknown survey, FileKindError for a file that is not a report store and
     DefinitionChangedError when the file changes a question the store has reports of.
     A split survey is read on one ``side`` ("exploration", the default, or "confirmation",
-    which raises ConfirmationError until its confirmatory results are sealed)."""
+    which raises ConfirmationError until its confirmatory results are sealed). A survey with a
+    group label is read for one ``group`` (each question released from min_batch_size reports
+    of that group), or with every group pooled (None)."""
     surveys = load_surveys(config)
     if survey is None:
         if len(surveys) != 1:
@@ -90,13 +94,20 @@ def open_survey(
     if side is not None and not spec.split:
         raise ConfigError(f"survey {spec.id} is not split: it has no sides")
     side = (side or "exploration") if spec.split else ""
+    if group:
+        try:
+            spec.check_group(group)
+        except SurveyError as exc:
+            raise ConfigError(str(exc)) from None
     number = SIDES.get(side, 0)
     questions = {}
     with StoreReader(db) as reader:
         reader.check_definitions(surveys, config)
         confirmations.check_readable(reader.connection, spec, number)
         for question in spec.questions:
-            n, sums = reader.statistics(spec.id, question.id, question.statistic_size, number)
+            n, sums = reader.statistics(
+                spec.id, question.id, question.statistic_size, number, group or ""
+            )
             hist = ingest.histogram(question, n, sums)
             questions[question.id] = QuestionData(question, hist, n >= spec.min_batch_size)
-    return SurveyData(spec, questions, side)
+    return SurveyData(spec, questions, side, group or "")

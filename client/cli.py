@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
         "fits --budget or the sum of epsilon^2/2 fits its zCDP conversion at --delta (more "
         "answers at small epsilon; (budget, delta)-DP once the sum exceeds the budget)",
     )
+    submit.add_argument(
+        "--group",
+        metavar="VALUE",
+        help="surveys with a group label: this device's group (an arm, region, wave), sent "
+        "unrandomized with every report and fixed after the first one",
+    )
     submit.add_argument("--no-flush", action="store_true", help="only queue, do not upload")
     submit.add_argument(
         "--memoize",
@@ -220,6 +226,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="QUESTION=P1,P2,...",
         help="true answer distribution of a question (default uniform); repeatable",
     )
+    sim.add_argument(
+        "--group-share",
+        metavar="GROUP=SHARE,...",
+        help="surveys with a group label: the share of devices in each group, e.g. "
+        "control=0.5,treatment=0.5 (default: equal shares)",
+    )
+    sim.add_argument(
+        "--truth-for",
+        action="append",
+        default=[],
+        metavar="GROUP:QUESTION=P1,P2,...",
+        help="true answer distribution of a question in one group (default: --truth); repeatable",
+    )
     sim.add_argument("--batch", type=int, default=1000, help="reports per upload")
     sim.add_argument("--seed", type=int, help="seed for drawing the true answers")
     _json(sim)
@@ -295,9 +314,11 @@ def run_submit(args: argparse.Namespace) -> int:
     try:
         try:
             if args.index is not None:
-                report_id = reporter.answer_index(args.survey, args.question, args.index)
+                report_id = reporter.answer_index(
+                    args.survey, args.question, args.index, args.group
+                )
             else:
-                report_id = reporter.answer(args.survey, args.question, args.answer)
+                report_id = reporter.answer(args.survey, args.question, args.answer, args.group)
         except BudgetExceeded as exc:
             survey = reporter.survey(args.survey)
             cost = survey_cost(survey.questions, reporter.ledger.budget.delta)
@@ -548,10 +569,15 @@ def run_simulate(args: argparse.Namespace) -> int:
                 f"survey {survey.id} requires signed uploads; simulated devices have no keys"
             )
         truths = _truths(survey, args.truth)
+        values, shares = _group_shares(survey, args.group_share)
+        by_group = _group_truths(survey, values, truths, args.truth_for)
         rng = np.random.default_rng(args.seed)
-        answers = {
-            q.id: rng.choice(q.k, size=args.devices, p=truths[q.id]) for q in survey.questions
-        }
+        groups = rng.choice(len(values), size=args.devices, p=shares)
+        answers = {q.id: np.zeros(args.devices, dtype=np.int64) for q in survey.questions}
+        for g, value in enumerate(values):
+            members = np.flatnonzero(groups == g)
+            for q in survey.questions:
+                answers[q.id][members] = rng.choice(q.k, size=members.size, p=by_group[value][q.id])
         total = args.devices * len(survey.questions)
         counts = {"accepted": 0, "duplicate": 0}
         batch: list[ldp_pb2.Report] = []
@@ -571,6 +597,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                             payload=mech.encode(mech.randomize(value)),
                             definition_digest=question.digest,
                             side=side,
+                            group=values[groups[device]],
                         )
                     )
                 if len(batch) >= args.batch or device == args.devices - 1:
@@ -584,6 +611,11 @@ def run_simulate(args: argparse.Namespace) -> int:
     summary = {
         "devices": args.devices,
         "reports": total,
+        **(
+            {"groups": {v: int((groups == g).sum()) for g, v in enumerate(values)}}
+            if any(values)
+            else {}
+        ),
         "seconds": elapsed,
         **counts,
         "epsilon": cost.epsilon,
@@ -598,7 +630,56 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"each device spent epsilon {cost.epsilon:g} (pure) and rho {cost.rho:g} (zCDP), "
             f"covered by {cost.flags}"
         )
+        if "groups" in summary:
+            shares = ", ".join(f"{v} {n:,}" for v, n in summary["groups"].items())
+            print(f"devices per {survey.group_label.name}: {shares}")  # type: ignore[union-attr]
     return 0
+
+
+def _group_shares(survey: SurveySpec, spec: str | None) -> tuple[list[str], np.ndarray]:
+    """The groups simulated devices fall into and their shares: [''] for a survey without a
+    group label; equal shares over its values unless ``--group-share`` gives them."""
+    label = survey.group_label
+    if label is None:
+        if spec:
+            raise UserError(f"survey {survey.id} has no group label; --group-share is for one")
+        return [""], np.ones(1)
+    if not spec:
+        return list(label.values), np.full(len(label.values), 1.0 / len(label.values))
+    shares = {}
+    for part in spec.split(","):
+        name, _, share = part.partition("=")
+        if name not in label.values:
+            raise UserError(
+                f"--group-share: {name!r} is not one of the {label.name} values of survey "
+                f"{survey.id} ({', '.join(label.values)})"
+            )
+        try:
+            shares[name] = float(share)
+        except ValueError:
+            raise UserError(f"--group-share {part!r}: expected GROUP=SHARE") from None
+    p = np.array(list(shares.values()))
+    if (p < 0).any() or not np.isclose(p.sum(), 1.0):
+        raise UserError("--group-share: shares must be non-negative and sum to 1")
+    return list(shares), p / p.sum()
+
+
+def _group_truths(
+    survey: SurveySpec, values: list[str], truths: dict[str, np.ndarray], specs: list[str]
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per simulated group its true answer distributions: ``truths`` with ``--truth-for
+    GROUP:QUESTION=P1,...`` applied to that group."""
+    out = {value: dict(truths) for value in values}
+    for spec in specs:
+        value, sep, rest = spec.partition(":")
+        if not sep or value not in out or not value:
+            raise UserError(
+                f"--truth-for {spec!r}: expected GROUP:QUESTION=P1,... with GROUP one of the "
+                f"simulated groups ({', '.join(v for v in values if v) or 'none'})"
+            )
+        question = rest.partition("=")[0]
+        out[value][question] = _truths(survey, [rest])[question]
+    return out
 
 
 def _truths(survey: SurveySpec, specs: list[str]) -> dict[str, np.ndarray]:

@@ -310,6 +310,47 @@ def check_id(kind: str, value: object) -> str:
     return value
 
 
+MAX_GROUP_VALUES = 64
+MAX_GROUP_CHARS = 64
+
+
+def _check_group_text(survey_id: str, what: str, value: object) -> str:
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_GROUP_CHARS
+        or not value.isprintable()
+    ):
+        raise SurveyError(
+            f"survey {survey_id}: {what} must be 1-{MAX_GROUP_CHARS} printable characters, "
+            f"got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class GroupLabel:
+    """A survey's public group label (docs/two-sample.md): the study assigns each device one of
+    ``values`` (an arm, a region, a wave) and every report carries it unrandomized, so one
+    question can be compared across groups."""
+
+    name: str
+    values: tuple[str, ...]
+
+    def check(self, survey_id: str) -> None:
+        """SurveyError unless the name and 2..64 distinct values are valid."""
+        _check_group_text(survey_id, "group_label", self.name)
+        values = self.values
+        if not isinstance(values, tuple) or not 2 <= len(values) <= MAX_GROUP_VALUES:
+            raise SurveyError(
+                f"survey {survey_id}: group_values must list 2-{MAX_GROUP_VALUES} values"
+            )
+        for value in values:
+            _check_group_text(survey_id, "every group value", value)
+        if len(set(values)) != len(values):
+            raise SurveyError(f"survey {survey_id}: group_values must be distinct")
+
+
 @dataclass(frozen=True)
 class SurveySpec:
     id: str
@@ -323,10 +364,26 @@ class SurveySpec:
     #: Share of devices on the exploration side of an exploration/confirmation split, in
     #: (0, 1); 0.0 means no split (client/device/split.py, docs/adaptive-analysis.md).
     exploration_fraction: float = 0.0
+    #: The public group label every report carries (None: the survey has no groups).
+    group_label: GroupLabel | None = None
 
     @property
     def split(self) -> bool:
         return self.exploration_fraction > 0
+
+    def check_group(self, group: str) -> str:
+        """``group`` if it fits the survey (one of its group values, or empty for a survey
+        without a group label); otherwise SurveyError saying what is expected."""
+        label = self.group_label
+        if label is None:
+            if group:
+                raise SurveyError(f"survey {self.id!r} has no group label (got group {group!r})")
+            return group
+        if group not in label.values:
+            expected = ", ".join(label.values)
+            what = f"unknown {label.name} {group!r}" if group else f"no {label.name} given"
+            raise SurveyError(f"survey {self.id!r}: {what}; expected one of {expected}")
+        return group
 
     def __post_init__(self) -> None:
         check_id("survey", self.id)
@@ -351,6 +408,8 @@ class SurveySpec:
                 f"survey {self.id}: exploration_fraction must be a number in (0, 1) "
                 f"(or 0 for no split), got {fraction!r}"
             )
+        if self.group_label is not None:
+            self.group_label.check(self.id)
 
     def question(self, question_id: str) -> QuestionSpec:
         for question in self.questions:
@@ -366,6 +425,13 @@ class SurveySpec:
             min_batch_size=self.min_batch_size,
             require_device_auth=self.require_device_auth,
             exploration_fraction=self.exploration_fraction,
+            group_label=(
+                None
+                if self.group_label is None
+                else ldp_pb2.GroupLabel(
+                    name=self.group_label.name, values=list(self.group_label.values)
+                )
+            ),
         )
 
     @classmethod
@@ -377,6 +443,11 @@ class SurveySpec:
             int(message.min_batch_size),
             message.require_device_auth,
             exploration_fraction=float(message.exploration_fraction),
+            group_label=(
+                GroupLabel(message.group_label.name, tuple(message.group_label.values))
+                if message.HasField("group_label")
+                else None
+            ),
         )
 
 

@@ -44,7 +44,7 @@ from client.mechanisms import (
     Mechanism,
     RandomizedResponse,
 )
-from client.survey import Attribute, QuestionSpec, SurveySpec, build_question
+from client.survey import Attribute, GroupLabel, QuestionSpec, SurveySpec, build_question
 from protos.ldp.v1 import ldp_pb2
 
 REJECTION_CODES = {
@@ -75,7 +75,12 @@ def fuzz_surveys() -> dict[str, SurveySpec]:
         build_question("lap", "", _attribute("lap", 4), "laplace", 1.0),
         build_question("lap20", "", _attribute("lap20", 2), "laplace", 0.1, 20),
     )
-    return {"s1": SurveySpec("s1", "fuzz", questions, 1)}
+    grouped = (build_question("rr", "", _attribute("rr", 3), "randomized_response", 1.0),)
+    label = GroupLabel("arm", ("a", "b"))  # every report of g1 must carry "a" or "b"
+    return {
+        "s1": SurveySpec("s1", "fuzz", questions, 1),
+        "g1": SurveySpec("g1", "fuzz, public groups", grouped, 1, group_label=label),
+    }
 
 
 SURVEYS = fuzz_surveys()
@@ -247,6 +252,15 @@ def seeds() -> dict[str, bytes]:
         for i, q in enumerate(SURVEYS["s1"].questions)
     ]
     out["upload-edges"] = bytes([UPLOAD]) + ldp_pb2.UploadRequest(reports=edges).SerializeToString()
+    grouped = [
+        ldp_pb2.Report(
+            report_id=_seed_id(i), survey_id="g1", question_id="rr", payload=payload, group=group
+        )
+        for i, (group, payload) in enumerate((("a", b"\2\0\0\0"), ("b", b"\0\0\0\0")))
+    ]
+    out["upload-grouped"] = (
+        bytes([UPLOAD]) + ldp_pb2.UploadRequest(reports=grouped).SerializeToString()
+    )
     records = b"".join(
         shards._varint(len(r.SerializeToString())) + r.SerializeToString() for r in reports
     )

@@ -172,7 +172,7 @@ def test_iter_reports_streams_in_report_id_order(store: ReportStore) -> None:
     assert {r[1] for r in everything} == {"q", "q2"}
     only_q = list(store.iter_reports("s", "q", batch=7))
     assert [r[0] for r in only_q] == sorted(rid(i) for i in ids if i % 3)
-    assert all(payload == bytes([int.from_bytes(r, "big") % K]) for r, _, payload in only_q)
+    assert all(payload == bytes([int.from_bytes(r, "big") % K]) for r, _, payload, _ in only_q)
     assert list(store.iter_reports("other")) == []
 
 
@@ -304,7 +304,7 @@ def test_acknowledged_reports_survive_sigkill(tmp_path: Path) -> None:
 
         with ReportStore(path) as store:
             assert store.integrity_check() == "ok"
-            stored = [int.from_bytes(r, "big") for r, _, _ in store.iter_reports("s")]
+            stored = [int.from_bytes(r, "big") for r, *_ in store.iter_reports("s")]
             # every acknowledged report is there, at most the one unacknowledged batch beyond
             assert stored == list(range(len(stored)))
             assert acked <= len(stored) <= acked + 50

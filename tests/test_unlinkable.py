@@ -67,6 +67,10 @@ def test_a_wal_copied_mid_run_holds_no_device_link(tmp_path, limited_file):
         "sqlite_autoindex_side_statistics_1",
         "survey_splits",
         "sqlite_autoindex_survey_splits_1",
+        "group_statistics",  # statistics per public group label value: no device
+        "sqlite_autoindex_group_statistics_1",
+        "survey_group_labels",
+        "sqlite_autoindex_survey_group_labels_1",
     }
     with closing(sqlite3.connect(copy / "reports.sqlite")) as conn:
         assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == 10

@@ -15,7 +15,7 @@ from pathlib import Path
 from apache_beam.io.filesystems import FileSystems
 
 from aggregator.store import shards
-from aggregator.store.definitions import survey_change
+from aggregator.store.definitions import reads_as, survey_change
 from client.survey import SurveySpec
 
 
@@ -74,7 +74,7 @@ def resolve(sources: list[str], surveys: dict[str, SurveySpec]) -> Inputs:
 
 def _manifest(directory: Path, surveys: dict[str, SurveySpec]) -> shards.Manifest:
     manifest = shards.read_manifest(directory)
-    if surveys.get(manifest.survey.id) != manifest.survey:
-        given = surveys.get(manifest.survey.id)
+    given = surveys.get(manifest.survey.id)
+    if not reads_as(manifest.survey, given):
         raise JobInputError(f"{directory}: {survey_change(manifest.survey, given)}")
     return manifest

@@ -65,7 +65,9 @@ def run_job_command(args: argparse.Namespace) -> int:
             status += f", {result['side']} side" + (
                 " (exploratory)" if result["exploratory"] else ""
             )
-        print(f"{result['survey']}/{result['question']}: n = {result['n']}, {status}")
+        group = result.get("group")
+        which = "" if group is None else f" [{group or 'all ' + result['group_label'] + 's'}]"
+        print(f"{result['survey']}/{result['question']}{which}: n = {result['n']}, {status}")
     print(f"wrote {args.out} ({len(spec.shards)} shard(s), deduplicated: {bool(dedup)})")
     return 0
 

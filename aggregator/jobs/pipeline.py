@@ -1,5 +1,8 @@
 """The Beam pipeline: shards -> per-shard numpy pre-aggregation -> CombinePerKey -> results JSON.
 
+Statistics are keyed by (survey, question, group): a survey with a public group label gets a
+result per group and one with every group pooled (group ''), like the store's statistics.
+
 Elements are shard files, per-shard partial statistics and, when deduplicating, per-partition
 bundles of id/payload matrices; never single reports. Every stage is plain numpy code from the
 other modules of this package, so the DirectRunner, Flink, Spark and Dataflow compute the same
@@ -72,23 +75,32 @@ def build(pipeline: beam.Pipeline, spec: JobSpec) -> None:
         partials = shards | "ReadAndPreaggregate" >> beam.ParDo(read)
     zeros = pipeline | "EveryQuestion" >> beam.Create(
         [
-            ((survey.id, question.id), Partial.zero(question.statistic_size))
+            ((survey.id, question.id, group), Partial.zero(question.statistic_size))
             for survey in spec.surveys.values()
             for question in survey.questions
+            for group in ("", *(survey.group_label.values if survey.group_label else ()))
         ]
     )
     surveys, analysis = spec.surveys, spec.analysis
     _ = (
-        (partials, zeros)
+        (partials | "AndPooled" >> beam.FlatMap(with_pooled), zeros)
         | "AllPartials" >> beam.Flatten()
         | "Merge" >> beam.CombinePerKey(MergePartials())
         | "Results"
         >> beam.MapTuple(
-            lambda key, total: question_result(surveys[key[0]], key[1], total, analysis)
+            lambda key, total: question_result(surveys[key[0]], key[1], total, analysis, key[2])
         )
         | "Collect" >> beam.combiners.ToList()
         | "WriteJson" >> beam.Map(write_results, spec)
     )
+
+
+def with_pooled(element: tuple[QuestionKey, Partial]) -> Iterator[tuple[QuestionKey, Partial]]:
+    """A group's partial, and the same partial for its question with every group pooled."""
+    key, partial = element
+    yield key, partial
+    if key[2]:
+        yield (key[0], key[1], ""), partial
 
 
 class ReadShard(beam.DoFn):
@@ -208,7 +220,7 @@ def write_results(results: list[dict], spec: JobSpec) -> None:
         "dedup_partitions": spec.dedup_partitions,
         "results": sorted(
             (r for r in results if r["survey"] in wanted),
-            key=lambda r: (r["survey"], r["question"]),
+            key=lambda r: (r["survey"], r["question"], r.get("group", "")),
         ),
     }
     with FileSystems.create(spec.out, compression_type=CompressionTypes.UNCOMPRESSED) as file:

@@ -1,7 +1,8 @@
 """Turn framed shard records into per-question matrices of report ids and payloads, in bulk.
 
 Records written by protobuf encoders (every supported language writes fields in number order)
-share one byte layout per question: ``0a 10 <16-byte id> 12 <survey> 1a <question> 22 <payload>``.
+share one byte layout per question: ``0a 10 <16-byte id> 12 <survey> 1a <question> 22 <payload>``,
+followed by ``3a <group>`` for a survey with a public group label (each group its own layout).
 Records of one length are compared column-wise with that layout, learnt from one parsed record;
 rows that match are sliced into id and payload matrices without touching them one by one. Records
 in any other valid encoding are parsed individually with protobuf (correct, just slower).
@@ -18,18 +19,24 @@ from google.protobuf.message import DecodeError
 from numpy.lib.stride_tricks import sliding_window_view
 
 from aggregator.jobs.framing import Block
-from aggregator.store.ingest import REPORT_ID_BYTES, ReportRejectedError, find_question
+from aggregator.store.ingest import (
+    REPORT_ID_BYTES,
+    ReportRejectedError,
+    check_group,
+    find_question,
+)
 from aggregator.store.shards import ShardFormatError
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
-QuestionKey = tuple[str, str]  # (survey id, question id)
+QuestionKey = tuple[str, str, str]  # (survey id, question id, group; '' without a group label)
 _ID_COLUMNS = slice(2, 2 + REPORT_ID_BYTES)
 
 
 @dataclass(frozen=True)
 class QuestionRecords:
-    """Reports of one question: ``ids`` (m, 16) and ``payloads`` (m, payload_size), uint8."""
+    """Reports of one question and group: ``ids`` (m, 16) and ``payloads`` (m, payload_size),
+    uint8."""
 
     key: QuestionKey
     ids: np.ndarray
@@ -57,33 +64,39 @@ def _split_by_layout(
     while matrix.shape[0]:
         first = _parse(matrix[0].tobytes(), name)
         question = _question(first, surveys)
-        template = _template(first, question)
+        template, payload = _template(first, question)
         if template.size != matrix.shape[1]:  # not the canonical encoding: parse each record
             yield from _parse_each(matrix, surveys, name)
             return
-        size = question.mechanism.payload_size
-        header = slice(_ID_COLUMNS.stop, template.size - size)  # survey and question fields
-        same = (matrix[:, : _ID_COLUMNS.start] == template[: _ID_COLUMNS.start]).all(axis=1)
-        same &= (matrix[:, header] == template[header]).all(axis=1)
+        fixed = np.ones(template.size, dtype=bool)  # every byte but the id and the payload
+        fixed[_ID_COLUMNS] = False
+        fixed[payload] = False
+        same = (matrix[:, fixed] == template[fixed]).all(axis=1)
         if not same[0]:  # same length, other field order or encoding
             yield from _parse_each(matrix, surveys, name)
             return
         chosen = matrix if same.all() else matrix[same]
         yield QuestionRecords(
-            (first.survey_id, first.question_id), chosen[:, _ID_COLUMNS], chosen[:, -size:]
+            (first.survey_id, first.question_id, first.group),
+            chosen[:, _ID_COLUMNS],
+            chosen[:, payload],
         )
         matrix = matrix[~same]
 
 
-def _template(report: ldp_pb2.Report, question: QuestionSpec) -> np.ndarray:
-    """The canonical bytes of a report of this question (zero id and payload)."""
+def _template(report: ldp_pb2.Report, question: QuestionSpec) -> tuple[np.ndarray, slice]:
+    """The canonical bytes of a report of this question and group (zero id and payload), and
+    where its payload sits in them."""
     message = ldp_pb2.Report(
         report_id=bytes(REPORT_ID_BYTES),
         survey_id=report.survey_id,
         question_id=report.question_id,
         payload=bytes(question.mechanism.payload_size),
     )
-    return np.frombuffer(message.SerializeToString(), dtype=np.uint8)
+    end = message.ByteSize()
+    message.group = report.group
+    payload = slice(end - question.mechanism.payload_size, end)
+    return np.frombuffer(message.SerializeToString(), dtype=np.uint8), payload
 
 
 def _parse_each(
@@ -100,7 +113,7 @@ def _parse_each(
         if len(report.payload) != question.mechanism.payload_size:
             raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: payload length")
         yield QuestionRecords(
-            (report.survey_id, report.question_id),
+            (report.survey_id, report.question_id, report.group),
             np.frombuffer(report.report_id, dtype=np.uint8)[None, :],
             np.frombuffer(report.payload, dtype=np.uint8)[None, :],
         )
@@ -114,7 +127,9 @@ def _parse(record: bytes, name: str) -> ldp_pb2.Report:
 
 
 def _question(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> QuestionSpec:
-    _, question = find_question(surveys, report.survey_id, report.question_id)
+    """The report's question, after its group is checked against the survey's label."""
+    survey, question = find_question(surveys, report.survey_id, report.question_id)
+    check_group(survey, report.group)
     return question
 
 

@@ -35,8 +35,11 @@ class Analysis:
     sides: dict[str, int] = field(default_factory=dict)
 
 
-def question_result(survey: SurveySpec, question_id: str, total: Partial, analysis: Analysis):
-    """The JSON-safe result of one question."""
+def question_result(
+    survey: SurveySpec, question_id: str, total: Partial, analysis: Analysis, group: str = ""
+):
+    """The JSON-safe result of one question, of one ``group`` of a survey with a group label
+    ('': every group pooled)."""
     question = survey.question(question_id)
     out: dict = {
         "survey": survey.id,
@@ -49,6 +52,9 @@ def question_result(survey: SurveySpec, question_id: str, total: Partial, analys
         "min_batch_size": survey.min_batch_size,
         "released": total.n >= survey.min_batch_size,
     }
+    if survey.group_label is not None:
+        out["group_label"] = survey.group_label.name
+        out["group"] = group  # '': every group pooled
     if survey.split:
         side = analysis.sides.get(survey.id)
         if side is None:

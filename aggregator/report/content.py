@@ -65,6 +65,7 @@ class SurveyReport:
     confidence: float
     generated: str  # ISO 8601 UTC
     side: str = ""  # a split survey's side: "exploration" (labelled exploratory), "confirmation"
+    group: str = ""  # the one group reported of a survey with a group label ('': all pooled)
 
     @property
     def side_note(self) -> str:
@@ -75,6 +76,16 @@ class SurveyReport:
             return "confirmation side of a split survey, read after its results were sealed"
         return ""
 
+    @property
+    def group_note(self) -> str:
+        """Which groups the report covers (empty for a survey without a group label)."""
+        label = self.survey.group_label
+        if label is None:
+            return ""
+        if self.group:
+            return f"{label.name} = {self.group}: this group's reports only"
+        return f"all {label.name} groups pooled ({', '.join(label.values)})"
+
 
 def build_report(
     survey: SurveySpec,
@@ -84,6 +95,7 @@ def build_report(
     seed: int | None = 0,
     now: datetime | None = None,
     side: str = "",
+    group: str = "",
 ) -> SurveyReport:
     """Estimate every question of ``survey`` from its histogram (a question without one has no
     reports yet) and run the declared ``analyses``; nothing is released below the survey's
@@ -96,7 +108,7 @@ def build_report(
         sections.append(_section(survey, question, hist, declared, confidence, seed))
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     cost = survey_cost(survey.questions)
-    return SurveyReport(survey, tuple(sections), cost, confidence, stamp, side)
+    return SurveyReport(survey, tuple(sections), cost, confidence, stamp, side, group)
 
 
 def _section(

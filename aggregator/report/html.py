@@ -48,6 +48,8 @@ def render_html(report: SurveyReport) -> str:
     ]
     if report.side_note:
         parts.append(f'<p class="note"><strong>{escape(report.side_note)}</strong></p>')
+    if report.group_note:
+        parts.append(f'<p class="note"><strong>{escape(report.group_note)}</strong></p>')
     if not plots:
         parts.append(f'<p class="note">Tables only: {escape(PLOT_EXTRA_HINT)}.</p>')
     parts += [_question(section, report.confidence, plots) for section in report.questions]

@@ -25,6 +25,8 @@ def render_markdown(report: SurveyReport) -> str:
     ]
     if report.side_note:
         lines += ["", f"**{report.side_note}**"]
+    if report.group_note:
+        lines += ["", f"**{report.group_note}**"]
     for section in report.questions:
         lines += _question(section)
     lines += [

@@ -30,7 +30,7 @@ from aggregator.errors import (
     InsufficientDataError,
     InvalidInputError,
 )
-from aggregator.groups import check_same_definition
+from aggregator.groups import check_same_definition, group_name, two_sample_request_problem
 from aggregator.service import confirm_rpcs, wire
 from aggregator.service.answers import (
     released,
@@ -112,7 +112,7 @@ class Store(Protocol):
     def path(self) -> str: ...
 
     def statistics(
-        self, survey_id: str, question_id: str, side: int = 0
+        self, survey_id: str, question_id: str, side: int = 0, group: str = ""
     ) -> tuple[int, np.ndarray]: ...
 
     def close(self) -> None: ...
@@ -641,6 +641,10 @@ def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
     _register(server, SERVICE_NAMES[1], handlers)
 
 
+#: Trailing metadata of a read of a survey with a group label that pools every group.
+POOLED_METADATA = ("ldp-groups", "pooled")
+
+
 class Analyst(ldp_pb2_grpc.AnalystServicer):
     """Estimates and tests computed from stored sufficient statistics."""
 
@@ -649,13 +653,23 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         self._store = store
 
     async def _released(
-        self, context, survey_id: str, question_id: str, side: int = 0, *, test: bool = False
+        self,
+        context,
+        survey_id: str,
+        question_id: str,
+        side: int = 0,
+        group: str = "",
+        *,
+        test: bool = False,
     ):
-        """The question's histogram on the requested side (confirm_rpcs.read_side), if the
-        survey's minimum batch size is reached; for a ``test``, FAILED_PRECONDITION if its
-        reports may be clustered by household (spec D.3)."""
+        """The question's histogram on the requested side (confirm_rpcs.read_side) and of one
+        public ``group`` ('': all groups pooled), if the survey's minimum batch size is reached
+        (by the group); for a ``test``, FAILED_PRECONDITION if its reports may be clustered by
+        household (spec D.3). A group the survey does not declare is INVALID_ARGUMENT."""
         try:
             survey, question = ingest.find_question(self._surveys, survey_id, question_id)
+            if group:
+                ingest.check_group(survey, group)
         except ReportRejectedError as exc:
             await context.abort(exc.code, shortened(exc.message))
         if test:
@@ -664,18 +678,26 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             except ClusteredReportsError as exc:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
         side = await confirm_rpcs.read_side(context, self._store, survey, side)
-        n, sums = await asyncio.to_thread(self._store.statistics, survey_id, question_id, side)
+        if survey.group_label is not None and not group:  # every group pooled: say so
+            labels = [POOLED_METADATA]
+            if side == ldp_pb2.EXPLORATION:
+                labels.append(confirm_rpcs.EXPLORATORY_METADATA)
+            context.set_trailing_metadata(tuple(labels))
+        n, sums = await asyncio.to_thread(
+            self._store.statistics, survey_id, question_id, side, group
+        )
         if n < survey.min_batch_size:
+            of = f" of {survey.group_label.name} {group!r}" if group else ""  # type: ignore[union-attr]
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"{survey_id}/{question_id} has {n} reports; results are released from "
+                f"{survey_id}/{question_id} has {n} reports{of}; results are released from "
                 f"{survey.min_batch_size}",
             )
         return question, ingest.histogram(question, n, sums)
 
     async def Estimate(self, request, context):
         question, hist = await self._released(
-            context, request.survey_id, request.question_id, request.side
+            context, request.survey_id, request.question_id, request.side, request.group
         )
         confidence = request.confidence or 0.95
         est = await _analyse(context, "estimate", hist, confidence)
@@ -694,7 +716,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
 
     async def GoodnessOfFit(self, request, context):
         _, hist = await self._released(
-            context, request.survey_id, request.question_id, request.side, test=True
+            context, request.survey_id, request.question_id, request.side, request.group, test=True
         )
         result = await _analyse(
             context,
@@ -709,7 +731,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
 
     async def Independence(self, request, context):
         question, hist = await self._released(
-            context, request.survey_id, request.question_id, request.side, test=True
+            context, request.survey_id, request.question_id, request.side, request.group, test=True
         )
         if len(question.shape) != 2:
             await context.abort(
@@ -738,20 +760,24 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return await confirm_rpcs.holdout_test(context, self._store, self._surveys, request)
 
     async def TwoSample(self, request, context):
-        if (request.survey_a, request.question_a) == (request.survey_b, request.question_b):
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "A and B name the same question: a two-sample test compares two groups",
-            )
+        groups = (request.group_a, request.group_b)
+        survey_b = request.survey_b or (request.survey_a if any(groups) else "")
+        question_b = request.question_b or (request.question_a if any(groups) else "")
+        problem = two_sample_request_problem(
+            (request.survey_a, request.question_a, request.group_a),
+            (survey_b, question_b, request.group_b),
+        )
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         question_a, hist_a = await self._released(
-            context, request.survey_a, request.question_a, test=True
+            context, request.survey_a, request.question_a, group=request.group_a, test=True
         )
         question_b, hist_b = await self._released(
-            context, request.survey_b, request.question_b, test=True
+            context, survey_b, question_b, group=request.group_b, test=True
         )
         names = (
-            f"{request.survey_a}/{request.question_a}",
-            f"{request.survey_b}/{request.question_b}",
+            group_name(request.survey_a, request.question_a, request.group_a),
+            group_name(survey_b, question_b, request.group_b),
         )
         try:
             check_same_definition(question_a, question_b, names)

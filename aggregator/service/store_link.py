@@ -198,9 +198,11 @@ class RemoteStore(asyncio.Protocol):
         """The database file."""
         return os.fspath(self._db_path)
 
-    def statistics(self, survey_id: str, question_id: str, side: int = 0) -> tuple[int, np.ndarray]:
-        """The question's committed (n, int64 sums) on ``side``."""
-        return read_statistics(self._db_path, survey_id, question_id, side)
+    def statistics(
+        self, survey_id: str, question_id: str, side: int = 0, group: str = ""
+    ) -> tuple[int, np.ndarray]:
+        """The question's committed (n, int64 sums) on ``side`` and of ``group`` ('': pooled)."""
+        return read_statistics(self._db_path, survey_id, question_id, side, group)
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
         """Which of ``report_ids`` the log holds (committed)."""

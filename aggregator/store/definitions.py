@@ -11,6 +11,10 @@ A survey's exploration/confirmation split (``exploration_fraction``) is pinned t
 once the survey has a report, a configuration with another fraction is refused (the sides of the
 stored reports were decided with the pinned one). A survey with reports and no pin was collected
 without a split.
+
+A survey's public group label (``group_label``, ``group_values``) is pinned too: once the survey
+has a report, the label's name and every pinned value must stay; values may only be added (a new
+wave). A removed or renamed value would silently reinterpret the stored reports' groups.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import json
 import sqlite3
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from aggregator.store.report_store import ReportStore, StoreError
-from client.survey import QuestionSpec, SurveySpec
+from client.survey import GroupLabel, QuestionSpec, SurveySpec
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS question_definitions (
@@ -37,6 +42,12 @@ CREATE TABLE IF NOT EXISTS survey_splits (
     exploration_fraction REAL NOT NULL,
     pinned_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS survey_group_labels (
+    survey_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    group_values TEXT NOT NULL,
+    pinned_at INTEGER NOT NULL
+);
 """
 
 
@@ -48,6 +59,11 @@ class SplitChangedError(DefinitionChangedError):
     """The configuration changes the split of a survey that already has reports."""
 
 
+class GroupLabelChangedError(DefinitionChangedError):
+    """The configuration renames, removes or drops values of the group label of a survey that
+    already has reports (adding values is allowed)."""
+
+
 def register(store: ReportStore, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
     """Pin (or check) every question of ``surveys`` in the store and register its statistics,
     in one transaction. Raises DefinitionChangedError for a changed question with reports."""
@@ -57,6 +73,7 @@ def register(store: ReportStore, surveys: Mapping[str, SurveySpec], where: objec
             conn.execute(statement)
         for survey in surveys.values():
             _pin_split(conn, survey, where)
+            _pin_group_label(conn, survey, where)
             for question in survey.questions:
                 _pin(conn, survey.id, question, where)
 
@@ -72,6 +89,7 @@ def check(conn: sqlite3.Connection, surveys: Mapping[str, SurveySpec], where: ob
     has_pins = has_table(conn, "question_definitions")
     for survey in surveys.values():
         _check_split(conn, survey, _stored_split(conn, survey.id), where)
+        _check_group_label(conn, survey, _stored_group_label(conn, survey.id), where)
         for question in survey.questions:
             n, k = _count(conn, survey.id, question.id)
             if not n:
@@ -129,6 +147,60 @@ def _pin_split(conn: sqlite3.Connection, survey: SurveySpec, where: object) -> N
     )
 
 
+def _stored_group_label(conn: sqlite3.Connection, survey_id: str) -> GroupLabel | None:
+    if not has_table(conn, "survey_group_labels"):
+        return None
+    sql = "SELECT name, group_values FROM survey_group_labels WHERE survey_id = ?"
+    row = conn.execute(sql, (survey_id,)).fetchone()
+    return None if row is None else GroupLabel(row[0], tuple(json.loads(row[1])))
+
+
+def _check_group_label(
+    conn: sqlite3.Connection, survey: SurveySpec, stored: GroupLabel | None, where: object
+) -> None:
+    """GroupLabelChangedError if the survey has reports and ``survey``'s group label is not the
+    pinned one (no label pinned: the reports were collected without groups) or the pinned one
+    with values added."""
+    given = survey.group_label
+    if given == stored or not _survey_has_reports(conn, survey):
+        return
+    place = where or "the configuration"
+    if stored is None:
+        problem = f"{place} adds group label {given.name!r} to it"  # type: ignore[union-attr]
+    elif given is None:
+        problem = f"{place} removes its group label {stored.name!r}"
+    elif given.name != stored.name:
+        problem = f"{place} renames group label {stored.name!r} to {given.name!r}"
+    else:
+        missing = [value for value in stored.values if value not in given.values]
+        if not missing:
+            return  # values added: a new wave
+        problem = f"{place} drops {stored.name} value(s) {', '.join(map(repr, missing))}"
+    raise GroupLabelChangedError(
+        f"survey {survey.id}: the store holds reports, and {problem}; a group label may only "
+        "gain values once reports exist (docs/config.md)"
+    )
+
+
+def _pin_group_label(conn: sqlite3.Connection, survey: SurveySpec, where: object) -> None:
+    stored = _stored_group_label(conn, survey.id)
+    if stored == survey.group_label:
+        return
+    _check_group_label(conn, survey, stored, where)
+    if survey.group_label is None:
+        conn.execute("DELETE FROM survey_group_labels WHERE survey_id = ?", (survey.id,))
+        return
+    conn.execute(
+        "INSERT OR REPLACE INTO survey_group_labels VALUES (?, ?, ?, ?)",
+        (
+            survey.id,
+            survey.group_label.name,
+            json.dumps(list(survey.group_label.values)),
+            int(time.time()),
+        ),
+    )
+
+
 def _pin(conn: sqlite3.Connection, survey_id: str, question: QuestionSpec, where: object) -> None:
     stored = _stored(conn, survey_id, question.id)
     n, k = _count(conn, survey_id, question.id)
@@ -150,10 +222,11 @@ def _pin(conn: sqlite3.Connection, survey_id: str, question: QuestionSpec, where
             "UPDATE statistics SET k = ?, sums = ? WHERE survey_id = ? AND question_id = ?",
             (question.statistic_size, bytes(8 * question.statistic_size), survey_id, question.id),
         )
-        conn.execute(
-            "DELETE FROM side_statistics WHERE survey_id = ? AND question_id = ?",
-            (survey_id, question.id),
-        )
+        for table in ("side_statistics", "group_statistics"):
+            conn.execute(
+                f"DELETE FROM {table} WHERE survey_id = ? AND question_id = ?",
+                (survey_id, question.id),
+            )
     conn.execute(
         "INSERT OR REPLACE INTO question_definitions VALUES (?, ?, ?, ?, ?)",
         (survey_id, question.id, definition, question.digest, int(time.time())),
@@ -214,6 +287,19 @@ def difference(stored: Mapping, given: Mapping) -> tuple[str, object, object]:
     return "definition", stored, given
 
 
+def reads_as(stored: SurveySpec, given: SurveySpec | None) -> bool:
+    """Whether reports collected under ``stored`` (a shard manifest's survey) are read the same
+    under ``given``: the same survey, or one whose group label gained values (a new wave)."""
+    if given is None or stored == given:
+        return stored == given
+    old, new = stored.group_label, given.group_label
+    if old is None or new is None or old.name != new.name:
+        return False
+    if not set(old.values) <= set(new.values):
+        return False
+    return replace(stored, group_label=new) == given
+
+
 def survey_change(stored: SurveySpec, given: SurveySpec | None, where: object = "") -> str:
     """One line saying how ``given`` (from a survey file) differs from ``stored`` (e.g. a shard
     manifest's survey): the first changed question and field, or the survey-level key."""
@@ -231,7 +317,8 @@ def survey_change(stored: SurveySpec, given: SurveySpec | None, where: object = 
                 f"survey {stored.id}, question {question.id}: {field} is {value!r} in {place} "
                 f"but the reports were randomized with {field} = {old!r}"
             )
-    for key in ("title", "min_batch_size", "require_device_auth", "exploration_fraction"):
+    keys = ("title", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label")
+    for key in keys:
         if getattr(stored, key) != getattr(given, key):
             return (
                 f"survey {stored.id}: {key} is {getattr(given, key)!r} in {place}, "

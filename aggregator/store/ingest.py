@@ -25,7 +25,7 @@ from client.mechanisms import (
     ReportRangeError,
     SupportMechanism,
 )
-from client.survey import QuestionSpec, SurveySpec
+from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 REPORT_ID_BYTES = 16
@@ -133,6 +133,15 @@ def check_side(survey: SurveySpec, side: int) -> None:
         )
 
 
+def check_group(survey: SurveySpec, group: str) -> None:
+    """Refuse (INVALID_ARGUMENT) a report whose public group does not fit the survey: one of
+    its group values for a survey with a group label, empty otherwise."""
+    try:
+        survey.check_group(group)
+    except SurveyError as exc:
+        raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+
+
 def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
     """Decode a payload into its int64 contribution to the question's sufficient statistic:
     a one-hot count (randomized response), the bits (flip components), the supported
@@ -173,6 +182,7 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
     survey, question = find_question(surveys, report.survey_id, report.question_id)
     check_digests(question, (report.definition_digest,))
     check_side(survey, report.side)
+    check_group(survey, report.group)
     return StoredReport(
         report_id=bytes(report.report_id),
         survey_id=report.survey_id,
@@ -180,6 +190,7 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
         payload=bytes(report.payload),
         contribution=contribution(question, report.payload),
         side=report.side,
+        group=report.group,
     )
 
 
@@ -215,10 +226,12 @@ def validate_upload(
     (survey, question, payload; the store answers the later copies DUPLICATE), else the request
     is INVALID_ARGUMENT (docs/wire.md §6).
     """
-    columns: dict[tuple[str, str, int], tuple[list[int], list[bytes], list[bytes], set[bytes]]] = {}
+    columns: dict[
+        tuple[str, str, int, str], tuple[list[int], list[bytes], list[bytes], set[bytes]]
+    ] = {}
     report_ids: list[bytes] = []
     for i, report in enumerate(reports):
-        key = (report.survey_id, report.question_id, report.side)
+        key = (report.survey_id, report.question_id, report.side, report.group)
         column = columns.get(key)
         if column is None:
             column = columns[key] = ([], [], [], set())
@@ -230,14 +243,16 @@ def validate_upload(
         report_ids.append(report_id)
     batches = []
     try:
-        for (survey_id, question_id, side), (_, ids, payloads, digests) in columns.items():
+        for key, (_, ids, payloads, digests) in columns.items():
+            survey_id, question_id, side, group = key
             survey, question = find_question(surveys, survey_id, question_id)
             check_digests(question, digests)
             check_side(survey, side)
+            check_group(survey, group)
             if set(map(len, ids)) - {REPORT_ID_BYTES}:
                 raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "report_id length")
             rows = _contributions(question, payloads)
-            batches.append(ReportBatch(survey_id, question_id, ids, payloads, rows, side))
+            batches.append(ReportBatch(survey_id, question_id, ids, payloads, rows, side, group))
     except ReportRejectedError:
         for i, report in enumerate(reports):  # find and name the first bad report
             try:
@@ -277,7 +292,7 @@ def validate_batch(
             positions, batch.report_ids, batch.payloads, batch.contributions, strict=True
         ):
             out[i] = StoredReport(
-                report_id, batch.survey_id, batch.question_id, payload, row, batch.side
+                report_id, batch.survey_id, batch.question_id, payload, row, batch.side, batch.group
             )
     return out  # type: ignore[return-value]
 

@@ -32,12 +32,21 @@ class StoreReader:
         definitions.check(self._conn, surveys, where)
 
     def statistics(
-        self, survey_id: str, question_id: str, k: int, side: int = 0
+        self, survey_id: str, question_id: str, k: int, side: int = 0, group: str = ""
     ) -> tuple[int, np.ndarray]:
-        """The question's (n, int64 sums) on ``side`` (0: a survey that is not split); (0,
-        zeros) for a question or side with no row yet."""
+        """The question's (n, int64 sums) on ``side`` (0: a survey that is not split) and of
+        ``group`` ('': all groups pooled); (0, zeros) for a question, side or group with no
+        row yet."""
         key = (survey_id, question_id)
-        if side:
+        if group:
+            if not definitions.has_table(self._conn, "group_statistics"):
+                return 0, np.zeros(k, dtype=np.int64)  # a store from before group labels
+            sql = (
+                "SELECT n, sums FROM group_statistics WHERE survey_id = ? AND question_id = ?"
+                " AND side = ? AND group_value = ?"
+            )
+            row = self._conn.execute(sql, (*key, side, group)).fetchone()
+        elif side:
             if not definitions.has_table(self._conn, "side_statistics"):
                 return 0, np.zeros(k, dtype=np.int64)  # a store from before splits
             sql = "SELECT n, sums FROM side_statistics WHERE survey_id = ? AND question_id = ?"
@@ -60,9 +69,9 @@ class StoreReader:
         question_id: str | None = None,
         batch: int = 10000,
         side: int | None = None,
-    ) -> Iterator[tuple[bytes, str, bytes]]:
-        """(report_id, question_id, payload) in report_id order, from one snapshot."""
-        sql = "SELECT report_id, question_id, payload FROM reports WHERE survey_id = ?"
+    ) -> Iterator[tuple[bytes, str, bytes, str]]:
+        """(report_id, question_id, payload, group) in report_id order, from one snapshot."""
+        sql = "SELECT report_id, question_id, payload, group_value FROM reports WHERE survey_id = ?"
         params: tuple[str | int, ...] = (survey_id,)
         if question_id is not None:
             sql += " AND question_id = ?"

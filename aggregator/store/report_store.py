@@ -19,6 +19,10 @@ Why this shape (notes/service-conventions.md §3):
   ``side_statistics``, so nothing that reads ``statistics`` ever sees the confirmation side.
   Once a survey's confirmation side is closed (its results sealed: ``confirmations``, written
   by aggregator/store/confirmations.py), the writer refuses its confirmation-side reports.
+* A survey with a public group label (docs/two-sample.md) stores each report's group
+  (``reports.group_value``; '' for a survey without one). ``statistics`` and ``side_statistics``
+  pool all groups; ``group_statistics`` holds each (question, side, group) of a grouped report
+  in the same transaction, so a group is read without scanning the log.
 * Nothing at rest groups the reports of one upload once ``wal_window`` seconds have passed: a
   report keeps only its arrival *day* (``received_at``, a UTC midnight), the table is ordered by
   the random report id, and the writer checkpoints and truncates the WAL (which holds each
@@ -59,7 +63,9 @@ from aggregator.store.file_kind import (
 )
 from aggregator.store.integrity import FileWatch, failure_message
 
-SCHEMA_VERSION = 3  # 2: received_at keeps the arrival day only; 3: reports.side, side_statistics
+#: 2: received_at keeps the arrival day only; 3: reports.side, side_statistics;
+#: 4: reports.group_value, group_statistics
+SCHEMA_VERSION = 4
 STORE_KIND = replace(REPORT_STORE, version=SCHEMA_VERSION)  # application_id "LDPS" + this version
 REPORT_ID_BYTES = 16
 _IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
@@ -78,6 +84,15 @@ _SIDE_STATISTICS = """CREATE TABLE IF NOT EXISTS side_statistics (
     sums BLOB NOT NULL,
     PRIMARY KEY (survey_id, question_id, side)
 );"""
+_GROUP_STATISTICS = """CREATE TABLE IF NOT EXISTS group_statistics (
+    survey_id TEXT NOT NULL,
+    question_id TEXT NOT NULL,
+    side INTEGER NOT NULL CHECK (side IN (0, 1, 2)),
+    group_value TEXT NOT NULL CHECK (group_value != ''),
+    n INTEGER NOT NULL,
+    sums BLOB NOT NULL,
+    PRIMARY KEY (survey_id, question_id, side, group_value)
+);"""
 _SCHEMA = f"""
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS reports (
@@ -86,7 +101,8 @@ CREATE TABLE IF NOT EXISTS reports (
     question_id TEXT NOT NULL,
     payload BLOB NOT NULL,
     received_at INTEGER NOT NULL,
-    side INTEGER NOT NULL DEFAULT 0
+    side INTEGER NOT NULL DEFAULT 0,
+    group_value TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS statistics (
     survey_id TEXT NOT NULL,
@@ -97,6 +113,7 @@ CREATE TABLE IF NOT EXISTS statistics (
     PRIMARY KEY (survey_id, question_id)
 );
 {_SIDE_STATISTICS}
+{_GROUP_STATISTICS}
 PRAGMA user_version = {SCHEMA_VERSION};
 COMMIT;
 """
@@ -138,6 +155,7 @@ class StoredReport:
     payload: bytes
     contribution: np.ndarray  # int64, length k: what the report adds to the question's sums
     side: int = 0  # ldp.v1.Side: 0 for a survey that is not split
+    group: str = ""  # the public group value; '' for a survey without a group label
 
 
 WriteHook = Callable[[sqlite3.Connection, list[int]], None]
@@ -155,6 +173,7 @@ class ReportBatch:
     payloads: list[bytes]
     contributions: np.ndarray
     side: int = 0  # ldp.v1.Side of every report of the batch
+    group: str = ""  # the public group value of every report of the batch
 
     def __len__(self) -> int:
         return len(self.report_ids)
@@ -165,8 +184,8 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
     batches' flags concatenated are in the order of the reports. Each question's contribution
     vectors must have one length (``ReportStore.submit`` checks them first)."""
     out = []
-    for (survey_id, question_id, side), run in itertools.groupby(
-        reports, key=lambda r: (r.survey_id, r.question_id, r.side)
+    for (survey_id, question_id, side, group_value), run in itertools.groupby(
+        reports, key=lambda r: (r.survey_id, r.question_id, r.side, r.group)
     ):
         group = list(run)
         out.append(
@@ -177,6 +196,7 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
                 [r.payload for r in group],
                 np.stack([r.contribution for r in group]),
                 side,
+                group_value,
             )
         )
     return out
@@ -240,11 +260,12 @@ class ReportStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
                 conn.executescript(_SCHEMA)
-            elif version == 1:
-                _coarsen_arrival_times(conn)
-                _add_sides(conn)
-            elif version == 2:
-                _add_sides(conn)
+            elif version in (1, 2, 3):
+                if version == 1:
+                    _coarsen_arrival_times(conn)
+                if version <= 2:
+                    _add_sides(conn)
+                _add_groups(conn)
             elif version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
@@ -357,7 +378,8 @@ class ReportStore:
         progress: Callable[[int], object] | None = None,
     ) -> dict[tuple, tuple[int, np.ndarray]]:
         """Recompute every registered question's (n, sums) from the report log (keys (survey,
-        question); a split survey's sides as (survey, question, side)), using
+        question); a split survey's sides as (survey, question, side); each group of a grouped
+        survey as (survey, question, side, group)), using
         ``contribution(survey_id, question_id, payload)``, and store them in one transaction;
         ``progress(count)`` hears of each chunk of reports read (on the writer thread).
 
@@ -369,11 +391,12 @@ class ReportStore:
             ks = {(survey_id, question_id): k for survey_id, question_id, k in registered}
             totals = {(*key, 0): (0, [0] * k) for key, k in ks.items()}
             conn.execute("DELETE FROM side_statistics")
-            sql = "SELECT survey_id, question_id, side, payload FROM reports"
+            conn.execute("DELETE FROM group_statistics")
+            sql = "SELECT survey_id, question_id, side, group_value, payload FROM reports"
             cursor = conn.execute(sql)
             while rows := cursor.fetchmany(10000):
-                pending: dict[tuple[str, str, int], list[np.ndarray]] = {}
-                for survey_id, question_id, side, payload in rows:
+                pending: dict[tuple, list[np.ndarray]] = {}
+                for survey_id, question_id, side, group_value, payload in rows:
                     if (survey_id, question_id) not in ks:
                         raise StoreError(
                             f"log holds unregistered question {survey_id}/{question_id}"
@@ -381,15 +404,18 @@ class ReportStore:
                     vector = contribution(survey_id, question_id, payload)
                     _check_contribution(vector, ks[(survey_id, question_id)])
                     pending.setdefault((survey_id, question_id, side), []).append(vector)
+                    if group_value:
+                        key = (survey_id, question_id, side, group_value)
+                        pending.setdefault(key, []).append(vector)
                 for key, vectors in pending.items():
                     start = totals.get(key, (0, [0] * ks[key[:2]]))
                     totals[key] = _accumulate(*start, np.stack(vectors))
                 if progress is not None:
                     progress(len(rows))
-            for (survey_id, question_id, side), (n, sums) in totals.items():
-                _write_statistics(conn, survey_id, question_id, n, sums, side)
+            for key, (n, sums) in totals.items():
+                _write_statistics(conn, *key[:2], n, sums, *key[2:])
             return {
-                key[:2] if key[2] == 0 else key: (n, np.array(sums, dtype=np.int64))
+                key[:2] if key[2:] == (0,) else key: (n, np.array(sums, dtype=np.int64))
                 for key, (n, sums) in totals.items()
             }
 
@@ -407,11 +433,14 @@ class ReportStore:
 
     # -- reads (own connection per call, never the writer's) -----------------------------------
 
-    def statistics(self, survey_id: str, question_id: str, side: int = 0) -> tuple[int, np.ndarray]:
-        """The question's committed (n, int64 sums) on ``side`` (0: a survey that is not split)."""
+    def statistics(
+        self, survey_id: str, question_id: str, side: int = 0, group: str = ""
+    ) -> tuple[int, np.ndarray]:
+        """The question's committed (n, int64 sums) on ``side`` (0: a survey that is not split),
+        of one ``group`` ('' : all groups pooled)."""
         if self._closed:
             raise StoreError("store is closed")
-        return read_statistics(self._path, survey_id, question_id, side)
+        return read_statistics(self._path, survey_id, question_id, side, group)
 
     def close_confirmation(self, survey_id: str) -> None:
         """From now on refuse the survey's confirmation-side reports. Call it only on the writer
@@ -438,10 +467,10 @@ class ReportStore:
         question_id: str | None = None,
         batch: int = 10000,
         side: int | None = None,
-    ) -> Iterator[tuple[bytes, str, bytes]]:
-        """Stream (report_id, question_id, payload) in report_id order, ``batch`` rows at a time,
-        from one consistent snapshot (a single read statement)."""
-        sql = "SELECT report_id, question_id, payload FROM reports WHERE survey_id = ?"
+    ) -> Iterator[tuple[bytes, str, bytes, str]]:
+        """Stream (report_id, question_id, payload, group) in report_id order, ``batch`` rows at
+        a time, from one consistent snapshot (a single read statement)."""
+        sql = "SELECT report_id, question_id, payload, group_value FROM reports WHERE survey_id = ?"
         params: tuple[str | int, ...] = (survey_id,)
         if question_id is not None:
             sql += " AND question_id = ?"
@@ -649,6 +678,7 @@ class ReportStore:
                 b.payloads,
                 itertools.repeat(now),
                 itertools.repeat(b.side),
+                itertools.repeat(b.group),
                 strict=False,  # equal lengths: _check; the rest repeat
             )
         ]
@@ -691,26 +721,30 @@ class ReportStore:
                 )
 
     def _add_statistics(self, batches: list[ReportBatch], fresh: list[int]) -> None:
-        """Add the new reports' contributions to their questions' rows (vectorized per
-        question)."""
-        by_question: dict[tuple[str, str, int], list[np.ndarray]] = {}
+        """Add the new reports' contributions to their questions' rows, pooled and per group
+        (vectorized per question)."""
+        by_question: dict[tuple, list[np.ndarray]] = {}
         start = 0
         for b in batches:
             mask = [flag == STORED for flag in fresh[start : start + len(b)]]
             start += len(b)
             rows = b.contributions if all(mask) else b.contributions[np.array(mask, dtype=bool)]
             by_question.setdefault((b.survey_id, b.question_id, b.side), []).append(rows)
-        for (survey_id, question_id, side), parts in by_question.items():
+            if b.group:
+                key = (b.survey_id, b.question_id, b.side, b.group)
+                by_question.setdefault(key, []).append(rows)
+        for key, parts in by_question.items():
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if len(rows):
-                n, sums = read_side(self._conn, survey_id, question_id, side)
+                n, sums = read_side(self._conn, *key)
                 n, sums = _accumulate(n, sums, rows)
-                _write_statistics(self._conn, survey_id, question_id, n, sums, side)
+                _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
 
 
 _INSERT_OR_IGNORE = (
-    "INSERT OR IGNORE INTO reports (report_id, survey_id, question_id, payload, received_at, side)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT OR IGNORE INTO reports"
+    " (report_id, survey_id, question_id, payload, received_at, side, group_value)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 CONFIRMATION = 2  # ldp.v1.CONFIRMATION
 
@@ -757,13 +791,17 @@ def _stored_contents(
 
 
 def read_statistics(
-    path: str | os.PathLike[str], survey_id: str, question_id: str, side: int = 0
+    path: str | os.PathLike[str],
+    survey_id: str,
+    question_id: str,
+    side: int = 0,
+    group: str = "",
 ) -> tuple[int, np.ndarray]:
-    """A question's committed (n, int64 sums) on ``side``, read from the file on a connection
-    of its own: any process may call it while another process's ReportStore writes (WAL
-    readers)."""
+    """A question's committed (n, int64 sums) on ``side`` and of ``group`` ('': pooled), read
+    from the file on a connection of its own: any process may call it while another process's
+    ReportStore writes (WAL readers)."""
     with closing(_read_only(os.fspath(path))) as conn:
-        n, sums = read_side(conn, survey_id, question_id, side)
+        n, sums = read_side(conn, survey_id, question_id, side, group)
     return n, np.array(sums, dtype=np.int64)
 
 
@@ -823,6 +861,16 @@ def _add_sides(conn: sqlite3.Connection) -> None:
         if "side" not in columns:
             conn.execute("ALTER TABLE reports ADD COLUMN side INTEGER NOT NULL DEFAULT 0")
         conn.execute(_SIDE_STATISTICS)
+        conn.execute("PRAGMA user_version = 3")
+
+
+def _add_groups(conn: sqlite3.Connection) -> None:
+    """Schema 3 to 4: every stored report has the empty group (no survey had a group label)."""
+    with _transaction(conn):
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(reports)")}
+        if "group_value" not in columns:
+            conn.execute("ALTER TABLE reports ADD COLUMN group_value TEXT NOT NULL DEFAULT ''")
+        conn.execute(_GROUP_STATISTICS)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -845,16 +893,26 @@ def _check_contribution(vector: object, k: int) -> None:
 
 
 def read_side(
-    conn: sqlite3.Connection, survey_id: str, question_id: str, side: int = 0
+    conn: sqlite3.Connection, survey_id: str, question_id: str, side: int = 0, group: str = ""
 ) -> tuple[int, list[int]]:
-    """(n, sums) of a registered question on ``side``; a side with no reports is (0, zeros)."""
+    """(n, sums) of a registered question on ``side``, of one ``group`` ('': all groups); a
+    side or group with no reports is (0, zeros)."""
     key = (survey_id, question_id)
     row = conn.execute(
         "SELECT n, sums, k FROM statistics WHERE survey_id = ? AND question_id = ?", key
     ).fetchone()
     if row is None:
         raise StoreError(f"unknown question {survey_id}/{question_id}")
-    if side:
+    if group:
+        sql = (
+            "SELECT n, sums FROM group_statistics WHERE survey_id = ? AND question_id = ?"
+            " AND side = ? AND group_value = ?"
+        )
+        found = conn.execute(sql, (*key, side, group)).fetchone()
+        if found is None:
+            return 0, [0] * row[2]
+        row = found
+    elif side:
         sql = "SELECT n, sums FROM side_statistics WHERE survey_id = ? AND question_id = ?"
         found = conn.execute(sql + " AND side = ?", (*key, side)).fetchone()
         if found is None:
@@ -870,11 +928,18 @@ def _write_statistics(
     n: int,
     sums: list[int],
     side: int = 0,
+    group: str = "",
 ) -> None:
     try:
         blob = np.array(sums, dtype="<i8").tobytes()
     except OverflowError:
         raise StoreError(f"sums of {survey_id}/{question_id} overflow int64") from None
+    if group:
+        conn.execute(
+            "INSERT OR REPLACE INTO group_statistics VALUES (?, ?, ?, ?, ?, ?)",
+            (survey_id, question_id, side, group, n, blob),
+        )
+        return
     if side:
         conn.execute(
             "INSERT OR REPLACE INTO side_statistics VALUES (?, ?, ?, ?, ?)",

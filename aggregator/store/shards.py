@@ -83,9 +83,15 @@ def export_survey(
     try:
         for file in files:
             file.write(HEADER)
-        for report_id, question_id, payload in store.iter_reports(survey.id, side=side or None):
+        for report_id, question_id, payload, group in store.iter_reports(
+            survey.id, side=side or None
+        ):
             record = ldp_pb2.Report(
-                report_id=report_id, survey_id=survey.id, question_id=question_id, payload=payload
+                report_id=report_id,
+                survey_id=survey.id,
+                question_id=question_id,
+                payload=payload,
+                group=group,
             ).SerializeToString()
             index = shard_of(report_id, shards)
             files[index].write(_varint(len(record)) + record)

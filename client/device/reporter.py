@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 
+from client.device.group import DeviceGroups
 from client.device.household import Household, HouseholdError
 from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, Ledger
@@ -75,6 +76,7 @@ class Reporter:
         self.ledger = Ledger(self._path, budget)
         self.outbox = Outbox(self._path)
         self.cache = SurveyCache(self._path)
+        self.groups = DeviceGroups(self._path)
         self._secret = load_or_create_secret(self._path)
         self._split_secret = split_secret(self._path)
         self._memoize = memoize
@@ -139,24 +141,35 @@ class Reporter:
                 self._unknown_surveys.add(survey_id)
         return False
 
-    def answer(self, survey_id: str, question_id: str, answer: str | list[str]) -> bytes:
+    def answer(
+        self,
+        survey_id: str,
+        question_id: str,
+        answer: str | list[str],
+        group: str | None = None,
+    ) -> bytes:
         """Randomize one answer, given by its category label ('a|b' or one label per attribute
-        for a joint question), and queue it; returns the report id.
+        for a joint question), and queue it; returns the report id. ``group``: the device's
+        public group in a survey with a group label (None: the one it reported before).
 
         Raises ``SurveyError`` for an unknown label (the message lists the valid ones) and
         ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
         question's privacy cost; for a household_shared question, ``HouseholdError`` without a
         household, ``AlreadyAnswered`` for a second answer and ``HouseholdBudgetExceeded`` over
-        the household cap. With memoization, asking the same question again with the same
+        the household cap. A group that does not fit the survey is a ``SurveyError``, another
+        group than the device reported before a ``GroupChangedError``: both before anything is
+        charged or randomized. With memoization, asking the same question again with the same
         answer re-queues the stored report at no new cost.
         """
         question = self._question(survey_id, question_id)
-        return self._queue(survey_id, question, question.index(answer))
+        return self._queue(survey_id, question, question.index(answer), group)
 
-    def answer_index(self, survey_id: str, question_id: str, index: int) -> bytes:
+    def answer_index(
+        self, survey_id: str, question_id: str, index: int, group: str | None = None
+    ) -> bytes:
         """:meth:`answer` for an answer given by its joint category index (0 .. k-1)."""
         question = self._question(survey_id, question_id)
-        return self._queue(survey_id, question, question.check_index(index))
+        return self._queue(survey_id, question, question.check_index(index), group)
 
     def _question(self, survey_id: str, question_id: str) -> QuestionSpec:
         try:
@@ -164,7 +177,10 @@ class Reporter:
         except KeyError:
             raise KeyError(f"survey {survey_id!r} has no question {question_id!r}") from None
 
-    def _queue(self, survey_id: str, question: QuestionSpec, index: int) -> bytes:
+    def _queue(
+        self, survey_id: str, question: QuestionSpec, index: int, group: str | None
+    ) -> bytes:
+        group = self.groups.resolve(self.survey(survey_id), group)
         question_id, digest = question.id, question.digest
         mech = question.mechanism
         described = mech.describe()
@@ -194,6 +210,8 @@ class Reporter:
         )
         if household is not None:  # authoritative (unique per question): a racing answer stops here
             household.charge(survey_id, question_id, mech.cost)
+        if group:
+            self.groups.fix(survey_id, group)
         payload = mech.encode(mech.randomize(index))
         self.outbox.add(
             report_id, survey_id, question_id, payload, memo_key=key, definition_digest=digest
@@ -242,6 +260,8 @@ class Reporter:
         )
 
     def _send(self, batch, totals: dict[str, int], refusals: dict[str, None]) -> None:
+        surveys = {item.survey_id for item in batch}
+        groups = {survey_id: self.groups.get(survey_id) or "" for survey_id in surveys}
         reports = [
             ldp_pb2.Report(
                 report_id=item.report_id,
@@ -250,10 +270,11 @@ class Reporter:
                 payload=item.payload,
                 definition_digest=item.definition_digest,
                 side=self.side(item.survey_id),
+                group=groups[item.survey_id],
             )
             for item in batch
         ]
-        signed = self._requires_auth({item.survey_id for item in batch})
+        signed = self._requires_auth(surveys)
         self.outbox.mark_attempt([item.report_id for item in batch])
         try:
             results = self._transport.upload(reports, self.device_key() if signed else None)
@@ -292,5 +313,6 @@ class Reporter:
         self.ledger.close()
         self.outbox.close()
         self.cache.close()
+        self.groups.close()
         if self._household_ledger is not None:
             self._household_ledger.close()

@@ -85,36 +85,48 @@ class Question(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ..., public_seed: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...
 
 class Survey(_message.Message):
-    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction")
+    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     MIN_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_DEVICE_AUTH_FIELD_NUMBER: _ClassVar[int]
     EXPLORATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    GROUP_LABEL_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     questions: _containers.RepeatedCompositeFieldContainer[Question]
     min_batch_size: int
     require_device_auth: bool
     exploration_fraction: float
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ..., exploration_fraction: _Optional[float] = ...) -> None: ...
+    group_label: GroupLabel
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ..., exploration_fraction: _Optional[float] = ..., group_label: _Optional[_Union[GroupLabel, _Mapping]] = ...) -> None: ...
+
+class GroupLabel(_message.Message):
+    __slots__ = ("name", "values")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("report_id", "survey_id", "question_id", "payload", "definition_digest", "side")
+    __slots__ = ("report_id", "survey_id", "question_id", "payload", "definition_digest", "side", "group")
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DEFINITION_DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     report_id: bytes
     survey_id: str
     question_id: str
     payload: bytes
     definition_digest: bytes
     side: Side
-    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., definition_digest: _Optional[bytes] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
+    group: str
+    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., definition_digest: _Optional[bytes] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
 
 class ReportResult(_message.Message):
     __slots__ = ("report_id", "status", "code", "reason", "retry_after_ms")
@@ -167,16 +179,18 @@ class ListSurveysResponse(_message.Message):
     def __init__(self, surveys: _Optional[_Iterable[_Union[Survey, _Mapping]]] = ...) -> None: ...
 
 class EstimateRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "confidence", "side")
+    __slots__ = ("survey_id", "question_id", "confidence", "side", "group")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     confidence: float
     side: Side
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
+    group: str
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
 
 class EstimateResponse(_message.Message):
     __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected", "interval_method")
@@ -203,7 +217,7 @@ class EstimateResponse(_message.Message):
     def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ..., interval_method: _Optional[str] = ...) -> None: ...
 
 class GoodnessOfFitRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed", "side")
+    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed", "side", "group")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     P0_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +226,7 @@ class GoodnessOfFitRequest(_message.Message):
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     p0: _containers.RepeatedScalarFieldContainer[float]
@@ -220,10 +235,11 @@ class GoodnessOfFitRequest(_message.Message):
     calibration: str
     seed: int
     side: Side
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
+    group: str
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
 
 class IndependenceRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed", "side")
+    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed", "side", "group")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +247,7 @@ class IndependenceRequest(_message.Message):
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     alpha: float
@@ -238,10 +255,11 @@ class IndependenceRequest(_message.Message):
     calibration: str
     seed: int
     side: Side
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ...) -> None: ...
+    group: str
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
 
 class TwoSampleRequest(_message.Message):
-    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed")
+    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed", "group_a", "group_b")
     SURVEY_A_FIELD_NUMBER: _ClassVar[int]
     QUESTION_A_FIELD_NUMBER: _ClassVar[int]
     SURVEY_B_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +267,8 @@ class TwoSampleRequest(_message.Message):
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_A_FIELD_NUMBER: _ClassVar[int]
+    GROUP_B_FIELD_NUMBER: _ClassVar[int]
     survey_a: str
     question_a: str
     survey_b: str
@@ -256,7 +276,9 @@ class TwoSampleRequest(_message.Message):
     alpha: float
     calibration: str
     seed: int
-    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+    group_a: str
+    group_b: str
+    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ...) -> None: ...
 
 class TestResponse(_message.Message):
     __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism", "calibration", "calibration_reason", "n_draws")
