@@ -6,9 +6,11 @@ Example (in a survey file)::
     [[survey.analysis]]
     title = "Is mood uniform?"          # optional; a default title names the test and question
     question = "mood"
-    test = "goodness_of_fit"            # or "independence" (questions with two attributes)
+    test = "goodness_of_fit"            # or "independence" (questions with two attributes),
+                                        # or "two_sample" (two groups of the survey's label)
     p0 = [0.25, 0.25, 0.25, 0.25]       # goodness_of_fit only: one probability per category,
                                         # "uniform", or a table {great = 0.4, fine = 0.3, ...}
+    groups = ["control", "treatment"]   # two_sample only: two values of group_values
     alpha = 0.05                        # optional, default 0.05
 """
 
@@ -23,19 +25,21 @@ from aggregator.errors import ClusteredReportsError
 from aggregator.null_text import NullTextError, parse_null
 from client.survey import QuestionSpec, SurveySpec
 
-TESTS = ("goodness_of_fit", "independence")
-KEYS = frozenset({"title", "question", "test", "p0", "alpha"})
+TESTS = ("goodness_of_fit", "independence", "two_sample")
+KEYS = frozenset({"title", "question", "test", "p0", "groups", "alpha"})
 
 
 @dataclass(frozen=True)
 class Analysis:
-    """One declared test: which question, which test, its null (goodness of fit) and level."""
+    """One declared test: which question, which test, its null (goodness of fit), the two
+    groups it compares (two-sample) and its level."""
 
     title: str
     question_id: str
     test: str
     alpha: float = 0.05
     p0: tuple[float, ...] | None = None
+    groups: tuple[str, str] | None = None
 
 
 def check_independent(survey: SurveySpec, question: QuestionSpec) -> None:
@@ -99,20 +103,49 @@ def parse_analysis(
     if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
         raise ConfigError(f"{where}: alpha must be a number in (0, 1), got {alpha!r}")
     p0 = entry.get("p0")
-    if test == "independence":
-        if p0 is not None:
-            raise ConfigError(f"{where}: independence takes no p0 (its null is fitted)")
-        if len(question.shape) != 2:
-            raise ConfigError(f"{where}: independence needs a question with two attributes")
-        p0_values = None
-    else:
+    if test != "goodness_of_fit" and p0 is not None:
+        raise ConfigError(f"{where}: only goodness_of_fit takes p0 ({test}'s null is fitted)")
+    if test != "two_sample" and "groups" in entry:
+        raise ConfigError(f"{where}: only two_sample compares groups")
+    p0_values, groups = None, None
+    if test == "independence" and len(question.shape) != 2:
+        raise ConfigError(f"{where}: independence needs a question with two attributes")
+    if test == "goodness_of_fit":
         p0_values = _p0(p0, question, where)
+    if test == "two_sample":
+        groups = _groups(entry.get("groups"), survey, where)
     try:
         check_independent(survey, question)
     except ClusteredReportsError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    title = entry.get("title") or f"{test.replace('_', ' ')}: {question.id}"
-    return Analysis(str(title), question.id, test, float(alpha), p0_values)
+    default_title = f"{test.replace('_', ' ')}: {question.id}"
+    if groups:
+        default_title += f", {groups[0]} vs {groups[1]}"
+    title = entry.get("title") or default_title
+    return Analysis(str(title), question.id, test, float(alpha), p0_values, groups)
+
+
+def _groups(groups: object, survey: SurveySpec, where: str) -> tuple[str, str]:
+    """Two distinct values of the survey's public group label (docs/two-sample.md)."""
+    label = survey.group_label
+    if label is None:
+        raise ConfigError(
+            f"{where}: two_sample compares two groups of the survey's group label, and survey "
+            f"{survey.id!r} declares none (group_label, group_values)"
+        )
+    if not isinstance(groups, list) or len(groups) != 2:
+        raise ConfigError(
+            f"{where}: two_sample needs groups = [A, B], two of {', '.join(label.values)}"
+        )
+    unknown = [g for g in groups if g not in label.values]
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown {label.name} {unknown[0]!r}; expected one of "
+            f"{', '.join(label.values)}"
+        )
+    if groups[0] == groups[1]:
+        raise ConfigError(f"{where}: groups names {groups[0]!r} twice; compare two groups")
+    return groups[0], groups[1]
 
 
 def _p0(p0: object, question: QuestionSpec, where: str) -> tuple[float, ...]:

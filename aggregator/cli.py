@@ -1104,6 +1104,14 @@ def run_report(args: argparse.Namespace) -> int:
     data = open_survey(args.config, args.db, args.survey, args.side, args.group)
     analyses = load_analyses(args.config, {data.survey.id: data.survey})[data.survey.id]
     histograms = {question_id: item.histogram for question_id, item in data.items()}
+    compared = {g for analysis in analyses for g in analysis.groups or ()}
+    group_histograms = {
+        (question_id, g): item.histogram
+        for g in sorted(compared)
+        for question_id, item in open_survey(
+            args.config, args.db, args.survey, args.side, g
+        ).items()
+    }
     report = build_report(
         data.survey,
         histograms,
@@ -1112,6 +1120,7 @@ def run_report(args: argparse.Namespace) -> int:
         args.seed,
         side=data.side,
         group=data.group,
+        group_histograms=group_histograms,
     )
     text = render_html(report) if args.format == "html" else render_markdown(report)
     args.out.write_text(text, encoding="utf-8")

@@ -152,15 +152,15 @@ def test_the_family_runs_once_with_adjusted_decisions(surveys, multiplicity):
     survey = surveys["panel"]
     plan = parse_plan(PLAN.replace('"holm"', f'"{multiplicity}"'), surveys)
     hists = {
-        "mood": simulate(survey.question("mood"), np.array([0.4, 0.3, 0.2, 0.1]), 3_000, 1),
-        "table": simulate(survey.question("table"), np.full(6, 1 / 6), 3_000, 2),
+        ("mood", ""): simulate(survey.question("mood"), np.array([0.4, 0.3, 0.2, 0.1]), 3_000, 1),
+        ("table", ""): simulate(survey.question("table"), np.full(6, 1 / 6), 3_000, 2),
     }
     sealed = run_family(plan, survey, hists)
     assert sealed["plan_sha256"] == plan.sha256 and sealed["plan"] == PLAN.replace(
         '"holm"', f'"{multiplicity}"'
     )
     raw = np.array([r["pvalue"] for r in sealed["results"]])
-    expected = goodness_of_fit(hists["mood"], np.full(4, 0.25), rng=0).pvalue
+    expected = goodness_of_fit(hists["mood", ""], np.full(4, 0.25), rng=0).pvalue
     assert raw[0] == pytest.approx(expected)
     adjusted = holm(raw, 0.05).adjusted if multiplicity == "holm" else np.minimum(3 * raw, 1.0)
     np.testing.assert_allclose([r["adjusted"] for r in sealed["results"]], adjusted)
@@ -171,6 +171,6 @@ def test_the_family_runs_once_with_adjusted_decisions(surveys, multiplicity):
 def test_a_family_with_a_test_that_cannot_run_is_not_run(surveys):
     survey = surveys["panel"]
     plan = parse_plan(PLAN, surveys)
-    hists = {"mood": simulate(survey.question("mood"), np.full(4, 0.25), 500, 3)}
+    hists = {("mood", ""): simulate(survey.question("mood"), np.full(4, 0.25), 500, 3)}
     with pytest.raises(InsufficientDataError, match="no confirmation reports for 'table'"):
         run_family(plan, survey, hists)

@@ -105,7 +105,10 @@ def test_analysis_section_is_read_and_checked(config):
         ),
         ('question = "mood"\ntest = "goodness_of_fit"\np0 = [0.3, 0.3, 0.3, 0.3]', "sum to 1"),
         ('question = "mood"\ntest = "goodness_of_fit"\np0 = [1, 0, 0, 0]\nalpha = 2', "alpha"),
-        ('question = "smoke_by_sport"\ntest = "independence"\np0 = [1]', "takes no p0"),
+        (
+            'question = "smoke_by_sport"\ntest = "independence"\np0 = [1]',
+            "only goodness_of_fit takes p0",
+        ),
         ('question = "mood"\ntest = "goodness_of_fit"\nlevel = 1', "unknown key"),
     ],
 )

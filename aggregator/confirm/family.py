@@ -11,7 +11,7 @@ import numpy as np
 from aggregator.confirm.plan import Plan
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
-from aggregator.stats import goodness_of_fit, holm, independence
+from aggregator.stats import goodness_of_fit, holm, independence, two_sample
 from client.survey import SurveySpec
 
 
@@ -28,13 +28,22 @@ class FamilyResult:
     adjusted: float
     reject: bool
     method: str
+    groups: tuple[str, str] | None = None  # two-sample: the two groups compared
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if self.groups is None:
+            del out["groups"]
+        else:
+            out["groups"] = list(self.groups)
+        return out
 
 
 def run_family(
-    plan: Plan, survey: SurveySpec, histograms: Mapping[str, Histogram], seed: int = 0
+    plan: Plan,
+    survey: SurveySpec,
+    histograms: Mapping[tuple[str, str], Histogram],
+    seed: int = 0,
 ) -> dict:
     """The sealed record: the plan's hash and text, when it ran, and every test's outcome with
     Holm (or Bonferroni) adjusted p-values at the family's alpha. Every test must be runnable
@@ -43,11 +52,14 @@ def run_family(
         raise InvalidInputError(f"the plan is for survey {plan.survey_id!r}, not {survey.id!r}")
     raw = []
     for analysis in plan.tests:
-        hist = histograms.get(analysis.question_id)
-        if hist is None or hist.n == 0:
+        hists = [histograms.get((analysis.question_id, g)) for g in analysis.groups or ("",)]
+        if any(hist is None or hist.n == 0 for hist in hists):
             raise InsufficientDataError(f"no confirmation reports for {analysis.question_id!r}")
+        hist = hists[0]
         if analysis.test == "goodness_of_fit":
             result = goodness_of_fit(hist, np.array(analysis.p0), plan.alpha, rng=seed)
+        elif analysis.test == "two_sample":
+            result = two_sample(hist, hists[1], plan.alpha, rng=seed)
         else:
             shape = survey.question(analysis.question_id).shape
             result = independence(hist, shape, plan.alpha, rng=seed)
@@ -70,6 +82,7 @@ def run_family(
             float(adjusted[i]),
             bool(adjusted[i] <= plan.alpha),
             result.method,
+            analysis.groups,
         )
         for i, (analysis, result) in enumerate(zip(plan.tests, raw, strict=True))
     ]

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from aggregator.analyses import TESTS
 from aggregator.confirm.family import run_family
 from aggregator.confirm.plan import Plan
 from aggregator.confirm.sparse_validate import SparseValidate
@@ -22,28 +21,37 @@ from client.survey import SurveySpec
 HOLDOUT_DRAW_FACTOR = 4
 
 
-def _released(survey: SurveySpec, question_id: str, hist: Histogram) -> None:
+#: What a holdout query may run (one histogram each).
+HOLDOUT_TESTS = ("goodness_of_fit", "independence")
+
+
+def _released(survey: SurveySpec, question_id: str, hist: Histogram, group: str = "") -> None:
     if hist.n < survey.min_batch_size:
+        of = f" of {survey.group_label.name} {group}" if group and survey.group_label else ""
         raise InsufficientDataError(
-            f"{survey.id}/{question_id} has {hist.n} confirmation-side reports; results are "
+            f"{survey.id}/{question_id} has {hist.n} confirmation-side reports{of}; results are "
             f"released from {survey.min_batch_size}"
         )
 
 
 def sealed_record(
-    plan: Plan, survey: SurveySpec, histograms: Mapping[str, Histogram], seed: int = 0
+    plan: Plan,
+    survey: SurveySpec,
+    histograms: Mapping[tuple[str, str], Histogram],
+    seed: int = 0,
 ) -> dict:
     """The record to seal: the family run once on the confirmation side (every tested
-    question must have reached the survey's minimum batch size)."""
+    question, and every compared group, must have reached the survey's minimum batch size)."""
     for analysis in plan.tests:
-        _released(survey, analysis.question_id, histograms[analysis.question_id])
+        for group in analysis.groups or ("",):
+            _released(survey, analysis.question_id, histograms[analysis.question_id, group], group)
     return run_family(plan, survey, histograms, seed)
 
 
 def holdout_answer(
     held: dict,
     survey: SurveySpec,
-    histograms: Mapping[str, Histogram],
+    histograms: Mapping[tuple[str, str], Histogram],
     question_id: str,
     test: str,
     p0: Sequence[float] | None = None,
@@ -59,10 +67,10 @@ def holdout_answer(
         question = survey.question(question_id)
     except KeyError:
         raise InvalidInputError(f"survey {survey.id!r} has no question {question_id!r}") from None
-    hist = histograms[question_id]
+    hist = histograms[question_id, ""]
     _released(survey, question_id, hist)
-    if test not in TESTS:
-        raise InvalidInputError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
+    if test not in HOLDOUT_TESTS:
+        raise InvalidInputError(f"test must be one of {', '.join(HOLDOUT_TESTS)}, got {test!r}")
     # A simulated p-value is at least 1/(draws + 1): enough draws that it can fall well below
     # the (small) level, where the calibration is simulated at all.
     draws = HOLDOUT_DRAW_FACTOR * minimum_draws(level)

@@ -14,7 +14,14 @@ from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.numbers import reports
 from aggregator.report.sentences import result_sentence
-from aggregator.stats import Estimate, TestResult, estimate, goodness_of_fit, independence
+from aggregator.stats import (
+    Estimate,
+    TestResult,
+    estimate,
+    goodness_of_fit,
+    independence,
+    two_sample,
+)
 from client.budgeting import SurveyCost, survey_cost
 from client.mechanisms import PublicCoinBit
 from client.survey import QuestionSpec, SurveySpec
@@ -96,16 +103,23 @@ def build_report(
     now: datetime | None = None,
     side: str = "",
     group: str = "",
+    group_histograms: Mapping[tuple[str, str], Histogram] | None = None,
 ) -> SurveyReport:
     """Estimate every question of ``survey`` from its histogram (a question without one has no
     reports yet) and run the declared ``analyses``; nothing is released below the survey's
-    ``min_batch_size``. ``seed`` fixes Monte Carlo and bootstrap draws, so a report is
-    reproducible."""
+    ``min_batch_size``. A two-sample analysis reads its two groups' histograms from
+    ``group_histograms`` ((question id, group) -> histogram). ``seed`` fixes Monte Carlo and
+    bootstrap draws, so a report is reproducible."""
     sections = []
     for question in survey.questions:
         hist = histograms.get(question.id, Histogram.empty(question.mechanism))
         declared = [a for a in analyses if a.question_id == question.id]
-        sections.append(_section(survey, question, hist, declared, confidence, seed))
+        groups = {
+            g: (group_histograms or {}).get((question.id, g), Histogram.empty(question.mechanism))
+            for a in declared
+            for g in a.groups or ()
+        }
+        sections.append(_section(survey, question, hist, declared, confidence, seed, groups))
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     cost = survey_cost(survey.questions)
     return SurveyReport(survey, tuple(sections), cost, confidence, stamp, side, group)
@@ -118,13 +132,14 @@ def _section(
     analyses: list[Analysis],
     confidence: float,
     seed: int | None,
+    groups: Mapping[str, Histogram],
 ) -> QuestionSection:
     threshold = max(survey.min_batch_size, 1)
     if hist.n < threshold:
         why = f"not run: {reports(hist.n)}, results are released from {threshold}"
         tests = tuple(TestSection(a, None, why) for a in analyses)
         return QuestionSection(question, hist.n, threshold, None, (), tests)
-    tests = tuple(_run(question, hist, a, seed) for a in analyses)
+    tests = tuple(_run(question, hist, a, seed, groups, threshold) for a in analyses)
     try:
         est = estimate(hist, confidence)
     except InvalidInputError as exc:  # public-coin reports: tests only (docs/mechanisms.md)
@@ -134,15 +149,32 @@ def _section(
     return QuestionSection(question, hist.n, threshold, est, _marginals(question, est), tests)
 
 
-def _run(question: QuestionSpec, hist: Histogram, analysis: Analysis, seed: int | None):
+def _run(
+    question: QuestionSpec,
+    hist: Histogram,
+    analysis: Analysis,
+    seed: int | None,
+    groups: Mapping[str, Histogram],
+    threshold: int,
+) -> TestSection:
+    names = [attribute.name for attribute in question.attributes]
     try:
         if analysis.test == "goodness_of_fit":
             result = goodness_of_fit(hist, np.array(analysis.p0), analysis.alpha, rng=seed)
+        elif analysis.test == "two_sample":
+            names = list(analysis.groups or ())
+            small = [g for g in names if groups[g].n < threshold]
+            if small:
+                why = f"{small[0]} has {reports(groups[small[0]].n)}"
+                return TestSection(
+                    analysis, None, f"not run: {why}, results are released from {threshold}"
+                )
+            first, second = (groups[g] for g in names)
+            result = two_sample(first, second, analysis.alpha, rng=seed)
         else:
             result = independence(hist, question.shape, analysis.alpha, rng=seed)
     except InsufficientDataError as exc:
         return TestSection(analysis, None, f"not run: {exc}")
-    names = [attribute.name for attribute in question.attributes]
     return TestSection(analysis, result, result_sentence(analysis.test, result, names))
 
 

@@ -28,7 +28,8 @@ def calibration_text(result: TestResult) -> str:
 
 def result_sentence(test: str, result: TestResult, attributes: list[str]) -> str:
     """One or two sentences stating the outcome of ``result`` with its basis (mechanism, n,
-    method and level)."""
+    method and level); ``attributes`` names the two attributes of an independence test or the
+    two groups of a two-sample test."""
     basis = (
         f"({result_p(result)}; {result.method}, {result.mechanism}, n = {result.n:,}, "
         f"{calibration_text(result)})"
@@ -38,6 +39,15 @@ def result_sentence(test: str, result: TestResult, attributes: list[str]) -> str
             f"No conclusion can be drawn: {result.reason}. The hypothesis is not rejected {basis}."
         )
     level = f"at the {result.alpha:g} level"
+    if test == "two_sample":
+        first, second = attributes
+        if result.reject:
+            return f"The data show that {first} and {second} answered differently {level} {basis}."
+        return (
+            f"The data are consistent with {first} and {second} answering alike {basis}; this "
+            "does not show that they answer alike, only that these reports cannot tell them "
+            "apart."
+        )
     if test == "independence":
         first, second = attributes[0], attributes[1]
         if result.reject:

@@ -55,7 +55,9 @@ _SCHEMA = (
 
 #: The holdout's family-wise level, m queries and B rejections when nothing else is asked for.
 DEFAULT_HOLDOUT = {"alpha": 0.05, "m": 20, "budget": 3}
-Histograms = dict[str, Histogram]  # question id -> its histogram on one side
+#: (question id, group value) -> its histogram on one side; group '' pools every group, and a
+#: survey with a group label also has each of its groups.
+Histograms = dict[tuple[str, str], Histogram]
 
 
 @dataclass(frozen=True)
@@ -124,11 +126,13 @@ def check_readable(conn: sqlite3.Connection, survey: SurveySpec, side: int) -> N
 
 
 def side_histograms(conn: sqlite3.Connection, survey: SurveySpec, side: int) -> Histograms:
-    """The histogram of every question of ``survey`` on ``side``."""
+    """The histogram of every question of ``survey`` on ``side``, pooled and per group."""
+    groups = ("", *(survey.group_label.values if survey.group_label else ()))
     out = {}
     for question in survey.questions:
-        n, sums = read_side(conn, survey.id, question.id, side)
-        out[question.id] = histogram(question, n, np.array(sums, dtype=np.int64))
+        for group in groups:
+            n, sums = read_side(conn, survey.id, question.id, side, group)
+            out[question.id, group] = histogram(question, n, np.array(sums, dtype=np.int64))
     return out
 
 
