@@ -684,10 +684,11 @@ TWO_SAMPLE_TEXT = {
     "chi-square summed, asymptotic where every expected cell is >= 5, otherwise the exact "
     "within-group permutation; power predicted by the noncentral chi-square(L) over the seed's "
     "subsets. Both groups drawn with the mechanism's exact aggregate sampler.",
-    "sampled": "As the table above (parametric bootstrap at the pooled estimate, m = 199; "
-    "subset selection with one-category subsets, d = 1: permutation of the pooled reports), on "
-    f"the settings with k (n_a + n_b) <= {SAMPLED_BUDGET:,} only: the support-count samplers of "
-    "subset selection and local hashing simulate every report, O(n k) per draw.",
+    "sampled": "As the table above, m = 199. SS: parametric bootstrap at the pooled estimate "
+    "(with one-category subsets, d = 1: permutation of the pooled reports); OLH: permutation of "
+    "each category's pooled support bits. On the settings with k (n_a + n_b) <= "
+    f"{SAMPLED_BUDGET:,} only: the data of subset selection and local hashing are drawn report "
+    "by report, O(n k) per study.",
 }
 
 
