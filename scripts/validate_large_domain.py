@@ -4,6 +4,7 @@ chi-square) power, for optimized unary encoding, Hadamard response, subset selec
 optimized local hashing.
 
 Usage: python scripts/validate_large_domain.py [--quick] [--only SS,OLH] [--k 1024,4096]
+[--calibration asymptotic]
 
 Type I: ``reps`` null histograms per row drawn with the mechanism's exact aggregate sampler,
 tested at alpha = 0.05 with the row's calibration ("auto": Imhof's weighted chi-square up to
@@ -241,6 +242,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="k <= 256, 100 replicates, print")
     parser.add_argument("--only", default="", help="mechanisms, e.g. SS,OLH (default: all)")
     parser.add_argument("--k", default="", help="domain sizes, e.g. 1024,4096 (default: all)")
+    parser.add_argument("--calibration", default="", help="only rows of this calibration")
     parser.add_argument("--out", type=Path, default=Path("docs/validation.md"))
     args = parser.parse_args()
     names = args.only.split(",") if args.only else list(KINDS)
