@@ -68,10 +68,12 @@ class Row:
     n_draws: int = 99
     power_reps: int = 200
     reps: int = 200
+    rerun: int = 0  # a rerun of the same setting with fresh seeds
 
     @property
     def key(self) -> str:
-        return f"{self.mech}:{self.k}:{self.calibration}:{self.n_draws}"
+        rerun = f":rerun {self.rerun}" if self.rerun else ""
+        return f"{self.mech}:{self.k}:{self.calibration}:{self.n_draws}{rerun}"
 
     @property
     def seed(self) -> int:
@@ -86,6 +88,7 @@ ROWS = [
     # of "auto" with m = 19 draws (its level is exact for any m with (m + 1) alpha whole).
     Row("SS", 4096, 20000, "asymptotic"),
     Row("SS", 4096, 20000, "monte-carlo", 19, power_reps=0, reps=100),
+    Row("SS", 4096, 20000, "monte-carlo", 19, power_reps=0, reps=100, rerun=1),
     Row("OLH", 4096, 20000, "asymptotic", power_reps=100),
 ]
 
@@ -147,6 +150,7 @@ def run_row(spec: Row, quick: bool) -> dict:
         "planned": float(power(mech, p1, big, alpha=ALPHA, null=p0)) if power_reps else None,
         "seconds": round(time.perf_counter() - started, 1),
         "date": datetime.date.today().isoformat(),
+        "rerun": spec.rerun,
     }
 
 
@@ -167,6 +171,8 @@ def line(row: dict) -> str:
     calibration = row["calibration"]
     if row["n_draws"]:
         calibration += f" (m = {row['n_draws']})"
+    if row.get("rerun"):
+        calibration += f", rerun {row['rerun']}"
     if row["power_reps"]:
         power_cells = (
             f"{row['power_n']:,} | {row['power_hits'] / row['power_reps']:.3f} "
@@ -191,7 +197,9 @@ HEADER = [
 
 def section(rows: list[dict]) -> str:
     order = {name: i for i, name in enumerate(KINDS)}
-    rows = sorted(rows, key=lambda r: (order[r["mech"]], r["k"], r["calibration"]))
+    rows = sorted(
+        rows, key=lambda r: (order[r["mech"]], r["k"], r["calibration"], r.get("rerun", 0))
+    )
     outside = [r for r in rows if not inside(r)]
     dates = sorted({r["date"] for r in rows})
     text = [
@@ -243,6 +251,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="mechanisms, e.g. SS,OLH (default: all)")
     parser.add_argument("--k", default="", help="domain sizes, e.g. 1024,4096 (default: all)")
     parser.add_argument("--calibration", default="", help="only rows of this calibration")
+    parser.add_argument("--rerun", type=int, default=None, help="only reruns numbered so")
     parser.add_argument("--out", type=Path, default=Path("docs/validation.md"))
     args = parser.parse_args()
     names = args.only.split(",") if args.only else list(KINDS)
@@ -250,7 +259,11 @@ def main() -> None:
     rows = [
         r
         for r in ROWS
-        if r.mech in names and (sizes is None or r.k in sizes) and (not args.quick or r.k <= 256)
+        if r.mech in names
+        and (sizes is None or r.k in sizes)
+        and args.calibration in ("", r.calibration)
+        and args.rerun in (None, r.rerun)
+        and (not args.quick or r.k <= 256)
     ]
     if not rows:
         parser.error("no row matches --only / --k")

@@ -9,8 +9,10 @@ vs asymptotic power, interval coverage) under ``calibration="auto"`` and rewrite
 section of the output file. ``--two-sample`` runs only the two-sample (homogeneity) grid (Type I
 at small n, sparse k, k up to 1,024, eps 0.05..8; power against the noncentral chi-square) and
 rewrites only its section; ``--identity`` does the same for the large-domain identity tests T1, T2
-and T3 (Type I at k up to 4,096, power against the predictions); ``--quick`` divides the trials of
-either by 4.
+and T3 and the U-statistics on the support counts of OUE, HR, SS and OLH (Type I at k up to 4,096,
+power against the predictions); ``--identity-tests t2hr,t1oue`` runs only those columns, each cell
+with its own seed, and rebuilds the section from every cell stored in docs/data/identity.json;
+``--quick`` divides the trials of either by 4 (identity: printed only).
 """
 
 from __future__ import annotations
