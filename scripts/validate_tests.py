@@ -10,15 +10,18 @@ section of the output file. ``--two-sample`` runs only the two-sample (homogenei
 at small n, sparse k, k up to 1,024, eps 0.05..8; power against the noncentral chi-square) and
 rewrites only its section (``--table``: per-category RR/FC/Gaussian/Laplace, large-domain
 OUE/HR/public-coin, or sampled SS/OLH on the settings their O(n k) samplers afford; one section
-each); ``--identity`` does the same for the large-domain identity tests T1, T2
-and T3 (Type I at k up to 4,096, power against the predictions); ``--quick`` divides the trials of
-either by 4.
+each); ``--identity`` does the same for the large-domain identity tests T1, T2 and T3 and the
+U-statistics on the support counts of OUE, HR, SS and OLH (Type I at k up to 4,096, power against
+the predictions); ``--identity-tests t2hr,t1oue`` runs only those columns, each cell with its own
+seed, and rebuilds the section from every cell stored in docs/data/identity.json; ``--quick``
+divides the trials of either by 4 (identity: printed only).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import platform
 import sys
 import time
@@ -33,6 +36,7 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from doc_sections import kept_sections, write_section
+from row_cache import merge_rows
 
 from aggregator.histogram import Histogram
 from aggregator.stats import (
@@ -864,8 +868,22 @@ def run_two_sample(args: argparse.Namespace) -> None:
 
 # --- large-domain identity tests (T1, T2, T3) -----------------------------------------------------
 IDENTITY_START, IDENTITY_END = "<!-- identity:start -->", "<!-- identity:end -->"
-IDENTITY_TESTS = ("T1 (flip components)", "T2 (k-RR)", "T3 (RAPTOR, L = 10)")
+#: id (for --identity-tests) -> the grid's column label.
+IDENTITY_TESTS = {
+    "t1": "T1 (flip components)",
+    "t2rr": "T2 (k-RR)",
+    "t3": "T3 (RAPTOR, L = 10)",
+    "t2hr": "T2 (HR)",
+    "t1oue": "T1 (OUE)",
+    "t2ss": "T2 (SS)",
+    "t2olh": "T2 (OLH)",
+}
+#: Support-count U-statistics whose exact null costs too much at large k: the normal law there.
+NORMAL_FROM_K = {"T2 (SS)": 1024, "T2 (OLH)": 1024}
+#: No power row: OLH's exact sampler is O(n k) per draw and needs n in the millions here.
+NO_POWER_ROW = ("T2 (OLH)",)
 RAPTOR_GROUPS = 10
+IDENTITY_CACHE = Path("docs/data/identity.json")
 
 
 @dataclass(frozen=True)
@@ -883,6 +901,11 @@ class IdentityCell:
     @property
     def seed(self) -> int:
         return zlib.crc32(repr(self).encode())
+
+    @property
+    def calibration(self) -> str:
+        """'asymptotic' (the normal law) where NORMAL_FROM_K says so, else exact Monte Carlo."""
+        return "asymptotic" if self.k >= NORMAL_FROM_K.get(self.test, math.inf) else "auto"
 
 
 def identity_null(name: str, k: int) -> np.ndarray:
@@ -908,27 +931,38 @@ def identity_power_n(test: str) -> int:
 
 
 def _identity_mechanism(test: str, k: int, eps: float):
-    if test.startswith("T1"):
-        return FlipComponents(k, eps), "t1"
-    return RandomizedResponse(k, eps), "t2"
+    kinds = {
+        "T1 (flip components)": (FlipComponents, "t1"),
+        "T2 (k-RR)": (RandomizedResponse, "t2"),
+        "T2 (HR)": (HadamardResponse, "t2"),
+        "T1 (OUE)": (OptimizedUnaryEncoding, "t1"),
+        "T2 (SS)": (SubsetSelection, "t2"),
+        "T2 (OLH)": (LocalHashing, "t2"),
+    }
+    kind, method = kinds[test]
+    return kind(k, eps), method
 
 
-def identity_cells(scale: float) -> list[IdentityCell]:
-    grid = [  # (k, eps, n, null)
-        (64, 1.0, 1000, "uniform"),
-        (64, 4.0, 300, "zipf"),
-        (1024, 1.0, 5000, "uniform"),
-        (1024, 0.5, 2000, "zipf"),
-        (4096, 1.0, 5000, "uniform"),
-        (4096, 4.0, 1000, "zipf"),
-    ]
+IDENTITY_GRID = [  # (k, eps, n, null)
+    (64, 1.0, 1000, "uniform"),
+    (64, 4.0, 300, "zipf"),
+    (1024, 1.0, 5000, "uniform"),
+    (1024, 0.5, 2000, "zipf"),
+    (4096, 1.0, 5000, "uniform"),
+    (4096, 4.0, 1000, "zipf"),
+]
+
+
+def identity_cells(scale: float, tests: list[str]) -> list[IdentityCell]:
     cells = []
-    for test in IDENTITY_TESTS:
-        for k, eps, n, null in grid:
+    for test in tests:
+        for k, eps, n, null in IDENTITY_GRID:
             trials = max(40, round((200 if k >= 4096 else 400) * scale))
             cells.append(IdentityCell(test, k, eps, n, null, False, trials))
-        trials = max(40, round(300 * scale))
-        cells.append(IdentityCell(test, 1024, 1.0, identity_power_n(test), "uniform", True, trials))
+        if test not in NO_POWER_ROW:
+            trials = max(40, round(300 * scale))
+            n = identity_power_n(test)
+            cells.append(IdentityCell(test, 1024, 1.0, n, "uniform", True, trials))
     return cells
 
 
@@ -945,47 +979,61 @@ def run_identity_cell(cell: IdentityCell) -> tuple[IdentityCell, RejectionRate, 
             predicted = raptor_power(cell.k, cell.eps, cell.n, d2, RAPTOR_GROUPS, ALPHA)
         return cell, rate, predicted
     mech, method = _identity_mechanism(cell.test, cell.k, cell.eps)
-    runner = gof_runner(p0, method, n_draws=199)
+    runner = gof_runner(p0, method, n_draws=199, calibration=cell.calibration)
     rate = rejection_rate(mech, truth, cell.n, runner, cell.trials, cell.seed)
     if cell.alternative:
         predicted = power(mech, truth, cell.n, null=p0, method=method)
     return cell, rate, predicted
 
 
-def identity_section(results, scale: float, elapsed: float) -> list[str]:
+def identity_section(results, elapsed: dict[str, float]) -> list[str]:
     null = [r for r in results if not r[0].alternative]
     alternative = [r for r in results if r[0].alternative]
     inside = sum(rate.within_band(ALPHA) for _, rate, _ in null)
-    command = "python scripts/validate_tests.py --identity" + (" --quick" if scale < 1 else "")
+    tests = [t for t in IDENTITY_TESTS.values() if any(c.test == t for c, _, _ in results)]
+    minutes = ", ".join(f"{key} {value / 60:.1f} min" for key, value in elapsed.items())
     lines = [
         IDENTITY_START,
         "## Large-domain identity tests: T1, T2, T3",
         "",
-        f"Generated by `{command}` on {datetime.date.today()} ({platform.machine()}, Python "
-        f"{platform.python_version()}, {elapsed / 60:.1f} min on a 2-core VM shared with other "
-        "jobs). T1 = `goodness_of_fit(method='t1')` on flip components, T2 = `method='t2'` on "
-        "k-RR, both with m = 199 exact Monte Carlo null draws; T3 = `identity.raptor_test` on "
-        f"simulated RAPTOR studies (L = {RAPTOR_GROUPS} public random halves, devices assigned "
-        "uniformly; `studies.simulate_raptor`), m = 199. docs/calibration.md has the statistics.",
+        "Generated by `python scripts/validate_tests.py --identity` (columns run apart with "
+        "`--identity-tests " + ",".join(IDENTITY_TESTS) + "`, each cell with its own seed, "
+        f"merged in `{IDENTITY_CACHE}`; {minutes} on a 2-core VM shared with other jobs). "
+        "T1 = `goodness_of_fit(method='t1')` on flip components and on optimized unary "
+        "encoding (OUE), T2 = `method='t2'` on k-RR and on the support counts of Hadamard "
+        "response (HR), subset selection (SS) and optimized local hashing (OLH) (the "
+        "U-statistic of docs/calibration.md with the mechanism's exact report covariance), "
+        "with m = 199 exact Monte Carlo null draws from the aggregate samplers, except where "
+        "marked N: the normal law with the exact null variance (`calibration='asymptotic'`), "
+        "used for SS and OLH at k >= 1,024, where 199 draws per test cost too much (SS: about "
+        "0.03 s per draw at k = 1,024 and 0.14 s at 4,096; OLH: O(n k) per draw). Null studies "
+        "are always drawn with the exact samplers (OLH: real per-report hash polynomials). "
+        f"T3 = `identity.raptor_test` on simulated RAPTOR studies (L = {RAPTOR_GROUPS} public "
+        "random halves, devices assigned uniformly; `studies.simulate_raptor`), m = 199.",
         "",
         f"**Type I summary:** {inside} of {len(null)} null cells inside the 99% binomial band "
         "around 0.05 (`*` marks one outside).",
         "",
         "### Type I error",
         "",
-        "| k | eps | n | null | trials | " + " | ".join(IDENTITY_TESTS) + " |",
-        "|---|---|---|---|---|" + "---|" * len(IDENTITY_TESTS),
+        "| k | eps | n | null | trials | " + " | ".join(tests) + " |",
+        "|---|---|---|---|---|" + "---|" * len(tests),
     ]
     settings = dict.fromkeys((c.k, c.eps, c.n, c.null_name, c.trials) for c, _, _ in null)
     for k, eps, n, name, trials in settings:
         cells = []
-        for test in IDENTITY_TESTS:
-            rate = next(
-                r
+        for test in tests:
+            found = [
+                (c, r)
                 for c, r, _ in null
                 if (c.test, c.k, c.eps, c.n, c.null_name) == (test, k, eps, n, name)
-            )
-            cells.append(f"{rate.rate:.3f}" + ("" if rate.within_band(ALPHA) else " *"))
+            ]
+            if not found:
+                cells.append("-")
+                continue
+            cell, rate = found[0]
+            normal = " N" if cell.calibration == "asymptotic" else ""
+            cells.append(f"{rate.rate:.3f}{normal}" + ("" if rate.within_band(ALPHA) else " *"))
         lines.append(f"| {k:,} | {eps:g} | {n:,} | {name} | {trials} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -993,14 +1041,18 @@ def identity_section(results, scale: float, elapsed: float) -> list[str]:
         "",
         "Alternative: uniform plus Delta_j = +0.2/k on the first 512 categories, -0.2/k on the "
         "others (||Delta||_1 = 0.2); n chosen for a predicted power of about 0.5 (T1/T2: "
-        "`power(..., method=...)`, Satterthwaite-normal; T3: `identity.raptor_power`).",
+        "`power(..., method=...)`, Satterthwaite-normal; T3: `identity.raptor_power`). T2 on "
+        "SS runs with the normal law (N); OLH has no row (its exact sampler is O(n k) per draw "
+        "and n is in the millions here).",
         "",
-        "| test | n | trials | simulated | predicted |",
-        "|---|---|---|---|---|",
+        "| test | n | trials | calibration | simulated | predicted |",
+        "|---|---|---|---|---|---|",
     ]
     for cell, rate, predicted in alternative:
+        calibration = "normal (N)" if cell.calibration == "asymptotic" else "Monte Carlo"
         lines.append(
-            f"| {cell.test} | {cell.n:,} | {cell.trials} | {rate.rate:.3f} | {predicted:.3f} |"
+            f"| {cell.test} | {cell.n:,} | {cell.trials} | {calibration} | {rate.rate:.3f} | "
+            f"{predicted:.3f} |"
         )
     lines.append(IDENTITY_END)
     return lines
@@ -1009,15 +1061,52 @@ def identity_section(results, scale: float, elapsed: float) -> list[str]:
 def run_identity(args: argparse.Namespace) -> None:
     started = time.time()
     scale = args.trials_scale / 4 if args.quick else args.trials_scale
-    cells = identity_cells(scale)
-    order = {cell: i for i, cell in enumerate(cells)}
+    chosen = args.identity_tests.split(",") if args.identity_tests else list(IDENTITY_TESTS)
+    unknown = sorted(set(chosen) - set(IDENTITY_TESTS))
+    if unknown:
+        raise SystemExit(
+            f"error: unknown identity test(s) {unknown}; known: {list(IDENTITY_TESTS)}"
+        )
+    cells = identity_cells(scale, [IDENTITY_TESTS[t] for t in chosen])
     cells = sorted(cells, key=lambda c: -c.trials * c.k)
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        results = sorted(pool.map(run_identity_cell, cells, chunksize=1), key=lambda r: order[r[0]])
+        results = list(pool.map(run_identity_cell, cells, chunksize=1))
     elapsed = time.time() - started
-    section = "\n".join(identity_section(results, scale, elapsed))
-    write_section(args.out, section)
-    print(f"wrote the identity section of {args.out} ({len(results)} cells, {elapsed:.0f} s)")
+    if args.quick:
+        for cell, rate, predicted in results:
+            print(cell, f"{rate.rate:.3f}", predicted)
+        return
+    stored = merge_rows(
+        IDENTITY_CACHE,
+        {
+            repr(cell): {
+                "cell": cell.__dict__,
+                "rejections": rate.rejections,
+                "predicted": predicted,
+            }
+            for cell, rate, predicted in results
+        }
+        | {f"elapsed {','.join(chosen)}": {"seconds": round(elapsed)}},
+    )
+    every = [
+        (
+            IdentityCell(**row["cell"]),
+            RejectionRate(row["rejections"], row["cell"]["trials"]),
+            row["predicted"],
+        )
+        for key, row in stored.items()
+        if not key.startswith("elapsed ")
+    ]
+    order = {test: i for i, test in enumerate(IDENTITY_TESTS.values())}
+    grid = {setting: i for i, setting in enumerate(IDENTITY_GRID)}
+
+    def place(cell: IdentityCell) -> tuple:
+        return cell.alternative, grid.get((cell.k, cell.eps, cell.n, cell.null_name), 0)
+
+    every.sort(key=lambda r: (*place(r[0]), order[r[0].test]))
+    times = {key[8:]: row["seconds"] for key, row in stored.items() if key.startswith("elapsed ")}
+    write_section(args.out, "\n".join(identity_section(every, times)))
+    print(f"wrote the identity section of {args.out} ({len(every)} cells, {elapsed:.0f} s)")
 
 
 def main() -> None:
@@ -1040,6 +1129,7 @@ def main() -> None:
         help="which two-sample table (its own section; default %(default)s)",
     )
     parser.add_argument("--identity", action="store_true", help="only the T1/T2/T3 grid")
+    parser.add_argument("--identity-tests", default="", help="with --identity: some columns")
     parser.add_argument("--quick", action="store_true", help="those two with 1/4 the trials")
     args = parser.parse_args()
     if args.two_sample:

@@ -43,7 +43,7 @@ CASES = [
     LocalHashing(12, 2.0),
 ]
 STATS_CASES = CASES[:4]
-SIMULATED = (SubsetSelection, LocalHashing)  # simulate_histogram goes report by report
+SIMULATED = (SubsetSelection, LocalHashing)  # slower aggregate samplers (not O(k) per draw)
 
 
 def ids(mech) -> str:

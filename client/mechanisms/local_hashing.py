@@ -26,6 +26,7 @@ from client.mechanisms.support import SupportMechanism
 PRIME = 2**31 - 1
 HASH_DOMAIN = b"ldp-survey/olh/v1"
 _BLOCK = 2**22  # reports x categories per block of support computation
+_SUM_BLOCK = 2**20  # reports per block of simulated support sums
 
 
 def hash_coefficients(seeds: np.ndarray) -> np.ndarray:
@@ -174,17 +175,20 @@ class LocalHashing(PureEpsilon, SupportMechanism):
     def simulate_histogram(
         self, n: int, p: np.ndarray, rng: np.random.Generator, size: int | None = None
     ) -> np.ndarray:
-        """Exact under uniform coefficients (drawn directly, not through seeds): O(n k) per
-        draw."""
+        """Exact under uniform coefficients (drawn directly, not through seeds): every report is
+        hashed at every category (O(n k) per draw, ``support_sums``), several draws per block."""
         p = np.asarray(p, dtype=float)
         p = p / p.sum()
         draws = np.zeros((1 if size is None else size, self.k))
-        for i in range(draws.shape[0]):
-            coefficients = rng.integers(0, PRIME, size=(n, 3), dtype=np.uint64)
-            values = rng.choice(self.k, size=n, p=p)
+        per_block = max(1, _SUM_BLOCK // max(n, 1))
+        for start in range(0, draws.shape[0], per_block):
+            block = min(per_block, draws.shape[0] - start)
+            coefficients = rng.integers(0, PRIME, size=(block * n, 3), dtype=np.uint64)
+            values = rng.choice(self.k, size=block * n, p=p)
             hashed = hash_values_at(coefficients, values, self.buckets)
-            reports = np.stack([np.zeros(n, np.uint64), self.inner.simulate(hashed, rng)], axis=1)
-            draws[i] = self._support(reports, coefficients).sum(axis=0)
+            reported = self.inner.simulate(hashed, rng)
+            sums = support_sums(coefficients, reported, self.k, self.buckets, block)
+            draws[start : start + block] = sums
         return draws[0] if size is None else draws
 
     def report_covariance(self, p: np.ndarray) -> np.ndarray:
@@ -209,3 +213,33 @@ def hash_values_at(coefficients: np.ndarray, values: np.ndarray, g: int) -> np.n
     value = (value + c[:, 1] * x) % PRIME
     value = (value + c[:, 2]) % PRIME
     return (value % np.uint64(g)).astype(np.int64)
+
+
+def support_sums(
+    coefficients: np.ndarray, reported: np.ndarray, k: int, g: int, groups: int = 1
+) -> np.ndarray:
+    """Support counts (groups, k) of reports (coefficients (m, 3), reported values (m,)) split
+    into ``groups`` equal consecutive groups, without the (m, k) matrix: h(x + 1) = h(x) + D(x)
+    and D(x + 1) = D(x) + 2 c2 (mod P), D(0) = c2 + c1, so each category costs a few uint32
+    additions per report (a sum of two residues is below 2^32; ``min(v, v - P)`` wraps it back)
+    instead of a polynomial with three reductions mod P. Equal to ``hash_values``."""
+    c = np.asarray(coefficients, dtype=np.uint64)
+    reported = np.asarray(reported).astype(np.uint32)
+    prime = np.uint32(PRIME)
+    hashed = c[:, 2].astype(np.uint32)
+    step = ((c[:, 0] + c[:, 1]) % PRIME).astype(np.uint32)
+    curve = ((2 * c[:, 0]) % PRIME).astype(np.uint32)
+    out = np.empty((groups, k), dtype=np.int64)
+    residue, spare = np.empty_like(hashed), np.empty_like(hashed)
+    mask = g - 1 if g & (g - 1) == 0 else None  # g a power of two: a mask, not a division
+    for x in range(k):
+        if mask is None:
+            np.remainder(hashed, np.uint32(g), out=residue)
+        else:
+            np.bitwise_and(hashed, np.uint32(mask), out=residue)
+        out[:, x] = np.count_nonzero((residue == reported).reshape(groups, -1), axis=1)
+        for value, increment in ((hashed, step), (step, curve)):
+            value += increment
+            np.subtract(value, prime, out=spare)
+            np.minimum(value, spare, out=value)
+    return out

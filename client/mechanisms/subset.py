@@ -147,17 +147,12 @@ class SubsetSelection(PureEpsilon, SupportMechanism):
     def simulate_histogram(
         self, n: int, p: np.ndarray, rng: np.random.Generator, size: int | None = None
     ) -> np.ndarray:
-        """Exact, by simulating every report (no closed form for sums of random subsets):
-        O(n k) per draw, several draws per numpy call."""
+        """Exact and independent of n: ``_class_sampler``, O(k x occupied classes) per draw,
+        all draws at once."""
         p = np.asarray(p, dtype=float)
         p = p / p.sum()
         draws = 1 if size is None else size
-        out = np.zeros((draws, self.k))
-        per_block = max(1, _SIMULATION_CHUNK // max(1, n * self.k))
-        for start in range(0, draws, per_block if n else draws):
-            block = min(per_block, draws - start)
-            reports = self.simulate(rng.choice(self.k, size=block * n, p=p), rng)
-            out[start : start + block] = reports.reshape(block, n, self.k).sum(axis=1)
+        out = _class_sampler(self, n, p, rng, draws).astype(float)
         return out[0] if size is None else out
 
     def report_covariance(self, p: np.ndarray) -> np.ndarray:
@@ -172,3 +167,49 @@ class SubsetSelection(PureEpsilon, SupportMechanism):
         cov = joint - np.outer(mean, mean)
         np.fill_diagonal(cov, mean * (1 - mean))
         return cov
+
+
+def _class_sampler(
+    mech: SubsetSelection, n: int, p: np.ndarray, rng: np.random.Generator, draws: int
+) -> np.ndarray:
+    """Support counts (draws, k) of n reports with answers iid from p, category by category.
+
+    A report is its answer x, whether x is in S (probability a) and the rest of S, a uniform
+    r0-subset of the other k - 1 categories (r0 = d - 1 or d). Categories are visited in order
+    l = 0..k-1. A report whose answer is still ahead (pending, x >= l) has so far included
+    categories with chances that do not depend on x, so given its past x is l with probability
+    p_l / (p_l + ... + p_{k-1}), independently of the past; the rest of its subset is a uniform
+    r-subset of the k - l - 1 unvisited non-answers, so it includes l with probability
+    r / (k - l - 1). A report whose answer was visited (done) includes l with probability
+    r / (k - l) (a report whose answer is l does not draw l: it becomes done after the step).
+    Reports are independent, so each class (state, r) moves by binomial draws.
+    States: 0 pending with x in S, 1 pending with x not in S, 2 done; column c holds r = c - 1.
+    """
+    k, d = mech.k, mech.subset_size
+    state = np.zeros((3, draws, d + 2), dtype=np.int64)
+    inside = rng.binomial(n, mech.in_probability, size=draws)
+    state[0, :, d] = inside  # r = d - 1
+    state[1, :, d + 1] = n - inside  # r = d
+    tail = np.cumsum(p[::-1])[::-1]
+    share = np.divide(p, tail, out=np.zeros(k), where=tail > 0).clip(0.0, 1.0)
+    counts = np.zeros((draws, k), dtype=np.int64)
+    low, high = d, d + 1  # the occupied columns
+    r = np.arange(-1, d + 1, dtype=float)
+    for category in range(k):
+        cols = slice(low, high + 1)
+        own = rng.binomial(state[:2, :, cols], share[category])
+        counts[:, category] = own[0].sum(axis=1)
+        state[:2, :, cols] -= own
+        pools = np.array([k - category - 1, k - category - 1, k - category], dtype=float)
+        chance = (r[cols][None, :] / np.maximum(pools, 1.0)[:, None]).clip(0.0, 1.0)
+        moved = rng.binomial(state[:, :, cols], chance[:, None, :])
+        counts[:, category] += moved.sum(axis=(0, 2))
+        state[:, :, cols] -= moved
+        state[:, :, low - 1 : high] += moved
+        state[2, :, cols] += own.sum(axis=0)  # answer l: l is not among its others
+        low = max(low - 1, 1)
+        while high > low and not state[:, :, high].any():
+            high -= 1
+        while low < high and not state[:, :, low].any():
+            low += 1
+    return counts
