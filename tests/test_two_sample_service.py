@@ -157,7 +157,7 @@ ANSWERS = {  # (survey, question) -> (answer distribution, number of devices)
     **{
         ("trial", f"{name}_{side}"): (p, 600)
         for name in ("hr", "oue", "ss", "olh")
-        for side, p in (("a", [1 / 6] * 6), ("b", [0.6, 0.2, 0.05, 0.05, 0.05, 0.05]))
+        for side, p in (("a", [1 / 6] * 6), ("b", [0.75, 0.15, 0.025, 0.025, 0.025, 0.025]))
     },
     ("trial", "pc_a"): ([1 / 8] * 8, 800),
     ("trial", "pc_b"): ([0.5, 0.3, 0.04, 0.04, 0.03, 0.03, 0.03, 0.03], 700),
