@@ -83,9 +83,12 @@ def _from_file(path: Path, labels: Sequence[str], name: str) -> tuple[float, ...
     rows = [row for row in rows if row]
     if not rows:
         raise NullTextError(f"{where}: holds no probabilities")
-    tokens = [token for row in rows for token in re.split(r"[,\s]+", row) if token]
-    if all(_is_number(token) for token in tokens):  # numbers only: category order
-        return _checked(_numbers(tokens, where), labels, where)
+    split = [[token for token in re.split(r"[,\s]+", row) if token] for row in rows]
+    labelled = len(rows) > 1 and all(len(tokens) == 2 for tokens in split)
+    if not labelled and all(_is_number(token) for tokens in split for token in tokens):
+        # numbers only: category order. Two fields on every line are a label and its
+        # probability, even when the labels look like numbers (Likert "1" .. "5").
+        return _checked(_numbers([t for tokens in split for t in tokens], where), labels, where)
     pairs = [_split_pair(row) for row in rows]
     if pairs[0][0] is not None and not _is_number(pairs[0][1]):
         pairs = pairs[1:]  # a header line such as "category,p0"

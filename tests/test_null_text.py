@@ -27,6 +27,9 @@ def test_a_file_by_label_in_any_order_or_by_position(tmp_path) -> None:
     by_position = tmp_path / "p0.txt"
     by_position.write_text("0.4\n0.3\n0.2, 0.1\n")
     assert parse_null(f"@{by_position}", LABELS) == (0.4, 0.3, 0.2, 0.1)
+    likert = tmp_path / "likert.csv"
+    likert.write_text("2,0.7\n1,0.3\n")  # labels that look like numbers stay labels
+    assert parse_null(f"@{likert}", ("1", "2")) == (0.3, 0.7)
     labels_with_spaces = ("very good", "not good")
     spaced = tmp_path / "spaced.csv"
     spaced.write_text("not good,0.7\nvery good,0.3\n")
