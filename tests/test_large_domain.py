@@ -16,6 +16,7 @@ from aggregator.config import load_surveys
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate, goodness_of_fit, independence
+from aggregator.stats.calibration import MAX_SUPPORT_IMHOF, choose
 from aggregator.stats.power import power
 from client.mechanisms import (
     HadamardResponse,
@@ -258,6 +259,23 @@ def test_goodness_of_fit_power_and_planning(mech: SupportMechanism) -> None:
     assert goodness_of_fit(hist, p0, rng=1).pvalue < 1e-3
     assert power(mech, p1, 2000, null=p0) > 0.99
     assert 0.05 < power(mech, p1, 60, null=p0) < power(mech, p1, 120, null=p0) < 1
+
+
+def test_planning_above_the_imhof_limit_uses_the_weighted_law() -> None:
+    """Above MAX_SUPPORT_IMHOF categories the test simulates its null for cost alone, so the plan
+    is the weighted noncentral law (simulating it took 40 minutes for local hashing at k = 4,096
+    and n = 200,000); small n, where the effective counts fail, is still simulated."""
+    k = MAX_SUPPORT_IMHOF + 52
+    mech = LocalHashing(k, 1.0)
+    p0 = np.full(k, 1 / k)
+    p1 = p0.copy()
+    p1[: k // 2] -= 0.1 / (k // 2)
+    p1[k // 2 :] += 0.1 / (k - k // 2)
+    n = 200_000
+    assert choose("auto", mech, n, p0, composite=False).simulated  # the test as run
+    assert not choose("auto", mech, n, p0, composite=False, planning=True).simulated
+    assert power(mech, p1, n, null=p0) == power(mech, p1, n, null=p0, calibration="asymptotic")
+    assert choose("auto", mech, 10, p0, composite=False, planning=True).simulated
 
 
 @pytest.mark.parametrize("kind", KINDS)

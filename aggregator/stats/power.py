@@ -172,9 +172,7 @@ def _simulated(plan: _Plan, n: float, calibration: str) -> bool:
         return False  # T1/T2/T3: their own power laws (stats/identity.py)
     composite = plan.model is not None
     n = max(1, round(n))
-    choice = choose(
-        calibration, plan.mechanism, n, plan.null, composite=composite, laplace_always=False
-    )
+    choice = choose(calibration, plan.mechanism, n, plan.null, composite=composite, planning=True)
     return choice.simulated
 
 
