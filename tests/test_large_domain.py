@@ -262,11 +262,11 @@ def test_goodness_of_fit_power_and_planning(mech: SupportMechanism) -> None:
 
 
 def test_planning_above_the_imhof_limit_uses_the_weighted_law() -> None:
-    """Above MAX_SUPPORT_IMHOF categories the test simulates its null for cost alone, so the plan
-    is the weighted noncentral law (simulating it took 40 minutes for local hashing at k = 4,096
-    and n = 200,000); small n, where the effective counts fail, is still simulated."""
+    """Above MAX_SUPPORT_IMHOF categories Hadamard response's test simulates its null for cost
+    alone, so its plan is the analytic law; small n, where the effective counts fail, is still
+    simulated."""
     k = MAX_SUPPORT_IMHOF + 52
-    mech = LocalHashing(k, 1.0)
+    mech = HadamardResponse(k, 1.0)
     p0 = np.full(k, 1 / k)
     p1 = p0.copy()
     p1[: k // 2] -= 0.1 / (k // 2)

@@ -13,8 +13,10 @@ say the chi-square limit is accurate, and otherwise simulates the null:
   not at, or within noise of, the boundary of the simplex where the chi-square limit fails.
 
 The support-count mechanisms' composite tests are always bootstrapped (their limit is a weighted
-chi-square with fitted weights), and so is goodness of fit above ``MAX_SUPPORT_IMHOF``
-categories, where the weights (an eigendecomposition of k x k) cost more than the simulation.
+chi-square with fitted weights), and so is Hadamard response's goodness of fit above
+``MAX_SUPPORT_IMHOF`` categories, where its weights (an eigendecomposition of k x k) cost more
+than the simulation. The exchangeable mechanisms (OUE, subset selection, local hashing) evaluate
+their weighted law in O(k) at any k (``low_rank_law.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from aggregator.errors import InvalidInputError
 from aggregator.stats.channel import extra_variance, is_randomized_response, is_support
-from client.mechanisms import FlipComponents, LaplaceNoise, Mechanism
+from client.mechanisms import ExchangeableSupport, FlipComponents, LaplaceNoise, Mechanism
 
 CALIBRATIONS = ("auto", "asymptotic", "monte-carlo")
 MIN_EFFECTIVE_COUNT = 5.0
@@ -84,9 +86,8 @@ def choose(
 
     ``planning=True`` applies only the validity diagnostics: where they pass, the simulated null
     and the chi-square law give the same power, so the rules that simulate for another reason
-    (Laplace noise always; support-count goodness of fit above ``MAX_SUPPORT_IMHOF`` for cost)
-    would only make a plan slower (at k = 4,096 and n = 200,000, 2,000 local-hashing draws take
-    40 minutes).
+    (Laplace noise always; Hadamard response's goodness of fit above ``MAX_SUPPORT_IMHOF`` for
+    cost) would only make a plan slower.
     """
     if calibration == "asymptotic":
         return Choice("asymptotic", "requested")
@@ -96,8 +97,13 @@ def choose(
         return Choice("monte-carlo", "Laplace noise: its null is always simulated")
     if is_support(mech) and composite:
         return Choice("monte-carlo", "support counts: a composite null is always bootstrapped")
-    if not planning and is_support(mech) and mech.k > MAX_SUPPORT_IMHOF:
-        return Choice("monte-carlo", f"support counts: k > {MAX_SUPPORT_IMHOF}, simulated")
+    if (
+        not planning
+        and is_support(mech)
+        and not isinstance(mech, ExchangeableSupport)
+        and mech.k > MAX_SUPPORT_IMHOF
+    ):
+        return Choice("monte-carlo", f"{mech.name}: k > {MAX_SUPPORT_IMHOF}, simulated")
     counts = effective_counts(mech, n, null)
     if counts.min() < MIN_EFFECTIVE_COUNT:
         return Choice(

@@ -30,6 +30,7 @@ from aggregator.stats.identity import (
     unary_frobenius2,
 )
 from aggregator.stats.imhof import weighted_chi2_sf
+from aggregator.stats.low_rank_law import LowRankLaw, exchangeable_null_law
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
 from aggregator.stats.validate import (
@@ -41,6 +42,7 @@ from aggregator.stats.validate import (
     make_rng,
 )
 from client.mechanisms import (
+    ExchangeableSupport,
     FlipComponents,
     GaussianNoise,
     HadamardResponse,
@@ -105,7 +107,7 @@ def goodness_of_fit(
     ``nonprojected``, ``imhof``; Laplace ``monte-carlo``; flip components ``projected`` (default),
     ``nonprojected``, ``t1``; optimized unary encoding, Hadamard response, subset selection, local
     hashing ``pearson`` (each support count against its binomial variance; asymptotically a
-    weighted chi-square, ``support_null_weights``) and the U-statistic on the support counts
+    weighted chi-square, ``support_null_law``) and the U-statistic on the support counts
     (``t1`` for optimized unary encoding, ``t2`` for the others; stats/identity.py,
     ``support_u_frobenius2``); public-coin one-bit reports ``t3`` (the grouped chi-square of
     stats/identity.py: chi-square(L) or L binomials given the sizes). T1 and T2 are the
@@ -156,7 +158,7 @@ def goodness_of_fit(
         pvalue = weighted_chi2_sf(statistic, weights)
         return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
     if is_support(mech):
-        pvalue = weighted_chi2_sf(statistic, support_null_weights(mech, p0))
+        pvalue = weighted_chi2_sf(statistic, support_null_law(mech, p0))
         return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
     dof = mech.k if method == "nonprojected" else mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
@@ -203,10 +205,14 @@ def _statistic(mech: Mechanism, method: str, n: int, p0: np.ndarray):
     return lambda values: n * quadratic_form(mech, debiased(values, n, mech) - p0, p0, projected)
 
 
-def support_null_weights(mech: Mechanism, p0: np.ndarray) -> np.ndarray:
-    """The positive weights of the support-count Pearson statistic's null law (an O(k^3)
-    eigendecomposition, so the last few (mechanism, p0) pairs are remembered)."""
-    return _support_null_weights(mech, np.asarray(p0, dtype=float).tobytes())
+def support_null_law(mech: Mechanism, p0: np.ndarray) -> np.ndarray | LowRankLaw:
+    """The null law of the support-count Pearson statistic: for exchangeable mechanisms (OUE, SS,
+    local hashing) a ``LowRankLaw`` in O(k); otherwise (Hadamard response) its positive weights,
+    an O(k^3) eigendecomposition, so the last few (mechanism, p0) pairs are remembered."""
+    p0 = np.asarray(p0, dtype=float)
+    if isinstance(mech, ExchangeableSupport):
+        return exchangeable_null_law(mech, p0)
+    return _support_null_weights(mech, p0.tobytes())
 
 
 @lru_cache(maxsize=8)

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 from scipy import integrate, optimize
 
+from aggregator.stats.low_rank_law import LowRankLaw
 
-def weighted_chi2_sf(x: float, weights: np.ndarray, noncentralities: np.ndarray | None = None):
-    """P(sum_j w_j chi2_1(delta_j) > x) for positive weights w_j.
+
+def weighted_chi2_sf(
+    x: float, weights: np.ndarray | LowRankLaw, noncentralities: np.ndarray | None = None
+) -> float:
+    """P(sum_j w_j chi2_1(delta_j) > x) for positive weights w_j, given as a vector or as a
+    ``LowRankLaw`` (central only: its weights are never formed).
 
     Integrates Imhof's formula on [0, 1] with adaptive quadrature and on [1, inf) with QUADPACK's
-    Fourier-weighted rule, after scaling by the largest weight.
+    Fourier-weighted rule, after scaling by the largest weight (or a bound of it).
     """
+    if isinstance(weights, LowRankLaw):
+        if noncentralities is not None:
+            raise ValueError("a LowRankLaw is central")
+        return _determinant_sf(x, weights)
     weights = np.asarray(weights, dtype=float)
     if weights.ndim != 1 or weights.size == 0 or not np.all(weights > 0):
         raise ValueError("weights must be a non-empty vector of positive numbers")
@@ -35,12 +45,39 @@ def weighted_chi2_sf(x: float, weights: np.ndarray, noncentralities: np.ndarray 
         lu2 = (lam * u) ** 2
         return float(0.25 * np.sum(np.log1p(lu2)) + 0.5 * np.sum(delta * lu2 / (1 + lu2)))
 
+    return _imhof(xs, float(np.sum(lam * (1 + delta))), theta_rest, log_rho)
+
+
+def _determinant_sf(x: float, law: LowRankLaw) -> float:
+    """Imhof's phase and modulus from log det(I - i u M): -Im / 2 and Re / 2 of it."""
+    if x <= 0:
+        return 1.0
+    top = law.top
+
+    def theta_rest(u: float) -> float:
+        return -0.5 * law.log_det(u / top).imag
+
+    def log_rho(u: float) -> float:
+        return 0.5 * law.log_det(u / top).real
+
+    return _imhof(x / top, law.trace / top, theta_rest, log_rho)
+
+
+def _imhof(
+    xs: float,
+    mean: float,
+    theta_rest: Callable[[float], float],
+    log_rho: Callable[[float], float],
+) -> float:
+    """0.5 + (1 / pi) int_0^inf sin(theta(u)) / (u rho(u)) du, theta(u) = theta_rest(u) - xs u / 2,
+    for weights scaled to at most 1 (``mean``: their sum plus the noncentralities')."""
+
     def envelope(u: float) -> float:  # 1 / (u rho(u)), underflowing safely to 0
         return math.exp(-log_rho(u)) / u
 
     def integrand(u: float) -> float:
         if u == 0.0:
-            return 0.5 * (float(np.sum(lam * (1 + delta))) - xs)
+            return 0.5 * (mean - xs)
         return math.sin(theta_rest(u) - xs * u / 2) * envelope(u)
 
     def tail_cos(u: float) -> float:  # multiplies cos(xs u / 2)

@@ -49,7 +49,7 @@ from aggregator.stats.channel import (
     rough_distribution,
     support_correlation,
 )
-from aggregator.stats.gof import support_null_weights
+from aggregator.stats.gof import support_null_law
 from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.ltz import ltz_isf, ltz_sf, quadratic_moments
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
@@ -208,7 +208,7 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
         )
     common.update(calibration="asymptotic", calibration_reason=choice.reason)
     if is_support(mech):
-        pvalue = weighted_chi2_sf(statistic, support_null_weights(mech, p_bar))
+        pvalue = weighted_chi2_sf(statistic, support_null_law(mech, p_bar))
         return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
     dof = mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))

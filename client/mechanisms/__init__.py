@@ -12,11 +12,12 @@ from client.mechanisms.local_hashing import LocalHashing
 from client.mechanisms.public_coin import PublicCoinBit
 from client.mechanisms.randomized_response import RandomizedResponse
 from client.mechanisms.subset import SubsetSelection
-from client.mechanisms.support import SupportMechanism
+from client.mechanisms.support import ExchangeableSupport, SupportMechanism
 from client.mechanisms.unary import OptimizedUnaryEncoding
 
 __all__ = [
     "DEFAULT_GRANULARITY_BITS",
+    "ExchangeableSupport",
     "FlipComponents",
     "GaussianNoise",
     "HadamardResponse",

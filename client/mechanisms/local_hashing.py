@@ -20,7 +20,7 @@ from client.mechanisms.base import (
 )
 from client.mechanisms.randomized_response import RandomizedResponse
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
-from client.mechanisms.support import SupportMechanism
+from client.mechanisms.support import ExchangeableSupport
 
 #: The field of the hash polynomials: the Mersenne prime 2^31 - 1.
 PRIME = 2**31 - 1
@@ -51,7 +51,7 @@ def hash_values(coefficients: np.ndarray, categories: np.ndarray, g: int) -> np.
 
 
 @dataclass(frozen=True)
-class LocalHashing(PureEpsilon, SupportMechanism):
+class LocalHashing(PureEpsilon, ExchangeableSupport):
     """A device draws a fresh 64-bit seed, hashes its answer into [g] with the seed's degree-2
     polynomial over GF(2^31 - 1) (a 3-wise independent family), and sends the seed with the
     hashed value randomized by g-ary randomized response.
@@ -191,18 +191,13 @@ class LocalHashing(PureEpsilon, SupportMechanism):
             draws[start : start + block] = sums
         return draws[0] if size is None else draws
 
-    def report_covariance(self, p: np.ndarray) -> np.ndarray:
+    @property
+    def pair_support(self) -> tuple[float, float]:
         """P(j and l supported) is kappa * keep when the answer is j or l, else
         kappa3 * keep + (kappa - kappa3) * a0 (keep, a0: the inner randomized response)."""
-        p = np.asarray(p, dtype=float)
         kappa, kappa3 = self.collisions
         keep, other = self.inner.a0 + self.inner.a1, self.inner.a0
-        mine = kappa * keep
-        theirs = kappa3 * keep + (kappa - kappa3) * other
-        mean = self.report_mean(p)
-        cov = theirs + (mine - theirs) * (p[:, None] + p[None, :]) - np.outer(mean, mean)
-        np.fill_diagonal(cov, mean * (1 - mean))
-        return cov
+        return kappa * keep, kappa3 * keep + (kappa - kappa3) * other
 
 
 def hash_values_at(coefficients: np.ndarray, values: np.ndarray, g: int) -> np.ndarray:

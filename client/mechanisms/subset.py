@@ -16,7 +16,7 @@ from client.mechanisms.base import (
     check_values,
 )
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
-from client.mechanisms.support import SupportMechanism, pack_bits, unpack_bits
+from client.mechanisms.support import ExchangeableSupport, pack_bits, unpack_bits
 
 _PRECISION = 80
 _U64 = 2**64
@@ -24,7 +24,7 @@ _SIMULATION_CHUNK = 2**22  # reports x categories per simulated block
 
 
 @dataclass(frozen=True)
-class SubsetSelection(PureEpsilon, SupportMechanism):
+class SubsetSelection(PureEpsilon, ExchangeableSupport):
     """Report a set S of d = ceil(k / (e^eps + 1)) categories (at least 1, at most k - 1): with
     probability a = d e^eps / (d e^eps + k - d) the answer and d - 1 others chosen uniformly,
     otherwise d categories chosen uniformly among the other k - 1.
@@ -155,18 +155,14 @@ class SubsetSelection(PureEpsilon, SupportMechanism):
         out = _class_sampler(self, n, p, rng, draws).astype(float)
         return out[0] if size is None else out
 
-    def report_covariance(self, p: np.ndarray) -> np.ndarray:
-        """Membership indicators: P(j, l in S) is c1 = a (d - 1) / (k - 1) when the answer is j
-        or l, else c2 = (a (d - 1)(d - 2) + (1 - a) d (d - 1)) / ((k - 1)(k - 2))."""
-        p = np.asarray(p, dtype=float)
+    @property
+    def pair_support(self) -> tuple[float, float]:
+        """P(j, l in S) is c1 = a (d - 1) / (k - 1) when the answer is j or l, else
+        c2 = (a (d - 1)(d - 2) + (1 - a) d (d - 1)) / ((k - 1)(k - 2))."""
         k, d, a = self.k, self.subset_size, self.in_probability
         c1 = a * (d - 1) / (k - 1)
         c2 = (a * (d - 1) * (d - 2) + (1 - a) * d * (d - 1)) / ((k - 1) * (k - 2)) if k > 2 else 0
-        mean = self.report_mean(p)
-        joint = c2 + (c1 - c2) * (p[:, None] + p[None, :])
-        cov = joint - np.outer(mean, mean)
-        np.fill_diagonal(cov, mean * (1 - mean))
-        return cov
+        return c1, c2
 
 
 def _class_sampler(

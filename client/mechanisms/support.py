@@ -37,6 +37,29 @@ class SupportMechanism(Mechanism):
         return self.support_counts(reports).astype(np.float64)
 
 
+class ExchangeableSupport(SupportMechanism):
+    """A support mechanism whose pairs of categories are exchangeable: the chance that two
+    categories are both supported depends only on whether the answer is one of them.
+
+    Its report covariance is then a diagonal plus a rank-2 matrix in the span of 1 and p, which
+    lets the aggregator evaluate the Pearson statistic's null law without an eigendecomposition
+    (``aggregator/stats/low_rank_law.py``).
+    """
+
+    @property
+    @abstractmethod
+    def pair_support(self) -> tuple[float, float]:
+        """P(j and l both supported), j != l, when the answer is j or l, and when it is neither."""
+
+    def report_covariance(self, p: np.ndarray) -> np.ndarray:
+        p = np.asarray(p, dtype=float)
+        mine, theirs = self.pair_support
+        mean = self.report_mean(p)
+        cov = theirs + (mine - theirs) * (p[:, None] + p[None, :]) - np.outer(mean, mean)
+        np.fill_diagonal(cov, mean * (1 - mean))
+        return cov
+
+
 def bit_sums(bits: np.ndarray) -> np.ndarray:
     """Column sums (int64) of a 0/1 matrix, adding 255 rows at a time in uint8 (no overflow):
     several times faster than a sum in int64."""

@@ -15,14 +15,14 @@ from client.mechanisms.base import (
     check_values,
 )
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
-from client.mechanisms.support import SupportMechanism, pack_bits, unpack_bits
+from client.mechanisms.support import ExchangeableSupport, pack_bits, unpack_bits
 
 _PRECISION = 80
 _HALF = 2**63
 
 
 @dataclass(frozen=True)
-class OptimizedUnaryEncoding(PureEpsilon, SupportMechanism):
+class OptimizedUnaryEncoding(PureEpsilon, ExchangeableSupport):
     """Send k bits: the answer's bit is 1 with probability 1/2, every other bit is 1 with
     probability q = 1 / (e^eps + 1), all independently.
 
@@ -113,8 +113,9 @@ class OptimizedUnaryEncoding(PureEpsilon, SupportMechanism):
         others = rng.binomial(n - counts, self.set_probability)
         return (own + others).astype(np.float64)
 
-    def report_covariance(self, p: np.ndarray) -> np.ndarray:
-        """q (1 - q) I + c1^2 (2 Diag p - p p^T): the bits are independent given the answer."""
-        p = np.asarray(p, dtype=float)
-        q, c1 = self.set_probability, self.slope
-        return q * (1 - q) * np.eye(self.k) + c1**2 * (2 * np.diag(p) - np.outer(p, p))
+    @property
+    def pair_support(self) -> tuple[float, float]:
+        """The bits are independent given the answer (its own is 1 with probability 1/2, the
+        others q), so the report covariance is q (1 - q) I + c1^2 (2 Diag p - p p^T)."""
+        q = self.set_probability
+        return q / 2, q * q
