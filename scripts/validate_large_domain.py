@@ -7,11 +7,12 @@ Usage: python scripts/validate_large_domain.py [--quick] [--only SS,OLH] [--k 10
 [--calibration asymptotic]
 
 Type I: ``reps`` null histograms per row drawn with the mechanism's exact aggregate sampler,
-tested at alpha = 0.05 with the row's calibration ("auto": Imhof's weighted chi-square up to
-k = 2,048, exact Monte Carlo above; or forced), the 99% binomial band of the rejection count
-beside it. Null: a Zipf(1) law on k categories. Coverage: per-coordinate 95% intervals, the mean
-and smallest coordinate's coverage over the replicates. Power: the alternative moves 0.1 of mass
-from the first half of the categories to the second (||Delta||_1 = 0.2), simulated against
+tested at alpha = 0.05 with the row's calibration ("auto": Imhof's weighted chi-square, for HR
+only up to k = 2,048 and exact Monte Carlo above; or forced), the 99% binomial band of the
+rejection count beside it. Null: a Zipf(1) law on k categories. Coverage: per-coordinate 95%
+intervals, the mean and smallest coordinate's coverage over the replicates. Power: the
+alternative moves 0.1 of mass from the first half of the categories to the second
+(||Delta||_1 = 0.2), at 10 n reports or the row's ``power_n``, simulated against
 ``aggregator.stats.power``. Every row has its own seed, so rows can be run apart: each run
 merges its rows into ``docs/data/large-domain.json`` and rewrites the generated section of
 docs/validation.md from every stored row (``--quick`` prints only).
@@ -86,10 +87,11 @@ ROWS = [
     *(Row(m, k, 2000) for m in ("OUE", "HR") for k in (16, 256)),
     # k = 4,096: power at the n where the plan predicts 0.5 (at 10 n it is about 0.07).
     Row("OUE", 4096, 20000, power_n=2_300_000),
+    Row("OUE", 4096, 20000, "monte-carlo", power_n=2_300_000),
     Row("HR", 4096, 20000, power_n=2_800_000),
     *(Row(m, k, 2000) for m in ("SS", "OLH") for k in (16, 256, 1024)),
-    # k = 4,096: Imhof's law forced (auto simulates), and for SS also the exact Monte Carlo test
-    # of "auto" with m = 19 draws (its level is exact for any m with (m + 1) alpha whole).
+    # k = 4,096: Imhof's law (auto's choice since it goes through determinants; run forced), and
+    # for SS also the exact Monte Carlo test with m = 19 draws (exact for (m + 1) alpha whole).
     Row("SS", 4096, 20000, "asymptotic", power_n=2_300_000),
     Row("SS", 4096, 20000, "monte-carlo", 19, power_reps=0, reps=100),
     Row("SS", 4096, 20000, "monte-carlo", 19, power_reps=0, reps=100, rerun=1),
@@ -221,11 +223,13 @@ def section(rows: list[dict]) -> str:
         "unary encoding (OUE), Hadamard response (HR), subset selection (SS) and optimized local "
         "hashing (OLH) at eps = 1 against a Zipf(1) null, alpha = 0.05, the Pearson statistic "
         "on the support counts. Calibration `auto` resolves to Imhof's weighted chi-square "
-        "(asymptotic) up to k = 2,048 and to the exact Monte Carlo test (m draws from "
-        "`simulate_histogram`) above; at k = 4,096 SS and OLH also run with the weighted "
-        "chi-square forced (calibration='asymptotic'), and SS there also runs the exact "
-        "Monte Carlo test of `auto` with m = 19 draws on 100 replicates (its level is exact for "
-        "any m with (m + 1) alpha whole; 99 draws per test would take hours on this VM). Null "
+        "(asymptotic) at every k for OUE, SS and OLH (their law through determinants, O(k), "
+        "`aggregator/stats/low_rank_law.py`) and for HR up to k = 2,048, and to the exact Monte "
+        "Carlo test (m draws from `simulate_histogram`) for HR above. SS and OLH at k = 4,096 "
+        "ran with calibration='asymptotic' forced, which is what `auto` gives there now. At "
+        "k = 4,096 OUE also runs the exact Monte Carlo test forced, and SS the exact Monte Carlo "
+        "test with m = 19 draws on 100 replicates (the test `auto` ran there before the "
+        "determinant law; its level is exact for any m with (m + 1) alpha whole). Null "
         "replicates come from the exact "
         "aggregate samplers; the 99% binomial band of the rejection rate is beside it. Coverage: "
         "the per-coordinate 95% Clopper-Pearson intervals through the channel, mean over the k "
