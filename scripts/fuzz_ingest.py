@@ -47,10 +47,11 @@ from client.mechanisms import (
 from client.survey import Attribute, GroupLabel, QuestionSpec, SurveySpec, build_question
 from protos.ldp.v1 import ldp_pb2
 
-REJECTION_CODES = {
+REJECTION_CODES = {  # docs/wire.md §8.2
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.NOT_FOUND,
     grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.FAILED_PRECONDITION,  # another definition digest, a side that does not fit
 }
 UPLOAD, SHARD, DECODE = 0, 1, 2
 PROJECT_PACKAGES = ("aggregator", "client", "protos")
