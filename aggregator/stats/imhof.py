@@ -37,54 +37,53 @@ def weighted_chi2_sf(
     top = weights.max()
     lam, xs = weights / top, x / top
 
-    def theta_rest(u: float) -> float:
+    def phase_and_log_rho(u: float) -> tuple[float, float]:
         lu = lam * u
-        return 0.5 * float(np.sum(np.arctan(lu) + delta * lu / (1 + lu**2)))
+        lu2 = lu**2
+        theta = 0.5 * float(np.sum(np.arctan(lu) + delta * lu / (1 + lu2)))
+        log_rho = float(0.25 * np.sum(np.log1p(lu2)) + 0.5 * np.sum(delta * lu2 / (1 + lu2)))
+        return theta, log_rho
 
-    def log_rho(u: float) -> float:
-        lu2 = (lam * u) ** 2
-        return float(0.25 * np.sum(np.log1p(lu2)) + 0.5 * np.sum(delta * lu2 / (1 + lu2)))
-
-    return _imhof(xs, float(np.sum(lam * (1 + delta))), theta_rest, log_rho)
+    return _imhof(xs, float(np.sum(lam * (1 + delta))), phase_and_log_rho)
 
 
 def _determinant_sf(x: float, law: LowRankLaw) -> float:
-    """Imhof's phase and modulus from log det(I - i u M): -Im / 2 and Re / 2 of it."""
+    """Imhof's phase and log modulus from one log det(I - i u M): -Im / 2 and Re / 2 of it."""
     if x <= 0:
         return 1.0
     top = law.top
 
-    def theta_rest(u: float) -> float:
-        return -0.5 * law.log_det(u / top).imag
+    def phase_and_log_rho(u: float) -> tuple[float, float]:
+        log_det = law.log_det(u / top)
+        return -0.5 * log_det.imag, 0.5 * log_det.real
 
-    def log_rho(u: float) -> float:
-        return 0.5 * law.log_det(u / top).real
-
-    return _imhof(x / top, law.trace / top, theta_rest, log_rho)
+    return _imhof(x / top, law.trace / top, phase_and_log_rho)
 
 
 def _imhof(
-    xs: float,
-    mean: float,
-    theta_rest: Callable[[float], float],
-    log_rho: Callable[[float], float],
+    xs: float, mean: float, phase_and_log_rho: Callable[[float], tuple[float, float]]
 ) -> float:
     """0.5 + (1 / pi) int_0^inf sin(theta(u)) / (u rho(u)) du, theta(u) = theta_rest(u) - xs u / 2,
-    for weights scaled to at most 1 (``mean``: their sum plus the noncentralities')."""
+    for weights scaled to at most 1 (``mean``: their sum plus the noncentralities');
+    ``phase_and_log_rho(u)`` gives theta_rest(u) and log rho(u) from one evaluation."""
 
-    def envelope(u: float) -> float:  # 1 / (u rho(u)), underflowing safely to 0
-        return math.exp(-log_rho(u)) / u
+    def parts(u: float) -> tuple[float, float]:  # theta_rest(u), 1 / (u rho(u)) (0 on underflow)
+        theta, log_rho = phase_and_log_rho(u)
+        return theta, math.exp(-log_rho) / u
 
     def integrand(u: float) -> float:
         if u == 0.0:
             return 0.5 * (mean - xs)
-        return math.sin(theta_rest(u) - xs * u / 2) * envelope(u)
+        theta, envelope = parts(u)
+        return math.sin(theta - xs * u / 2) * envelope
 
     def tail_cos(u: float) -> float:  # multiplies cos(xs u / 2)
-        return math.sin(theta_rest(u)) * envelope(u)
+        theta, envelope = parts(u)
+        return math.sin(theta) * envelope
 
     def tail_sin(u: float) -> float:  # multiplies sin(xs u / 2)
-        return -math.cos(theta_rest(u)) * envelope(u)
+        theta, envelope = parts(u)
+        return -math.cos(theta) * envelope
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", integrate.IntegrationWarning)
