@@ -26,7 +26,6 @@ import contextlib
 import json
 import logging
 import math
-import re
 import shutil
 import signal
 from collections.abc import Sequence
@@ -36,11 +35,8 @@ import grpc
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from aggregator.analyses import EXPLORATORY, check_independent, load_analyses
-from aggregator.config import ConfigError, load_limits, load_surveys
 from aggregator.errors import InsufficientDataError, LdpError
-from aggregator.null_text import NullTextError, parse_null
-from aggregator.numbers import share
+from aggregator.presentation.numbers import share
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.service.devices import DeviceRegistry
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
@@ -48,6 +44,9 @@ from aggregator.store import confirmations, definitions, ingest, shards
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.reader import StoreReader
 from aggregator.store.report_store import CONFLICT, STORED, ReportStore, StoreError
+from aggregator.survey_file.analyses import EXPLORATORY, check_independent, load_analyses
+from aggregator.survey_file.config import ConfigError, load_limits, load_surveys
+from aggregator.survey_file.null_text import NullTextError, parse_null
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.cli_parsing import DefaultsFormatter, OneLineParser, reader_went_away
@@ -756,9 +755,6 @@ def estimate_table(est, labels: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-_NEGATIVE_ZERO = re.compile(r"(?<![\d.])-(0\.0+)(?![\d])")
-
-
 def run_test(args: argparse.Namespace) -> int:
     from aggregator.stats import goodness_of_fit, independence
 
@@ -794,13 +790,13 @@ def run_test(args: argparse.Namespace) -> int:
             print(EXPLORATORY)
         if _group_line(args.groups):
             print(_group_line(args.groups))
-        print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
+        print(result.summary())
     return 0
 
 
 def _p0(text: str, question) -> np.ndarray:
     """--p0 as a distribution over the question's categories: ``uniform``, comma-separated
-    numbers in category order, or ``@file`` (aggregator/null_text.py)."""
+    numbers in category order, or ``@file`` (aggregator/survey_file/null_text.py)."""
     try:
         return np.array(parse_null(text, question.labels, "--p0"))
     except NullTextError as exc:
@@ -1315,7 +1311,7 @@ def _add_plan(sub) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from aggregator.plan import (
+    from aggregator.planning import (
         interaction_alternative,
         plan_study,
         plot_power_curves,
@@ -1486,8 +1482,8 @@ def _add_two_sample(sub) -> None:
 
 
 def run_two_sample(args: argparse.Namespace) -> int:
-    from aggregator.groups import check_same_definition
     from aggregator.stats import two_sample
+    from aggregator.survey_file.groups import check_same_definition
 
     # A split survey is read on one side (--side; exploration, labelled, by default), like
     # estimate and test; --side applies to both groups.
@@ -1507,7 +1503,7 @@ def run_two_sample(args: argparse.Namespace) -> int:
         if exploratory:
             print(EXPLORATORY)
         print(f"A = {names[0]} (n = {hist_a.n}), B = {names[1]} (n = {hist_b.n})")
-        print(_NEGATIVE_ZERO.sub(r"\1", result.summary()))
+        print(result.summary())
     return 0
 
 
@@ -1515,7 +1511,7 @@ def _two_sample_groups(args: argparse.Namespace) -> list[argparse.Namespace]:
     """The two groups of ``two-sample`` as arguments of _load: two questions (--a, --b) or one
     question split by two values of its survey's group label (--survey, --question, --groups).
     One line (exit 2) for a mix of the two forms, neither, or two names of one group."""
-    from aggregator.groups import two_sample_request_problem
+    from aggregator.survey_file.groups import two_sample_request_problem
 
     pair = args.a is not None or args.b is not None
     grouped = args.groups is not None or args.survey is not None or args.question is not None

@@ -8,10 +8,10 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from aggregator.config import ConfigError, load_surveys
 from aggregator.histogram import Histogram
 from aggregator.store import confirmations, ingest
 from aggregator.store.reader import StoreReader
+from aggregator.survey_file.config import ConfigError, load_surveys
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 
 SIDES = {"exploration": 1, "confirmation": 2}  # ldp.v1.Side

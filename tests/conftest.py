@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from aggregator.config import load_limits, load_surveys
 from aggregator.service import pki as pki_builder
 from aggregator.service.server import RunningServer, start_server
+from aggregator.survey_file.config import load_limits, load_surveys
 
 SURVEYS_TOML = """
 [[survey]]

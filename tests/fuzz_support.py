@@ -21,8 +21,8 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from aggregator.config import load_surveys
 from aggregator.store.ingest import accepted_bound
+from aggregator.survey_file.config import load_surveys
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,

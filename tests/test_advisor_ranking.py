@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aggregator.errors import InvalidInputError
-from aggregator.plan import plan_study
+from aggregator.planning import plan_study
 from aggregator.stats import advise, noncentrality, power, sample_size
 from aggregator.stats.identity import raptor_power
 from client.mechanisms import (

@@ -17,13 +17,13 @@ import pytest
 pytest.importorskip("apache_beam", reason="needs the [beam] extra: pip install -e '.[dev,beam]'")
 
 from aggregator.cli import main as aggregator_main
-from aggregator.config import load_surveys
 from aggregator.jobs import inputs, pipeline
 from aggregator.jobs.framing import _split_sequential, iter_blocks, split_records
 from aggregator.jobs.records import classify
 from aggregator.jobs.results import Analysis
 from aggregator.store import ingest, shards
 from aggregator.store.report_store import ReportStore
+from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2
 from tests.conftest import SURVEYS_TOML
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from aggregator.config import ConfigError, load_surveys
+from aggregator.survey_file.config import ConfigError, load_surveys
 
 QUESTION = """
 [[survey]]

@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 
-from aggregator.config import ConfigError, load_surveys
 from aggregator.confirm.family import run_family
 from aggregator.confirm.plan import parse_plan
 from aggregator.confirm.sparse_validate import (
@@ -22,6 +21,7 @@ from aggregator.confirm.sparse_validate import (
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import goodness_of_fit, holm
+from aggregator.survey_file.config import ConfigError, load_surveys
 
 SURVEY = """
 [[survey]]

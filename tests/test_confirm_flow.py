@@ -15,7 +15,6 @@ import pytest
 from conftest import ServerThread
 
 from aggregator.cli import main
-from aggregator.config import load_surveys
 from aggregator.confirm.sparse_validate import level
 from aggregator.errors import ConfirmationError
 from aggregator.loader import open_survey
@@ -23,6 +22,7 @@ from aggregator.service.server import open_store
 from aggregator.store import definitions, ingest
 from aggregator.store.definitions import SplitChangedError
 from aggregator.store.report_store import SCHEMA_VERSION, ReportStore
+from aggregator.survey_file.config import load_surveys
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.transport import Transport

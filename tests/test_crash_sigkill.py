@@ -31,7 +31,7 @@ import pytest
 import storecheck
 from aggregator_process import AggregatorProcess, free_port
 
-from aggregator.config import load_surveys
+from aggregator.survey_file.config import load_surveys
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.transport import Transport, TransportError

@@ -17,11 +17,11 @@ import grpc
 import pytest
 from conftest import ServerThread
 
-from aggregator.config import load_surveys
 from aggregator.store import definitions
 from aggregator.store.definitions import DefinitionChangedError
 from aggregator.store.reader import StoreReader
 from aggregator.store.report_store import ReportStore
+from aggregator.survey_file.config import load_surveys
 from client.device.transport import Transport, TransportError
 from client.survey import Attribute, build_question
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc

@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from aggregator.config import load_surveys
 from aggregator.service.auth import OFF_LOOP_REPORTS, DeviceAuthenticator
 from aggregator.service.devices import DeviceRegistry, DeviceRegistryError
+from aggregator.survey_file.config import load_surveys
 from client.device.keys import DeviceKey, DeviceKeyError, device_key_path
 from client.device.ledger import Budget
 from client.device.reporter import Reporter

@@ -42,7 +42,7 @@ def test_estimate_html_names_and_flags_categories():
     est = estimate(hist).with_labels(LABELS)
     page = est._repr_html_()
     assert "&lt;bad&gt;" in page and "<bad>" not in page
-    assert page.count("&#9650;") == int(est.outside.sum()) + (1 if est.outside.any() else 0)
+    assert page.count("\u25b2") == int(est.outside.sum()) + (1 if est.outside.any() else 0)
     assert "-0.0000" not in page and "n = 600" in page
     unlabelled = estimate(hist)._repr_html_()
     assert "<td>0</td>" in unlabelled and "<td>3</td>" in unlabelled

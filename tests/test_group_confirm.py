@@ -11,13 +11,13 @@ import os
 import numpy as np
 import pytest
 
-from aggregator.analyses import parse_analysis
 from aggregator.cli import main
-from aggregator.config import ConfigError, load_surveys
 from aggregator.loader import open_survey
 from aggregator.service.server import open_store
 from aggregator.stats import two_sample
 from aggregator.store import ingest
+from aggregator.survey_file.analyses import parse_analysis
+from aggregator.survey_file.config import ConfigError, load_surveys
 from protos.ldp.v1 import ldp_pb2
 
 CONFIG = """

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from conftest import ServerThread
 
-from aggregator.config import ConfigError, load_surveys
 from aggregator.histogram import Histogram
 from aggregator.service.server import open_store
 from aggregator.stats import estimate, two_sample
 from aggregator.store import definitions, ingest, shards
 from aggregator.store.definitions import GroupLabelChangedError
 from aggregator.store.report_store import SCHEMA_VERSION, ReportStore
+from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.group import GroupChangedError
 from client.device.ledger import Budget
 from client.device.reporter import Reporter

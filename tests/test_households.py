@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from conftest import ServerThread
 
-from aggregator.analyses import check_independent, load_analyses
-from aggregator.config import ConfigError, load_surveys
 from aggregator.errors import ClusteredReportsError
 from aggregator.store import ingest
 from aggregator.store.definitions import difference
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.reader import StoreReader
+from aggregator.survey_file.analyses import check_independent, load_analyses
+from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.household import (
     AlreadyAnswered,
     Household,

@@ -8,8 +8,8 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.config import load_surveys
 from aggregator.store import ingest
+from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2
 
 

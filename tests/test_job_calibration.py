@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from aggregator.config import load_surveys
 from aggregator.jobs.partial import Partial
 from aggregator.jobs.results import Analysis, question_result
+from aggregator.survey_file.config import load_surveys
 
 
 def test_job_results_record_the_calibration(survey_file):

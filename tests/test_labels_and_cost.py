@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from aggregator_process import spawn_serve
 
-from aggregator.config import load_surveys
 from aggregator.store.reader import StoreReader
+from aggregator.survey_file.config import load_surveys
 from client import __version__
 from client.budgeting import survey_cost
 from client.device.ledger import Budget, BudgetExceeded, Ledger

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from aggregator.config import load_surveys
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.stats.calibration import MAX_SUPPORT_IMHOF, choose
 from aggregator.stats.power import power
+from aggregator.survey_file.config import load_surveys
 from client.mechanisms import (
     HadamardResponse,
     LocalHashing,

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from conftest import ServerThread
 
-from aggregator.config import load_surveys
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate, goodness_of_fit
 from aggregator.store import ingest, shards
 from aggregator.store.report_store import ReportStore
+from aggregator.survey_file.config import load_surveys
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.transport import Transport

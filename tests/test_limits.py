@@ -12,7 +12,6 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from aggregator.config import ConfigError, SurveyLimits, load_limits, load_surveys
 from aggregator.service.cap_file import CapFile
 from aggregator.service.limits import (
     CapCounter,
@@ -24,6 +23,7 @@ from aggregator.service.limits import (
     peer_host,
 )
 from aggregator.store.report_store import StoredReport, batches_of
+from aggregator.survey_file.config import ConfigError, SurveyLimits, load_limits, load_surveys
 
 
 class Clock:

@@ -1,13 +1,14 @@
-"""A goodness-of-fit null as users write it (aggregator/null_text.py): 'uniform', numbers in
-category order, a label table, a file; every mistake is one message, never a reordered null."""
+"""A goodness-of-fit null as users write it (aggregator/survey_file/null_text.py): 'uniform',
+numbers in category order, a label table, a file; every mistake is one message, never a reordered
+null."""
 
 from __future__ import annotations
 
 import pytest
 
-from aggregator.analyses import load_analyses
-from aggregator.config import ConfigError, load_surveys
-from aggregator.null_text import NullTextError, parse_null
+from aggregator.survey_file.analyses import load_analyses
+from aggregator.survey_file.config import ConfigError, load_surveys
+from aggregator.survey_file.null_text import NullTextError, parse_null
 
 LABELS = ("great", "fine", "low", "bad")
 

@@ -1,4 +1,4 @@
-"""Study planning (aggregator.plan): its figures are exactly those of aggregator.stats, its
+"""Study planning (aggregator.planning): its figures are exactly those of aggregator.stats, its
 alternatives have the effect size asked for, and its mistakes are typed errors."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from aggregator.errors import InvalidInputError
-from aggregator.plan import (
+from aggregator.planning import (
     interaction_alternative,
     plan_study,
     plot_power_curves,

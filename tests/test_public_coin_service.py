@@ -15,13 +15,13 @@ import pytest
 from conftest import ServerThread
 from scipy import stats
 
-from aggregator.config import ConfigError, load_surveys
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate, goodness_of_fit, independence, power, sample_size
 from aggregator.store import ingest, shards
 from aggregator.store.definitions import DefinitionChangedError, register
 from aggregator.store.report_store import ReportStore
+from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.transport import Transport
@@ -290,8 +290,8 @@ def test_client_simulate_and_aggregator_cli(tmp_path: Path, config: Path) -> Non
 
 
 def test_the_survey_report_shows_t3_and_says_why_there_is_no_estimate(config: Path) -> None:
-    from aggregator.analyses import Analysis
     from aggregator.report import build_report, render_html, render_markdown
+    from aggregator.survey_file.analyses import Analysis
 
     survey = load_surveys(config)["coin"]
     mech = survey.question("pc").mechanism
@@ -307,7 +307,7 @@ def test_the_survey_report_shows_t3_and_says_why_there_is_no_estimate(config: Pa
 
 
 def test_plan_knows_public_coin_bit() -> None:
-    from aggregator.plan import plan_study
+    from aggregator.planning import plan_study
 
     k = 1024
     p0 = np.full(k, 1 / k)

@@ -15,7 +15,7 @@ import pytest
 from aggregator_process import free_port
 from conftest import ServerThread
 
-from aggregator.config import load_surveys
+from aggregator.survey_file.config import load_surveys
 from client.budgeting import survey_cost
 from client.device.transport import Transport
 from protos.ldp.v1 import ldp_pb2

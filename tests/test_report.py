@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.analyses import load_analyses
-from aggregator.config import ConfigError, load_surveys
 from aggregator.histogram import Histogram
-from aggregator.numbers import share
+from aggregator.presentation.numbers import share
 from aggregator.report import build_report, render_html, render_markdown
 from aggregator.report.sentences import format_p, result_sentence
 from aggregator.stats import goodness_of_fit
+from aggregator.survey_file.analyses import load_analyses
+from aggregator.survey_file.config import ConfigError, load_surveys
 
 SURVEY = """
 [[survey]]

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from aggregator.config import load_surveys
 from aggregator.store import ingest, shards
 from aggregator.store.report_store import ReportStore
+from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2
 
 

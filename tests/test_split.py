@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from aggregator.config import load_surveys
+from aggregator.survey_file.config import load_surveys
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.split import split_point, split_secret, split_side

@@ -284,8 +284,8 @@ def test_unparseable_stream_message_is_invalid_argument(aggregator):
 
 
 def test_import_reports_conflicting_ids_and_skips_them(tmp_path, survey_file):
-    from aggregator.config import load_surveys
     from aggregator.store import ingest, shards
+    from aggregator.survey_file.config import load_surveys
 
     surveys = load_surveys(survey_file)
     question = surveys["s1"].question("rr")

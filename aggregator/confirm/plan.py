@@ -27,8 +27,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from aggregator.analyses import KEYS, Analysis, parse_analysis
-from aggregator.config import ConfigError
+from aggregator.survey_file.analyses import KEYS, Analysis, parse_analysis
+from aggregator.survey_file.config import ConfigError
 from client.survey import SurveySpec
 
 MULTIPLICITY = ("holm", "bonferroni")

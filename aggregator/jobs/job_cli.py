@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from aggregator.config import load_surveys
 from aggregator.errors import LdpError
 from aggregator.jobs import inputs, pipeline
 from aggregator.jobs.results import Analysis
-from aggregator.null_text import NullTextError, parse_null
+from aggregator.survey_file.config import load_surveys
+from aggregator.survey_file.null_text import NullTextError, parse_null
 from client.progress import bar, shown
 from client.survey import SurveySpec
 
@@ -120,7 +120,7 @@ def beam_options(runner: str, passthrough: list[str], quiet: bool) -> list[str]:
 def parse_gof(option: str, surveys: dict[str, SurveySpec]) -> tuple[tuple[str, str], tuple]:
     """``[survey/]question=P0`` -> ((survey, question), p0); the question must exist and P0 be a
     distribution over its categories, written as for ``test --p0`` (``uniform``, numbers in
-    category order, ``@file``; aggregator/null_text.py)."""
+    category order, ``@file``; aggregator/survey_file/null_text.py)."""
     name, sep, values = option.partition("=")
     if not sep:
         raise inputs.JobInputError(f"--gof {option!r}: expected QUESTION=P0")

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aggregator.analyses import check_independent
 from aggregator.errors import ClusteredReportsError, InsufficientDataError, InvalidInputError
 from aggregator.jobs.partial import Partial
 from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.store import ingest
 from aggregator.store.shards import SIDE_NAMES
+from aggregator.survey_file.analyses import check_independent
 from client.mechanisms import PublicCoinBit
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2

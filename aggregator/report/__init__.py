@@ -3,7 +3,7 @@ tables), marginals of multi-attribute questions, the per-device privacy cost and
 survey file declares, each with a plain-language sentence; rendered as one self-contained HTML
 page or as Markdown.
 
-May import ``aggregator.stats``, ``aggregator.histogram``, ``aggregator.config``,
+May import ``aggregator.stats``, ``aggregator.histogram``, ``aggregator.survey_file.config``,
 ``aggregator.errors`` and ``client``; matplotlib (the ``[plot]`` extra) only in ``plots``. Never
 ``aggregator.service``, ``aggregator.store`` or ``aggregator.jobs``: the caller loads histograms.
 """

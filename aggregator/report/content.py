@@ -9,10 +9,9 @@ from datetime import UTC, datetime
 import numpy as np
 from scipy import stats as scipy_stats
 
-from aggregator.analyses import EXPLORATORY, Analysis
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
-from aggregator.numbers import reports
+from aggregator.presentation.numbers import reports
 from aggregator.report.sentences import result_sentence
 from aggregator.stats import (
     Estimate,
@@ -22,6 +21,7 @@ from aggregator.stats import (
     independence,
     two_sample,
 )
+from aggregator.survey_file.analyses import EXPLORATORY, Analysis
 from client.budgeting import SurveyCost, survey_cost
 from client.mechanisms import PublicCoinBit
 from client.survey import QuestionSpec, SurveySpec

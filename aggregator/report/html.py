@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from aggregator.numbers import interval, out_of_range, reports, share
+from aggregator.presentation.numbers import interval, out_of_range, reports, share
 from aggregator.report.content import Marginal, QuestionSection, SurveyReport, TestSection
 from aggregator.report.plots import PLOT_EXTRA_HINT, interval_plot, plots_available
 from aggregator.report.sentences import calibration_text, result_p

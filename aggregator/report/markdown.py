@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aggregator.numbers import interval, out_of_range, reports, share
+from aggregator.presentation.numbers import interval, out_of_range, reports, share
 from aggregator.report.content import QuestionSection, SurveyReport
 
 

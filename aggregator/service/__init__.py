@@ -1,7 +1,7 @@
 """The gRPC service: servicers, worker processes and their link to the single store writer,
 admission and abuse limits, device authentication and the device registry, TLS.
 
-May import ``aggregator.store``, ``aggregator.config``, ``aggregator.histogram``, lazily
+May import ``aggregator.store``, ``aggregator.survey_file.config``, ``aggregator.histogram``, lazily
 ``aggregator.stats`` and ``aggregator.confirm`` (Analyst RPCs), ``client`` and ``protos``;
 never ``aggregator.jobs``.
 """

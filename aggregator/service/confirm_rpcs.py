@@ -14,10 +14,10 @@ import asyncio
 
 import grpc
 
-from aggregator.config import ConfigError
 from aggregator.errors import ConfirmationError, InsufficientDataError, InvalidInputError
 from aggregator.service.answers import shortened
 from aggregator.store import confirmations
+from aggregator.survey_file.config import ConfigError
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 

@@ -40,9 +40,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from aggregator.config import SurveyLimits
 from aggregator.errors import LdpError
 from aggregator.store.report_store import STORED, ReportBatch
+from aggregator.survey_file.config import SurveyLimits
 
 #: Default bound on reports waiting for the store. The store commits about 40k reports/s on a
 #: 2-core machine (docs/performance.md), so 20,000 queued reports wait about half a second:

@@ -22,15 +22,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from aggregator.analyses import check_independent
-from aggregator.config import SurveyLimits
 from aggregator.errors import (
     ClusteredReportsError,
     IncompatibleHistogramsError,
     InsufficientDataError,
     InvalidInputError,
 )
-from aggregator.groups import check_same_definition, group_name, two_sample_request_problem
 from aggregator.service import confirm_rpcs, wire
 from aggregator.service.answers import (
     released,
@@ -77,6 +74,13 @@ from aggregator.store.report_store import (
     StoreFailedError,
     StoreUnavailableError,
     batches_of,
+)
+from aggregator.survey_file.analyses import check_independent
+from aggregator.survey_file.config import SurveyLimits
+from aggregator.survey_file.groups import (
+    check_same_definition,
+    group_name,
+    two_sample_request_problem,
 )
 from client.device.transport import MAX_MESSAGE_BYTES, RETRY_AFTER_KEY
 from client.survey import SurveySpec

@@ -33,7 +33,6 @@ from pathlib import Path
 
 import grpc
 
-from aggregator.config import load_surveys
 from aggregator.errors import LdpError
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.devices import DeviceRegistry, RegistryWatch
@@ -45,6 +44,7 @@ from aggregator.service.store_link import RemoteStore, serve_link
 from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from aggregator.service.tls import server_credentials
+from aggregator.survey_file.config import load_surveys
 from client.survey import SurveySpec
 
 log = logging.getLogger(__name__)

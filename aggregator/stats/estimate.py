@@ -6,11 +6,14 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from html import escape
 
 import numpy as np
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
+from aggregator.presentation.numbers import share
+from aggregator.presentation.tables import data_frame, html_table
 from aggregator.stats.channel import (
     debiased_histogram,
     extra_variance,
@@ -18,7 +21,6 @@ from aggregator.stats.channel import (
     is_support,
     project_simplex,
 )
-from aggregator.stats.display import category_names, estimate_frame, estimate_html
 from aggregator.stats.intervals import (
     confidence_intervals,
     interval_method,
@@ -64,12 +66,61 @@ class Estimate:
             )
         return replace(self, labels=tuple(str(label) for label in labels))
 
+    def category_names(self) -> list[str]:
+        """The categories' labels, else their indices as text."""
+        if self.labels is not None:
+            return list(self.labels)
+        return [str(j) for j in range(self.frequencies.size)]
+
     def to_frame(self):
-        """A pandas DataFrame, one row per category (the ``[frame]`` extra)."""
-        return estimate_frame(self)
+        """A pandas DataFrame, one row per category (the ``[frame]`` extra); the simultaneous
+        intervals are columns when they were computed."""
+        columns: dict[str, list] = {
+            "estimate": self.frequencies.tolist(),
+            "std_error": self.standard_errors.tolist(),
+            "ci_low": self.ci_low.tolist(),
+            "ci_high": self.ci_high.tolist(),
+            "projected": self.projected().tolist(),
+            "outside_unit_interval": self.outside.tolist(),
+        }
+        if self.simultaneous_low is not None and self.simultaneous_high is not None:
+            columns["simultaneous_low"] = self.simultaneous_low.tolist()
+            columns["simultaneous_high"] = self.simultaneous_high.tolist()
+        attrs = {
+            "mechanism": self.mechanism,
+            "n": self.n,
+            "confidence": self.confidence,
+            "interval_method": self.interval_method,
+        }
+        return data_frame(columns, self.category_names(), "category", attrs)
 
     def _repr_html_(self) -> str:
-        return estimate_html(self)
+        """A notebook table: category, estimate (flagged outside [0, 1]), s.e., interval,
+        projected."""
+        level = f"{100 * self.confidence:g}%"
+        head = (
+            f"<p><b>estimate</b> [{escape(self.mechanism)}], n = {self.n:,}; "
+            f"{level} intervals: {escape(self.interval_method or 'normal')}</p>"
+        )
+        projected = self.projected()
+        rows = [
+            [
+                name,
+                share(self.frequencies[j]) + (" \u25b2" if self.outside[j] else ""),
+                share(self.standard_errors[j]),
+                f"[{share(self.ci_low[j])}, {share(self.ci_high[j])}]",
+                share(projected[j]),
+            ]
+            for j, name in enumerate(self.category_names())
+        ]
+        headers = ["category", "estimate", "s.e.", f"{level} interval", "projected"]
+        note = (
+            "<p><small>\u25b2 outside [0, 1]: unbiased, not a share; read the projected value."
+            "</small></p>"
+            if self.outside.any()
+            else ""
+        )
+        return head + html_table(headers, rows) + note
 
     @property
     def outside(self) -> np.ndarray:
@@ -101,7 +152,7 @@ class Estimate:
     def summary(self, labels: list[str] | None = None) -> str:
         """A readable table, one row per category (named by ``labels``, else by the estimate's
         own labels, else by index)."""
-        names = list(labels) if labels is not None else category_names(self)
+        names = list(labels) if labels is not None else self.category_names()
         width = max(8, *(len(name) for name in names))
         level = f"{100 * self.confidence:g}% CI"
         lines = [
@@ -113,16 +164,16 @@ class Estimate:
             names, self.frequencies, self.standard_errors, self.ci_low, self.ci_high, strict=True
         )
         for j, (name, f, se, lo, hi) in enumerate(rows):
-            line = f"  {name:<{width}}  {f:8.4f}  {se:6.4f}   [{lo:.4f}, {hi:.4f}]"
+            line = f"  {name:<{width}}  {share(f):>8}  {share(se):>6}   [{share(lo)}, {share(hi)}]"
             if self.outside[j]:
-                line += f"  * outside [0, 1]; projected {projected[j]:.4f}"
+                line += f"  * outside [0, 1]; projected {share(projected[j])}"
             lines.append(line)
         if self.simultaneous_low is not None:
             lines.append(f"  simultaneous {level} over all {self.frequencies.size} categories:")
             for name, lo, hi in zip(
                 names, self.simultaneous_low, self.simultaneous_high, strict=True
             ):
-                lines.append(f"  {name:<{width}}  [{lo:.4f}, {hi:.4f}]")
+                lines.append(f"  {name:<{width}}  [{share(lo)}, {share(hi)}]")
         return "\n".join(lines)
 
 

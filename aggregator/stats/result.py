@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from html import escape
 
 import numpy as np
 
-from aggregator.stats.display import result_frame, result_html
+from aggregator.presentation.numbers import fixed
+from aggregator.presentation.tables import data_frame
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,29 @@ class TestResult:
         return f"p = {self.pvalue:.4g}"
 
     def to_frame(self):
-        """A one-row pandas DataFrame of the test's figures (the ``[frame]`` extra)."""
-        return result_frame(self)
+        """A one-row pandas DataFrame of the test's figures (the ``[frame]`` extra); the expected
+        and observed vectors stay on the result."""
+        row = {
+            key: value
+            for key, value in self.to_dict().items()
+            if key not in ("expected", "observed")
+        }
+        return data_frame([row])
 
     def _repr_html_(self) -> str:
-        return result_html(self)
+        """The summary for a notebook: method, figures, decision and calibration."""
+        if self.inconclusive:
+            decision = f"inconclusive ({escape(self.reason)}); H0 not rejected"
+        else:
+            decision = "<b>reject H0</b>" if self.reject else "do not reject H0"
+        dof = "Monte Carlo null" if self.dof is None else f"{self.dof} degrees of freedom"
+        why = f" ({escape(self.calibration_reason)})" if self.calibration_reason else ""
+        return (
+            f"<p><b>{escape(self.method)}</b> [{escape(self.mechanism)}]<br>"
+            f"n = {self.n:,}, statistic = {self.statistic:.4g}, {dof}<br>"
+            f"{escape(self.pvalue_text())} at &alpha; = {self.alpha:g}: {decision}<br>"
+            f"<small>calibration: {escape(self.calibration)}{why}</small></p>"
+        )
 
     def __iter__(self) -> Iterator[float]:
         yield self.statistic
@@ -79,7 +99,7 @@ class TestResult:
         return "\n".join(
             [
                 f"{self.method} [{self.mechanism}]",
-                f"  n = {self.n}, statistic = {self.statistic:.4f}, {null}",
+                f"  n = {self.n}, statistic = {fixed(self.statistic)}, {null}",
                 f"  calibration: {self.calibration}{why}",
                 *note,
                 f"  p-value: {self.pvalue_text()} at alpha = {self.alpha:g}: {decision}",

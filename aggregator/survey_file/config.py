@@ -82,7 +82,7 @@ _SURVEY_KEYS = {
     "burst",
     "max_reports_per_device",
     "question",
-    "analysis",  # read by aggregator.analyses
+    "analysis",  # read by aggregator.survey_file.analyses
 }
 
 

@@ -20,9 +20,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from aggregator.config import ConfigError
 from aggregator.errors import ClusteredReportsError
-from aggregator.null_text import NullTextError, parse_null
+from aggregator.survey_file.config import ConfigError
+from aggregator.survey_file.null_text import NullTextError, parse_null
 from client.survey import QuestionSpec, SurveySpec
 
 TESTS = ("goodness_of_fit", "independence", "two_sample")

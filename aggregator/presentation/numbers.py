@@ -4,10 +4,15 @@ tables): fixed digits, and never a "-0.0000"."""
 from __future__ import annotations
 
 
-def share(value: float, digits: int = 4) -> str:
-    """A frequency with fixed digits; a value that rounds to zero prints without a minus sign."""
+def fixed(value: float, digits: int = 4) -> str:
+    """A number with fixed digits; a value that rounds to zero prints without a minus sign."""
     text = f"{value:.{digits}f}"
     return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def share(value: float, digits: int = 4) -> str:
+    """A frequency with fixed digits (never "-0.0000")."""
+    return fixed(value, digits)
 
 
 def interval(low: float, high: float) -> str:
