@@ -362,6 +362,7 @@ def _result_kind(result: ldp_pb2.ReportResult) -> str:
 
 
 def _ids(batches: Sequence[ReportBatch]) -> list[bytes]:
+    """Every report id of ``batches``, in the batches' order."""
     return [report_id for batch in batches for report_id in batch.report_ids]
 
 

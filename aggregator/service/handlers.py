@@ -8,10 +8,11 @@ it, and a request that does not parse is INVALID_ARGUMENT.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from aggregator.service.analyst import Analyst
 from aggregator.service.answers import released
@@ -28,7 +29,9 @@ MAX_ANALYST_REQUEST_BYTES = 1 << 20
 SERVICE_NAMES = ("ldp.v1.Collector", "ldp.v1.Analyst")
 
 
-async def _parse(context, message_type, raw: bytes):
+async def _parse(
+    context: grpc.aio.ServicerContext, message_type: type[Message], raw: bytes
+) -> Message:
     """A request message from its bytes; bytes that do not parse as ``message_type`` are
     INVALID_ARGUMENT (grpc's own deserializer would answer UNKNOWN and log a traceback)."""
     try:
@@ -40,7 +43,7 @@ async def _parse(context, message_type, raw: bytes):
 
 async def screened_stream(
     collector: Collector,
-    context,
+    context: grpc.aio.ServicerContext,
     raw_messages: AsyncIterator[bytes],
     budget: StreamBudget,
     outcome: CallOutcome | None = None,
@@ -67,12 +70,17 @@ async def screened_stream(
         yield request
 
 
-def _unary(method, request_type, response_serializer, max_bytes: int):
+def _unary(
+    method: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]],
+    request_type: type[Message],
+    response_serializer: Callable[[Any], bytes] | None,
+    max_bytes: int,
+) -> grpc.RpcMethodHandler:
     """A unary handler that refuses a request over ``max_bytes`` and parses the rest itself
     (see :func:`_parse`); with a None ``response_serializer`` the method returns bytes already
     serialized. A refusal is released from the handler's frames (:func:`released`)."""
 
-    async def handle(raw: bytes, context):
+    async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
             if len(raw) > max_bytes:
                 await context.abort(
@@ -89,7 +97,9 @@ def _unary(method, request_type, response_serializer, max_bytes: int):
     return grpc.unary_unary_rpc_method_handler(handle, response_serializer=response_serializer)
 
 
-def _register(server: grpc.aio.Server, name: str, handlers: dict) -> None:
+def _register(
+    server: grpc.aio.Server, name: str, handlers: dict[str, grpc.RpcMethodHandler]
+) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
     server.add_registered_method_handlers(name, handlers)
 
@@ -105,7 +115,7 @@ def add_collector_to_server(
     every upload call is reported to the collector's observer (metrics, access log)."""
     streams = streams or StreamLimits()
 
-    async def upload(raw: bytes, context):
+    async def upload(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         outcome = CallOutcome()
         try:
             await collector.screen(raw, context, outcome=outcome)
@@ -118,7 +128,9 @@ def add_collector_to_server(
         finally:
             collector.observer.finished("Upload", context, outcome)
 
-    async def upload_stream(raw_messages: AsyncIterator[bytes], context):
+    async def upload_stream(
+        raw_messages: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> ldp_pb2.UploadResponse:
         budget = StreamBudget(streams)
         outcome = CallOutcome()
         messages = screened_stream(collector, context, raw_messages, budget, outcome)
