@@ -1,11 +1,12 @@
-"""Composite nulls p = p(theta): the local minimum chi-square test (spec 3.5, 3.7, 4.3, 4.6, 4.7),
-with independence of an r x c table as its main instance.
+"""Composite nulls p = p(theta): the local minimum chi-square test (local-chi-square-tests spec
+§3.5, §3.7, §4.3, §4.6, §4.7; [Rogers2017] Sec. 7.1.2, Alg. 15, 19), with independence of an
+r x c table as its main instance.
 
 In de-biased units v = p_hat, the statistic is ``n min_theta (v - p(theta))^T W (v - p(theta))``
 where W is the mechanism's metric (``channel.metric_matrix``) evaluated at the rough estimate
-p(phi). Randomized response reports the Alg. 19 form (denominators at p(theta_hat)); the
-projected forms for additive noise and flip components use ``Pi S_b^{-1} Pi`` and have
-k - 1 - s degrees of freedom (derivation for flip components in docs/flip-independence.md).
+p(phi). Randomized response reports the [Rogers2017] Alg. 19 form (denominators at p(theta_hat));
+the projected forms for additive noise and flip components use ``Pi S_b^{-1} Pi`` and have k - 1 - s
+degrees of freedom (derivation for flip components in docs/flip-independence.md).
 """
 
 from __future__ import annotations

@@ -180,10 +180,12 @@ class Estimate:
 def estimate_covariance(hist: Histogram) -> np.ndarray:
     """Closed-form covariance of the de-biased estimate, with plug-in probabilities.
 
-    Randomized response: (Diag q - q q^T) / (n a1^2) with q = counts / n (spec 1.3).
+    Randomized response: (Diag q - q q^T) / (n a1^2) with q = counts / n
+    (local-chi-square-tests spec §1.3).
     Support counts: the mechanism's exact report covariance at the estimate clipped to [0, 1] and
     renormalised, over n c1^2.
-    Others: (Diag p - p p^T + b I) / n with p the estimate clipped to [0, 1] (spec 1.1, 1.2, 1.4).
+    Others: (Diag p - p p^T + b I) / n with p the estimate clipped to [0, 1]
+    (local-chi-square-tests spec §1.1, §1.2, §1.4).
     """
     mech, n = hist.mechanism, hist.n
     if is_randomized_response(mech):

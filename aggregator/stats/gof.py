@@ -1,4 +1,5 @@
-"""Local goodness-of-fit tests (spec sections 4.1, 4.2, 4.4, 4.5, 4.8)."""
+"""Local goodness-of-fit tests (local-chi-square-tests spec §4.1, §4.2, §4.4, §4.5, §4.8, after
+[Rogers2017] Ch. 8; for large domains the large-domain spec §3)."""
 
 from __future__ import annotations
 
@@ -225,6 +226,7 @@ def _support_null_weights(mech: Mechanism, p0: bytes) -> np.ndarray:
 
 def imhof_matrix(p0: np.ndarray, noise_variance: float) -> np.ndarray:
     """``C = I - sqrt(p0) sqrt(p0)^T + a Diag(p0)^{-1}``: the limit covariance of the noisy
-    Pearson residuals, whose eigenvalues weight the null (spec 3.3 / 4.1)."""
+    Pearson residuals, whose eigenvalues weight the null (local-chi-square-tests spec §3.3,
+    §4.1)."""
     root = np.sqrt(p0)
     return np.eye(p0.size) - np.outer(root, root) + np.diag(noise_variance / p0)

@@ -20,7 +20,7 @@ class HolmResult:
 
 
 def holm(pvalues: np.ndarray, alpha: float = 0.05) -> HolmResult:
-    """Holm (1979): controls the family-wise error rate at alpha under any dependence."""
+    """Holm ([Holm1979]): controls the family-wise error rate at alpha under any dependence."""
     alpha = check_alpha(alpha)
     try:
         p = np.asarray(pvalues, dtype=float)

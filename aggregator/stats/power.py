@@ -1,7 +1,7 @@
-"""Power and sample size of every local test as it is run (spec section 5), and an advisor that
-ranks mechanisms by power for a planned study. Where the test with its ``calibration`` uses the
-asymptotic law, the plan uses the noncentral chi-square below; where the test simulates its null,
-the plan simulates the test (``stats.simulated_power``; docs/calibration.md).
+"""Power and sample size of every local test as it is run (local-chi-square-tests spec §5), and an
+advisor that ranks mechanisms by power for a planned study. Where the test with its ``calibration``
+uses the asymptotic law, the plan uses the noncentral chi-square below; where the test simulates its
+null, the plan simulates the test (``stats.simulated_power``; docs/calibration.md).
 
 For a fixed alternative p1 the statistics are asymptotically noncentral chi-square with
 noncentrality ``nu = n * (p1 - p0)^T W(p0) (p1 - p0)`` (goodness of fit) or
@@ -10,9 +10,9 @@ test's metric in de-biased units (with ``calibration="asymptotic"`` the Laplace 
 same Gaussian limit); the Gaussian ``imhof`` method and the support-count Pearson tests use a
 weighted noncentral sum (for the support-count tests its four-cumulant approximation,
 stats/ltz.py, which needs no eigendecomposition). The U-statistics T1/T2 (``method="t1"``/``"t2"``)
-use their Satterthwaite law with the exact mean and variances (stats/identity.py;
-``noncentrality`` gives E[T] / sd0(T)); T3 on public-coin one-bit reports (``PublicCoinBit``,
-``method="t3"``) uses ``identity.raptor_power``.
+use their Satterthwaite law ([Satterthwaite1946]) with the exact mean and variances
+(stats/identity.py; ``noncentrality`` gives E[T] / sd0(T)); T3 on public-coin one-bit reports
+(``PublicCoinBit``, ``method="t3"``) uses ``identity.raptor_power``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from client.mechanisms import (
 #: (eigendecomposition, Imhof); above, the four-cumulant law, which agrees with it within 0.002
 #: in power from k = 3 (tests/test_advisor_ranking.py) and keeps the advisor interactive.
 EXACT_SUPPORT_PLAN = 0
-#: Public random halves the advisor plans T3 with (spec large-domain section 3: L = 5-20).
+#: Public random halves the advisor plans T3 with (large-domain spec §3: L = 5-20).
 RAPTOR_GROUPS = 5
 
 
@@ -385,7 +385,7 @@ def advise(
 ) -> list[Advice]:
     """Rank every mechanism and test by power as run (``calibration="auto"``) for
     (k, epsilon, null or shape, alternative, n), best first: each mechanism's default test and,
-    for goodness of fit, the rate-optimal tests of spec large-domain section 3: the U-statistics
+    for goodness of fit, the rate-optimal tests of the large-domain spec §3: the U-statistics
     ("t1"/"t2" where the mechanism has them) and T3 on public-coin one-bit reports
     (``PublicCoinBit`` with ``RAPTOR_GROUPS`` public halves, planned by ``raptor_power``).
     ``u_statistics=False`` leaves those out.

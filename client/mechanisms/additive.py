@@ -4,7 +4,7 @@ Reports live on the integer grid of step 1/g (g = 2**granularity_bits): a report
 vector ``g * e_x + Z`` where Z is exact discrete noise in grid units, and its real value is that
 vector divided by g. Because g is a power of two, sums of reports in real units are exact in
 float64, so sharded aggregation is associative. Exact discrete noise means no floating-point
-artefact (Mironov 2012) can reveal the answer, and the statistics use the exact noise variance.
+artefact ([Mironov2012]) can reveal the answer, and the statistics use the exact noise variance.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class GaussianNoise(_AdditiveNoise):
 
     Privacy: changing the answer moves exactly two coordinates by g. A one-dimensional discrete
     Gaussian with shift g and variance parameter g^2/rho has Renyi divergence at most
-    alpha * rho / 2 at every order alpha (Canonne-Kamath-Steinke 2020, Prop. 5/Thm. 4, the same
+    alpha * rho / 2 at every order alpha ([Canonne2020] Prop. 5/Thm. 4, the same
     bound as the continuous Gaussian), and the coordinates are independent, so one report is
     exactly rho-zCDP (rho-LzCDP). The noise variance is slightly below 1/rho; the statistics use
     the exact value ``noise_variance``.

@@ -1,4 +1,5 @@
-"""Flip components / symmetric unary encoding (MFC, dissertation Alg. 20): epsilon-LDP, k bits."""
+"""Flip components / symmetric unary encoding (MFC, [Rogers2017] Alg. 20;
+local-chi-square-tests spec §1.4): epsilon-LDP, k bits."""
 
 from __future__ import annotations
 

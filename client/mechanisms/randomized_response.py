@@ -1,4 +1,5 @@
-"""k-ary randomized response (MEXP, dissertation Alg. 17): epsilon-LDP, one category per report."""
+"""k-ary randomized response (MEXP, [Rogers2017] Alg. 17; local-chi-square-tests spec §1.3):
+epsilon-LDP, one category per report."""
 
 from __future__ import annotations
 
