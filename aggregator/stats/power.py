@@ -224,7 +224,52 @@ def noncentrality(
     model: ParametricModel | None = None,
     method: str | None = None,
 ) -> float:
-    """Noncentrality nu of the test's limiting chi-square at sample size n."""
+    """Noncentrality nu of the test's limiting chi-square at sample size n.
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        The mechanism the study will use, with its parameters.
+    alternative : array_like of float, shape (k,)
+        The true answer distribution p1 the study should detect.
+    n : int
+        Number of reports.
+    null : array_like of float, optional
+        The null distribution p0 of a goodness-of-fit test.
+    shape : tuple of int, optional
+        ``(r, c)`` of an independence test.
+    model : ParametricModel, optional
+        The null family of a composite test. Give exactly one of ``null``, ``shape``, ``model``.
+    method : str, optional
+        The test's method, as in ``goodness_of_fit``, ``independence`` or ``composite``.
+
+    Returns
+    -------
+    float
+        ``nu = n * (p1 - p0)^T W (p1 - p0)`` (goodness of fit) or the minimum over the null family
+        (composite nulls); for T1/T2 the standardised mean E[T] / sd0(T); for a weighted
+        chi-square law the noncentrality of its weighted sum.
+
+    Raises
+    ------
+    InvalidInputError
+        Not exactly one of ``null``, ``shape``, ``model``; a malformed distribution, ``n`` or
+        ``method``; a ``shape`` that does not match k.
+
+    References
+    ----------
+    local-chi-square-tests spec §5 (noncentrality of each local test, after [Rogers2017] Ch. 6-8);
+    the large-domain spec §3 for T1/T2.
+
+    Examples
+    --------
+    >>> from aggregator.stats import noncentrality
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=4, epsilon=1.0)
+    >>> nu = noncentrality(rr, [0.3, 0.3, 0.2, 0.2], 2000, null=[0.25, 0.25, 0.25, 0.25])
+    >>> round(nu, 3)
+    7.223
+    """
     n = check_count(n)
     return _noncentrality(_plan(mechanism, alternative, null, shape, model, method), n)
 
@@ -255,6 +300,56 @@ def power(
 
     Give ``null`` for goodness of fit, ``shape`` for independence or ``model`` for a composite
     null; ``method`` as in the corresponding test.
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        The mechanism the study will use, with its parameters.
+    alternative : array_like of float, shape (k,)
+        The true answer distribution p1 the study should detect.
+    n : int
+        Number of reports.
+    null : array_like of float, optional
+        The null distribution p0 of a goodness-of-fit test.
+    shape : tuple of int, optional
+        ``(r, c)`` of an independence test.
+    model : ParametricModel, optional
+        The null family of a composite test. Give exactly one of ``null``, ``shape``, ``model``.
+    alpha : float, default 0.05
+        Level of the planned test.
+    method : str, optional
+        The test's method; None is the test's default.
+    calibration : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+        The calibration the test will run with.
+
+    Returns
+    -------
+    float
+        The probability, in [0, 1], that the test rejects when the answers follow p1.
+
+    Raises
+    ------
+    InvalidInputError
+        Not exactly one of ``null``, ``shape``, ``model``; a malformed distribution, ``n``,
+        ``alpha``, ``method`` or ``calibration``; an effect too small to plan for.
+
+    References
+    ----------
+    local-chi-square-tests spec §5 (from [Rogers2017] Ch. 6-8); the large-domain spec §3 for
+    T1, T2, T3; [Liu2009] for the support-count tests at large k; docs/planning.md.
+
+    Examples
+    --------
+    Power of the randomized-response goodness-of-fit test (epsilon = 1, 2,000 reports) against
+    a shift of 0.05 in each cell, and of flip components at the same epsilon:
+
+    >>> from aggregator.stats import power
+    >>> from client.mechanisms import FlipComponents, RandomizedResponse
+    >>> uniform, shifted = [0.25, 0.25, 0.25, 0.25], [0.3, 0.3, 0.2, 0.2]
+    >>> round(power(RandomizedResponse(4, 1.0), shifted, 2000, null=uniform), 3)
+    0.605
+    >>> round(power(FlipComponents(4, 1.0), shifted, 2000, null=uniform), 3)
+    0.424
     """
     alpha = check_alpha(alpha)
     n = check_count(n)
@@ -276,7 +371,56 @@ def sample_size(
     calibration: str = "auto",
 ) -> int:
     """Smallest n whose power, for the test as it is run with ``calibration``, reaches ``power``
-    (the asymptotic answer where no n near it calibrates by simulation)."""
+    (the asymptotic answer where no n near it calibrates by simulation).
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        The mechanism the study will use, with its parameters.
+    alternative : array_like of float, shape (k,)
+        The true answer distribution p1 the study should detect.
+    null : array_like of float, optional
+        The null distribution p0 of a goodness-of-fit test.
+    shape : tuple of int, optional
+        ``(r, c)`` of an independence test.
+    model : ParametricModel, optional
+        The null family of a composite test. Give exactly one of ``null``, ``shape``, ``model``.
+    power : float, default 0.8
+        Target power, in (alpha, 1).
+    alpha : float, default 0.05
+        Level of the planned test.
+    method : str, optional
+        The test's method; None is the test's default.
+    calibration : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+        The calibration the test will run with.
+
+    Returns
+    -------
+    int
+        The number of reports.
+
+    Raises
+    ------
+    InvalidInputError
+        ``power`` outside (alpha, 1); an alternative that satisfies the null; an effect that
+        needs more than 10^12 reports; any input ``power()`` refuses.
+
+    References
+    ----------
+    local-chi-square-tests spec §5 (from [Rogers2017] Ch. 6-8); docs/planning.md.
+
+    Examples
+    --------
+    >>> from aggregator.stats import power, sample_size
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=4, epsilon=1.0)
+    >>> uniform, shifted = [0.25, 0.25, 0.25, 0.25], [0.3, 0.3, 0.2, 0.2]
+    >>> n = sample_size(rr, shifted, null=uniform)
+    >>> n
+    3019
+    >>> power(rr, shifted, n, null=uniform) >= 0.8 > power(rr, shifted, n - 1, null=uniform)
+    True
+    """
     alpha = check_alpha(alpha)
     if isinstance(power, bool) or not isinstance(power, numbers.Real) or not alpha < power < 1:
         raise InvalidInputError(f"power must be in (alpha, 1), got {power!r}")
@@ -391,6 +535,53 @@ def advise(
     ``u_statistics=False`` leaves those out.
 
     Gaussian noise is compared at rho = epsilon^2 / 2, a weaker guarantee than epsilon-LDP.
+
+    Parameters
+    ----------
+    k : int
+        Number of categories of the question.
+    epsilon : float
+        The per-report privacy budget every candidate mechanism gets.
+    alternative : array_like of float, shape (k,)
+        The true answer distribution p1 the study should detect.
+    n : int
+        Number of reports.
+    null : array_like of float, optional
+        The null distribution p0 of a goodness-of-fit test.
+    shape : tuple of int, optional
+        ``(r, c)`` of an independence test. Give exactly one of ``null`` and ``shape``.
+    alpha : float, default 0.05
+        Level of the planned test.
+    u_statistics : bool, default True
+        Also rank the rate-optimal tests (goodness of fit only).
+
+    Returns
+    -------
+    list of Advice
+        One entry per mechanism and test: ``mechanism``, ``method``, predicted ``power``,
+        ``noncentrality`` and a ``note``, highest power first.
+
+    Raises
+    ------
+    InvalidInputError
+        A ``k`` or ``epsilon`` no mechanism accepts; a malformed distribution, ``n`` or
+        ``alpha``; neither or both of ``null`` and ``shape``.
+
+    References
+    ----------
+    local-chi-square-tests spec §5; the large-domain spec §3 and [Acharya2019Test] (T1, T2, T3);
+    [Wang2017], [Acharya2019HR], [Ye2018] (the large-domain mechanisms).
+
+    Examples
+    --------
+    >>> from aggregator.stats import advise
+    >>> ranking = advise(4, 1.0, [0.3, 0.3, 0.2, 0.2], 2000, null=[0.25] * 4, u_statistics=False)
+    >>> [(a.mechanism.name, a.method) for a in ranking[:2]]
+    [('gaussian', 'projected'), ('randomized_response', 'pearson')]
+    >>> ranking[0].note
+    'rho = eps^2/2 zCDP: weaker than eps-LDP'
+    >>> all(a.power >= b.power for a, b in zip(ranking, ranking[1:]))
+    True
     """
     n = check_count(n)
     alpha = check_alpha(alpha)

@@ -153,6 +153,52 @@ class GaussianNoise(_AdditiveNoise):
     bound as the continuous Gaussian), and the coordinates are independent, so one report is
     exactly rho-zCDP (rho-LzCDP). The noise variance is slightly below 1/rho; the statistics use
     the exact value ``noise_variance``.
+
+    Parameters
+    ----------
+    k : int
+        Number of categories, 2 <= k <= 2**31.
+    rho : float
+        zCDP parameter of one report, positive and finite.
+    granularity_bits : int, default 10 (keyword only)
+        Reports live on the grid of step 1 / 2**granularity_bits; 0..20.
+
+    Attributes
+    ----------
+    noise_variance : float
+        Exact variance of the noise on one coordinate, in real units.
+    cost : PrivacyCost
+        ``PrivacyCost("zcdp", rho)``, what the device ledger charges.
+
+    Raises
+    ------
+    ValueError
+        ``k``, ``rho`` or ``granularity_bits`` out of range; an answer outside 0..k-1; from
+        ``encode``, a report that is not k integers.
+    ReportRangeError
+        From ``decode``, a coordinate the noise cannot produce.
+
+    References
+    ----------
+    [Canonne2020] (the discrete Gaussian and its sampler); [Bun2016] (zCDP); [Rogers2017]
+    Ch. 2.2 and Ch. 8 (the local Gaussian tests); local-chi-square-tests spec §1.1;
+    [Mironov2012] for why the noise is exact and discrete.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from client.mechanisms import GaussianNoise
+    >>> gauss = GaussianNoise(k=4, rho=0.5)
+    >>> gauss.cost
+    PrivacyCost(kind='zcdp', value=0.5)
+    >>> round(gauss.noise_variance, 4)
+    2.0
+    >>> report = gauss.randomize(0)  # integers on the 1/1024 grid, from the OS CSPRNG
+    >>> report.shape, report.dtype
+    ((4,), dtype('int64'))
+    >>> reports = gauss.simulate(np.array([0, 1, 2, 3]), np.random.default_rng(0))
+    >>> gauss.aggregate(reports).shape  # coordinate sums in real units
+    (4,)
     """
 
     name = "gaussian"
@@ -203,6 +249,51 @@ class LaplaceNoise(_AdditiveNoise):
     of scale 2g/eps is exactly eps-DP for integer shifts of L1 size 2g, so one report is
     epsilon-LDP. Exact variance per coordinate: 2r/(1-r)^2 / g^2 with r = exp(-eps/(2g)),
     which tends to the continuous 8/eps^2 as g grows.
+
+    Parameters
+    ----------
+    k : int
+        Number of categories, 2 <= k <= 2**31.
+    epsilon : float
+        Privacy parameter of one report, positive and finite.
+    granularity_bits : int, default 10 (keyword only)
+        Reports live on the grid of step 1 / 2**granularity_bits; 0..20.
+
+    Attributes
+    ----------
+    noise_variance : float
+        Exact variance of the noise on one coordinate, in real units.
+    cost : PrivacyCost
+        ``PrivacyCost("pure", epsilon)``, what the device ledger charges.
+
+    Raises
+    ------
+    ValueError
+        ``k``, ``epsilon`` or ``granularity_bits`` out of range; an answer outside 0..k-1; from
+        ``encode``, a report that is not k integers.
+    ReportRangeError
+        From ``decode``, a coordinate the noise cannot produce.
+
+    References
+    ----------
+    [Rogers2017] Ch. 8 Sec. 8.2.2 and Alg. 16 (the local Laplace test, calibrated by Monte
+    Carlo); local-chi-square-tests spec §1.2, §4.4; [Canonne2020] (the discrete Laplace sampler);
+    [Mironov2012].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from client.mechanisms import LaplaceNoise
+    >>> laplace = LaplaceNoise(k=4, epsilon=1.0)
+    >>> laplace.cost
+    PrivacyCost(kind='pure', value=1.0)
+    >>> round(laplace.noise_variance, 4)  # close to 8 / epsilon^2
+    8.0
+    >>> laplace.randomize(3).shape  # integers on the 1/1024 grid, from the OS CSPRNG
+    (4,)
+    >>> reports = laplace.simulate(np.array([0, 0, 1]), np.random.default_rng(0))
+    >>> laplace.aggregate(reports).shape
+    (4,)
     """
 
     name = "laplace"
