@@ -228,20 +228,10 @@ def noncentrality(
 
     Parameters
     ----------
-    mechanism : Mechanism
-        The mechanism the study will use, with its parameters.
-    alternative : array_like of float, shape (k,)
-        The true answer distribution p1 the study should detect.
+    mechanism, alternative, null, shape, model, method
+        The planned study and its test, exactly as for ``power``.
     n : int
         Number of reports.
-    null : array_like of float, optional
-        The null distribution p0 of a goodness-of-fit test.
-    shape : tuple of int, optional
-        ``(r, c)`` of an independence test.
-    model : ParametricModel, optional
-        The null family of a composite test. Give exactly one of ``null``, ``shape``, ``model``.
-    method : str, optional
-        The test's method, as in ``goodness_of_fit``, ``independence`` or ``composite``.
 
     Returns
     -------
@@ -375,24 +365,10 @@ def sample_size(
 
     Parameters
     ----------
-    mechanism : Mechanism
-        The mechanism the study will use, with its parameters.
-    alternative : array_like of float, shape (k,)
-        The true answer distribution p1 the study should detect.
-    null : array_like of float, optional
-        The null distribution p0 of a goodness-of-fit test.
-    shape : tuple of int, optional
-        ``(r, c)`` of an independence test.
-    model : ParametricModel, optional
-        The null family of a composite test. Give exactly one of ``null``, ``shape``, ``model``.
+    mechanism, alternative, null, shape, model, alpha, method, calibration
+        The planned study and its test, exactly as for ``power``.
     power : float, default 0.8
         Target power, in (alpha, 1).
-    alpha : float, default 0.05
-        Level of the planned test.
-    method : str, optional
-        The test's method; None is the test's default.
-    calibration : {"auto", "asymptotic", "monte-carlo"}, default "auto"
-        The calibration the test will run with.
 
     Returns
     -------
@@ -542,16 +518,9 @@ def advise(
         Number of categories of the question.
     epsilon : float
         The per-report privacy budget every candidate mechanism gets.
-    alternative : array_like of float, shape (k,)
-        The true answer distribution p1 the study should detect.
-    n : int
-        Number of reports.
-    null : array_like of float, optional
-        The null distribution p0 of a goodness-of-fit test.
-    shape : tuple of int, optional
-        ``(r, c)`` of an independence test. Give exactly one of ``null`` and ``shape``.
-    alpha : float, default 0.05
-        Level of the planned test.
+    alternative, n, null, shape, alpha
+        The planned study, as for ``power``; there is no ``model``: give exactly one of
+        ``null`` (goodness of fit) and ``shape`` (independence).
     u_statistics : bool, default True
         Also rank the rate-optimal tests (goodness of fit only).
 

@@ -157,9 +157,9 @@ class GaussianNoise(_AdditiveNoise):
     Parameters
     ----------
     k : int
-        Number of categories, 2 <= k <= 2**31.
+        The number of categories (from 2 up to 2**31).
     rho : float
-        zCDP parameter of one report, positive and finite.
+        The zCDP parameter of one report (> 0); the noise variance is close to 1 / rho.
     granularity_bits : int, default 10 (keyword only)
         Reports live on the grid of step 1 / 2**granularity_bits; 0..20.
 
@@ -252,27 +252,20 @@ class LaplaceNoise(_AdditiveNoise):
 
     Parameters
     ----------
-    k : int
-        Number of categories, 2 <= k <= 2**31.
     epsilon : float
         Privacy parameter of one report, positive and finite.
-    granularity_bits : int, default 10 (keyword only)
-        Reports live on the grid of step 1 / 2**granularity_bits; 0..20.
+    k, granularity_bits
+        As for ``GaussianNoise``.
 
     Attributes
     ----------
-    noise_variance : float
-        Exact variance of the noise on one coordinate, in real units.
-    cost : PrivacyCost
-        ``PrivacyCost("pure", epsilon)``, what the device ledger charges.
+    noise_variance, cost
+        As for ``GaussianNoise``; the cost is ``PrivacyCost("pure", epsilon)``.
 
     Raises
     ------
-    ValueError
-        ``k``, ``epsilon`` or ``granularity_bits`` out of range; an answer outside 0..k-1; from
-        ``encode``, a report that is not k integers.
-    ReportRangeError
-        From ``decode``, a coordinate the noise cannot produce.
+    ValueError, ReportRangeError
+        As for ``GaussianNoise``, with ``epsilon`` in the place of ``rho``.
 
     References
     ----------
@@ -282,15 +275,15 @@ class LaplaceNoise(_AdditiveNoise):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from client.mechanisms import LaplaceNoise
     >>> laplace = LaplaceNoise(k=4, epsilon=1.0)
-    >>> laplace.cost
-    PrivacyCost(kind='pure', value=1.0)
     >>> round(laplace.noise_variance, 4)  # close to 8 / epsilon^2
     8.0
+    >>> laplace.cost.kind, laplace.cost.value
+    ('pure', 1.0)
     >>> laplace.randomize(3).shape  # integers on the 1/1024 grid, from the OS CSPRNG
     (4,)
+    >>> import numpy as np
     >>> reports = laplace.simulate(np.array([0, 0, 1]), np.random.default_rng(0))
     >>> laplace.aggregate(reports).shape
     (4,)

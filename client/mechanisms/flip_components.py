@@ -32,10 +32,9 @@ class FlipComponents(PureEpsilon, Mechanism):
 
     Parameters
     ----------
-    k : int
-        Number of categories, 2 <= k <= 2**31.
-    epsilon : float
-        Privacy parameter of one report, positive and finite.
+    k, epsilon
+        The number of categories and the privacy parameter of one report, each within the
+        same bounds as for ``RandomizedResponse``.
 
     Attributes
     ----------
