@@ -60,7 +60,8 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         """The question's histogram on the requested side (confirm_rpcs.read_side) and of one
         public ``group`` ('': all groups pooled), if the survey's minimum batch size is reached
         (by the group); for a ``test``, FAILED_PRECONDITION if its reports may be clustered by
-        household (spec D.3). A group the survey does not declare is INVALID_ARGUMENT."""
+        household (privacy-accounting spec §D.3). A group the survey does not declare is
+        INVALID_ARGUMENT."""
         try:
             survey, question = ingest.find_question(self._surveys, survey_id, question_id)
             if group:
