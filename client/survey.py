@@ -10,7 +10,7 @@ import math
 import re
 import struct
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from google.protobuf import json_format
@@ -42,7 +42,7 @@ MECHANISM_NAMES = {
     "public_coin_bit": ldp_pb2.PUBLIC_COIN_BIT,
 }
 #: The epsilon-LDP mechanisms built from (k, epsilon) alone.
-_EPSILON_ONLY = {
+_EPSILON_ONLY: dict[str, Callable[[int, float], Mechanism]] = {
     "randomized_response": RandomizedResponse,
     "flip_components": FlipComponents,
     "optimized_unary": OptimizedUnaryEncoding,
@@ -137,11 +137,11 @@ class QuestionSpec:
         grid, attributes and their categories, the household tag when set (not the text)."""
         mech = self.mechanism
         parameter = "rho" if isinstance(mech, GaussianNoise) else "epsilon"
-        additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+        additive = mech if isinstance(mech, GaussianNoise | LaplaceNoise) else None
         definition: dict[str, object] = {
             "mechanism": mech.name,
             parameter: float(mech.rho if isinstance(mech, GaussianNoise) else mech.parameter),
-            "granularity_bits": mech.granularity_bits if additive else None,
+            "granularity_bits": additive.granularity_bits if additive is not None else None,
             "attributes": [
                 {"name": a.name, "categories": list(a.categories)} for a in self.attributes
             ],
@@ -159,13 +159,13 @@ class QuestionSpec:
         "Definition digest"): what a report carries to say which definition randomized it."""
         mech = self.mechanism
         value = mech.rho if isinstance(mech, GaussianNoise) else mech.parameter
-        additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+        additive = mech if isinstance(mech, GaussianNoise | LaplaceNoise) else None
         fields = [
             DIGEST_FORMAT,
             self.id,
             mech.name,
             struct.pack(">d", float(value)).hex(),
-            str(mech.granularity_bits) if additive else "",
+            str(additive.granularity_bits) if additive is not None else "",
             str(len(self.attributes)),
         ]
         for attribute in self.attributes:
@@ -289,7 +289,7 @@ def build_question(
             f"question {question_id}: public_seed and groups belong to public_coin_bit only"
         )
     try:
-        if coin:
+        if coin and public_seed is not None and groups is not None:  # both set: checked above
             mech: Mechanism = PublicCoinBit(k, parameter, public_seed, groups)
         elif mechanism in _EPSILON_ONLY:
             mech = _EPSILON_ONLY[mechanism](k, parameter)
