@@ -92,6 +92,15 @@ class QuestionSpec:
         return tuple(len(a.categories) for a in self.attributes)
 
     @property
+    def table_shape(self) -> tuple[int, int] | None:
+        """(rows, columns) of the contingency table of a question of two attributes (what an
+        independence test needs); None for any other question."""
+        if len(self.attributes) != 2:
+            return None
+        rows, columns = self.attributes
+        return len(rows.categories), len(columns.categories)
+
+    @property
     def labels(self) -> list[str]:
         """Category labels in joint (row-major) order, attributes joined by '|'."""
         labels = [""]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from aggregator.confirm.plan import parse_plan
+from aggregator.survey_file.config import ConfigError
 from client import progress
 
 
@@ -11,3 +15,11 @@ def test_track_counts_an_iterator_without_a_length_on_a_terminal(monkeypatch, ca
     monkeypatch.setattr(progress, "shown", lambda quiet=False, stream=None: True)
     assert list(progress.track((i for i in range(3)), "count", unit="items")) == [0, 1, 2]
     assert "count: " in capsys.readouterr().err  # the bar was drawn
+
+
+@pytest.mark.parametrize("value", ['["s1"]', "{ id = 's1' }"])
+def test_a_plan_naming_its_survey_by_a_list_or_table_is_a_config_error(value):
+    """``survey = [...]`` in a plan looked the list up in the surveys dict: TypeError
+    (unhashable), a traceback instead of the ConfigError naming the mistake."""
+    with pytest.raises(ConfigError, match="'survey' must name a survey"):
+        parse_plan(f"survey = {value}\n", {})
