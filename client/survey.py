@@ -254,7 +254,7 @@ def build_question(
     question_id: str,
     text: str,
     attributes: Sequence[Attribute],
-    mechanism: str,
+    mechanism: object,
     parameter: float,
     granularity_bits: int = DEFAULT_GRANULARITY_BITS,
     *,
@@ -262,8 +262,9 @@ def build_question(
     public_seed: int | None = None,
     groups: int | None = None,
 ) -> QuestionSpec:
-    """Validate a question definition and build its mechanism (``public_seed`` and ``groups``:
-    the public subsets of ``public_coin_bit``, required there and refused elsewhere)."""
+    """Validate a question definition and build its mechanism (``mechanism``: one of
+    MECHANISM_NAMES, from a parsed file, checked; ``public_seed`` and ``groups``: the public
+    subsets of ``public_coin_bit``, required there and refused elsewhere)."""
     check_id("question", question_id)
     if not isinstance(household_shared, bool):
         raise SurveyError(
@@ -285,7 +286,7 @@ def build_question(
                 f"categories; listed more than once: {', '.join(map(repr, repeated[:5]))}"
             )
     k = math.prod(len(a.categories) for a in attributes)
-    if mechanism not in MECHANISM_NAMES:
+    if not isinstance(mechanism, str) or mechanism not in MECHANISM_NAMES:
         raise SurveyError(
             f"question {question_id}: unknown mechanism {mechanism!r}; "
             f"choose from {sorted(MECHANISM_NAMES)}"

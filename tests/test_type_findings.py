@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aggregator.confirm.plan import parse_plan
-from aggregator.survey_file.config import ConfigError
+from aggregator.survey_file.config import ConfigError, load_surveys
 from client import progress
 
 
@@ -23,3 +23,16 @@ def test_a_plan_naming_its_survey_by_a_list_or_table_is_a_config_error(value):
     (unhashable), a traceback instead of the ConfigError naming the mistake."""
     with pytest.raises(ConfigError, match="'survey' must name a survey"):
         parse_plan(f"survey = {value}\n", {})
+
+
+@pytest.mark.parametrize("value", ['["randomized_response"]', "{ name = 'laplace' }"])
+def test_a_mechanism_given_as_a_list_or_table_is_a_config_error(tmp_path, value):
+    """``mechanism = [...]`` in a survey file was looked up in MECHANISM_NAMES: TypeError
+    (unhashable) instead of the ConfigError naming the question."""
+    path = tmp_path / "surveys.toml"
+    path.write_text(
+        '[[survey]]\nid = "s1"\n[[survey.question]]\nid = "q"\ncategories = ["a", "b"]\n'
+        f"mechanism = {value}\nepsilon = 1.0\n"
+    )
+    with pytest.raises(ConfigError, match="question q: unknown mechanism"):
+        load_surveys(path)
