@@ -27,6 +27,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -518,18 +519,27 @@ def run_install_survey(args: argparse.Namespace) -> int:
     return 0
 
 
+class _CachedSurveyRow(TypedDict):
+    """One survey definition in `ldp-client surveys` (a JSON object with --json)."""
+
+    survey: str
+    source: str
+    stored_at: float
+    questions: dict[str, str]  # question id -> definition digest (hex)
+
+
 def run_surveys(args: argparse.Namespace) -> int:
     if not args.state.exists():
         raise UserError(f"{args.state} does not exist")
     with SurveyCache.read_only(args.state) as cache:
         cached = cache.surveys()
     rows = [
-        {
-            "survey": c.survey.id,
-            "source": c.source,
-            "stored_at": c.stored_at,
-            "questions": {q.id: q.digest.hex() for q in c.survey.questions},
-        }
+        _CachedSurveyRow(
+            survey=c.survey.id,
+            source=c.source,
+            stored_at=c.stored_at,
+            questions={q.id: q.digest.hex() for q in c.survey.questions},
+        )
         for c in cached
     ]
     if args.json:
@@ -588,13 +598,13 @@ def run_simulate(args: argparse.Namespace) -> int:
                 side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
                 for question in survey.questions:
                     mech = question.mechanism
-                    value = int(answers[question.id][device])
+                    answer = int(answers[question.id][device])
                     batch.append(
                         ldp_pb2.Report(
                             report_id=os.urandom(16),
                             survey_id=survey.id,
                             question_id=question.id,
-                            payload=mech.encode(mech.randomize(value)),
+                            payload=mech.encode(mech.randomize(answer)),
                             definition_digest=question.digest,
                             side=side,
                             group=values[groups[device]],
@@ -608,14 +618,13 @@ def run_simulate(args: argparse.Namespace) -> int:
                     batch = []
     elapsed = time.perf_counter() - started
     cost = survey_cost(survey.questions)
+    devices_per_group = (
+        {v: int((groups == g).sum()) for g, v in enumerate(values)} if any(values) else None
+    )
     summary = {
         "devices": args.devices,
         "reports": total,
-        **(
-            {"groups": {v: int((groups == g).sum()) for g, v in enumerate(values)}}
-            if any(values)
-            else {}
-        ),
+        **({"groups": devices_per_group} if devices_per_group is not None else {}),
         "seconds": elapsed,
         **counts,
         "epsilon": cost.epsilon,
@@ -630,9 +639,9 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"each device spent epsilon {cost.epsilon:g} (pure) and rho {cost.rho:g} (zCDP), "
             f"covered by {cost.flags}"
         )
-        if "groups" in summary:
-            shares = ", ".join(f"{v} {n:,}" for v, n in summary["groups"].items())
-            print(f"devices per {survey.group_label.name}: {shares}")  # type: ignore[union-attr]
+        if devices_per_group is not None and survey.group_label is not None:
+            counted = ", ".join(f"{v} {n:,}" for v, n in devices_per_group.items())
+            print(f"devices per {survey.group_label.name}: {counted}")
     return 0
 
 

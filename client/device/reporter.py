@@ -114,7 +114,7 @@ class Reporter:
             self._device_key = DeviceKey.load_or_create(device_key_path(self._path))
         return self._device_key
 
-    def side(self, survey_id: str) -> int:
+    def side(self, survey_id: str) -> ldp_pb2.Side:
         """The side of a split survey all of this device's reports of it go to (ldp.v1.Side;
         SIDE_UNSPECIFIED for a survey that is not split, or unknown to the aggregator)."""
         if survey_id in self._unknown_surveys:

@@ -31,7 +31,7 @@ def split_point(secret: bytes, survey_id: str) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def split_side(secret: bytes, survey_id: str, exploration_fraction: float) -> int:
+def split_side(secret: bytes, survey_id: str, exploration_fraction: float) -> ldp_pb2.Side:
     """The ``ldp.v1.Side`` of this device's reports: EXPLORATION when v < fraction * 2^64
     (compared exactly; Python compares an int with a float exactly), else CONFIRMATION;
     SIDE_UNSPECIFIED for a survey that is not split (fraction 0)."""
