@@ -8,6 +8,7 @@ import json
 
 from aggregator.cli.common import (
     UserError,
+    add_calibration_option,
     add_command,
     add_group_option,
     add_json_option,
@@ -64,13 +65,7 @@ def add_commands(subparsers) -> None:
     test.add_argument("--alpha", type=float, default=0.05, help="significance level")
     test.add_argument("--method", help=METHOD_HELP)
     test.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
-    test.add_argument(
-        "--calibration",
-        choices=["auto", "asymptotic", "monte-carlo"],
-        default="auto",
-        help="null distribution of the p-value (auto: simulated where the chi-square limit is "
-        "not accurate)",
-    )
+    add_calibration_option(test)
     add_json_option(test)
     test.set_defaults(run=run_test)
 

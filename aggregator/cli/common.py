@@ -82,6 +82,19 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_calibration_option(parser: argparse.ArgumentParser, doc: str | None = None) -> None:
+    """--calibration: how a test's p-value is found (aggregator/stats/calibration.py); ``doc``
+    names the page that says more."""
+    more = f"; {doc}" if doc else ""
+    parser.add_argument(
+        "--calibration",
+        choices=["auto", "asymptotic", "monte-carlo"],
+        default="auto",
+        help="null distribution of the p-value (auto: simulated where the chi-square limit is "
+        f"not accurate{more})",
+    )
+
+
 def add_side_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--side",

@@ -11,19 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from aggregator.cli.common import UserError, add_command, add_json_option, positive
+from client.survey import MECHANISM_NAMES
 
-PLAN_MECHANISMS = (
-    "all",
-    "randomized_response",
-    "flip_components",
-    "gaussian",
-    "laplace",
-    "optimized_unary",
-    "hadamard_response",
-    "subset_selection",
-    "local_hashing",
-    "public_coin_bit",
-)
+#: What --mechanism takes: one mechanism of a survey file, or all of them ranked.
+PLAN_MECHANISMS = ("all", *MECHANISM_NAMES)
 
 
 def add_commands(subparsers) -> None:

@@ -8,6 +8,7 @@ import json
 
 from aggregator.cli.common import (
     UserError,
+    add_calibration_option,
     add_command,
     add_json_option,
     add_side_option,
@@ -37,13 +38,7 @@ def add_commands(subparsers) -> None:
     )
     two.add_argument("--alpha", type=float, default=0.05, help="significance level")
     two.add_argument("--seed", type=int, help="seed for the Monte Carlo null")
-    two.add_argument(
-        "--calibration",
-        choices=["auto", "asymptotic", "monte-carlo"],
-        default="auto",
-        help="null distribution of the p-value (auto: simulated where the chi-square limit is "
-        "not accurate; docs/two-sample.md)",
-    )
+    add_calibration_option(two, "docs/two-sample.md")
     add_side_option(two)
     add_json_option(two)
     two.set_defaults(run=run_two_sample)
