@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from aggregator.cli.common import (
+    Subcommands,
     UserError,
     add_calibration_option,
     add_command,
@@ -22,6 +24,9 @@ from aggregator.errors import InsufficientDataError
 from aggregator.presentation.numbers import interval, share
 from aggregator.survey_file.analyses import EXPLORATORY
 
+if TYPE_CHECKING:
+    from aggregator.stats.estimate import Estimate
+
 METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics' method tables
     "test method; default: the first one of the question's mechanism (t1, t2 are the "
     "large-domain U-statistics of docs/calibration.md). gof: "
@@ -35,7 +40,7 @@ METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics
 )
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     est = add_command(
         subparsers, "estimate", "unbiased frequencies with confidence intervals (read only)"
     )
@@ -84,7 +89,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def estimate_table(est, labels: list[str]) -> str:
+def estimate_table(est: Estimate, labels: list[str]) -> str:
     """The estimate as a table with its interval method; simultaneous intervals when computed;
     when an unbiased value falls outside [0, 1], the projected distribution is shown beside it,
     with what it means."""

@@ -7,14 +7,14 @@ import argparse
 import json
 from pathlib import Path
 
-from aggregator.cli.common import add_command, add_json_option
+from aggregator.cli.common import Subcommands, add_command, add_json_option
 
 #: Files the service keeps beside the store, which a backup carries: the key of the limit
 #: pseudonyms (service/limits.py) and the per-device cap counts (service/cap_file.py).
 SIDECAR_SUFFIXES = (".limits-secret", ".caps")
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     backup = add_command(
         subparsers, "backup", "online backup of a report store and its secret files"
     )

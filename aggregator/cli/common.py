@@ -25,6 +25,8 @@ from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 PROG = "ldp-aggregator"
+#: What ``add_subparsers`` returns: each command group adds its commands to it.
+Subcommands = argparse._SubParsersAction
 #: The sides of a split survey, by the name --side takes.
 SIDES: Mapping[str, int] = {
     "exploration": ldp_pb2.EXPLORATION,
@@ -50,7 +52,7 @@ def fail(args: argparse.Namespace, message: str, status: int) -> int:
     return status
 
 
-def add_command(subparsers, name: str, text: str, **kwargs) -> argparse.ArgumentParser:
+def add_command(subparsers: Subcommands, name: str, text: str, **kwargs) -> argparse.ArgumentParser:
     """A subcommand whose one-line help is also its description, with defaults in --help."""
     return subparsers.add_parser(
         name, help=text, description=text, formatter_class=DefaultsFormatter, **kwargs

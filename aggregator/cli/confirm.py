@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aggregator.cli.common import (
+    Subcommands,
     UserError,
     add_command,
     add_json_option,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from aggregator.service.store_lock import StoreLock
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     prereg = add_command(
         subparsers,
         "preregister",
@@ -64,7 +65,7 @@ def add_commands(subparsers) -> None:
     holdout.set_defaults(run=run_holdout)
 
 
-def _writer(
+def _open_for_writing(
     args: argparse.Namespace,
 ) -> tuple[dict[str, SurveySpec], SurveySpec, ReportStore, StoreLock]:
     """The survey, and the store opened for writing under the server's lock (a running server
@@ -90,7 +91,7 @@ def _writer(
 def run_preregister(args: argparse.Namespace) -> int:
     from aggregator.confirm.plan import load_plan
 
-    surveys, survey, store, lock = _writer(args)
+    surveys, survey, store, lock = _open_for_writing(args)
     try:
         plan = load_plan(args.plan, surveys)
         if plan.survey_id != survey.id:
@@ -110,7 +111,7 @@ def run_confirm(args: argparse.Namespace) -> int:
     from aggregator.confirm.plan import parse_plan
     from aggregator.confirm.run import sealed_record
 
-    surveys, survey, store, lock = _writer(args)
+    surveys, survey, store, lock = _open_for_writing(args)
 
     def compute(plan: str, histograms) -> dict:
         return sealed_record(parse_plan(plan, surveys), survey, histograms, args.seed)
@@ -148,7 +149,7 @@ def run_holdout(args: argparse.Namespace) -> int:
     except ReportRejectedError as exc:
         raise UserError(exc.message) from None
     p0 = null_distribution(args.p0, question) if args.p0 else None
-    _, survey, store, lock = _writer(args)
+    _, survey, store, lock = _open_for_writing(args)
     answer: list = []
 
     def compute(held: dict, histograms) -> tuple[dict, bool, float]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from aggregator.cli.common import (
+    Subcommands,
     UserError,
     add_command,
     add_json_option,
@@ -30,7 +31,7 @@ from client.progress import bar
 from protos.ldp.v1 import ldp_pb2
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     export = add_command(
         subparsers, "export", "write a survey's reports as shard files (store read only)"
     )

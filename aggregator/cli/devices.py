@@ -7,11 +7,11 @@ import argparse
 import json
 from pathlib import Path
 
-from aggregator.cli.common import UserError, add_command
+from aggregator.cli.common import Subcommands, UserError, add_command
 from aggregator.service.devices import DeviceRegistry
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     enroll = add_command(subparsers, "enroll", "enroll a device's Ed25519 public key")
     _add_registry_option(enroll)
     enroll.add_argument("--public-key", type=Path, required=True, help="device public key PEM")

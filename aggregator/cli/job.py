@@ -7,10 +7,10 @@ import argparse
 import logging
 from pathlib import Path
 
-from aggregator.cli.common import UserError, add_command, positive
+from aggregator.cli.common import Subcommands, UserError, add_command, positive
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     job = add_command(
         subparsers,
         "job",

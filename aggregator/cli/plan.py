@@ -7,17 +7,21 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aggregator.cli.common import UserError, add_command, add_json_option, positive
+from aggregator.cli.common import Subcommands, UserError, add_command, add_json_option, positive
 from client.survey import MECHANISM_NAMES
+
+if TYPE_CHECKING:
+    from client.mechanisms import Mechanism
 
 #: What --mechanism takes: one mechanism of a survey file, or all of them ranked.
 PLAN_MECHANISMS = ("all", *MECHANISM_NAMES)
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     plan = add_command(
         subparsers,
         "plan",
@@ -99,7 +103,7 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_mechanisms(args: argparse.Namespace, k: int):
+def _plan_mechanisms(args: argparse.Namespace, k: int) -> tuple[float, list[Mechanism] | None]:
     """The epsilon the advisor compares at, and the one mechanism asked for (None: all)."""
     from client.mechanisms import (
         FlipComponents,

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from aggregator.cli.common import (
+    Subcommands,
     add_command,
     add_group_option,
     add_side_option,
@@ -15,7 +16,7 @@ from aggregator.cli.common import (
 from aggregator.survey_file.analyses import load_analyses
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     report = add_command(
         subparsers, "report", "a survey report: every question, plots, declared tests"
     )

@@ -11,21 +11,33 @@ import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from aggregator.cli.common import PROG, UserError, add_command, add_store_options, positive
+from aggregator.cli.common import (
+    PROG,
+    Subcommands,
+    UserError,
+    add_command,
+    add_store_options,
+    positive,
+)
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
 from aggregator.service.devices import DeviceRegistry
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
 from aggregator.store.reader import StoreReader
-from aggregator.survey_file.config import load_limits, load_surveys
+from aggregator.survey_file.config import SurveyLimits, load_limits, load_surveys
+from client.survey import SurveySpec
+
+if TYPE_CHECKING:
+    from aggregator.service.streams import ConnectionLimits, StreamLimits
 
 DEFAULT_PORT = 50051
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     serve = add_command(subparsers, "serve", "run the gRPC aggregator")
     add_store_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -122,7 +134,7 @@ def _add_connection_limits(serve: argparse.ArgumentParser) -> None:
         serve.add_argument(flag, type=kind, default=default, help=f"{what} (default {default:g})")
 
 
-def _limits_of(args: argparse.Namespace):
+def _limits_of(args: argparse.Namespace) -> tuple[StreamLimits, ConnectionLimits]:
     """The StreamLimits and ConnectionLimits of the serve flags (ValueError if not positive)."""
     from aggregator.service.streams import ConnectionLimits, StreamLimits
 
@@ -192,7 +204,13 @@ def _metrics_endpoint(args: argparse.Namespace) -> Iterator[None]:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_server(args, surveys, limits, credentials, keys) -> int:
+def _run_server(
+    args: argparse.Namespace,
+    surveys: dict[str, SurveySpec],
+    limits: dict[str, SurveyLimits],
+    credentials: grpc.ServerCredentials | None,
+    keys: dict[str, Ed25519PublicKey],
+) -> int:
     """Serve until SIGINT or SIGTERM: in this process, or with --workers as worker processes."""
     if args.workers == 1:
         try:
@@ -258,12 +276,13 @@ def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | No
 
 
 async def _serve(
-    surveys,
-    limits,
+    surveys: dict[str, SurveySpec],
+    limits: dict[str, SurveyLimits],
     args: argparse.Namespace,
     credentials: grpc.ServerCredentials | None,
     keys: dict[str, Ed25519PublicKey],
 ) -> None:
+    """Serve in this process until SIGINT or SIGTERM, then drain for up to 5 seconds."""
     from aggregator.service.metrics import PrometheusMetrics
     from aggregator.service.observe import Observer, access_log_stream
     from aggregator.service.server import start_server

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from aggregator.cli.common import UserError, add_command, add_json_option, find_survey
+from aggregator.cli.common import Subcommands, UserError, add_command, add_json_option, find_survey
 from aggregator.store.reader import StoreReader
 from aggregator.survey_file.analyses import load_analyses
 from aggregator.survey_file.config import load_limits, load_surveys
@@ -16,7 +16,7 @@ from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.survey import survey_to_json
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     check = add_command(
         subparsers, "check-config", "validate a survey file and show what it defines"
     )

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from aggregator.cli.common import (
+    Subcommands,
     UserError,
     add_calibration_option,
     add_command,
@@ -19,7 +20,7 @@ from aggregator.errors import InsufficientDataError
 from aggregator.survey_file.analyses import EXPLORATORY
 
 
-def add_commands(subparsers) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     two = add_command(
         subparsers,
         "two-sample",
