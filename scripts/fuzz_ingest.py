@@ -35,8 +35,9 @@ import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from aggregator.service.rejections import status_of
 from aggregator.store import ingest, shards
-from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.ingest import Rejection, ReportRejectedError
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -120,7 +121,7 @@ def check_upload(data: bytes) -> None:
         try:
             stored = ingest.validate(report, SURVEYS)
         except ReportRejectedError as exc:
-            assert exc.code in REJECTION_CODES, exc.code
+            assert status_of(exc.reason) in REJECTION_CODES, exc.reason
             singles.append(exc)
             continue
         question = SURVEYS[stored.survey_id].question(stored.question_id)
@@ -132,7 +133,7 @@ def check_upload(data: bytes) -> None:
         batch = ingest.validate_batch(reports, SURVEYS)
     except ReportRejectedError as exc:
         if not bad and reused is not None:  # an id reused for other content: docs/wire.md §6
-            assert exc.code == grpc.StatusCode.INVALID_ARGUMENT, exc.code
+            assert exc.reason is Rejection.REUSED_ID, exc.reason
             assert exc.message.startswith(f"report[{reused}]: "), exc.message
             return
         assert bad, f"validate_batch rejected a valid batch: {exc}"
@@ -157,7 +158,7 @@ def check_shard(data: bytes, path: Path) -> None:
         try:
             ingest.validate(report, SURVEYS)
         except ReportRejectedError as exc:
-            assert exc.code in REJECTION_CODES, exc.code
+            assert status_of(exc.reason) in REJECTION_CODES, exc.reason
 
 
 def mechanism_from(header: bytes) -> Mechanism:

@@ -161,13 +161,23 @@ def grid_limit(mechanism: GaussianNoise | LaplaceNoise) -> int:
 
 def reference_verdict(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> Verdict:
     """The verdict of the wire contract, checked in the documented order: report id, survey,
-    question, then the payload."""
+    question, the definition digest (a report randomized under another definition may have
+    another payload length: the device must fetch the survey again, docs/wire.md §2), the side
+    and the group, then the payload."""
     if len(report.report_id) != 16:
         return Verdict(grpc.StatusCode.INVALID_ARGUMENT)
     survey = surveys.get(report.survey_id)
     if survey is None or report.question_id not in {q.id for q in survey.questions}:
         return Verdict(grpc.StatusCode.NOT_FOUND)
-    return payload_verdict(survey.question(report.question_id).mechanism, bytes(report.payload))
+    question = survey.question(report.question_id)
+    digest = bytes(report.definition_digest)
+    if (digest and digest != question.digest) or (not digest and question.household_shared):
+        return Verdict(grpc.StatusCode.FAILED_PRECONDITION)
+    if report.side != ldp_pb2.SIDE_UNSPECIFIED:  # no fuzzed survey is split (§3.10)
+        return Verdict(grpc.StatusCode.FAILED_PRECONDITION)
+    if report.group:  # no fuzzed survey has a group label (§3.11)
+        return Verdict(grpc.StatusCode.INVALID_ARGUMENT)
+    return payload_verdict(question.mechanism, bytes(report.payload))
 
 
 def decode_limit(mechanism: GaussianNoise | LaplaceNoise) -> int:

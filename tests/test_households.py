@@ -19,6 +19,7 @@ import pytest
 from conftest import ServerThread
 
 from aggregator.errors import ClusteredReportsError
+from aggregator.service.rejections import status_of
 from aggregator.store import ingest
 from aggregator.store.definitions import difference
 from aggregator.store.ingest import ReportRejectedError
@@ -199,7 +200,7 @@ def test_empty_digest_is_refused_for_a_shared_question(config):
     question = load_surveys(config)["home"].question("dwelling")
     with pytest.raises(ReportRejectedError) as refused:
         ingest.check_digests(question, [b""])
-    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert status_of(refused.value.reason) == grpc.StatusCode.FAILED_PRECONDITION
     ingest.check_digests(question, [question.digest])
 
 

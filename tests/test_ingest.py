@@ -8,6 +8,7 @@ import grpc
 import numpy as np
 import pytest
 
+from aggregator.service.rejections import status_of
 from aggregator.store import ingest
 from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2
@@ -60,5 +61,5 @@ def test_first_bad_report_is_named(surveys, corrupt, code):
         corrupt(reports[i])
     with pytest.raises(ingest.ReportRejectedError) as info:
         ingest.validate_batch(reports, surveys)
-    assert info.value.code == getattr(grpc.StatusCode, code)
+    assert status_of(info.value.reason) == getattr(grpc.StatusCode, code)
     assert info.value.message.startswith(f"report[{victims[1]}]:")

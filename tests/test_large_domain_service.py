@@ -14,6 +14,7 @@ import pytest
 from conftest import ServerThread
 
 from aggregator.histogram import Histogram
+from aggregator.service.rejections import status_of
 from aggregator.stats import estimate, goodness_of_fit
 from aggregator.store import ingest, shards
 from aggregator.store.report_store import ReportStore
@@ -151,7 +152,7 @@ def test_an_upload_too_large_to_expand_is_refused(tmp_path: Path) -> None:
     assert allowed == 512 and len(ingest.validate_batch(messages[:2], surveys)) == 2
     with pytest.raises(ingest.ReportRejectedError) as refused:
         ingest.validate_batch(messages, surveys)
-    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert status_of(refused.value.reason) == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_store_shards_and_beam_job_agree(tmp_path: Path, config: Path) -> None:

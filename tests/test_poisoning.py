@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from aggregator.histogram import Histogram
+from aggregator.service.rejections import status_of
 from aggregator.stats import estimate
 from aggregator.store import ingest
 from aggregator.store.ingest import (
@@ -82,7 +83,7 @@ def test_reports_past_the_bound_are_out_of_range(mech):
         beyond[1] = sign * (limit + 1)
         with pytest.raises(ReportRejectedError) as error:
             ingest.contribution(question, mech.encode(beyond))
-        assert error.value.code.name == "OUT_OF_RANGE"
+        assert status_of(error.value.reason).name == "OUT_OF_RANGE"
         packed = np.frombuffer(mech.encode(beyond), dtype=np.uint8).reshape(1, -1)
         with pytest.raises(ReportRejectedError):
             ingest.decode_payloads(question, packed)

@@ -103,7 +103,7 @@ def run_import(args: argparse.Namespace) -> int:
                 try:
                     batch.append(ingest.validate(report, surveys))
                 except ReportRejectedError as exc:
-                    raise UserError(f"{name}: invalid report ({exc.code.name}): {exc}") from None
+                    raise UserError(f"{name}: invalid report ({exc.reason.value}): {exc}") from None
                 if len(batch) == 5000:
                     fresh += store.put(batch)
                     batch = []

@@ -132,7 +132,7 @@ class ReadShard(beam.DoFn):
                 _verify(shard, None, file.hexdigest())
                 if isinstance(exc, ReportRejectedError):
                     raise ShardFormatError(
-                        f"{shard.path}: invalid report ({exc.code.name}): {exc}"
+                        f"{shard.path}: invalid report ({exc.reason.value}): {exc}"
                     ) from None
                 raise
         if self.progress_dir is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 from numpy.lib.stride_tricks import sliding_window_view
@@ -21,6 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from aggregator.jobs.framing import Block
 from aggregator.store.ingest import (
     REPORT_ID_BYTES,
+    Rejection,
     ReportRejectedError,
     check_group,
     find_question,
@@ -107,11 +107,10 @@ def _parse_each(
         question = _question(report, surveys)
         if len(report.report_id) != REPORT_ID_BYTES:
             raise ReportRejectedError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{name}: report_id must be {REPORT_ID_BYTES} bytes",
+                Rejection.MALFORMED, f"{name}: report_id must be {REPORT_ID_BYTES} bytes"
             )
         if len(report.payload) != question.mechanism.payload_size:
-            raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: payload length")
+            raise ReportRejectedError(Rejection.MALFORMED, f"{name}: payload length")
         yield QuestionRecords(
             (report.survey_id, report.question_id, report.group),
             np.frombuffer(report.report_id, dtype=np.uint8)[None, :],

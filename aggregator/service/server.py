@@ -53,6 +53,7 @@ from aggregator.service.limits import (
     limit_key,
 )
 from aggregator.service.observe import INVALID_CODES, CallOutcome, Observer
+from aggregator.service.rejections import status_of
 from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import (
     ConnectionLimits,
@@ -62,7 +63,7 @@ from aggregator.service.streams import (
 )
 from aggregator.store import definitions, ingest
 from aggregator.store.file_kind import create_private
-from aggregator.store.ingest import REPORT_ID_BYTES, ReportRejectedError
+from aggregator.store.ingest import REPORT_ID_BYTES, Rejection, ReportRejectedError
 from aggregator.store.report_store import (
     CONFLICT,
     DUPLICATE,
@@ -183,7 +184,7 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 self._limit_key(context, device), upload.batches, self._stored_ids
             )
         except ReportRejectedError as exc:
-            await context.abort(exc.code, shortened(exc.message))
+            await context.abort(status_of(exc.reason), shortened(exc.message))
         except LimitExceededError as exc:
             await self._refuse(context, exc)
         flags = await self._committed(context, upload.batches, admission)
@@ -295,16 +296,16 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             try:
                 content = (report.survey_id, report.question_id, report.payload)
                 if first.setdefault(report.report_id, content) != content:
-                    raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, ingest.REUSED_ID)
+                    raise ReportRejectedError(Rejection.REUSED_ID, ingest.REUSED_ID)
                 if not signed and self._auth.required((report,)):
-                    raise ReportRejectedError(grpc.StatusCode.UNAUTHENTICATED, UNSIGNED)
+                    raise ReportRejectedError(Rejection.UNSIGNED, UNSIGNED)
                 valid.append(ingest.validate(report, self._surveys))
             except ReportRejectedError as exc:
                 results.append(
                     ldp_pb2.ReportResult(
                         report_id=report.report_id[:REPORT_ID_BYTES],
                         status=ldp_pb2.REJECTED,
-                        code=exc.code.name,
+                        code=status_of(exc.reason).name,
                         reason=shortened(exc.message),
                     )
                 )
@@ -534,7 +535,7 @@ def _short_report(exc: wire.ShortReportError) -> tuple[grpc.StatusCode, str]:
     except DecodeError:
         return grpc.StatusCode.INVALID_ARGUMENT, NOT_AN_UPLOAD
     except ReportRejectedError as rejected:
-        return rejected.code, shortened(f"report[{exc.index}]: {rejected.message}")
+        return status_of(rejected.reason), shortened(f"report[{exc.index}]: {rejected.message}")
     return grpc.StatusCode.INVALID_ARGUMENT, f"report[{exc.index}] is invalid"
 
 
@@ -669,13 +670,14 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         """The question's histogram on the requested side (confirm_rpcs.read_side) and of one
         public ``group`` ('': all groups pooled), if the survey's minimum batch size is reached
         (by the group); for a ``test``, FAILED_PRECONDITION if its reports may be clustered by
-        household (spec D.3). A group the survey does not declare is INVALID_ARGUMENT."""
+        household (privacy-accounting spec §D.3). A group the survey does not declare is
+        INVALID_ARGUMENT."""
         try:
             survey, question = ingest.find_question(self._surveys, survey_id, question_id)
             if group:
                 ingest.check_group(survey, group)
         except ReportRejectedError as exc:
-            await context.abort(exc.code, shortened(exc.message))
+            await context.abort(status_of(exc.reason), shortened(exc.message))
         if test:
             try:
                 check_independent(survey, question)

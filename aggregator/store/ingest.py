@@ -1,17 +1,18 @@
-"""How a wire report becomes part of a question's statistics: validation with the specific gRPC
-status code of each failure, the report's integer contribution, and the histogram of a question
+"""How a wire report becomes part of a question's statistics: validation with a typed reason for
+each failure (:class:`Rejection`; the service maps reasons to status codes), the report's integer
+contribution, and the histogram of a question
 from its stored integer sums. Requests are validated in bulk (numpy per question), into the
 per-question :class:`~aggregator.store.report_store.ReportBatch` form the store writes without
 building an object per report."""
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-import grpc
 import numpy as np
 
 from aggregator.histogram import Histogram
@@ -69,11 +70,27 @@ def accepted_bound(mech: GaussianNoise | LaplaceNoise) -> int:
     return mech.scale + low
 
 
+class Rejection(enum.Enum):
+    """Why a report is refused, independent of any transport (docs/wire.md §8.2 gives each its
+    status code; ``aggregator/service/rejections.py`` holds the mapping)."""
+
+    UNKNOWN_SURVEY = "unknown survey"
+    UNKNOWN_QUESTION = "unknown question"
+    STALE_DEFINITION = "randomized under another definition of the question"
+    WRONG_SIDE = "a side that does not fit the survey"
+    WRONG_GROUP = "a group that does not fit the survey"
+    MALFORMED = "a field or payload that does not parse"
+    REUSED_ID = "a report id reused for other content in the request"
+    OUT_OF_RANGE = "a value the mechanism cannot produce"
+    TOO_MANY_CELLS = "more report-by-category cells than one upload may expand into"
+    UNSIGNED = "an unsigned report for a survey that requires signatures"
+
+
 @dataclass
 class ReportRejectedError(Exception):
-    """A report failed validation; ``code`` is the status the wire answers with."""
+    """A report failed validation: ``reason`` says why, ``message`` names the report."""
 
-    code: grpc.StatusCode
+    reason: Rejection
     message: str
 
     def __str__(self) -> str:
@@ -81,20 +98,20 @@ class ReportRejectedError(Exception):
 
 
 def find_question(surveys: dict[str, SurveySpec], survey_id: str, question_id: str):
-    """The question, or ReportRejectedError(NOT_FOUND)."""
+    """The question, or a rejection (UNKNOWN_SURVEY, UNKNOWN_QUESTION)."""
     survey = surveys.get(survey_id)
     if survey is None:
-        raise ReportRejectedError(grpc.StatusCode.NOT_FOUND, f"unknown survey {survey_id!r}")
+        raise ReportRejectedError(Rejection.UNKNOWN_SURVEY, f"unknown survey {survey_id!r}")
     try:
         return survey, survey.question(question_id)
     except KeyError:
         raise ReportRejectedError(
-            grpc.StatusCode.NOT_FOUND, f"survey {survey_id!r} has no question {question_id!r}"
+            Rejection.UNKNOWN_QUESTION, f"survey {survey_id!r} has no question {question_id!r}"
         ) from None
 
 
 def check_digests(question: QuestionSpec, digests: Iterable[bytes]) -> None:
-    """Refuse (FAILED_PRECONDITION) reports randomized under another definition of the question
+    """Refuse (STALE_DEFINITION) reports randomized under another definition of the question
     than the one served and pinned; an empty digest (a device before 0.2) is taken as the
     current definition, except for a household_shared question: only a device that knows the
     tag (and so lets one respondent per household answer) commits to its digest."""
@@ -102,13 +119,13 @@ def check_digests(question: QuestionSpec, digests: Iterable[bytes]) -> None:
     for digest in digests:
         if not digest and question.household_shared:
             raise ReportRejectedError(
-                grpc.StatusCode.FAILED_PRECONDITION,
+                Rejection.STALE_DEFINITION,
                 f"question {question.id!r} is household_shared: its reports must carry the "
                 "definition digest (a device that enforces one respondent per household)",
             )
         if digest and digest != expected:
             raise ReportRejectedError(
-                grpc.StatusCode.FAILED_PRECONDITION,
+                Rejection.STALE_DEFINITION,
                 f"question {question.id!r} was randomized under definition {digest.hex()[:16]}, "
                 f"the aggregator holds {expected.hex()[:16]}: the definition changed; fetch the "
                 "survey again",
@@ -116,30 +133,30 @@ def check_digests(question: QuestionSpec, digests: Iterable[bytes]) -> None:
 
 
 def check_side(survey: SurveySpec, side: int) -> None:
-    """Refuse (FAILED_PRECONDITION) a report whose side does not fit the survey: a split survey
+    """Refuse (WRONG_SIDE) a report whose side does not fit the survey: a split survey
     needs EXPLORATION or CONFIRMATION, a survey that is not split SIDE_UNSPECIFIED. Either way
     the device holds another definition of the survey than the one served: it fetches it again."""
     if survey.split and side not in (ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION):
         raise ReportRejectedError(
-            grpc.StatusCode.FAILED_PRECONDITION,
+            Rejection.WRONG_SIDE,
             f"survey {survey.id!r} is split into exploration and confirmation: a report must "
             "carry its side; fetch the survey again",
         )
     if not survey.split and side != ldp_pb2.SIDE_UNSPECIFIED:
         raise ReportRejectedError(
-            grpc.StatusCode.FAILED_PRECONDITION,
+            Rejection.WRONG_SIDE,
             f"survey {survey.id!r} is not split: a report must not carry a side; fetch the "
             "survey again",
         )
 
 
 def check_group(survey: SurveySpec, group: str) -> None:
-    """Refuse (INVALID_ARGUMENT) a report whose public group does not fit the survey: one of
+    """Refuse (WRONG_GROUP) a report whose public group does not fit the survey: one of
     its group values for a survey with a group label, empty otherwise."""
     try:
         survey.check_group(group)
     except SurveyError as exc:
-        raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        raise ReportRejectedError(Rejection.WRONG_GROUP, str(exc)) from None
 
 
 def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
@@ -151,14 +168,14 @@ def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
     try:
         report = mech.decode(payload)
     except ReportRangeError as exc:
-        raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, str(exc)) from exc
+        raise ReportRejectedError(Rejection.OUT_OF_RANGE, str(exc)) from exc
     except ValueError as exc:
-        raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        raise ReportRejectedError(Rejection.MALFORMED, str(exc)) from exc
     if isinstance(mech, GaussianNoise | LaplaceNoise):
         limit = accepted_bound(mech)
         if report.max() > limit or report.min() < -limit:
             raise ReportRejectedError(
-                grpc.StatusCode.OUT_OF_RANGE,
+                Rejection.OUT_OF_RANGE,
                 f"a coordinate is outside the accepted range (|value| <= {limit} grid units)",
             )
     if isinstance(mech, RandomizedResponse):
@@ -176,7 +193,7 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
     """Check every field of a wire report; raise ReportRejectedError with the specific code."""
     if len(report.report_id) != REPORT_ID_BYTES:
         raise ReportRejectedError(
-            grpc.StatusCode.INVALID_ARGUMENT,
+            Rejection.MALFORMED,
             f"report_id must be {REPORT_ID_BYTES} bytes, got {len(report.report_id)}",
         )
     survey, question = find_question(surveys, report.survey_id, report.question_id)
@@ -224,7 +241,7 @@ def validate_upload(
     check fails the reports are re-checked one by one, and the error names the first bad one
     (``report[i]``). A report id repeated within the request must repeat the same report
     (survey, question, payload; the store answers the later copies DUPLICATE), else the request
-    is INVALID_ARGUMENT (docs/wire.md §6).
+    is refused (REUSED_ID) (docs/wire.md §6).
     """
     columns: dict[
         tuple[str, str, int, str], tuple[list[int], list[bytes], list[bytes], set[bytes]]
@@ -250,7 +267,7 @@ def validate_upload(
             check_side(survey, side)
             check_group(survey, group)
             if set(map(len, ids)) - {REPORT_ID_BYTES}:
-                raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "report_id length")
+                raise ReportRejectedError(Rejection.MALFORMED, "report_id length")
             rows = _contributions(question, payloads)
             batches.append(ReportBatch(survey_id, question_id, ids, payloads, rows, side, group))
     except ReportRejectedError:
@@ -258,7 +275,7 @@ def validate_upload(
             try:
                 validate(report, surveys)
             except ReportRejectedError as exc:
-                raise ReportRejectedError(exc.code, f"report[{i}]: {exc.message}") from None
+                raise ReportRejectedError(exc.reason, f"report[{i}]: {exc.message}") from None
         raise
     if len(set(report_ids)) != len(report_ids):
         check_repeats(reports)
@@ -269,7 +286,7 @@ REUSED_ID = "report_id is reused with another survey, question or payload in thi
 
 
 def check_repeats(reports: Sequence[ldp_pb2.Report]) -> None:
-    """INVALID_ARGUMENT naming the first report whose id an earlier report of the same request
+    """REUSED_ID naming the first report whose id an earlier report of the same request
     has with other content: which copy the store would keep would be arbitrary."""
     first: dict[bytes, tuple[int, tuple[str, str, bytes]]] = {}
     for i, report in enumerate(reports):
@@ -277,7 +294,7 @@ def check_repeats(reports: Sequence[ldp_pb2.Report]) -> None:
         earlier, known = first.setdefault(report.report_id, (i, content))
         if known != content:
             raise ReportRejectedError(
-                grpc.StatusCode.INVALID_ARGUMENT, f"report[{i}]: {REUSED_ID} (report[{earlier}])"
+                Rejection.REUSED_ID, f"report[{i}]: {REUSED_ID} (report[{earlier}])"
             )
 
 
@@ -303,11 +320,11 @@ def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
     mech = question.mechanism
     size, width = mech.payload_size, mech.statistic_size
     if any(len(p) != size for p in payloads):
-        raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload length")
+        raise ReportRejectedError(Rejection.MALFORMED, "payload length")
     expands = isinstance(mech, SupportMechanism | PublicCoinBit)
     if expands and len(payloads) * width > MAX_SUPPORT_CELLS:
         raise ReportRejectedError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            Rejection.TOO_MANY_CELLS,
             f"at most {MAX_SUPPORT_CELLS // width} reports of question {question.id} per upload",
         )
     packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), size)
@@ -332,28 +349,28 @@ def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
     size, k = mech.payload_size, mech.k
     packed = np.ascontiguousarray(packed, dtype=np.uint8)
     if packed.ndim != 2 or packed.shape[1] != size:
-        raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload length")
+        raise ReportRejectedError(Rejection.MALFORMED, "payload length")
     if isinstance(mech, RandomizedResponse):
         index = packed.view("<u4").reshape(-1)
         if index.size and index.max() >= k:
-            raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "category")
+            raise ReportRejectedError(Rejection.OUT_OF_RANGE, "category")
         return index
     if isinstance(mech, FlipComponents):
         bits = np.unpackbits(packed, axis=1, bitorder="little")
         if bits[:, k:].any():
-            raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "padding")
+            raise ReportRejectedError(Rejection.MALFORMED, "padding")
         return bits[:, :k]
     if isinstance(mech, SupportMechanism | PublicCoinBit):
         try:
             return mech.decode_many(packed)
         except ReportRangeError:
-            raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "report value") from None
+            raise ReportRejectedError(Rejection.OUT_OF_RANGE, "report value") from None
         except ValueError:
-            raise ReportRejectedError(grpc.StatusCode.INVALID_ARGUMENT, "payload") from None
+            raise ReportRejectedError(Rejection.MALFORMED, "payload") from None
     grid = packed.view("<i8")
     limit = accepted_bound(mech)  # type: ignore[arg-type]
     if grid.size and (grid.max() > limit or grid.min() < -limit):
-        raise ReportRejectedError(grpc.StatusCode.OUT_OF_RANGE, "grid value")
+        raise ReportRejectedError(Rejection.OUT_OF_RANGE, "grid value")
     return grid
 
 

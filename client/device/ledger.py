@@ -105,7 +105,7 @@ class Budget:
     ``pointwise`` is the cap ``Xi_g`` of the pure bucket; ``None`` means ``epsilon`` (a pure-LDP
     deployment with ``rho_g = 0``) and is normalized to that value, so ``Budget(3)`` equals
     ``Budget(3, pointwise=3)``. ``delta`` only matters for the concentrated bucket, and for the
-    zCDP side of the best-of rule (``best_of``, pure budgets only, spec §A.3).
+    zCDP side of the best-of rule (``best_of``, pure budgets only, privacy-accounting spec §A.3).
     """
 
     epsilon: float
@@ -391,7 +391,8 @@ class Ledger:
         )
 
     def guarantee(self) -> str:
-        """The preset guarantee and how much of each bucket is used (spec §B.4 UI rule)."""
+        """The preset guarantee and how much of each bucket is used (privacy-accounting spec
+        §B.4 UI rule)."""
         pointwise, concentrated = self.spent()
         budget = self._budget
         if budget.best_of:
@@ -407,9 +408,9 @@ class Ledger:
         return f"{text} and {concentrated:.6g} of {budget.rho_cap:.6g} (zCDP)"
 
     def odometer(self) -> OdometerReading:
-        """The loss so far as (epsilon, delta) at the budget's delta (spec §B.4): ``S + odo(R)``
-        for the two-bucket filter; under best-of the smaller of the certain basic sum and
-        ``odo(sum of eps^2 / 2)``. For display beside the filter, which is what enforces."""
+        """The loss so far as (epsilon, delta) at the budget's delta (privacy-accounting spec §B.4):
+        ``S + odo(R)`` for the two-bucket filter; under best-of the smaller of the certain basic sum
+        and ``odo(sum of eps^2 / 2)``. For display beside the filter, which is what enforces."""
         pointwise, concentrated = self.spent()
         delta = self._budget.delta
         if not self._budget.best_of:

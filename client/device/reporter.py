@@ -219,7 +219,8 @@ class Reporter:
         return report_id
 
     def _household(self, survey_id: str, question: QuestionSpec) -> Household:
-        """The device's household, needed for a household_shared question (spec D.2, D.3)."""
+        """The device's household, needed for a household_shared question (privacy-accounting
+        spec §D.2, §D.3)."""
         if self._household_ledger is None:
             self._household_ledger = Household.open(self._path)
         if self._household_ledger is None:

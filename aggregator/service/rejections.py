@@ -1,0 +1,27 @@
+"""The status code of each reason a report is refused (docs/wire.md §8.2, §8.3): validation says
+why in transport-neutral terms (:class:`aggregator.store.ingest.Rejection`); this table is the
+one place that turns a reason into gRPC."""
+
+from __future__ import annotations
+
+import grpc
+
+from aggregator.store.ingest import Rejection
+
+STATUS_OF: dict[Rejection, grpc.StatusCode] = {
+    Rejection.UNKNOWN_SURVEY: grpc.StatusCode.NOT_FOUND,
+    Rejection.UNKNOWN_QUESTION: grpc.StatusCode.NOT_FOUND,
+    Rejection.STALE_DEFINITION: grpc.StatusCode.FAILED_PRECONDITION,
+    Rejection.WRONG_SIDE: grpc.StatusCode.FAILED_PRECONDITION,
+    Rejection.WRONG_GROUP: grpc.StatusCode.INVALID_ARGUMENT,
+    Rejection.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT,
+    Rejection.REUSED_ID: grpc.StatusCode.INVALID_ARGUMENT,
+    Rejection.OUT_OF_RANGE: grpc.StatusCode.OUT_OF_RANGE,
+    Rejection.TOO_MANY_CELLS: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Rejection.UNSIGNED: grpc.StatusCode.UNAUTHENTICATED,
+}
+
+
+def status_of(reason: Rejection) -> grpc.StatusCode:
+    """The status code a refused report answers with on the wire."""
+    return STATUS_OF[reason]
