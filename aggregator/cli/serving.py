@@ -283,9 +283,9 @@ async def _serve(
     keys: dict[str, Ed25519PublicKey],
 ) -> None:
     """Serve in this process until SIGINT or SIGTERM, then drain for up to 5 seconds."""
+    from aggregator.service.app import start_server
     from aggregator.service.metrics import PrometheusMetrics
     from aggregator.service.observe import Observer, access_log_stream
-    from aggregator.service.server import start_server
 
     recorder = PrometheusMetrics() if args.metrics_port is not None else None
     running = await start_server(
