@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from aggregator.store.backup import MANIFEST, BackupError, backup, default_key_file, restore
+from aggregator.store.lock import StoreLock
 from aggregator.store.report_store import ReportStore, StoredReport
 
 K = 4
@@ -221,4 +222,14 @@ def test_a_backup_from_before_authentication_needs_an_explicit_yes(tmp_path):
         restore(tmp_path / "b", target)
     restore(tmp_path / "b", target, allow_unauthenticated=True)
     with ReportStore(target) as store:
+        assert store.statistics("s", "q")[0] == 20
+
+
+def test_restore_refuses_a_store_a_server_holds_even_with_force(tmp_path):
+    db = small_store(tmp_path)
+    backup(db, tmp_path / "b")
+    with StoreLock(db), pytest.raises(BackupError, match="stop it before restoring"):
+        restore(tmp_path / "b", db, force=True)
+    restore(tmp_path / "b", db, force=True)  # the server has stopped
+    with ReportStore(db) as store:
         assert store.statistics("s", "q")[0] == 20

@@ -28,7 +28,7 @@ from aggregator.survey_file.config import load_surveys
 from client.survey import SurveySpec
 
 if TYPE_CHECKING:
-    from aggregator.service.store_lock import StoreLock
+    from aggregator.store.lock import StoreLock
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -70,7 +70,7 @@ def _open_for_writing(
 ) -> tuple[dict[str, SurveySpec], SurveySpec, ReportStore, StoreLock]:
     """The survey, and the store opened for writing under the server's lock (a running server
     must be used through its Analyst RPCs instead: it keeps the confirmation state in memory)."""
-    from aggregator.service.store_lock import StoreInUseError, StoreLock
+    from aggregator.store.lock import StoreInUseError, StoreLock
 
     surveys = load_surveys(args.config)
     survey = find_survey(surveys, args.survey, args.config)

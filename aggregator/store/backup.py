@@ -24,6 +24,7 @@ from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
+from aggregator.store.lock import StoreInUseError, StoreLock
 from aggregator.store.report_store import StoreError
 
 MANIFEST = "MANIFEST.json"
@@ -178,7 +179,8 @@ def restore(
     """Restore the backup folder ``source`` as the store ``db`` (and its sidecar files). The
     manifest's MAC is checked with the key in ``key_file`` (default ``<db>.backup-key``) and then
     every file's digest, before anything is written; a backup of format 1 (no MAC) only with
-    ``allow_unauthenticated``. An existing store (or its WAL) is refused unless ``force``."""
+    ``allow_unauthenticated``. An existing store (or its WAL) is refused unless ``force``, and a
+    store a running server holds always (its lock is taken while the files are replaced)."""
     manifest = read_manifest(source)
     if manifest["version"] == UNAUTHENTICATED_VERSION:
         if not allow_unauthenticated:
@@ -191,11 +193,22 @@ def restore(
     for name, entry in manifest["files"].items():
         if _digest(source / name) != entry["sha256"]:
             raise BackupError(f"{source / name} does not match its SHA-256 in {MANIFEST}")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = StoreLock(db)  # held while the files are replaced: no server may start meanwhile
+    except StoreInUseError as exc:
+        raise BackupError(f"{exc}: stop it before restoring over its store") from None
+    with lock:
+        _replace_store(source, db, manifest, force)
+    return manifest
+
+
+def _replace_store(source: Path, db: Path, manifest: dict, force: bool) -> None:
+    """Copy the backup's checked files over ``db`` and its sidecars, each file replaced at once."""
     targets = [Path(f"{db}{entry['suffix']}") for entry in manifest["files"].values()]
     existing = [p for p in [*targets, Path(f"{db}-wal")] if p.exists()]
     if existing and not force:
         raise BackupError(f"{existing[0]} exists; stop the server and pass --force to replace it")
-    db.parent.mkdir(parents=True, exist_ok=True)
     for stale in (Path(f"{db}-wal"), Path(f"{db}-shm")):
         stale.unlink(missing_ok=True)  # a WAL of the replaced store must never meet the copy
     for name, target in zip(manifest["files"], targets, strict=True):
@@ -203,7 +216,6 @@ def restore(
         shutil.copyfile(source / name, partial)
         partial.chmod(0o600)
         os.replace(partial, target)
-    return manifest
 
 
 def check_mac(source: Path, manifest: dict, key_file: Path) -> None:
