@@ -95,7 +95,8 @@ def estimate_table(est: Estimate, labels: list[str]) -> str:
     with what it means."""
     projected = est.projected()
     outside = bool(((est.frequencies < 0) | (est.frequencies > 1)).any())
-    joint = est.simultaneous_low is not None
+    joint_low, joint_high = est.simultaneous_low, est.simultaneous_high
+    joint = joint_low is not None and joint_high is not None
     width = max(8, *(len(label) for label in labels))
     level = f"{100 * est.confidence:g}% CI"
     header = f"  {'category':<{width}}  estimate    s.e.   {level:<18}"
@@ -110,8 +111,8 @@ def estimate_table(est: Estimate, labels: list[str]) -> str:
         ci = interval(est.ci_low[j], est.ci_high[j])
         line = f"  {label:<{width}}  {share(est.frequencies[j]):>8}  "
         line += f"{share(est.standard_errors[j]):>6}   {ci:<18}"
-        if joint:
-            both = interval(est.simultaneous_low[j], est.simultaneous_high[j])
+        if joint_low is not None and joint_high is not None:
+            both = interval(joint_low[j], joint_high[j])
             line += f"  {both:<18}"
         lines.append(line + (f"  {share(projected[j]):>9}" if outside else ""))
     if joint:

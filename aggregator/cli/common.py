@@ -165,7 +165,7 @@ def load_histogram(
         confirmations.check_readable(reader.connection, survey, side)
         n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side, group)
     if n < survey.min_batch_size:
-        of = f" of {survey.group_label.name} {group!r}" if group else ""  # type: ignore[union-attr]
+        of = f" of {survey.group_label.name} {group!r}" if survey.group_label and group else ""
         raise UserError(
             f"{survey.id}/{question.id} has {n} reports{of}; results are released from "
             f"{survey.min_batch_size} (min_batch_size)",

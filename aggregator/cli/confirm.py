@@ -123,7 +123,7 @@ def run_confirm(args: argparse.Namespace) -> int:
     finally:
         store.close()
         lock.release()
-    record = json.loads(sealed.sealed)
+    record = json.loads(sealed.sealed_record())
     if args.json:
         print(json.dumps({"already": already, **record}))
     else:

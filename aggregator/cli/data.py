@@ -99,7 +99,9 @@ def run_import(args: argparse.Namespace) -> int:
         for name, _, _ in manifest.shards:
             batch = []
             for report in shards.read_shard(args.source / name):
-                report.side = manifest.side  # a split survey's export holds one side
+                report.side = shards.side_enum(
+                    manifest.side
+                )  # a split survey's export holds one side
                 try:
                     batch.append(ingest.validate(report, surveys))
                 except ReportRejectedError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,6 +85,7 @@ def run_plan(args: argparse.Namespace) -> int:
     elif shape is not None:
         alternative = interaction_alternative(shape, args.effect)
     else:
+        assert null is not None  # --p0 or --k gave one: only --shape plans without a null
         alternative = tilted_alternative(null, args.effect)
     epsilon, mechanisms = _plan_mechanisms(args, k)
     plan = plan_study(
@@ -125,7 +127,7 @@ def _plan_mechanisms(args: argparse.Namespace, k: int) -> tuple[float, list[Mech
         raise UserError("--rho is for --mechanism gaussian; the others take --epsilon")
     if args.epsilon is None:
         raise UserError(f"--mechanism {args.mechanism} needs --epsilon")
-    kinds = {
+    kinds: dict[str, Callable[[int, float], Mechanism]] = {
         "randomized_response": RandomizedResponse,
         "flip_components": FlipComponents,
         "laplace": LaplaceNoise,

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,7 +106,7 @@ def _add_connection_limits(serve: argparse.ArgumentParser) -> None:
     from aggregator.service.streams import ConnectionLimits, StreamLimits
 
     streams, connections = StreamLimits(), ConnectionLimits()
-    flags = [
+    flags: list[tuple[str, Callable[[str], float], float, str]] = [
         ("--max-stream-messages", positive, streams.max_messages, "messages per upload stream"),
         ("--max-stream-reports", positive, streams.max_reports, "reports per upload stream"),
         ("--max-stream-bytes", positive, streams.max_bytes, "bytes per upload stream"),

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from aggregator.cli.common import Subcommands, UserError, add_command, add_json_option, find_survey
 from aggregator.store.reader import StoreReader
@@ -56,7 +57,7 @@ def run_check_config(args: argparse.Namespace) -> int:
     if args.db is not None:
         with StoreReader(args.db) as reader:
             reader.check_definitions(surveys, args.config)
-    rows = []
+    rows: list[dict[str, Any]] = []  # JSON rows
     for survey in surveys.values():
         cost = survey_cost(survey.questions)
         rows.append(

@@ -56,7 +56,10 @@ def run_two_sample(args: argparse.Namespace) -> int:
         load_histogram(group, test=True) for group in groups
     )
     exploratory = any(group.exploratory for group in groups)
-    names = tuple(f"{g.survey}:{g.question}" + (f"[{g.group}]" if g.group else "") for g in groups)
+    name_a, name_b = (
+        f"{g.survey}:{g.question}" + (f"[{g.group}]" if g.group else "") for g in groups
+    )
+    names = (name_a, name_b)
     check_same_definition(question_a, question_b, names)
     try:
         result = two_sample(hist_a, hist_b, args.alpha, calibration=args.calibration, rng=args.seed)
