@@ -1,12 +1,14 @@
 """The Analyst servicer: estimates and tests computed from the stored sufficient statistics.
 
 Nothing is released below a survey's minimum batch size; tests refuse questions whose reports
-may be clustered by household. The statistics run off the event loop, imported on first use.
+may be clustered by household. The statistics run on the analysis executor (aggregator/service/
+analysis.py), never on the threads that serve uploads: estimates on its threads, tests in its
+worker processes, each admitted against the concurrency and cost limits and stopped when its
+caller goes away.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import grpc
@@ -19,6 +21,14 @@ from aggregator.errors import (
     InvalidInputError,
 )
 from aggregator.service import confirm_rpcs
+from aggregator.service.analysis import (
+    AnalysisExecutor,
+    AnalysisRefusedError,
+    AnalysisStoppedError,
+    call_stats_kw,
+    caller_of,
+    test_cost,
+)
 from aggregator.service.answers import shortened
 from aggregator.service.rejections import status_of
 from aggregator.service.store_api import Store
@@ -30,6 +40,7 @@ from aggregator.survey_file.groups import (
     group_name,
     two_sample_request_problem,
 )
+from client.device.transport import RETRY_AFTER_KEY
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
@@ -43,9 +54,15 @@ POOLED_METADATA = ("ldp-groups", "pooled")
 class Analyst(ldp_pb2_grpc.AnalystServicer):
     """Estimates and tests computed from stored sufficient statistics."""
 
-    def __init__(self, surveys: dict[str, SurveySpec], store: Store) -> None:
+    def __init__(
+        self,
+        surveys: dict[str, SurveySpec],
+        store: Store,
+        executor: AnalysisExecutor | None = None,
+    ) -> None:
         self._surveys = surveys
         self._store = store
+        self.executor = executor or AnalysisExecutor()
 
     async def _released(
         self,
@@ -73,14 +90,17 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
                 check_independent(survey, question)
             except ClusteredReportsError as exc:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
-        side = await confirm_rpcs.read_side(context, self._store, survey, side)
+        side = await confirm_rpcs.read_side(context, self._store, survey, side, self.executor)
         if survey.group_label is not None and not group:  # every group pooled: say so
             labels = [POOLED_METADATA]
             if side == ldp_pb2.EXPLORATION:
                 labels.append(confirm_rpcs.EXPLORATORY_METADATA)
             context.set_trailing_metadata(tuple(labels))
-        n, sums = await asyncio.to_thread(
-            self._store.statistics, survey_id, question_id, side, group
+        n, sums = await analysed(
+            context,
+            self.executor.in_thread(
+                context, self._store.statistics, survey_id, question_id, side, group
+            ),
         )
         if n < survey.min_batch_size:
             of = f" of {survey.group_label.name} {group!r}" if survey.group_label and group else ""
@@ -96,7 +116,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             context, request.survey_id, request.question_id, request.side, request.group
         )
         confidence = request.confidence or 0.95
-        est = await _analyse(context, "estimate", hist, confidence)
+        est = await self._analyse(context, "estimate", (hist, confidence), heavy=False)
         return ldp_pb2.EstimateResponse(
             n=est.n,
             labels=question.labels,
@@ -114,14 +134,9 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         _, hist = await self._released(
             context, request.survey_id, request.question_id, request.side, request.group, test=True
         )
-        result = await _analyse(
-            context,
-            "goodness_of_fit",
-            hist,
-            np.asarray(request.p0, dtype=float),
-            request.alpha or 0.05,
-            request.method or None,
-            **_calibration(request),
+        args = (hist, np.asarray(request.p0, dtype=float), request.alpha or 0.05)
+        result = await self._analyse(
+            context, "goodness_of_fit", (*args, request.method or None), _calibration(request)
         )
         return test_response(result)
 
@@ -135,25 +150,24 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
                 f"question {question.id!r} has {len(question.shape)} attribute(s); "
                 "independence needs exactly 2",
             )
-        result = await _analyse(
-            context,
-            "independence",
-            hist,
-            question.shape,
-            request.alpha or 0.05,
-            request.method or None,
-            **_calibration(request),
-        )
+        args = (hist, question.shape, request.alpha or 0.05, request.method or None)
+        result = await self._analyse(context, "independence", args, _calibration(request))
         return test_response(result)
 
     async def Preregister(self, request, context):
-        return await confirm_rpcs.preregister(context, self._store, self._surveys, request)
+        return await confirm_rpcs.preregister(
+            context, self._store, self._surveys, request, self.executor
+        )
 
     async def Confirm(self, request, context):
-        return await confirm_rpcs.confirm(context, self._store, self._surveys, request)
+        return await confirm_rpcs.confirm(
+            context, self._store, self._surveys, request, self.executor
+        )
 
     async def HoldoutTest(self, request, context):
-        return await confirm_rpcs.holdout_test(context, self._store, self._surveys, request)
+        return await confirm_rpcs.holdout_test(
+            context, self._store, self._surveys, request, self.executor
+        )
 
     async def TwoSample(self, request, context):
         groups = (request.group_a, request.group_b)
@@ -179,15 +193,27 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             check_same_definition(question_a, question_b, names)
         except IncompatibleHistogramsError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        result = await _analyse(
-            context,
-            "two_sample",
-            hist_a,
-            hist_b,
-            request.alpha or 0.05,
-            **_calibration(request),
-        )
+        args = (hist_a, hist_b, request.alpha or 0.05)
+        result = await self._analyse(context, "two_sample", args, _calibration(request))
         return test_response(result)
+
+    async def _analyse(self, context, function: str, args: tuple, kwargs=None, *, heavy=True):
+        """``aggregator.stats.<function>(*args, **kwargs)`` on the analysis executor, admitted
+        for this caller: a test (``heavy``) in a worker process after its cost is checked
+        (args[0] is its histogram), an estimate on the analysis threads."""
+        executor = self.executor
+        kwargs = kwargs or {}
+
+        async def run():
+            async with executor.admitted(caller_of(context)):
+                if not heavy:
+                    return await executor.in_thread(context, call_stats_kw, function, args, kwargs)
+                hist = args[0]
+                calibration = kwargs.get("calibration", "auto")
+                executor.check_cost(test_cost(function, hist.k, hist.n, calibration))
+                return await executor.in_process(context, call_stats_kw, function, args, kwargs)
+
+        return await analysed(context, run())
 
 
 def _calibration(request) -> dict:
@@ -196,24 +222,21 @@ def _calibration(request) -> dict:
     return {"calibration": request.calibration or "auto", "rng": seed}
 
 
-async def _analyse(context, function: str, *args, **kwargs):
-    """Run ``aggregator.stats.<function>`` off the event loop; user errors become specific status
-    codes."""
+async def analysed(context, work):
+    """Await ``work`` (an analysis on the executor): a refusal by the analysis limits is
+    RESOURCE_EXHAUSTED (with the ``retry-after-ms`` trailer when waiting can help), an analysis
+    stopped by its deadline DEADLINE_EXCEEDED, user errors specific status codes."""
     try:
-        return await asyncio.to_thread(_call_stats, function, *args, **kwargs)
+        return await work
+    except AnalysisRefusedError as exc:
+        hint = () if exc.retry_after_ms is None else ((RETRY_AFTER_KEY, str(exc.retry_after_ms)),)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), trailing_metadata=hint)
+    except AnalysisStoppedError as exc:
+        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
     except InsufficientDataError as exc:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
     except (InvalidInputError, ValueError) as exc:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-
-
-def _call_stats(function: str, *args, **kwargs):
-    """The statistics package is imported on first use, in a worker thread: it pulls in SciPy,
-    which would add about a second to every start (health SERVING comes later after a crash) and
-    would stall the event loop if imported there."""
-    from aggregator import stats
-
-    return getattr(stats, function)(*args, **kwargs)
 
 
 def test_response(result: TestResult) -> ldp_pb2.TestResponse:

@@ -15,6 +15,7 @@ import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from aggregator.service.analysis import AnalysisExecutor
 from aggregator.service.analyst import Analyst
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.cap_file import CapFile, CapPersistence
@@ -61,12 +62,15 @@ class RunningServer:
     caps: CapPersistence | None = None
     registry: RegistryWatch | None = None
     watchdog: asyncio.Task | None = None
+    analysis: AnalysisExecutor | None = None  # the Analyst's threads and worker processes
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
         (which commits everything already queued), release the store's lock."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.analysis is not None:
+            await asyncio.to_thread(self.analysis.close)
         if self.watchdog is not None:
             self.watchdog.cancel()
             await asyncio.gather(self.watchdog, return_exceptions=True)
@@ -223,7 +227,8 @@ async def serve(
 
     collector = Collector(surveys, store, guard, auth, pseudonym, store_failed, observer)
     add_collector_to_server(collector, server, streams)
-    add_analyst_to_server(Analyst(surveys, store), server)
+    analyst = Analyst(surveys, store)
+    add_analyst_to_server(analyst, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection:
         from grpc_reflection.v1alpha import reflection as grpc_reflection
@@ -243,7 +248,7 @@ async def serve(
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("aggregator listening on port %d", port)
-    running = RunningServer(server, port, store, health_servicer)
+    running = RunningServer(server, port, store, health_servicer, analysis=analyst.executor)
     running.watchdog = loop.create_task(_probe_store(store, store_failed))
     return running
 

@@ -1,31 +1,39 @@
 """The Analyst's explore-then-confirm RPCs: Preregister, Confirm and HoldoutTest, and the side
 check of the reading RPCs (docs/adaptive-analysis.md; status codes in docs/wire.md §8).
 
-They write through the store's writer thread (ReportStore.run_in_writer), so sealing and holdout
-queries are atomic with respect to uploads; a ``--workers`` server's worker writes in a
-transaction of its own connection (RemoteStore.run_in_writer), which SQLite serializes with the
-writer's, and the writer refuses confirmation-side reports from the next transaction on. The
-plan and holdout logic (aggregator.confirm) and the statistics are imported on first use, in a
-worker thread, like the other analyses."""
+Sealing and holdout queries read a snapshot of the confirmation side off the writer
+(confirmations.snapshot, on the analysis threads), compute their tests in an analysis worker
+process (aggregator/service/analysis.py: admitted, stopped when the caller goes away), and commit
+the result in one short write transaction that re-checks the state (compare-and-set,
+confirmations.commit_seal / commit_holdout): through the store's writer thread
+(ReportStore.run_in_writer), or for a ``--workers`` server's worker in a transaction of its own
+connection (RemoteStore.run_in_writer), which SQLite serializes with the writer's; the writer
+refuses confirmation-side reports from the next transaction on. A concurrent change (another
+query, a second seal, a confirmation-side upload) makes it compute again from a fresh snapshot;
+a second Confirm that finds the survey sealed answers the stored record (``already``)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 
-from aggregator.errors import ConfirmationError, InsufficientDataError, InvalidInputError
+from aggregator.errors import ConfirmationError
+from aggregator.service.analysis import AnalysisExecutor, caller_of
 from aggregator.service.answers import shortened
 from aggregator.service.rejections import abort
 from aggregator.store import confirmations
-from aggregator.survey_file.config import ConfigError
+from aggregator.store.report_store import StoreUnavailableError
+from client.device.transport import RETRY_AFTER_KEY
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 EXPLORATORY_METADATA = ("ldp-label", "exploratory")
+#: The retry hint of a seal or holdout query refused because the store was busy.
+STORE_BUSY_RETRY_AFTER_MS = 1000
 
 
-async def read_side(context, store, survey: SurveySpec, side: int) -> int:
+async def read_side(
+    context, store, survey: SurveySpec, side: int, executor: AnalysisExecutor
+) -> int:
     """The side a reading RPC reads: a split survey's requested side (EXPLORATION when unset;
     CONFIRMATION only once sealed, else FAILED_PRECONDITION), 0 for a survey that is not split
     (a side given for it is INVALID_ARGUMENT). Exploration answers carry the trailing metadata
@@ -39,10 +47,8 @@ async def read_side(context, store, survey: SurveySpec, side: int) -> int:
     side = side or ldp_pb2.EXPLORATION
     if side not in (ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown side {side}")
-    try:
-        await asyncio.to_thread(confirmations.check_readable_at, store.path, survey, side)
-    except ConfirmationError as exc:
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc), 300))
+    check = executor.in_thread(context, confirmations.check_readable_at, store.path, survey, side)
+    await answered(context, check)
     if side == ldp_pb2.EXPLORATION:
         context.set_trailing_metadata((EXPLORATORY_METADATA,))
     return side
@@ -60,42 +66,69 @@ async def _survey(context, surveys: dict[str, SurveySpec], survey_id: str) -> Su
     return survey
 
 
-async def _writing(context, store, function, *args):
-    """Run a confirmations operation off the event loop; refusals become status codes."""
+async def answered(context, work):
+    """Await ``work``; refusals become status codes: a confirmation refusal FAILED_PRECONDITION,
+    a state that kept changing under a seal or query ABORTED (try again), a busy or unreachable
+    store UNAVAILABLE with a retry hint, the analysis limits and user errors as
+    analyst.analysed says."""
+    from aggregator.service.analyst import analysed
+
     try:
-        return await asyncio.to_thread(function, store, *args)
-    except (ConfirmationError, InsufficientDataError) as exc:
+        return await analysed(context, work)
+    except confirmations.StateChangedError as exc:
+        await context.abort(grpc.StatusCode.ABORTED, shortened(f"{exc}; try again", 300))
+    except ConfirmationError as exc:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc), 300))
-    except (InvalidInputError, ConfigError, ValueError) as exc:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, shortened(str(exc), 300))
+    except StoreUnavailableError as exc:
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            shortened(f"the report store is unavailable: {exc}", 300),
+            trailing_metadata=((RETRY_AFTER_KEY, str(STORE_BUSY_RETRY_AFTER_MS)),),
+        )
 
 
-async def preregister(context, store, surveys, request) -> ldp_pb2.PreregisterResponse:
+async def preregister(
+    context, store, surveys, request, executor: AnalysisExecutor
+) -> ldp_pb2.PreregisterResponse:
     survey = await _survey(context, surveys, request.survey_id)
-    try:
-        plan = await asyncio.to_thread(_parse_plan, request.plan, surveys)
-    except ConfigError as exc:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, shortened(str(exc), 300))
+    plan = await answered(context, executor.in_thread(context, _parse_plan, request.plan, surveys))
     if plan.survey_id != survey.id:
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"the plan is for survey {plan.survey_id!r}, not {survey.id!r}",
         )
-    when, already = await _writing(
-        context, store, confirmations.preregister, survey, plan.text, plan.sha256
+    work = executor.in_thread(
+        context, confirmations.preregister, store, survey, plan.text, plan.sha256
     )
+    when, already = await answered(context, work)
     return ldp_pb2.PreregisterResponse(plan_sha256=plan.sha256, registered_at=when, already=already)
 
 
-async def confirm(context, store, surveys, request) -> ldp_pb2.ConfirmResponse:
+async def confirm(
+    context, store, surveys, request, executor: AnalysisExecutor
+) -> ldp_pb2.ConfirmResponse:
     survey = await _survey(context, surveys, request.survey_id)
 
-    def compute(plan: str, histograms) -> dict:
-        from aggregator.confirm.run import sealed_record
+    async def run():
+        async with executor.admitted(caller_of(context)):
+            for attempt in range(1, confirmations.ATTEMPTS + 1):
+                snap = await executor.in_thread(context, confirmations.snapshot, store.path, survey)
+                plan = confirmations.seal_plan(snap, survey)
+                if plan is None:  # sealed before: its record is the answer
+                    return snap.state, True
+                record = await executor.in_process(
+                    context, sealed_record, plan, surveys, survey.id, snap.histograms
+                )
+                try:
+                    return await executor.in_thread(
+                        context, confirmations.commit_seal, store, survey, snap, record
+                    )
+                except confirmations.StateChangedError:
+                    if attempt == confirmations.ATTEMPTS:
+                        raise
+        raise AssertionError("unreachable")
 
-        return sealed_record(_parse_plan(plan, surveys), survey, histograms)
-
-    sealed, already = await _writing(context, store, confirmations.seal, survey, compute)
+    sealed, already = await answered(context, run())
     return ldp_pb2.ConfirmResponse(
         plan_sha256=sealed.plan_sha256,
         sealed_at=sealed.sealed_at,
@@ -104,27 +137,42 @@ async def confirm(context, store, surveys, request) -> ldp_pb2.ConfirmResponse:
     )
 
 
-async def holdout_test(context, store, surveys, request) -> ldp_pb2.HoldoutResponse:
+async def holdout_test(
+    context, store, surveys, request, executor: AnalysisExecutor
+) -> ldp_pb2.HoldoutResponse:
     """One SparseValidate query; a holdout opened by this call gets the default alpha, m and B
     (confirmations.DEFAULT_HOLDOUT); ``ldp-aggregator holdout`` can open it with others."""
     survey = await _survey(context, surveys, request.survey_id)
-    answer: list = []
     p0 = list(request.p0) or None
-
-    def compute(held: dict, histograms):
-        from aggregator.confirm.run import holdout_answer
-
-        answer.append(
-            holdout_answer(held, survey, histograms, request.question_id, request.test, p0)
-        )
-        return answer[0]
-
     query = (request.question_id, request.test)
-    state = await _writing(
-        context, store, confirmations.holdout_query, survey, None, query, compute
-    )
-    _, reject, level = answer[0]
-    guarantee = await asyncio.to_thread(_guarantee, state)
+
+    async def run():
+        async with executor.admitted(caller_of(context)):
+            for attempt in range(1, confirmations.ATTEMPTS + 1):
+                snap = await executor.in_thread(context, confirmations.snapshot, store.path, survey)
+                held = confirmations.holdout_state(snap, survey, None)
+                answer = await executor.in_process(
+                    context, holdout_answer, held, survey, snap.histograms, *query, p0
+                )
+                try:
+                    state = await executor.in_thread(
+                        context,
+                        confirmations.commit_holdout,
+                        store,
+                        survey,
+                        snap,
+                        held,
+                        query,
+                        answer,
+                    )
+                    return state, answer
+                except confirmations.StateChangedError:
+                    if attempt == confirmations.ATTEMPTS:
+                        raise
+        raise AssertionError("unreachable")
+
+    state, (_, reject, level) = await answered(context, run())
+    guarantee = await answered(context, executor.in_thread(context, _guarantee, state))
     return ldp_pb2.HoldoutResponse(
         reject=reject,
         level=level,
@@ -135,6 +183,20 @@ async def holdout_test(context, store, surveys, request) -> ldp_pb2.HoldoutRespo
         alpha=state["alpha"],
         guarantee=guarantee,
     )
+
+
+def sealed_record(plan: str, surveys, survey_id: str, histograms) -> dict:
+    """The record a seal stores (runs in an analysis worker process)."""
+    from aggregator.confirm.run import sealed_record as record_of
+
+    return record_of(_parse_plan(plan, surveys), surveys[survey_id], histograms)
+
+
+def holdout_answer(held, survey, histograms, question_id, test, p0):
+    """(new state, reject, level) of one holdout query (runs in an analysis worker process)."""
+    from aggregator.confirm.run import holdout_answer as answer_of
+
+    return answer_of(held, survey, histograms, question_id, test, p0)
 
 
 def _parse_plan(text: str, surveys):

@@ -47,6 +47,7 @@ from aggregator.store.report_store import (
     ConfirmationClosedError,
     ReportBatch,
     ReportStore,
+    StoreBusyError,
     StoreError,
     StoreFailedError,
     StoreUnavailableError,
@@ -118,7 +119,7 @@ def _submit_together(
 
 
 #: The store errors a worker rebuilds from their kind (index) and text.
-_ERRORS = (StoreError, StoreFailedError, ConfirmationClosedError)
+_ERRORS = (StoreError, StoreFailedError, ConfirmationClosedError, StoreBusyError)
 
 
 def _error(exc: BaseException) -> tuple[int, str]:

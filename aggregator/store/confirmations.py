@@ -4,9 +4,11 @@ and time), the sealed results, or the reusable holdout's counters and query log.
 One mode per survey: a preregistered plan ("plan") or SparseValidate ("holdout"), whichever is
 used first; the other is then refused. A registered plan is final (registering the identical
 text again is a no-op). The confirmation side is readable (estimates, tests, reports) only once
-a plan's results are sealed, never in holdout mode. Sealing and holdout queries run in one write
-transaction on the store's writer thread, so they are atomic with respect to uploads, and
-sealing closes the confirmation side to new reports in that same transaction.
+a plan's results are sealed, never in holdout mode. Sealing and holdout queries compute their
+tests from a read snapshot (:func:`snapshot`), never inside a write transaction; the result is
+committed in a short write transaction that first checks the state is still the one read
+(compare-and-set: same plan, not sealed, same confirmation-side counts; the holdout's counters
+unchanged), and sealing closes the confirmation side to new reports in that same transaction.
 
 The statistics are computed by the caller (``compute``), since the store never imports them.
 """
@@ -195,23 +197,76 @@ def preregister(store: ReportStore, survey: SurveySpec, plan: str, sha256: str) 
     return store.run_in_writer(register)
 
 
-def seal(
-    store: ReportStore, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
+@dataclass(frozen=True)
+class Snapshot:
+    """What a seal or a holdout query is computed from: the survey's confirmation state and its
+    confirmation-side histograms, read in one read transaction (one consistent snapshot), off
+    the store's writer."""
+
+    state: Confirmation | None
+    histograms: Histograms
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """n of every (question, group) read: what a seal's commit checks is still current."""
+        return {key: hist.n for key, hist in self.histograms.items()}
+
+
+class StateChangedError(ConfirmationError):
+    """The state read for a seal or holdout query changed before its result was committed (a
+    concurrent query, seal or confirmation-side upload): nothing was written; compute again
+    from a fresh snapshot."""
+
+
+#: How many times seal and holdout_query compute again after a concurrent change.
+ATTEMPTS = 3
+
+
+def snapshot(path: str, survey: SurveySpec) -> Snapshot:
+    """The survey's :class:`Snapshot`, on a read-only connection of its own (never the writer's:
+    the statistics are computed from it while uploads go on)."""
+    with closing(open_read_only(path, STORE_KIND)) as conn:
+        conn.execute("BEGIN")  # one read transaction: the state and the histograms agree
+        try:
+            current = state(conn, survey.id)
+            return Snapshot(current, side_histograms(conn, survey, CONFIRMATION))
+        finally:
+            conn.execute("COMMIT")
+
+
+def seal_plan(snap: Snapshot, survey: SurveySpec) -> str | None:
+    """The plan text to run for a seal from ``snap``; None when it is sealed already (its
+    stored record is the answer). No plan registered, or holdout mode: ConfirmationError."""
+    current = snap.state
+    if current is None or current.mode != "plan":
+        what = "no plan is registered" if current is None else "it is a reusable holdout"
+        raise ConfirmationError(f"survey {survey.id}: nothing to confirm: {what}")
+    return None if current.sealed is not None else current.plan_text()
+
+
+def commit_seal(
+    store: ReportStore, survey: SurveySpec, snap: Snapshot, record: dict
 ) -> tuple[Confirmation, bool]:
-    """Run the registered plan once: ``compute(plan text, confirmation histograms)`` gives the
-    record (with its ``sealed_at``),
-    stored with the time and the confirmation side closed, atomically. (state, already): a
-    sealed survey is answered with its stored record, unchanged, and ``compute`` is not run."""
+    """Store ``record`` (computed from ``snap``) and close the confirmation side, in one short
+    write transaction that first checks nothing changed since ``snap`` (compare-and-set): the
+    same plan, not sealed, the same confirmation-side counts. Sealed meanwhile by another call:
+    (that sealed state, True), and ``record`` is dropped. Anything else changed:
+    StateChangedError, nothing written."""
+    before = snap.state
+    counts = snap.counts()
+    if before is None:  # seal_plan refused this snapshot already
+        raise ConfirmationError(f"survey {survey.id}: nothing to confirm: no plan is registered")
 
     def run(conn: sqlite3.Connection) -> tuple[Confirmation, bool]:
-        _create(conn)
         current = state(conn, survey.id)
-        if current is None or current.mode != "plan":
-            what = "no plan is registered" if current is None else "it is a reusable holdout"
-            raise ConfirmationError(f"survey {survey.id}: nothing to confirm: {what}")
+        if current is None or current.mode != "plan" or current.plan_sha256 != before.plan_sha256:
+            raise StateChangedError(f"survey {survey.id}: its plan changed while it was run")
         if current.sealed is not None:
             return current, True
-        record = compute(current.plan_text(), side_histograms(conn, survey, CONFIRMATION))
+        now = {key: read_side(conn, survey.id, key[0], CONFIRMATION, key[1])[0] for key in counts}
+        if now != counts:
+            raise StateChangedError(
+                f"survey {survey.id}: confirmation-side reports arrived while its plan ran"
+            )
         text = json.dumps(record, sort_keys=True)
         conn.execute(
             "UPDATE confirmations SET sealed = ?, sealed_at = ? WHERE survey_id = ?",
@@ -219,6 +274,93 @@ def seal(
         )
         store.close_confirmation(survey.id)
         return replace(current, sealed=text, sealed_at=record["sealed_at"]), False
+
+    return store.run_in_writer(run)
+
+
+def seal(
+    store: ReportStore, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
+) -> tuple[Confirmation, bool]:
+    """Run the registered plan once: ``compute(plan text, confirmation histograms)`` gives the
+    record (with its ``sealed_at``), computed from a read snapshot off the writer and stored
+    with the confirmation side closed by :func:`commit_seal` (compare-and-set; computed again
+    from a fresh snapshot after a concurrent change, up to ATTEMPTS times). (state, already): a
+    sealed survey is answered with its stored record, unchanged, and ``compute`` is not run."""
+    if not survey.split:
+        raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
+    for attempt in range(1, ATTEMPTS + 1):
+        snap = snapshot(store.path, survey)
+        plan = seal_plan(snap, survey)
+        if plan is None:
+            assert snap.state is not None
+            return snap.state, True
+        try:
+            return commit_seal(store, survey, snap, compute(plan, snap.histograms))
+        except StateChangedError:
+            if attempt == ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def holdout_state(snap: Snapshot, survey: SurveySpec, parameters: dict | None) -> dict:
+    """The holdout state a query computes from (``snap``'s, or a new holdout opened with
+    ``parameters``, None: the defaults). A plan registered, or parameters that differ from the
+    open holdout's: ConfirmationError."""
+    current = snap.state
+    if current is not None and current.mode != "holdout":
+        raise ConfirmationError(
+            f"survey {survey.id}: a confirmatory plan is registered (sha256 "
+            f"{current.plan_sha256}); the holdout is not available; one mode per survey"
+        )
+    if current is None:
+        held = {**(parameters or DEFAULT_HOLDOUT), "answered": 0, "rejections": 0}
+    else:
+        held = current.holdout_state()
+    fixed = {key: held[key] for key in DEFAULT_HOLDOUT}
+    if parameters is not None and any(parameters[k] != v for k, v in fixed.items()):
+        raise ConfirmationError(
+            f"survey {survey.id}: the holdout was opened with alpha {fixed['alpha']:g}, "
+            f"m {fixed['m']}, B {fixed['budget']}; they cannot change"
+        )
+    return held
+
+
+def commit_holdout(
+    store: ReportStore,
+    survey: SurveySpec,
+    snap: Snapshot,
+    held: dict,
+    query: tuple[str, str],
+    answer: tuple[dict, bool, float],
+) -> dict:
+    """Store one answered query (``answer`` = (new state, reject, level), computed from ``held``
+    of ``snap``) in one short write transaction that first checks the holdout is still as read
+    (compare-and-set: no other query, plan or holdout opened meanwhile); else StateChangedError
+    and nothing is written. Returns the new state."""
+    new, reject, level = answer
+
+    def run(conn: sqlite3.Connection) -> dict:
+        _create(conn)
+        current = state(conn, survey.id)
+        if snap.state is None:
+            if current is not None:
+                raise StateChangedError(f"survey {survey.id}: its confirmation side was opened")
+            conn.execute(
+                "INSERT INTO confirmations (survey_id, mode, registered_at, holdout)"
+                " VALUES (?, 'holdout', ?, ?)",
+                (survey.id, _now(), json.dumps(held)),
+            )
+        elif current is None or current.mode != "holdout" or current.holdout != held:
+            raise StateChangedError(f"survey {survey.id}: another holdout query came first")
+        conn.execute(
+            "UPDATE confirmations SET holdout = ? WHERE survey_id = ?",
+            (json.dumps(new), survey.id),
+        )
+        conn.execute(
+            "INSERT INTO holdout_queries VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (survey.id, new["answered"], *query, level, int(reject), _now()),
+        )
+        return new
 
     return store.run_in_writer(run)
 
@@ -231,48 +373,23 @@ def holdout_query(
     compute: Callable[[dict, Histograms], tuple[dict, bool, float]],
 ) -> dict:
     """One SparseValidate query ``(question_id, test)``: ``compute(holdout state, confirmation
-    histograms)`` gives (new state, reject, level), stored with the query in one transaction.
-    The first query opens the holdout with ``parameters`` (alpha, m, budget; None: the
-    defaults); later ones give the same or None. Returns the new state."""
+    histograms)`` gives (new state, reject, level), computed from a read snapshot off the
+    writer and stored with the query by :func:`commit_holdout` (compare-and-set; computed again
+    from a fresh snapshot after a concurrent query, up to ATTEMPTS times). The first query
+    opens the holdout with ``parameters`` (alpha, m, budget; None: the defaults); later ones
+    give the same or None. Returns the new state."""
     if not survey.split:
         raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
-
-    def run(conn: sqlite3.Connection) -> dict:
-        _create(conn)
-        current = state(conn, survey.id)
-        if current is not None and current.mode != "holdout":
-            raise ConfirmationError(
-                f"survey {survey.id}: a confirmatory plan is registered (sha256 "
-                f"{current.plan_sha256}); the holdout is not available; one mode per survey"
-            )
-        if current is None:
-            held = {**(parameters or DEFAULT_HOLDOUT), "answered": 0, "rejections": 0}
-        else:
-            held = current.holdout_state()
-        fixed = {key: held[key] for key in DEFAULT_HOLDOUT}
-        if parameters is not None and any(parameters[k] != v for k, v in fixed.items()):
-            raise ConfirmationError(
-                f"survey {survey.id}: the holdout was opened with alpha {fixed['alpha']:g}, "
-                f"m {fixed['m']}, B {fixed['budget']}; they cannot change"
-            )
-        if current is None:
-            conn.execute(
-                "INSERT INTO confirmations (survey_id, mode, registered_at, holdout)"
-                " VALUES (?, 'holdout', ?, ?)",
-                (survey.id, _now(), json.dumps(held)),
-            )
-        new, reject, level = compute(held, side_histograms(conn, survey, CONFIRMATION))
-        conn.execute(
-            "UPDATE confirmations SET holdout = ? WHERE survey_id = ?",
-            (json.dumps(new), survey.id),
-        )
-        conn.execute(
-            "INSERT INTO holdout_queries VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (survey.id, new["answered"], *query, level, int(reject), _now()),
-        )
-        return new
-
-    return store.run_in_writer(run)
+    for attempt in range(1, ATTEMPTS + 1):
+        snap = snapshot(store.path, survey)
+        held = holdout_state(snap, survey, parameters)
+        try:
+            answer = compute(held, snap.histograms)
+            return commit_holdout(store, survey, snap, held, query, answer)
+        except StateChangedError:
+            if attempt == ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _create(conn: sqlite3.Connection) -> None:

@@ -135,6 +135,20 @@ class StoreUnavailableError(StoreError):
     retry against a restarted server is safe."""
 
 
+class StoreBusyError(StoreUnavailableError):
+    """SQLite's write lock stayed taken past the busy timeout (another connection's write
+    transaction): nothing of the operation was written; a retry soon is safe."""
+
+
+def busy_error(exc: BaseException) -> StoreBusyError | None:
+    """A StoreBusyError for SQLite's "database is locked" / "database is busy" (SQLITE_BUSY,
+    SQLITE_LOCKED), else None."""
+    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
+    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return StoreBusyError(f"the store is busy, try again: {exc}")
+    return None
+
+
 class ConfirmationClosedError(StoreError):
     """A confirmation-side report of a survey whose confirmatory results are sealed."""
 
@@ -600,7 +614,7 @@ class ReportStore:
             with _transaction(self._conn):
                 result = item.fn(self._conn)
         except Exception as exc:
-            item.future.set_exception(exc)
+            item.future.set_exception(busy_error(exc) or exc)
         else:
             item.future.set_result(result)
 
@@ -623,7 +637,11 @@ class ReportStore:
             if failure is not None:
                 self._fail(failure, group)
                 return
-            if len(group) > 1:
+            busy = busy_error(exc)
+            if busy is not None:  # nothing written: every submit of the group may retry
+                for submit in group:
+                    submit.future.set_exception(busy)
+            elif len(group) > 1:
                 for submit in group:
                     self._commit([submit])
             elif isinstance(exc, StoreError):
@@ -825,8 +843,14 @@ def run_in_transaction(
     """``fn(conn)`` in one write transaction of a connection of its own, for a process that does
     not own the store's writer (a ``--workers`` server's worker). SQLite serializes it with the
     writer's transactions; the writer sees a sealed survey by its ``data_version``."""
-    with closing(_connect(os.fspath(path))) as conn, _transaction(conn):
-        return fn(conn)
+    try:
+        with closing(_connect(os.fspath(path))) as conn, _transaction(conn):
+            return fn(conn)
+    except sqlite3.Error as exc:
+        busy = busy_error(exc)
+        if busy is None:
+            raise
+        raise busy from None
 
 
 def _connect(path: str) -> sqlite3.Connection:

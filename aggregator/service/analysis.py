@@ -1,0 +1,287 @@
+"""Where the Analyst's work runs, and how much of it at once (docs/limits.md, "Analysis limits").
+
+Analyses never run on the threads that serve uploads, nor inside a write transaction
+(docs/architecture.md): cheap work (estimates, snapshot reads) runs on a small thread pool of
+its own, CPU-heavy work (tests, which may simulate a Monte Carlo null or a bootstrap; sealing;
+holdout queries) in worker processes at a lower CPU priority (``nice`` +10). Admission counts
+every analysis in flight, globally and per caller, and refuses beyond the limits with
+RESOURCE_EXHAUSTED and a ``retry-after-ms`` trailer; a test whose k × draws × n passes the
+ceiling is refused before it starts. An analysis stops when its caller goes away: the RPC's
+cancellation or deadline (or ``max_seconds``) kills the worker process running it, and a fresh
+one is started for the next analysis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from aggregator.errors import LdpError
+
+log = logging.getLogger(__name__)
+
+#: Monte Carlo draws of a test that simulates its null (the statistics' defaults): goodness of
+#: fit and two-sample 999, composite nulls (independence) 199 bootstrap replicates.
+DRAWS = {"goodness_of_fit": 999, "two_sample": 999, "independence": 199}
+#: How long a worker process may take to die once killed.
+_KILL_WAIT_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class AnalysisLimits:
+    """Per server process (each ``--workers`` process has its own)."""
+
+    max_concurrent: int = 4  # analyses in flight, all callers
+    per_caller: int = 2  # analyses in flight per caller (identity: see caller_of)
+    processes: int = 1  # worker processes for CPU-heavy analyses
+    threads: int = 2  # threads for cheap analyses and snapshot reads
+    max_cost: float = 2e10  # k x draws x n of one test that may simulate
+    max_seconds: float = 300.0  # the longest one analysis runs, deadline or not
+    retry_after_ms: int = 1000  # the hint of a refusal for too many analyses
+
+    def __post_init__(self) -> None:
+        counts = (self.max_concurrent, self.per_caller, self.processes, self.threads)
+        if min(counts) < 1 or not self.max_cost > 0 or not self.max_seconds > 0:
+            raise ValueError("analysis limits must be positive")
+
+
+class AnalysisRefusedError(LdpError):
+    """An analysis not admitted; ``retry_after_ms`` is None when waiting cannot help."""
+
+    def __init__(self, message: str, retry_after_ms: int | None) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class AnalysisStoppedError(LdpError):
+    """An analysis stopped before it finished: its caller went away or its time ran out."""
+
+
+def test_cost(function: str, k: int, n: int, calibration: str) -> float:
+    """k x draws x n of a test that may simulate its null ("auto" may: it is counted as
+    Monte Carlo), 0 for an asymptotic one."""
+    if calibration == "asymptotic":
+        return 0.0
+    return float(k) * DRAWS.get(function, 999) * float(n)
+
+
+def caller_of(context: Any) -> str:
+    """Whom a call is counted against: its TLS peer identity (certificate SAN, else CN) when it
+    presented one, else its peer address without the port (every loopback caller is one)."""
+    auth = context.auth_context() or {}
+    for key in ("x509_subject_alternative_name", "x509_common_name"):
+        names = auth.get(key)
+        if names:
+            return "tls:" + names[0].decode(errors="replace")
+    peer = context.peer() or ""
+    host = peer.rpartition(":")[0] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    return host or "unknown"
+
+
+class AnalysisExecutor:
+    """The Analyst's own threads and worker processes, and its admission counts."""
+
+    def __init__(self, limits: AnalysisLimits | None = None) -> None:
+        self.limits = limits or AnalysisLimits()
+        self._threads = ThreadPoolExecutor(self.limits.threads, "ldp-analysis")
+        # One waiting thread per worker process (a blocking receive on its pipe).
+        self._waiters = ThreadPoolExecutor(self.limits.processes, "ldp-analysis-wait")
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self._slots: asyncio.Semaphore | None = None
+        self._lock = threading.Lock()
+        self._inflight: Counter[str] = Counter()
+        self._closed = False
+        self.stopped = 0  # analyses stopped early (cancelled, deadline, max_seconds)
+
+    @property
+    def inflight(self) -> int:
+        """Analyses admitted and not finished."""
+        return sum(self._inflight.values())
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, caller: str) -> AsyncIterator[None]:
+        """Count one analysis of ``caller`` while the block runs; AnalysisRefusedError (with a
+        retry hint) beyond the global or the per-caller limit."""
+        limits = self.limits
+        with self._lock:
+            if self._closed:
+                raise AnalysisRefusedError("the server is stopping", limits.retry_after_ms)
+            if sum(self._inflight.values()) >= limits.max_concurrent:
+                raise AnalysisRefusedError(
+                    f"too many analyses in progress ({limits.max_concurrent}); retry after "
+                    f"{limits.retry_after_ms} ms",
+                    limits.retry_after_ms,
+                )
+            if self._inflight[caller] >= limits.per_caller:
+                raise AnalysisRefusedError(
+                    f"this caller has {limits.per_caller} analyses in progress; retry after "
+                    f"{limits.retry_after_ms} ms",
+                    limits.retry_after_ms,
+                )
+            self._inflight[caller] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inflight[caller] -= 1
+                if not self._inflight[caller]:
+                    del self._inflight[caller]
+
+    def check_cost(self, cost: float) -> None:
+        """AnalysisRefusedError (no retry hint) for a test above the cost ceiling."""
+        if cost > self.limits.max_cost:
+            raise AnalysisRefusedError(
+                f"the test would cost k x draws x n = {cost:.3g}, above this server's ceiling "
+                f"{self.limits.max_cost:.3g}; ask calibration 'asymptotic' (docs/limits.md)",
+                None,
+            )
+
+    def timeout(self, context: Any) -> float:
+        """Seconds this call's analysis may run: its deadline, at most ``max_seconds``."""
+        remaining = context.time_remaining() if context is not None else None
+        if remaining is None:
+            return self.limits.max_seconds
+        return max(0.0, min(float(remaining), self.limits.max_seconds))
+
+    async def in_thread(self, context: Any, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` on the analysis threads (cheap work: it is not killed, only no
+        longer waited for after the deadline)."""
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._threads, function, *args)
+        try:
+            return await asyncio.wait_for(future, self.timeout(context))
+        except TimeoutError:
+            self.stopped += 1
+            raise AnalysisStoppedError("the analysis ran out of time") from None
+
+    async def in_process(self, context: Any, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` in a worker process (function and arguments are pickled: a
+        module-level function). The call's cancellation, its deadline or ``max_seconds`` kill
+        the worker: the CPU it used is free within a moment."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limits.processes)
+        timeout = self.timeout(context)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with self._slots:
+                    worker = self._take()
+                    finished = False
+                    try:
+                        worker.conn.send((function, args))
+                        kind, value = await loop.run_in_executor(self._waiters, worker.receive)
+                        finished = True
+                    finally:
+                        self._give_back(worker, finished)
+        except TimeoutError:
+            self.stopped += 1
+            raise AnalysisStoppedError("the analysis ran out of time") from None
+        except asyncio.CancelledError:
+            self.stopped += 1
+            raise
+        if kind == "error":
+            raise value
+        return value
+
+    def _take(self) -> _Worker:
+        worker = self._idle.pop() if self._idle else _Worker()
+        self._busy.add(worker)
+        return worker
+
+    def _give_back(self, worker: _Worker, finished: bool) -> None:
+        self._busy.discard(worker)
+        if finished and not self._closed and worker.alive():
+            self._idle.append(worker)
+        else:
+            worker.kill()
+
+    def workers(self) -> list[int]:
+        """The process ids of the live worker processes (the benchmark watches their CPU)."""
+        return [w.process.pid for w in (*self._idle, *self._busy) if w.process.pid is not None]
+
+    def close(self) -> None:
+        """Kill the worker processes and stop the threads (what runs on them is abandoned)."""
+        with self._lock:
+            self._closed = True
+        for worker in (*self._idle, *self._busy):
+            worker.kill()
+        self._idle.clear()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._waiters.shutdown(wait=False, cancel_futures=True)
+
+
+class _Worker:
+    """One worker process and its end of the pipe."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")  # never fork a process running gRPC
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(
+            target=_worker_main, args=(child,), name="ldp-analysis", daemon=True
+        )
+        self.process.start()
+        child.close()
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def receive(self) -> tuple[str, Any]:
+        """The worker's answer: ("ok", result) or ("error", exception)."""
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return "error", AnalysisStoppedError("the analysis worker stopped")
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(_KILL_WAIT_SECONDS)
+        self.conn.close()
+
+
+def _worker_main(conn: Connection) -> None:
+    """A worker process: run what arrives until the pipe closes (the server stopped or died)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is for the server
+    with contextlib.suppress(OSError):
+        os.nice(10)  # uploads first: analysis gets the CPU they leave
+    from aggregator import stats  # noqa: F401  (SciPy: imported once, before the first task)
+
+    while True:
+        try:
+            function, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer: tuple[str, Any] = ("ok", function(*args))
+        except Exception as exc:  # sent back and raised in the server
+            answer = ("error", exc)
+        try:
+            conn.send(answer)
+        except Exception as exc:  # e.g. an answer that cannot be pickled
+            conn.send(("error", AnalysisStoppedError(f"the analysis failed: {exc}")))
+
+
+def call_stats(function: str, *args: Any, **kwargs: Any) -> Any:
+    """``aggregator.stats.<function>(*args, **kwargs)``, imported on first use: SciPy would add
+    about a second to every start and stall the event loop if imported there."""
+    from aggregator import stats
+
+    return getattr(stats, function)(*args, **kwargs)
+
+
+def call_stats_kw(function: str, args: tuple, kwargs: dict) -> Any:
+    """:func:`call_stats` with its keyword arguments as one dict (a worker's call is positional)."""
+    return call_stats(function, *args, **kwargs)
