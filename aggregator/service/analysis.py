@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 DRAWS = {"goodness_of_fit": 999, "two_sample": 999, "independence": 199}
 #: How long a worker process may take to die once killed.
 _KILL_WAIT_SECONDS = 2.0
+#: Idle worker processes of closed executors, kept (at most _MAX_SPARE) for the next executor
+#: of this process: a server restarted in one process (the tests) skips the start-up (SciPy).
+_SPARE: list[_Worker] = []
+_SPARE_LOCK = threading.Lock()
+_MAX_SPARE = 2
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class AnalysisStoppedError(LdpError):
     """An analysis stopped before it finished: its caller went away or its time ran out."""
 
 
-def test_cost(function: str, k: int, n: int, calibration: str) -> float:
+def analysis_cost(function: str, k: int, n: int, calibration: str) -> float:
     """k x draws x n of a test that may simulate its null ("auto" may: it is counted as
     Monte Carlo), 0 for an asymptotic one."""
     if calibration == "asymptotic":
@@ -197,7 +202,7 @@ class AnalysisExecutor:
         return value
 
     def _take(self) -> _Worker:
-        worker = self._idle.pop() if self._idle else _Worker()
+        worker = self._idle.pop() if self._idle else _spare() or _Worker()
         self._busy.add(worker)
         return worker
 
@@ -213,14 +218,32 @@ class AnalysisExecutor:
         return [w.process.pid for w in (*self._idle, *self._busy) if w.process.pid is not None]
 
     def close(self) -> None:
-        """Kill the worker processes and stop the threads (what runs on them is abandoned)."""
+        """Kill the busy worker processes (idle ones are kept as spares for the next executor of
+        this process) and stop the threads (what runs on them is abandoned)."""
         with self._lock:
             self._closed = True
-        for worker in (*self._idle, *self._busy):
+        for worker in self._busy:
             worker.kill()
+        for worker in self._idle:
+            with _SPARE_LOCK:
+                keep = len(_SPARE) < _MAX_SPARE and worker.alive()
+                if keep:
+                    _SPARE.append(worker)
+            if not keep:
+                worker.kill()
         self._idle.clear()
         self._threads.shutdown(wait=False, cancel_futures=True)
         self._waiters.shutdown(wait=False, cancel_futures=True)
+
+
+def _spare() -> _Worker | None:
+    """A live idle worker left by a closed executor, if there is one."""
+    with _SPARE_LOCK:
+        while _SPARE:
+            worker = _SPARE.pop()
+            if worker.alive():
+                return worker
+    return None
 
 
 class _Worker:
@@ -248,8 +271,7 @@ class _Worker:
     def kill(self) -> None:
         if self.process.is_alive():
             self.process.kill()
-        self.process.join(_KILL_WAIT_SECONDS)
-        self.conn.close()
+        self.process.join(_KILL_WAIT_SECONDS)  # its pipe's other end closes: the waiter wakes
 
 
 def _worker_main(conn: Connection) -> None:

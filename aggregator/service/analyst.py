@@ -25,9 +25,9 @@ from aggregator.service.analysis import (
     AnalysisExecutor,
     AnalysisRefusedError,
     AnalysisStoppedError,
+    analysis_cost,
     call_stats_kw,
     caller_of,
-    test_cost,
 )
 from aggregator.service.answers import shortened
 from aggregator.service.rejections import status_of
@@ -210,7 +210,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
                     return await executor.in_thread(context, call_stats_kw, function, args, kwargs)
                 hist = args[0]
                 calibration = kwargs.get("calibration", "auto")
-                executor.check_cost(test_cost(function, hist.k, hist.n, calibration))
+                executor.check_cost(analysis_cost(function, hist.k, hist.n, calibration))
                 return await executor.in_process(context, call_stats_kw, function, args, kwargs)
 
         return await analysed(context, run())

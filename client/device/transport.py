@@ -19,7 +19,19 @@ from client.device.tls import TlsSettings
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})  # retried within the call, with backoff
+#: The documented permanent refusals (docs/wire.md §8): the request itself is refused, so
+#: resending it cannot succeed. RESOURCE_EXHAUSTED is permanent only without a retry hint, and
+#: UNAUTHENTICATED is the device's own problem to fix (its reports stay pending).
+PERMANENT = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
 Metadata = tuple[tuple[str, str | bytes], ...]
 RETRY_AFTER_KEY = "retry-after-ms"  # trailing metadata of a refusal worth retrying later
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the largest message either side accepts
@@ -38,15 +50,15 @@ class TransportError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """Whether trying again later may succeed: the server was unreachable or slow, the call
-        was cancelled on the way (this client never cancels its own calls, so a CANCELLED comes
-        from a stopping server or the network and says nothing about the report), or it refused
-        with a retry hint (rate limit, overload)."""
-        return (
-            self.code in RETRYABLE
-            or self.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
-            or (self.code == grpc.StatusCode.RESOURCE_EXHAUSTED and self.retry_after is not None)
-        )
+        """Whether trying again later may succeed: anything but a documented permanent refusal
+        (PERMANENT, or RESOURCE_EXHAUSTED without a retry hint). So the server unreachable, slow
+        or busy, a call cancelled on the way (this client never cancels its own calls), a
+        refusal with a retry hint (rate limit, overload), and any code §8 does not list for
+        the call (INTERNAL, UNKNOWN, ABORTED...: the report was not refused, the server
+        failed) keep the reports pending."""
+        if self.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return self.retry_after is not None
+        return self.code not in PERMANENT
 
 
 def retry_after(error: grpc.RpcError) -> float | None:
