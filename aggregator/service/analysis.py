@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 #: Monte Carlo draws of a test that simulates its null (the statistics' defaults): goodness of
 #: fit and two-sample 999, composite nulls (independence) 199 bootstrap replicates.
 DRAWS = {"goodness_of_fit": 999, "two_sample": 999, "independence": 199}
+#: How much lower a worker process's CPU priority is than the server's (``nice``): uploads
+#: first, analyses get the CPU they leave.
+NICE = 10
 #: How long a worker process may take to die once killed.
 _KILL_WAIT_SECONDS = 2.0
 #: Idle worker processes of closed executors, kept (at most _MAX_SPARE) for the next executor
@@ -257,6 +260,10 @@ class _Worker:
         )
         self.process.start()
         child.close()
+        pid = self.process.pid
+        if pid is not None:  # lower its priority before it imports anything
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, 0) + NICE)
 
     def alive(self) -> bool:
         return self.process.is_alive()
@@ -277,8 +284,6 @@ class _Worker:
 def _worker_main(conn: Connection) -> None:
     """A worker process: run what arrives until the pipe closes (the server stopped or died)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is for the server
-    with contextlib.suppress(OSError):
-        os.nice(10)  # uploads first: analysis gets the CPU they leave
     from aggregator import stats  # noqa: F401  (SciPy: imported once, before the first task)
 
     while True:
