@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import signal
 import sqlite3
 import threading
 import time
 from contextlib import closing
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
@@ -21,6 +24,7 @@ from test_confirm_flow import CONFIG, CONFIRMATION, EXPLORATION, MOOD, PLAN, fil
 from aggregator.confirm.plan import parse_plan
 from aggregator.confirm.run import holdout_answer, sealed_record
 from aggregator.service.analysis import (
+    INTERRUPT_GRACE_SECONDS,
     AnalysisExecutor,
     AnalysisLimits,
     AnalysisRefusedError,
@@ -297,9 +301,30 @@ def test_admission_limits_per_caller_and_globally():
         executor.close()
 
 
-def test_a_deadline_kills_the_worker_process():
-    """An analysis past its deadline stops: its worker process is killed (the CPU is freed),
-    and the next analysis gets a fresh worker."""
+def _stubborn(seconds: float) -> None:
+    """An analysis that does not heed the interrupt (as a long call into C would not)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    time.sleep(seconds)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+def _waited(condition, seconds: float = WAIT) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_deadline_interrupts_the_analysis():
+    """An analysis past its deadline stops; the interrupted worker answers and serves the next
+    analysis (no new process to start)."""
     executor = AnalysisExecutor()
 
     async def scenario():
@@ -307,37 +332,62 @@ def test_a_deadline_kills_the_worker_process():
         [pid] = executor.workers()
         with pytest.raises(AnalysisStoppedError):
             await executor.in_process(_Context(0.5), time.sleep, 600)
-        assert pid not in executor.workers()
+        for _ in range(int(WAIT / 0.05)):  # it answers the interrupt and is idle again
+            if [w.process.pid for w in executor._idle] == [pid]:
+                break
+            await asyncio.sleep(0.05)
         assert await executor.in_process(_Context(WAIT), sum, (2, 2)) == 4
         return pid
 
     try:
         pid = asyncio.run(scenario())
-        assert executor.stopped == 1
-        with pytest.raises(ProcessLookupError):
-            import os
-
-            os.kill(pid, 0)
+        assert executor.stopped == 1 and executor.workers() == [pid]
     finally:
         executor.close()
 
 
-def test_a_cancelled_call_kills_the_worker_process():
+def test_a_worker_that_does_not_stop_is_killed():
     executor = AnalysisExecutor()
 
     async def scenario():
         await executor.in_process(_Context(WAIT), sum, (1, 2))
         [pid] = executor.workers()
-        task = asyncio.ensure_future(executor.in_process(_Context(), time.sleep, 600))
+        with pytest.raises(AnalysisStoppedError):
+            await executor.in_process(_Context(0.5), _stubborn, 600)
+        return pid
+
+    async def then_next():
+        return await executor.in_process(_Context(WAIT), sum, (2, 2))
+
+    try:
+        loop = asyncio.new_event_loop()
+        pid = loop.run_until_complete(scenario())
+        loop.run_until_complete(asyncio.sleep(3 * INTERRUPT_GRACE_SECONDS))
+        assert _waited(lambda: not _alive(pid))
+        assert loop.run_until_complete(then_next()) == 4
+        assert pid not in executor.workers()
+        loop.close()
+    finally:
+        executor.close()
+
+
+def test_a_cancelled_call_stops_its_analysis():
+    executor = AnalysisExecutor()
+
+    async def scenario():
+        await executor.in_process(_Context(WAIT), sum, (1, 2))
+        task = asyncio.ensure_future(executor.in_process(_Context(), _stubborn, 600))
         await asyncio.sleep(0.5)
+        [pid] = executor.workers()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await asyncio.sleep(3 * INTERRUPT_GRACE_SECONDS)
         return pid
 
     try:
         pid = asyncio.run(scenario())
-        assert pid not in executor.workers() and executor.stopped == 1
+        assert executor.stopped == 1 and _waited(lambda: not _alive(pid))
     finally:
         executor.close()
 

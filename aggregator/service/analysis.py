@@ -7,8 +7,8 @@ holdout queries) in worker processes at a lower CPU priority (``nice`` +10). Adm
 every analysis in flight, globally and per caller, and refuses beyond the limits with
 RESOURCE_EXHAUSTED and a ``retry-after-ms`` trailer; a test whose k × draws × n passes the
 ceiling is refused before it starts. An analysis stops when its caller goes away: the RPC's
-cancellation or deadline (or ``max_seconds``) kills the worker process running it, and a fresh
-one is started for the next analysis.
+cancellation or deadline (or ``max_seconds``) interrupts the worker process running it, which
+is killed (and replaced for the next analysis) if it does not stop within a second.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ DRAWS = {"goodness_of_fit": 999, "two_sample": 999, "independence": 199}
 #: How much lower a worker process's CPU priority is than the server's (``nice``): uploads
 #: first, analyses get the CPU they leave.
 NICE = 10
+#: How long an interrupted worker process has to answer before it is killed.
+INTERRUPT_GRACE_SECONDS = 1.0
 #: How long a worker process may take to die once killed.
 _KILL_WAIT_SECONDS = 2.0
 #: Idle worker processes of closed executors, kept (at most _MAX_SPARE) for the next executor
@@ -104,7 +106,8 @@ class AnalysisExecutor:
         self.limits = limits or AnalysisLimits()
         self._threads = ThreadPoolExecutor(self.limits.threads, "ldp-analysis")
         # One waiting thread per worker process (a blocking receive on its pipe).
-        self._waiters = ThreadPoolExecutor(self.limits.processes, "ldp-analysis-wait")
+        # (twice: an interrupted worker's waiter may still wait while its successor starts)
+        self._waiters = ThreadPoolExecutor(2 * self.limits.processes, "ldp-analysis-wait")
         self._idle: list[_Worker] = []
         self._busy: set[_Worker] = set()
         self._slots: asyncio.Semaphore | None = None
@@ -176,30 +179,25 @@ class AnalysisExecutor:
 
     async def in_process(self, context: Any, function: Callable[..., Any], *args: Any) -> Any:
         """``function(*args)`` in a worker process (function and arguments are pickled: a
-        module-level function). The call's cancellation, its deadline or ``max_seconds`` kill
-        the worker: the CPU it used is free within a moment."""
+        module-level function). The call's cancellation, its deadline or ``max_seconds`` stop
+        it: the worker is interrupted (SIGUSR1), and killed if it has not answered within
+        INTERRUPT_GRACE seconds; either way the CPU it used is free within about a second."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.processes)
-        timeout = self.timeout(context)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         try:
-            async with asyncio.timeout_at(deadline):
-                async with self._slots:
-                    worker = self._take()
-                    finished = False
-                    try:
-                        worker.conn.send((function, args))
-                        kind, value = await loop.run_in_executor(self._waiters, worker.receive)
-                        finished = True
-                    finally:
-                        self._give_back(worker, finished)
+            async with asyncio.timeout(self.timeout(context)), self._slots:
+                worker = self._take()
+                worker.conn.send((function, args))
+                receiving = loop.run_in_executor(self._waiters, worker.receive)
+                try:
+                    kind, value = await asyncio.shield(receiving)
+                except BaseException:
+                    self._interrupt(worker, receiving)
+                    raise
+                self._give_back(worker, answered=True)
         except TimeoutError:
-            self.stopped += 1
             raise AnalysisStoppedError("the analysis ran out of time") from None
-        except asyncio.CancelledError:
-            self.stopped += 1
-            raise
         if kind == "error":
             raise value
         return value
@@ -209,12 +207,27 @@ class AnalysisExecutor:
         self._busy.add(worker)
         return worker
 
-    def _give_back(self, worker: _Worker, finished: bool) -> None:
+    def _give_back(self, worker: _Worker, answered: bool) -> None:
+        """An answered worker becomes idle; one that did not answer is killed."""
         self._busy.discard(worker)
-        if finished and not self._closed and worker.alive():
+        if answered and not self._closed and worker.alive():
             self._idle.append(worker)
         else:
             worker.kill()
+
+    def _interrupt(self, worker: _Worker, receiving: asyncio.Future) -> None:
+        """Stop the analysis a worker runs for a caller that went away: interrupt it, take it
+        back when it answers, kill it if it has not within INTERRUPT_GRACE seconds."""
+        self.stopped += 1
+        worker.interrupt()
+        loop = asyncio.get_running_loop()
+        late = loop.call_later(INTERRUPT_GRACE_SECONDS, worker.kill)
+
+        def answered(future: asyncio.Future) -> None:
+            late.cancel()
+            self._give_back(worker, not future.cancelled() and future.exception() is None)
+
+        receiving.add_done_callback(answered)
 
     def workers(self) -> list[int]:
         """The process ids of the live worker processes (the benchmark watches their CPU)."""
@@ -275,6 +288,13 @@ class _Worker:
         except (EOFError, OSError):
             return "error", AnalysisStoppedError("the analysis worker stopped")
 
+    def interrupt(self) -> None:
+        """Ask the worker to abandon what it runs (it answers with AnalysisStoppedError)."""
+        pid = self.process.pid
+        if pid is not None and self.process.is_alive():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGUSR1)
+
     def kill(self) -> None:
         if self.process.is_alive():
             self.process.kill()
@@ -284,6 +304,14 @@ class _Worker:
 def _worker_main(conn: Connection) -> None:
     """A worker process: run what arrives until the pipe closes (the server stopped or died)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is for the server
+    running = [False]
+
+    def interrupted(signum: int, frame: object) -> None:
+        if running[0]:  # between tasks, an interrupt has nothing to stop
+            running[0] = False
+            raise AnalysisStoppedError("the analysis was stopped: its caller went away")
+
+    signal.signal(signal.SIGUSR1, interrupted)
     from aggregator import stats  # noqa: F401  (SciPy: imported once, before the first task)
 
     while True:
@@ -291,10 +319,13 @@ def _worker_main(conn: Connection) -> None:
             function, args = conn.recv()
         except (EOFError, OSError):
             return
+        running[0] = True
         try:
             answer: tuple[str, Any] = ("ok", function(*args))
         except Exception as exc:  # sent back and raised in the server
             answer = ("error", exc)
+        finally:
+            running[0] = False
         try:
             conn.send(answer)
         except Exception as exc:  # e.g. an answer that cannot be pickled
