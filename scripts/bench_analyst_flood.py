@@ -55,6 +55,7 @@ HONEST_DEADLINE = 10.0
 ATTACK_DEADLINE = 1.0
 MONTE_CARLO_REQUESTS = 6
 HOLDOUT_QUERIES = 20
+ATTACKS = {"monte-carlo", "holdout"}  # --attack narrows it, to see what costs what
 IDLE_CORES = 0.10  # "idle": the server's process tree uses less than this share of a core
 
 SURVEYS = """
@@ -197,15 +198,20 @@ def attack_round(analyst, outcomes: list) -> None:
 
 
 def attacker(target: str, stop: threading.Event, outcomes: dict) -> None:
-    """Monte Carlo rounds until ``stop``, and the 20 holdout queries alongside."""
+    """Monte Carlo rounds until ``stop``, and the 20 holdout queries alongside (ATTACKS says
+    which of the two run)."""
     with grpc.insecure_channel(target) as channel:
         analyst = ldp_pb2_grpc.AnalystStub(channel)
+        count = HOLDOUT_QUERIES if "holdout" in ATTACKS else 0
         queries = threading.Thread(
-            target=lambda: [holdout(analyst, outcomes["holdout"]) for _ in range(HOLDOUT_QUERIES)]
+            target=lambda: [holdout(analyst, outcomes["holdout"]) for _ in range(count)]
         )
         queries.start()
         while not stop.is_set():
-            attack_round(analyst, outcomes["monte_carlo"])
+            if "monte-carlo" in ATTACKS:
+                attack_round(analyst, outcomes["monte_carlo"])
+            else:
+                stop.wait(0.1)
         queries.join()
 
 
@@ -324,7 +330,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--big-n", type=int, default=4000, help="reports of the k=4,096 question")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--attack", nargs="+", choices=sorted(ATTACKS), default=sorted(ATTACKS))
     args = parser.parse_args()
+    ATTACKS.intersection_update(args.attack)
     results = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "load_before": os.getloadavg(),

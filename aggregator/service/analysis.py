@@ -187,24 +187,42 @@ class AnalysisExecutor:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.timeout(context)), self._slots:
-                worker = self._take()
-                worker.conn.send((function, args))
+                worker = self._send(function, args)
                 receiving = loop.run_in_executor(self._waiters, worker.receive)
                 try:
                     kind, value = await asyncio.shield(receiving)
                 except BaseException:
                     self._interrupt(worker, receiving)
                     raise
-                self._give_back(worker, answered=True)
+                self._give_back(worker, answered=kind != "dead")
         except TimeoutError:
             raise AnalysisStoppedError("the analysis ran out of time") from None
-        if kind == "error":
+        if kind != "ok":
             raise value
         return value
 
     def _take(self) -> _Worker:
-        worker = self._idle.pop() if self._idle else _spare() or _Worker()
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.alive():
+                break
+            worker.kill()
+        else:
+            worker = _spare() or _Worker()
         self._busy.add(worker)
+        return worker
+
+    def _send(self, function: Callable[..., Any], args: tuple) -> _Worker:
+        """A worker that took ``function(*args)``: an idle one, or (if it turns out dead) a
+        fresh one."""
+        worker = self._take()
+        try:
+            worker.conn.send((function, args))
+        except OSError:  # it died idle: start another
+            self._give_back(worker, answered=False)
+            worker = _Worker()
+            self._busy.add(worker)
+            worker.conn.send((function, args))
         return worker
 
     def _give_back(self, worker: _Worker, answered: bool) -> None:
@@ -225,7 +243,8 @@ class AnalysisExecutor:
 
         def answered(future: asyncio.Future) -> None:
             late.cancel()
-            self._give_back(worker, not future.cancelled() and future.exception() is None)
+            alive = not future.cancelled() and future.exception() is None
+            self._give_back(worker, alive and future.result()[0] != "dead")
 
         receiving.add_done_callback(answered)
 
@@ -271,7 +290,13 @@ class _Worker:
         self.process = ctx.Process(
             target=_worker_main, args=(child,), name="ldp-analysis", daemon=True
         )
-        self.process.start()
+        # The interrupt signal stays blocked in the new process (the mask is inherited) until
+        # its handler is installed: before that, SIGUSR1 would kill it.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         pid = self.process.pid
         if pid is not None:  # lower its priority before it imports anything
@@ -282,11 +307,12 @@ class _Worker:
         return self.process.is_alive()
 
     def receive(self) -> tuple[str, Any]:
-        """The worker's answer: ("ok", result) or ("error", exception)."""
+        """The worker's answer: ("ok", result), ("error", exception), or ("dead", exception)
+        when it died (killed) before answering."""
         try:
             return self.conn.recv()
         except (EOFError, OSError):
-            return "error", AnalysisStoppedError("the analysis worker stopped")
+            return "dead", AnalysisStoppedError("the analysis worker stopped")
 
     def interrupt(self) -> None:
         """Ask the worker to abandon what it runs (it answers with AnalysisStoppedError)."""
@@ -312,6 +338,7 @@ def _worker_main(conn: Connection) -> None:
             raise AnalysisStoppedError("the analysis was stopped: its caller went away")
 
     signal.signal(signal.SIGUSR1, interrupted)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # blocked by the server
     from aggregator import stats  # noqa: F401  (SciPy: imported once, before the first task)
 
     while True:
