@@ -28,7 +28,6 @@ import itertools
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import threading
@@ -41,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_ingest import process_tree_cpu_seconds  # noqa: E402  (same folder)
+from bench_ingest import process_tree_cpu_seconds, start_server  # noqa: E402  (same folder)
 
 from aggregator.service.devices import DeviceRegistry  # noqa: E402
 from aggregator.survey_file.config import load_surveys  # noqa: E402
@@ -58,45 +57,43 @@ HOLDOUT_QUERIES = 20
 ATTACKS = {"monte-carlo", "holdout"}  # --attack narrows it, to see what costs what
 IDLE_CORES = 0.10  # "idle": the server's process tree uses less than this share of a core
 
-SURVEYS = """
-[[survey]]
-id = "honest"
-min_batch_size = 1
-require_device_auth = true
+#: (survey id, survey keys, question id, categories, mechanism, epsilon)
+SURVEYS = (
+    (
+        "honest",
+        {"min_batch_size": 1, "require_device_auth": True},
+        "q",
+        4,
+        "randomized_response",
+        1,
+    ),
+    ("big", {"min_batch_size": 1}, "lh", K_BIG, "local_hashing", 1),
+    (
+        "split",
+        {"min_batch_size": 20, "exploration_fraction": 0.5},
+        "mood",
+        4,
+        "randomized_response",
+        2,
+    ),
+)
 
-[[survey.question]]
-id = "q"
-categories = ["a", "b", "c", "d"]
-mechanism = "randomized_response"
-epsilon = 1.0
 
-[[survey]]
-id = "big"
-min_batch_size = 1
-
-[[survey.question]]
-id = "lh"
-categories = [{categories}]
-mechanism = "local_hashing"
-epsilon = 1.0
-
-[[survey]]
-id = "split"
-min_batch_size = 20
-exploration_fraction = 0.5
-
-[[survey.question]]
-id = "mood"
-categories = ["a", "b", "c", "d"]
-mechanism = "randomized_response"
-epsilon = 2.0
-"""
+def surveys_toml() -> str:
+    """The survey file: one question per survey, categories c0, c1, ..."""
+    lines = []
+    for survey_id, keys, question_id, k, mechanism, epsilon in SURVEYS:
+        lines += ["[[survey]]", f"id = {json.dumps(survey_id)}"]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
+        lines += ["[[survey.question]]", f"id = {json.dumps(question_id)}"]
+        lines += [f"categories = {json.dumps([f'c{i}' for i in range(k)])}"]
+        lines += [f"mechanism = {json.dumps(mechanism)}", f"epsilon = {float(epsilon)}", ""]
+    return "\n".join(lines)
 
 
 def write_files(workdir: Path, keys: list[DeviceKey]) -> tuple[Path, Path]:
     config = workdir / "surveys.toml"
-    categories = ", ".join(f'"c{i}"' for i in range(K_BIG))
-    config.write_text(SURVEYS.format(categories=categories))
+    config.write_text(surveys_toml())
     devices = workdir / "devices.sqlite"
     with DeviceRegistry(devices, create=True) as registry:
         for key in keys:
@@ -105,19 +102,10 @@ def write_files(workdir: Path, keys: list[DeviceKey]) -> tuple[Path, Path]:
 
 
 def start(workdir: Path, config: Path, devices: Path, workers: int):
-    port_file = workdir / "port"
-    port_file.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(config)]
-    command += ["--db", str(workdir / "reports.sqlite"), "--port", "0", "--insecure"]
-    command += ["--port-file", str(port_file), "--devices", str(devices)]
-    command += ["--workers", str(workers)]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if process.poll() is not None or time.time() > deadline:
-            raise SystemExit("the aggregator did not start")
-        time.sleep(0.05)
-    return process, f"127.0.0.1:{port_file.read_text().strip()}"
+    """``serve`` (bench_ingest's, with this benchmark's survey file: the last --config wins)."""
+    options = ("--config", str(config), "--devices", str(devices), "--workers", str(workers))
+    process, target, _ = start_server(workdir, *options)
+    return process, target
 
 
 def randomized(surveys, survey_id, question_id, truth, n, side=0, seed=0):
