@@ -203,8 +203,38 @@ def attacker(target: str, stop: threading.Event, outcomes: dict) -> None:
         queries.join()
 
 
-def honest_phase(target, surveys, keys, seconds, attack: bool) -> dict:
+def descendants(pid: int) -> set[int]:
+    """The live descendants of ``pid`` (/proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(
+                int(entry.name)
+            )
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def honest_phase(target, surveys, keys, seconds, attack: bool, server_pid: int) -> dict:
     stop = threading.Event()
+    seen: set[int] = set()
+
+    def watch() -> None:  # the server's processes: analysis workers started during the phase
+        while not stop.is_set():
+            seen.update(descendants(server_pid))
+            stop.wait(0.2)
+
+    before = descendants(server_pid)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     latencies: list[float] = []
     errors: list[str] = []
     outcomes: dict[str, list[str]] = {"monte_carlo": [], "holdout": []}
@@ -226,7 +256,9 @@ def honest_phase(target, surveys, keys, seconds, attack: bool) -> dict:
     stop.set()
     for device in devices:
         device.join()
+    watcher.join()
     out: dict = {
+        "processes_started": len(seen - before),
         "calls": len(latencies),
         "errors": len(errors),
         "error_kinds": sorted(set(errors))[:5],
@@ -289,8 +321,8 @@ def run(workers: int, seconds: float, big_n: int) -> dict:
         process, target = start(workdir, config, devices, workers)
         try:
             prefill(target, surveys, big_n)
-            baseline = honest_phase(target, surveys, keys, seconds, attack=False)
-            flood = honest_phase(target, surveys, keys, seconds, attack=True)
+            baseline = honest_phase(target, surveys, keys, seconds, False, process.pid)
+            flood = honest_phase(target, surveys, keys, seconds, True, process.pid)
             idle = idle_after_deadline(target, process.pid)
         finally:
             process.terminate()

@@ -185,16 +185,23 @@ class AnalysisExecutor:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.processes)
         loop = asyncio.get_running_loop()
+        slots = self._slots
         try:
-            async with asyncio.timeout(self.timeout(context)), self._slots:
-                worker = self._send(function, args)
+            async with asyncio.timeout(self.timeout(context)):
+                await slots.acquire()  # released when the worker is free again
+                try:
+                    worker = self._send(function, args)
+                except BaseException:
+                    slots.release()
+                    raise
                 receiving = loop.run_in_executor(self._waiters, worker.receive)
                 try:
                     kind, value = await asyncio.shield(receiving)
                 except BaseException:
-                    self._interrupt(worker, receiving)
+                    self._interrupt(worker, receiving, slots.release)
                     raise
                 self._give_back(worker, answered=kind != "dead")
+                slots.release()
         except TimeoutError:
             raise AnalysisStoppedError("the analysis ran out of time") from None
         if kind != "ok":
@@ -217,12 +224,12 @@ class AnalysisExecutor:
         fresh one."""
         worker = self._take()
         try:
-            worker.conn.send((function, args))
+            worker.send(function, args)
         except OSError:  # it died idle: start another
             self._give_back(worker, answered=False)
             worker = _Worker()
             self._busy.add(worker)
-            worker.conn.send((function, args))
+            worker.send(function, args)
         return worker
 
     def _give_back(self, worker: _Worker, answered: bool) -> None:
@@ -233,18 +240,21 @@ class AnalysisExecutor:
         else:
             worker.kill()
 
-    def _interrupt(self, worker: _Worker, receiving: asyncio.Future) -> None:
+    def _interrupt(
+        self, worker: _Worker, receiving: asyncio.Future, freed: Callable[[], None]
+    ) -> None:
         """Stop the analysis a worker runs for a caller that went away: interrupt it, take it
-        back when it answers, kill it if it has not within INTERRUPT_GRACE seconds."""
+        back when it answers, kill it if it has not within INTERRUPT_GRACE_SECONDS; then
+        ``freed()`` (its slot: the next analysis reuses it rather than start another)."""
         self.stopped += 1
         worker.interrupt()
-        loop = asyncio.get_running_loop()
-        late = loop.call_later(INTERRUPT_GRACE_SECONDS, worker.kill)
+        late = asyncio.get_running_loop().call_later(INTERRUPT_GRACE_SECONDS, worker.kill)
 
         def answered(future: asyncio.Future) -> None:
             late.cancel()
             alive = not future.cancelled() and future.exception() is None
             self._give_back(worker, alive and future.result()[0] != "dead")
+            freed()
 
         receiving.add_done_callback(answered)
 
@@ -287,8 +297,15 @@ class _Worker:
     def __init__(self) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork a process running gRPC
         self.conn, child = ctx.Pipe()
+        # Shared with the process: the task it runs (0: none), and the task to stop.
+        self._running = ctx.RawValue("q", 0)
+        self._stop = ctx.RawValue("q", 0)
+        self._task = 0
         self.process = ctx.Process(
-            target=_worker_main, args=(child,), name="ldp-analysis", daemon=True
+            target=_worker_main,
+            args=(child, self._running, self._stop),
+            name="ldp-analysis",
+            daemon=True,
         )
         # The interrupt signal stays blocked in the new process (the mask is inherited) until
         # its handler is installed: before that, SIGUSR1 would kill it.
@@ -314,12 +331,19 @@ class _Worker:
         except (EOFError, OSError):
             return "dead", AnalysisStoppedError("the analysis worker stopped")
 
-    def interrupt(self) -> None:
-        """Ask the worker to abandon what it runs (it answers with AnalysisStoppedError)."""
+    def send(self, function: Callable[..., Any], args: tuple) -> None:
+        self._task += 1
+        self.conn.send((self._task, function, args))
+
+    def interrupt(self) -> int:
+        """Ask the worker to abandon the last task sent (it answers AnalysisStoppedError, at
+        once if it had not started it: e.g. it was still starting); that task's number."""
+        self._stop.value = self._task
         pid = self.process.pid
         if pid is not None and self.process.is_alive():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGUSR1)
+        return self._task
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -327,14 +351,16 @@ class _Worker:
         self.process.join(_KILL_WAIT_SECONDS)  # its pipe's other end closes: the waiter wakes
 
 
-def _worker_main(conn: Connection) -> None:
-    """A worker process: run what arrives until the pipe closes (the server stopped or died)."""
+def _worker_main(conn: Connection, running: Any, stop: Any) -> None:
+    """A worker process: run what arrives until the pipe closes (the server stopped or died).
+    ``running`` is the task it runs (0: none); the server sets ``stop`` to a task to abandon and
+    sends SIGUSR1."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is for the server
-    running = [False]
 
     def interrupted(signum: int, frame: object) -> None:
-        if running[0]:  # between tasks, an interrupt has nothing to stop
-            running[0] = False
+        task = running.value
+        if task and stop.value == task:  # between tasks, an interrupt has nothing to stop
+            running.value = 0
             raise AnalysisStoppedError("the analysis was stopped: its caller went away")
 
     signal.signal(signal.SIGUSR1, interrupted)
@@ -343,16 +369,18 @@ def _worker_main(conn: Connection) -> None:
 
     while True:
         try:
-            function, args = conn.recv()
+            task, function, args = conn.recv()
         except (EOFError, OSError):
             return
-        running[0] = True
-        try:
-            answer: tuple[str, Any] = ("ok", function(*args))
-        except Exception as exc:  # sent back and raised in the server
-            answer = ("error", exc)
-        finally:
-            running[0] = False
+        answer: tuple[str, Any] = ("error", AnalysisStoppedError("the analysis was stopped"))
+        if stop.value != task:  # not stopped before it started
+            running.value = task
+            try:
+                answer = ("ok", function(*args))
+            except Exception as exc:  # sent back and raised in the server
+                answer = ("error", exc)
+            finally:
+                running.value = 0
         try:
             conn.send(answer)
         except Exception as exc:  # e.g. an answer that cannot be pickled
