@@ -37,8 +37,12 @@ DRAWS = {"goodness_of_fit": 999, "two_sample": 999, "independence": 199}
 #: How much lower a worker process's CPU priority is than the server's (``nice``): uploads
 #: first, analyses get the CPU they leave.
 NICE = 10
+#: How long past a call's deadline its analysis is stopped, if gRPC has not cancelled it.
+DEADLINE_SLACK_SECONDS = 0.25
 #: How long an interrupted worker process has to answer before it is killed.
 INTERRUPT_GRACE_SECONDS = 1.0
+#: How many grace periods a worker still starting gets to reach (and skip) a stopped task.
+_STARTING_CHECKS = 60
 #: How long a worker process may take to die once killed.
 _KILL_WAIT_SECONDS = 2.0
 #: Idle worker processes of closed executors, kept (at most _MAX_SPARE) for the next executor
@@ -160,11 +164,14 @@ class AnalysisExecutor:
             )
 
     def timeout(self, context: Any) -> float:
-        """Seconds this call's analysis may run: its deadline, at most ``max_seconds``."""
+        """Seconds this call's analysis may run: until just after its deadline, at most
+        ``max_seconds``."""
         remaining = context.time_remaining() if context is not None else None
         if remaining is None:
             return self.limits.max_seconds
-        return max(0.0, min(float(remaining), self.limits.max_seconds))
+        # A moment past the deadline: gRPC cancels the call at its deadline (which stops the
+        # analysis), and this timeout is the backstop for a call that is not cancelled.
+        return max(0.0, min(float(remaining) + DEADLINE_SLACK_SECONDS, self.limits.max_seconds))
 
     async def in_thread(self, context: Any, function: Callable[..., Any], *args: Any) -> Any:
         """``function(*args)`` on the analysis threads (cheap work: it is not killed, only no
@@ -244,14 +251,28 @@ class AnalysisExecutor:
         self, worker: _Worker, receiving: asyncio.Future, freed: Callable[[], None]
     ) -> None:
         """Stop the analysis a worker runs for a caller that went away: interrupt it, take it
-        back when it answers, kill it if it has not within INTERRUPT_GRACE_SECONDS; then
-        ``freed()`` (its slot: the next analysis reuses it rather than start another)."""
+        back when it answers, kill it if it is still running the task INTERRUPT_GRACE_SECONDS
+        later; then ``freed()`` (its slot: the next analysis reuses it rather than start
+        another). A worker still starting (importing SciPy) is left to finish: it skips the
+        stopped task when it reads it, and is then warm for the next analysis."""
         self.stopped += 1
-        worker.interrupt()
-        late = asyncio.get_running_loop().call_later(INTERRUPT_GRACE_SECONDS, worker.kill)
+        task = worker.interrupt()
+        loop = asyncio.get_running_loop()
+        checks = [0]
+
+        def check() -> None:
+            checks[0] += 1
+            if receiving.done():
+                return
+            if worker.running() == task or checks[0] > _STARTING_CHECKS:
+                worker.kill()  # its waiter wakes, and `answered` gives it back (dead)
+            else:
+                late[0] = loop.call_later(INTERRUPT_GRACE_SECONDS, check)
+
+        late = [loop.call_later(INTERRUPT_GRACE_SECONDS, check)]
 
         def answered(future: asyncio.Future) -> None:
-            late.cancel()
+            late[0].cancel()
             alive = not future.cancelled() and future.exception() is None
             self._give_back(worker, alive and future.result()[0] != "dead")
             freed()
@@ -334,6 +355,10 @@ class _Worker:
     def send(self, function: Callable[..., Any], args: tuple) -> None:
         self._task += 1
         self.conn.send((self._task, function, args))
+
+    def running(self) -> int:
+        """The task the worker runs now (0: none, or still starting)."""
+        return int(self._running.value)
 
     def interrupt(self) -> int:
         """Ask the worker to abandon the last task sent (it answers AnalysisStoppedError, at
