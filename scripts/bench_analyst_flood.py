@@ -214,22 +214,17 @@ def attacker(target: str, stop: threading.Event, outcomes: dict) -> None:
 
 
 def descendants(pid: int) -> set[int]:
-    """The live descendants of ``pid`` (/proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(
-                int(entry.name)
-            )
-    found, todo = set(), [pid]
+    """The live descendants of ``pid`` (the ``children`` lists of /proc, every thread's)."""
+    found: set[int] = set()
+    todo = [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
+        for children in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                new = {int(word) for word in children.read_text().split()}
+            except OSError:  # gone meanwhile
+                continue
+            todo += new - found
+            found |= new
     return found
 
 
