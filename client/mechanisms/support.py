@@ -20,6 +20,9 @@ from client.mechanisms.base import Mechanism
 class SupportMechanism(Mechanism):
     """A mechanism whose aggregate is the per-category count of supporting reports."""
 
+    statistic_kind = "support"
+    statistic_expands = True
+
     @abstractmethod
     def support(self, reports: np.ndarray) -> np.ndarray:
         """0/1 matrix (m, k): which categories each of ``m`` reports supports."""
@@ -33,6 +36,12 @@ class SupportMechanism(Mechanism):
         """The int64 support count of each category over a stack of reports."""
         return bit_sums(self.support(reports))
 
+    def statistic_rows(self, decoded: np.ndarray) -> np.ndarray:
+        return self.support(decoded).astype(np.int64)
+
+    def statistic_sums(self, decoded: np.ndarray) -> np.ndarray:
+        return self.support_counts(decoded)
+
     def aggregate(self, reports: np.ndarray) -> np.ndarray:
         return self.support_counts(reports).astype(np.float64)
 
@@ -45,6 +54,8 @@ class ExchangeableSupport(SupportMechanism):
     lets the aggregator evaluate the Pearson statistic's null law without an eigendecomposition
     (``aggregator/stats/low_rank_law.py``).
     """
+
+    exchangeable_pairs = True
 
     @property
     @abstractmethod
