@@ -12,7 +12,6 @@ import numpy as np
 from client.mechanisms.base import (
     Mechanism,
     PureEpsilon,
-    check_packed,
     check_value,
     check_values,
 )
@@ -144,7 +143,7 @@ class FlipComponents(PureEpsilon, Mechanism):
 
     def decode_many(self, packed: np.ndarray) -> np.ndarray:
         """(m, payload_size) uint8 payloads -> (m, k) bits."""
-        return unpack_bits(check_packed(packed, self.payload_size), self.k)
+        return unpack_bits(packed, self.k)
 
     def statistic_rows(self, decoded: np.ndarray) -> np.ndarray:
         return np.asarray(decoded).astype(np.int64)

@@ -14,7 +14,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from client.mechanisms.base import Mechanism
+from client.mechanisms.base import Mechanism, check_packed
 
 
 class SupportMechanism(Mechanism):
@@ -83,8 +83,8 @@ def bit_sums(bits: np.ndarray) -> np.ndarray:
 
 def unpack_bits(packed: np.ndarray, k: int) -> np.ndarray:
     """Bits (m, k) of a (m, ceil(k/8)) uint8 matrix, least significant bit first; the padding
-    bits above k must be zero (``ValueError``)."""
-    bits = np.unpackbits(np.ascontiguousarray(packed, dtype=np.uint8), axis=1, bitorder="little")
+    bits above k must be zero (``ValueError``, as for another shape)."""
+    bits = np.unpackbits(check_packed(packed, (k + 7) // 8), axis=1, bitorder="little")
     if bits[:, k:].any():
         raise ValueError("padding bits beyond k must be zero")
     return bits[:, :k]
