@@ -17,7 +17,7 @@ import numpy as np
 from aggregator.histogram import Histogram
 from aggregator.store.report_store import ReportBatch, StoredReport
 from client.mechanisms import GaussianNoise, LaplaceNoise, ReportRangeError
-from client.mechanisms.additive import HONEST_REJECTION as HONEST_REJECTION  # its home
+from client.mechanisms.additive import HONEST_REJECTION as HONEST_REJECTION  # re-exported
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
