@@ -137,7 +137,7 @@ def check_upload(data: bytes) -> None:
             assert exc.message.startswith(f"report[{reused}]: "), exc.message
             return
         assert bad, f"validate_batch rejected a valid batch: {exc}"
-        assert exc.code == singles[bad[0]].code, (exc.code, singles[bad[0]])  # type: ignore[union-attr]
+        assert exc.reason == singles[bad[0]].reason, (exc.reason, singles[bad[0]])  # type: ignore[union-attr]
         assert exc.message.startswith(f"report[{bad[0]}]: "), exc.message
         return
     assert not bad, f"validate_batch accepted report[{bad[0]}]"
@@ -192,7 +192,7 @@ def check_decode(data: bytes) -> None:
         contribution = ingest.contribution(question, payload)
     except ReportRejectedError as exc:  # decodable, but outside the range the service accepts
         limit = ingest.accepted_bound(mech)  # type: ignore[arg-type]
-        assert exc.code == grpc.StatusCode.OUT_OF_RANGE, exc
+        assert exc.reason is Rejection.OUT_OF_RANGE, exc
         assert np.abs(np.asarray(report)).max() > limit, "rejected inside the accepted range"
         return
     check_contribution(mech, contribution)

@@ -23,7 +23,6 @@ from aggregator.stats import (
 )
 from aggregator.survey_file.analyses import EXPLORATORY, Analysis
 from client.budgeting import SurveyCost, survey_cost
-from client.mechanisms import PublicCoinBit
 from client.survey import QuestionSpec, SurveySpec
 
 
@@ -143,7 +142,7 @@ def _section(
     try:
         est = estimate(hist, confidence)
     except InvalidInputError as exc:  # public-coin reports: tests only (docs/mechanisms.md)
-        if not isinstance(question.mechanism, PublicCoinBit):
+        if question.mechanism.statistic_kind != "groups":
             raise
         return QuestionSection(question, hist.n, threshold, None, (), tests, str(exc))
     return QuestionSection(question, hist.n, threshold, est, _marginals(question, est), tests)

@@ -203,7 +203,7 @@ def composite(
     statistic = check_finite_statistic(float(fit.statistic[0]))
     choice = choose(calibration, mech, n, fit.fitted[0], composite=True)
     sparse = np.min(n * fit.rough[0]) <= MIN_EXPECTED_CELL
-    additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+    additive = mech.statistic_kind == "noise"
     if additive and sparse and calibration == "auto" and not choice.simulated:
         choice = Choice("monte-carlo", f"an estimated cell has n*p <= {MIN_EXPECTED_CELL:g}")
     common = dict(

@@ -43,7 +43,6 @@ from aggregator.stats.validate import (
     make_rng,
 )
 from client.mechanisms import (
-    ExchangeableSupport,
     FlipComponents,
     GaussianNoise,
     HadamardResponse,
@@ -270,7 +269,7 @@ def support_null_law(mech: Mechanism, p0: np.ndarray) -> np.ndarray | LowRankLaw
     local hashing) a ``LowRankLaw`` in O(k); otherwise (Hadamard response) its positive weights,
     an O(k^3) eigendecomposition, so the last few (mechanism, p0) pairs are remembered."""
     p0 = np.asarray(p0, dtype=float)
-    if isinstance(mech, ExchangeableSupport):
+    if mech.exchangeable_pairs:
         return exchangeable_null_law(mech, p0)
     return _support_null_weights(mech, p0.tobytes())
 

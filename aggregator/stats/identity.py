@@ -38,10 +38,11 @@ from scipy import stats
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import MIN_EFFECTIVE_COUNT, check_calibration
+from aggregator.stats.channel import is_support
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import TestResult
 from aggregator.stats.validate import check_alpha, check_distribution, make_rng
-from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse, SupportMechanism
+from client.mechanisms import FlipComponents, Mechanism, SupportMechanism
 
 T1_LABEL = "T1: U-statistic on unary reports (flip components)"
 T2_LABEL = "T2: U-statistic on channel output counts"
@@ -83,12 +84,10 @@ def support_u_frobenius2(mech: SupportMechanism, p: np.ndarray) -> float:
 
 def channel_matrix(mech: Mechanism) -> np.ndarray:
     """W (outputs x categories), W[y, x] = P(report y | answer x), of a finite-output mechanism:
-    its own ``channel_matrix()`` if it has one, else k-ary randomized response's a0 + a1 I."""
+    its own ``channel_matrix()`` (k-ary randomized response: a0 + a1 I)."""
     own = getattr(mech, "channel_matrix", None)
     if callable(own):
         return np.asarray(own(), dtype=float)
-    if isinstance(mech, RandomizedResponse):
-        return mech.a0 + mech.a1 * np.eye(mech.k)
     raise InvalidInputError(f"{mech.describe()} has no finite-output channel: T2 does not apply")
 
 
@@ -217,7 +216,7 @@ class UMoments:
 
 def u_moments(mech: Mechanism, method: str, p0: np.ndarray, p1: np.ndarray) -> UMoments:
     """The moments of T1 (``method="t1"``) or T2 (``"t2"``) at p1 under the null p0."""
-    if isinstance(mech, SupportMechanism):  # the U-statistic on the 0/1 support indicators
+    if is_support(mech):  # the U-statistic on the 0/1 support indicators
         mu = mech.slope * (p1 - p0)
         c0, c1 = mech.report_covariance(p0), mech.report_covariance(p1)
         return UMoments(

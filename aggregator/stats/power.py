@@ -29,6 +29,7 @@ from aggregator.errors import InvalidInputError
 from aggregator.stats.calibration import check_calibration, choose
 from aggregator.stats.channel import (
     extra_variance,
+    is_grouped,
     is_support,
     metric_matrix,
     quadratic_form,
@@ -90,10 +91,10 @@ def _plan(
     model: ParametricModel | None,
     method: str | None,
 ) -> _Plan:
-    if isinstance(mechanism, PublicCoinBit):
-        return _raptor_plan(mechanism, alternative, null, method)
     if not isinstance(mechanism, Mechanism):
         raise InvalidInputError("mechanism must be a client.mechanisms.Mechanism")
+    if is_grouped(mechanism):
+        return _raptor_plan(mechanism, alternative, null, method)  # type: ignore[arg-type]
     k = mechanism.k
     p1 = check_distribution(alternative, k, "alternative")
     chosen = [x is not None for x in (null, shape, model)]

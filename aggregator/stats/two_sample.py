@@ -42,6 +42,7 @@ from aggregator.stats.calibration import (
     simulate_null,
 )
 from aggregator.stats.channel import (
+    is_grouped,
     is_randomized_response,
     is_support,
     project_simplex,
@@ -64,11 +65,7 @@ from aggregator.stats.validate import (
     make_rng,
 )
 from client.mechanisms import (
-    LocalHashing,
     Mechanism,
-    OptimizedUnaryEncoding,
-    PublicCoinBit,
-    SubsetSelection,
 )
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
@@ -150,7 +147,7 @@ def two_sample(
     alpha = check_alpha(alpha)
     calibration = check_calibration(calibration)
     n_draws = check_draws(n_draws, alpha)
-    if isinstance(hist_a.mechanism, PublicCoinBit):
+    if is_grouped(hist_a.mechanism):
         return public_coin_two_sample(hist_a, hist_b, alpha, calibration, rng, n_draws)
     if is_randomized_response(hist_a.mechanism):
         return _randomized_response(hist_a, hist_b, alpha, calibration, rng, n_draws)
@@ -238,10 +235,10 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     if choice.simulated:
         generator = make_rng(rng)
         pooled = hist_a.values + hist_b.values
-        if isinstance(mech, OptimizedUnaryEncoding | LocalHashing):
+        if mech.exchangeable_pairs and mech.support_size is None:  # OUE, local hashing
             reason = f"{choice.reason}; permutation of each category's pooled bits"
             draws_a, draws_b = _permute_bits(pooled, n_a, n_b, generator, n_draws)
-        elif isinstance(mech, SubsetSelection) and mech.subset_size == 1:
+        elif mech.support_size == 1:  # subset selection with d = 1
             reason = f"{choice.reason}; permutation of the pooled one-category reports"
             colors = np.rint(pooled).astype(np.int64)
             draws_a = generator.multivariate_hypergeometric(colors, n_a, size=n_draws)
@@ -377,7 +374,7 @@ def two_sample_power(
     p_a = check_distribution(p_a, mechanism.k, "p_a")
     p_b = check_distribution(p_b, mechanism.k, "p_b")
     n_a, n_b = (check_count(n, name) for n, name in zip(sizes, ("n_a", "n_b"), strict=True))
-    if isinstance(mechanism, PublicCoinBit):
+    if is_grouped(mechanism):
         return public_coin_power(mechanism, p_a, p_b, n_a, n_b, alpha)
     p_bar = (n_a * p_a + n_b * p_b) / (n_a + n_b)
     if is_support(mechanism):

@@ -9,7 +9,6 @@ import numpy as np
 
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
-from client.mechanisms import PublicCoinBit
 
 #: Why per-category analyses refuse public-coin one-bit reports (docs/mechanisms.md).
 PUBLIC_COIN_REFUSAL = (
@@ -38,7 +37,7 @@ def check_histogram(hist: object, minimum_n: int = 1) -> Histogram:
 def check_per_category(hist: Histogram, analysis: str) -> Histogram:
     """InvalidInputError for an analysis that needs per-category information the public-coin
     statistic does not carry (estimates, composite nulls, independence)."""
-    if isinstance(hist.mechanism, PublicCoinBit):
+    if hist.mechanism.statistic_kind == "groups":
         raise InvalidInputError(PUBLIC_COIN_REFUSAL.format(k=hist.k, analysis=analysis))
     return hist
 

@@ -1,5 +1,6 @@
 """Local randomizers: each knows its parameters, privacy cost, secure per-record randomization,
-fast numpy simulation, fixed-length encoding, and its channel for the aggregator.
+fast numpy simulation, fixed-length encoding, its wire knowledge for the aggregator (bulk
+decoding, accepted range, integer statistic rows and exact sums) and its channel.
 
 May import numpy and the standard library only: never ``client.device``, ``aggregator`` or scipy.
 """

@@ -71,6 +71,8 @@ class PublicCoinBit(PureEpsilon, Mechanism):
     """
 
     name = "public_coin_bit"
+    statistic_kind = "groups"
+    statistic_expands = True
     k: int
     epsilon: float
     public_seed: int
@@ -174,6 +176,16 @@ class PublicCoinBit(PureEpsilon, Mechanism):
         rows[index, reports[:, 0]] = 1
         rows[index, self.groups + reports[:, 0]] = reports[:, 1]
         return rows
+
+    def statistic_sums(self, decoded: np.ndarray) -> np.ndarray:
+        sums, sizes = self.group_statistics(decoded)
+        return np.concatenate([sizes, sums])
+
+    def check_statistic(self, values: np.ndarray, n: int) -> None:
+        super().check_statistic(values, n)
+        sizes, sums = np.split(values, 2)
+        if sizes.sum() != n or (sums > sizes).any():
+            raise ValueError(f"public-coin group sizes must sum to n={n} and bound their bit sums")
 
     def aggregate(self, reports: np.ndarray) -> np.ndarray:
         sums, sizes = self.group_statistics(reports)
