@@ -35,12 +35,10 @@ from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.cli_parsing import DefaultsFormatter, OneLineParser, reader_went_away
 from client.device.filekind import create_private
 from client.device.household import Household, HouseholdTerms, create_terms
-from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, BudgetExceeded, Ledger, LedgerError
 from client.device.reporter import Reporter
 from client.device.split import split_side
 from client.device.survey_cache import SurveyCache
-from client.device.tls import TlsSettings
 from client.device.transport import Transport, TransportError
 from client.progress import bar
 from client.survey import SurveyError, SurveySpec, survey_from_json
@@ -281,6 +279,8 @@ def _transport(args: argparse.Namespace) -> Transport:
             "no transport security configured: pass --tls-ca (and --tls-cert/--tls-key for "
             "mTLS), or --insecure for plaintext"
         )
+    from client.device.tls import TlsSettings  # lazily: cryptography only for TLS
+
     tls = TlsSettings(args.tls_ca, args.tls_cert, args.tls_key)
     return Transport(args.server, tls=tls, timeout=args.timeout)
 
@@ -546,6 +546,8 @@ def run_surveys(args: argparse.Namespace) -> int:
 
 
 def run_device_key(args: argparse.Namespace) -> int:
+    from client.device.keys import DeviceKey, device_key_path  # lazily: cryptography
+
     key = DeviceKey.load_or_create(device_key_path(args.state))
     pem = key.public_key_pem().decode()
     if args.out:
