@@ -45,8 +45,7 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
             "grpc_health",
             "grpc_reflection",
         ),
-        "the device side installs little (no aggregator extra) and never depends on the "
-        "aggregator",
+        "the device side installs little (no aggregator extra) and never depends on the aggregator",
     ),
     (
         ("client.mechanisms",),
