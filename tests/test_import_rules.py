@@ -212,7 +212,8 @@ def test_the_static_check_sees_a_broken_rule(module, source, expected):
 #: matplotlib. The gRPC plug-ins (grpc_health, grpc_reflection) cannot be checked here: where they
 #: are installed, ``import grpc`` itself imports them, which is one reason a device must not
 #: install them; scripts/check_device_install.sh checks a real device install has none of them.
-FORBIDDEN = ("scipy", "aggregator", "apache_beam", "matplotlib", "tqdm")
+#: ``client.simulate`` (the population load generator) loads only for ``ldp-client simulate``.
+FORBIDDEN = ("scipy", "aggregator", "apache_beam", "matplotlib", "tqdm", "client.simulate")
 
 CLIENT_WORKLOAD = """
 import client, client.mechanisms, client.device.ledger, client.device.outbox
@@ -227,7 +228,7 @@ for mech in (RandomizedResponse(4, 1.0), FlipComponents(4, 1.0), GaussianNoise(4
     mech.simulate(np.array([0, 1, 2, 3]), np.random.default_rng(0))
 RandomizedResponse(4, 1.0).realized_epsilon, FlipComponents(4, 1.0).realized_epsilon
 GaussianNoise(4, 8.0, granularity_bits=0).noise_variance
-import client.device.reporter, client.cli
+import client.device.reporter, client.cli, client.progress
 client.cli.build_parser().parse_args(["submit", "--server", "h:1", "--state", "s", "--survey",
                                       "s", "--question", "q", "--index", "0"])
 client.progress.bar(3, "x").close()
