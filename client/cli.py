@@ -208,6 +208,18 @@ def build_parser() -> argparse.ArgumentParser:
     _json(key)
     key.set_defaults(run=run_device_key)
 
+    selftest = _command(
+        sub,
+        "selftest",
+        "replay the wire conformance vectors on this device (samplers, encodings, digests, "
+        "signatures): exit 0 when all match",
+    )
+    selftest.add_argument(
+        "--vectors", type=Path, help="vectors file (default: the one shipped with this package)"
+    )
+    _json(selftest)
+    selftest.set_defaults(run=run_selftest)
+
     sim = _command(sub, "simulate", "play a population of devices against a server")
     _server(sim)
     sim.add_argument("--survey", required=True, help="survey id")
@@ -302,6 +314,27 @@ def _reporter(args: argparse.Namespace) -> Reporter:
         raise UserError(f"{args.state} does not exist: enroll first with submit --budget EPS")
     memoize = getattr(args, "memoize", False)
     return Reporter(_transport(args), args.state, budget, memoize=memoize)
+
+
+def run_selftest(args: argparse.Namespace) -> int:
+    """``ldp-client selftest``: a mis-encoding device is otherwise accepted and only biases the
+    estimates (docs/wire.md §9)."""
+    from client.device import selftest
+
+    try:
+        result = selftest.run(args.vectors)
+    except (OSError, ValueError, KeyError) as exc:
+        path = args.vectors or selftest.VECTORS_PATH
+        raise UserError(f"cannot read the vectors {path}: {exc}") from None
+    if args.json:
+        print(json.dumps({"ok": result.ok, **vars(result)}))
+    else:
+        for failure in result.failures:
+            print(failure)
+        counts = ", ".join(f"{n} {kind}" for kind, n in result.checked.items())
+        verdict = "all reproduced" if result.ok else f"{len(result.failures)} differ"
+        print(f"conformance vectors version {result.version}: {counts}: {verdict}")
+    return 0 if result.ok else 1
 
 
 def run_submit(args: argparse.Namespace) -> int:

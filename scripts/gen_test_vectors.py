@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat 
 
 from client.device import signature, split  # noqa: E402
 from client.device.keys import DeviceKey  # noqa: E402
+from client.device.selftest import ReplayRandom, build_mechanism  # noqa: E402, F401 (re-exported)
 from client.mechanisms import (  # noqa: E402
     FlipComponents,
     GaussianNoise,
@@ -54,28 +55,6 @@ from protos.ldp.v1 import ldp_pb2  # noqa: E402
 
 VECTORS_PATH = ROOT / "protos" / "ldp" / "v1" / "testvectors.json"
 VERSION = 2  # 2: public_seed as a decimal string; digest vectors (wire document 1.1)
-
-
-class ReplayRandom(SecureRandom):
-    """A SecureRandom that hands out given bytes in order (conformance checks only: never for
-    real answers). ``remaining`` tells whether a sampler consumed exactly the bytes given."""
-
-    def __init__(self, data: bytes) -> None:
-        super().__init__()
-        self._data = data
-        self._offset = 0
-
-    def bytes(self, count: int) -> bytes:
-        end = self._offset + count
-        if end > len(self._data):
-            raise EOFError(f"the sampler wants byte {end}, the stream has {len(self._data)}")
-        out = self._data[self._offset : end]
-        self._offset = end
-        return out
-
-    @property
-    def remaining(self) -> int:
-        return len(self._data) - self._offset
 
 
 class RecordingRandom(SecureRandom):
@@ -97,31 +76,6 @@ class RecordingRandom(SecureRandom):
         del self._pending[:count]
         self.consumed += out
         return out
-
-
-def build_mechanism(mechanism: str, params: dict) -> Mechanism | PublicCoinBit:
-    """The mechanism a vector's ``mechanism`` and ``params`` (survey-file names) describe."""
-    k = params["k"]
-    if mechanism == "randomized_response":
-        return RandomizedResponse(k, params["epsilon"])
-    if mechanism == "flip_components":
-        return FlipComponents(k, params["epsilon"])
-    if mechanism == "optimized_unary":
-        return OptimizedUnaryEncoding(k, params["epsilon"])
-    if mechanism == "hadamard_response":
-        return HadamardResponse(k, params["epsilon"])
-    if mechanism == "public_coin_bit":
-        seed = int(params["public_seed"])  # a decimal string in the vectors (up to 2^64 - 1)
-        return PublicCoinBit(k, params["epsilon"], seed, params["groups"])
-    if mechanism == "local_hashing":
-        return LocalHashing(k, params["epsilon"])
-    if mechanism == "subset_selection":
-        return SubsetSelection(k, params["epsilon"])
-    if mechanism == "gaussian":
-        return GaussianNoise(k, params["rho"], granularity_bits=params["granularity_bits"])
-    if mechanism == "laplace":
-        return LaplaceNoise(k, params["epsilon"], granularity_bits=params["granularity_bits"])
-    raise ValueError(f"unknown mechanism {mechanism!r}")
 
 
 def derived_constants(mech: Mechanism | PublicCoinBit) -> dict[str, str]:
