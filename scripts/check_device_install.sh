@@ -20,10 +20,8 @@ fail() {
 
 work="$(mktemp -d)"
 cleanup() {
-    if [ -n "${server_pid:-}" ] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -TERM "$server_pid"
-        wait "$server_pid" || true
-    fi
+    # the aggregator started below (its own pid only), then the scratch folder
+    [ -z "${server_pid:-}" ] || { kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid"; } || true
     rm -rf "$work"
 }
 trap cleanup EXIT

@@ -18,18 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client.mechanisms import (
-    FlipComponents,
-    GaussianNoise,
-    HadamardResponse,
-    LaplaceNoise,
-    LocalHashing,
-    Mechanism,
-    OptimizedUnaryEncoding,
-    PublicCoinBit,
-    RandomizedResponse,
-    SubsetSelection,
-)
+from client import mechanisms as m
 from client.mechanisms.secure_random import SecureRandom
 
 #: The vectors this package was built with.
@@ -58,28 +47,28 @@ class ReplayRandom(SecureRandom):
         return len(self._data) - self._offset
 
 
-def build_mechanism(mechanism: str, params: dict) -> Mechanism | PublicCoinBit:
+def build_mechanism(mechanism: str, params: dict) -> m.Mechanism | m.PublicCoinBit:
     """The mechanism a vector's ``mechanism`` and ``params`` (survey-file names) describe."""
     k = params["k"]
     if mechanism == "randomized_response":
-        return RandomizedResponse(k, params["epsilon"])
+        return m.RandomizedResponse(k, params["epsilon"])
     if mechanism == "flip_components":
-        return FlipComponents(k, params["epsilon"])
+        return m.FlipComponents(k, params["epsilon"])
     if mechanism == "optimized_unary":
-        return OptimizedUnaryEncoding(k, params["epsilon"])
+        return m.OptimizedUnaryEncoding(k, params["epsilon"])
     if mechanism == "hadamard_response":
-        return HadamardResponse(k, params["epsilon"])
+        return m.HadamardResponse(k, params["epsilon"])
     if mechanism == "public_coin_bit":
         seed = int(params["public_seed"])  # a decimal string in the vectors (up to 2^64 - 1)
-        return PublicCoinBit(k, params["epsilon"], seed, params["groups"])
+        return m.PublicCoinBit(k, params["epsilon"], seed, params["groups"])
     if mechanism == "local_hashing":
-        return LocalHashing(k, params["epsilon"])
+        return m.LocalHashing(k, params["epsilon"])
     if mechanism == "subset_selection":
-        return SubsetSelection(k, params["epsilon"])
+        return m.SubsetSelection(k, params["epsilon"])
     if mechanism == "gaussian":
-        return GaussianNoise(k, params["rho"], granularity_bits=params["granularity_bits"])
+        return m.GaussianNoise(k, params["rho"], granularity_bits=params["granularity_bits"])
     if mechanism == "laplace":
-        return LaplaceNoise(k, params["epsilon"], granularity_bits=params["granularity_bits"])
+        return m.LaplaceNoise(k, params["epsilon"], granularity_bits=params["granularity_bits"])
     raise ValueError(f"unknown mechanism {mechanism!r}")
 
 
