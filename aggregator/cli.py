@@ -568,9 +568,9 @@ async def _serve(
     credentials: grpc.ServerCredentials | None,
     keys: dict[str, Ed25519PublicKey],
 ) -> None:
+    from aggregator.service.app import start_server
     from aggregator.service.metrics import PrometheusMetrics
     from aggregator.service.observe import Observer, access_log_stream
-    from aggregator.service.server import start_server
 
     recorder = PrometheusMetrics() if args.metrics_port is not None else None
     running = await start_server(

@@ -15,7 +15,7 @@ class IncompatibleHistogramsError(InvalidInputError):
 
 class ClusteredReportsError(LdpError):
     """A test would run on reports that may come from several members of one household: they
-    are not independent, so its p-value would be too small (privacy-accounting spec D.3)."""
+    are not independent, so its p-value would be too small (privacy-accounting spec §D.3)."""
 
 
 class InsufficientDataError(LdpError):

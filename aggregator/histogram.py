@@ -19,12 +19,57 @@ from client.mechanisms import (
 
 @dataclass(frozen=True, eq=False)
 class Histogram:
-    """``values`` is what the estimators and tests need from ``n`` reports of ``mechanism``:
-    category counts (randomized response), bit sums (flip components), support counts (optimized
-    unary encoding, Hadamard response), per-group report counts then bit sums (public-coin
-    one-bit reports: 2L numbers) or coordinate sums in real units (Gaussian, Laplace). Build it
-    from reports with ``from_reports`` or directly from numbers an analyst already has; add
-    histograms of the same mechanism with ``+``.
+    """The sufficient statistic of ``n`` reports of one mechanism: what estimates and tests need.
+
+    ``values`` holds category counts (randomized response), bit sums (flip components), support
+    counts (optimized unary encoding, Hadamard response, subset selection, local hashing),
+    per-group report counts then bit sums (public-coin one-bit reports: 2L numbers) or coordinate
+    sums in real units (Gaussian, Laplace). Build it from reports with ``from_reports`` or directly
+    from numbers an analyst already has; add histograms of the same mechanism with ``+``.
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        The mechanism, with its parameters, that randomized every report.
+    n : int
+        Number of reports, >= 0.
+    values : array_like of float, shape (mechanism.statistic_size,)
+        The sufficient statistic; integers in 0..n for the counting mechanisms, summing to n for
+        randomized response.
+
+    Raises
+    ------
+    InvalidInputError
+        A ``mechanism`` that is not a ``Mechanism``, a negative or non-integer ``n``, values of the
+        wrong shape, non-finite values, counts that are not integers in 0..n (or, for randomized
+        response, do not sum to n), and, from ``from_reports``, reports the mechanism cannot
+        aggregate.
+    IncompatibleHistogramsError
+        ``+`` of histograms of different mechanisms or parameters.
+
+    References
+    ----------
+    local-chi-square-tests spec §1 (what each mechanism's server side aggregates, after
+    [Rogers2017] Ch. 8); the large-domain spec §2 for the large-domain mechanisms.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from aggregator.histogram import Histogram
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=3, epsilon=1.0)
+    >>> shard_1 = Histogram.from_reports(rr, np.array([0, 2, 2, 1]))
+    >>> shard_1
+    Histogram(randomized_response(k=3, epsilon=1), n=4, values=[1.0, 1.0, 2.0])
+    >>> total = shard_1 + Histogram(rr, 2, [0, 2, 0])
+    >>> total.n, total.values.tolist()
+    (6, [1.0, 3.0, 2.0])
+    >>> total.mean.round(3).tolist()
+    [0.167, 0.5, 0.333]
+    >>> Histogram(rr, 3, [1, 1, 0])
+    Traceback (most recent call last):
+        ...
+    aggregator.errors.InvalidInputError: randomized-response counts must sum to n=3, got 2
     """
 
     mechanism: Mechanism

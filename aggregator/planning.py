@@ -165,12 +165,22 @@ def plan_study(
     )
     rows = []
     for mechanism, method, note in candidates:
-        asked = dict(null=null, shape=shape, alpha=alpha, method=method or None)
+        chosen = method or None
         if n is not None:
-            figure = power(mechanism, alternative, n, **asked)
+            figure = power(
+                mechanism, alternative, n, null=null, shape=shape, alpha=alpha, method=chosen
+            )
             rows.append(PlanRow(mechanism, method, n, figure, note))
-        else:
-            needed = sample_size(mechanism, alternative, power=target_power, **asked)
+        elif target_power is not None:  # exactly one of n and target_power: checked above
+            needed = sample_size(
+                mechanism,
+                alternative,
+                null=null,
+                shape=shape,
+                power=target_power,
+                alpha=alpha,
+                method=chosen,
+            )
             rows.append(PlanRow(mechanism, method, needed, target_power, note))
     rows.sort(key=(lambda r: -r.power) if n is not None else (lambda r: r.n))
     return StudyPlan(test, alternative, null, shape, alpha, target_power, tuple(rows))

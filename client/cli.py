@@ -27,6 +27,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
@@ -546,18 +547,27 @@ def run_install_survey(args: argparse.Namespace) -> int:
     return 0
 
 
+class _CachedSurveyRow(TypedDict):
+    """One survey definition in `ldp-client surveys` (a JSON object with --json)."""
+
+    survey: str
+    source: str
+    stored_at: float
+    questions: dict[str, str]  # question id -> definition digest (hex)
+
+
 def run_surveys(args: argparse.Namespace) -> int:
     if not args.state.exists():
         raise UserError(f"{args.state} does not exist")
     with SurveyCache.read_only(args.state) as cache:
         cached = cache.surveys()
     rows = [
-        {
-            "survey": c.survey.id,
-            "source": c.source,
-            "stored_at": c.stored_at,
-            "questions": {q.id: q.digest.hex() for q in c.survey.questions},
-        }
+        _CachedSurveyRow(
+            survey=c.survey.id,
+            source=c.source,
+            stored_at=c.stored_at,
+            questions={q.id: q.digest.hex() for q in c.survey.questions},
+        )
         for c in cached
     ]
     if args.json:

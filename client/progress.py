@@ -11,7 +11,7 @@ work runs the same). Used by both command lines
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from typing import Protocol, TextIO, TypeVar
 
 T = TypeVar("T")
@@ -67,9 +67,9 @@ def shown(quiet: bool = False, stream: TextIO | None = None) -> bool:
         return False
 
 
-def bar(total: float, desc: str, *, unit: str = "items", quiet: bool = False) -> Bar:
-    """A bar counting to ``total`` ``unit`` (a plural: "reports"); advance it with ``update(n)``
-    and close it (or use it in a ``with`` block)."""
+def bar(total: float | None, desc: str, *, unit: str = "items", quiet: bool = False) -> Bar:
+    """A bar counting to ``total`` ``unit`` (a plural: "reports"; None: a count without a
+    total); advance it with ``update(n)`` and close it (or use it in a ``with`` block)."""
     if not shown(quiet):
         return _Silent()
     try:
@@ -81,7 +81,7 @@ def bar(total: float, desc: str, *, unit: str = "items", quiet: bool = False) ->
         total=total,
         desc=desc,
         unit=f" {unit}",
-        unit_scale=total >= 10_000,  # 10.0k/100k reports, but 3/4 shards
+        unit_scale=total is not None and total >= 10_000,  # 10.0k/100k reports, but 3/4 shards
         bar_format=BAR_FORMAT,
         file=sys.stderr,
         leave=False,
@@ -99,8 +99,8 @@ def track(
     quiet: bool = False,
 ) -> Iterator[T]:
     """``items``, advancing a bar by one for each (``total`` defaults to ``len(items)``)."""
-    if total is None and hasattr(items, "__len__"):
-        total = len(items)  # type: ignore[arg-type]
+    if total is None and isinstance(items, Sized):
+        total = len(items)
     with bar(total, desc, unit=unit, quiet=quiet) as progress:
         for item in items:
             yield item

@@ -62,13 +62,13 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
                 side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
                 for question in survey.questions:
                     mech = question.mechanism
-                    value = int(answers[question.id][device])
+                    answer = int(answers[question.id][device])
                     batch.append(
                         ldp_pb2.Report(
                             report_id=os.urandom(16),
                             survey_id=survey.id,
                             question_id=question.id,
-                            payload=mech.encode(mech.randomize(value)),
+                            payload=mech.encode(mech.randomize(answer)),
                             definition_digest=question.digest,
                             side=side,
                             group=values[groups[device]],
@@ -82,14 +82,13 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
                     batch = []
     elapsed = time.perf_counter() - started
     cost = survey_cost(survey.questions)
+    devices_per_group = (
+        {v: int((groups == g).sum()) for g, v in enumerate(values)} if any(values) else None
+    )
     summary = {
         "devices": args.devices,
         "reports": total,
-        **(
-            {"groups": {v: int((groups == g).sum()) for g, v in enumerate(values)}}
-            if any(values)
-            else {}
-        ),
+        **({"groups": devices_per_group} if devices_per_group is not None else {}),
         "seconds": elapsed,
         **counts,
         "epsilon": cost.epsilon,
@@ -104,9 +103,9 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
             f"each device spent epsilon {cost.epsilon:g} (pure) and rho {cost.rho:g} (zCDP), "
             f"covered by {cost.flags}"
         )
-        if "groups" in summary:
-            shares = ", ".join(f"{v} {n:,}" for v, n in summary["groups"].items())
-            print(f"devices per {survey.group_label.name}: {shares}")  # type: ignore[union-attr]
+        if devices_per_group is not None and survey.group_label is not None:
+            counted = ", ".join(f"{v} {n:,}" for v, n in devices_per_group.items())
+            print(f"devices per {survey.group_label.name}: {counted}")
     return 0
 
 

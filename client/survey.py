@@ -10,7 +10,7 @@ import math
 import re
 import struct
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from client.mechanisms import (
@@ -40,7 +40,7 @@ MECHANISM_NAMES = {
     "public_coin_bit": ldp_pb2.PUBLIC_COIN_BIT,
 }
 #: The epsilon-LDP mechanisms built from (k, epsilon) alone.
-_EPSILON_ONLY = {
+_EPSILON_ONLY: dict[str, Callable[[int, float], Mechanism]] = {
     "randomized_response": RandomizedResponse,
     "flip_components": FlipComponents,
     "optimized_unary": OptimizedUnaryEncoding,
@@ -90,6 +90,15 @@ class QuestionSpec:
         return tuple(len(a.categories) for a in self.attributes)
 
     @property
+    def table_shape(self) -> tuple[int, int] | None:
+        """(rows, columns) of the contingency table of a question of two attributes (what an
+        independence test needs); None for any other question."""
+        if len(self.attributes) != 2:
+            return None
+        rows, columns = self.attributes
+        return len(rows.categories), len(columns.categories)
+
+    @property
     def labels(self) -> list[str]:
         """Category labels in joint (row-major) order, attributes joined by '|'."""
         labels = [""]
@@ -135,11 +144,11 @@ class QuestionSpec:
         grid, attributes and their categories, the household tag when set (not the text)."""
         mech = self.mechanism
         parameter = "rho" if isinstance(mech, GaussianNoise) else "epsilon"
-        additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+        additive = mech if isinstance(mech, GaussianNoise | LaplaceNoise) else None
         definition: dict[str, object] = {
             "mechanism": mech.name,
             parameter: float(mech.rho if isinstance(mech, GaussianNoise) else mech.parameter),
-            "granularity_bits": mech.granularity_bits if additive else None,
+            "granularity_bits": additive.granularity_bits if additive is not None else None,
             "attributes": [
                 {"name": a.name, "categories": list(a.categories)} for a in self.attributes
             ],
@@ -157,13 +166,13 @@ class QuestionSpec:
         "Definition digest"): what a report carries to say which definition randomized it."""
         mech = self.mechanism
         value = mech.rho if isinstance(mech, GaussianNoise) else mech.parameter
-        additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+        additive = mech if isinstance(mech, GaussianNoise | LaplaceNoise) else None
         fields = [
             DIGEST_FORMAT,
             self.id,
             mech.name,
             struct.pack(">d", float(value)).hex(),
-            str(mech.granularity_bits) if additive else "",
+            str(additive.granularity_bits) if additive is not None else "",
             str(len(self.attributes)),
         ]
         for attribute in self.attributes:
@@ -243,7 +252,7 @@ def build_question(
     question_id: str,
     text: str,
     attributes: Sequence[Attribute],
-    mechanism: str,
+    mechanism: object,
     parameter: float,
     granularity_bits: int = DEFAULT_GRANULARITY_BITS,
     *,
@@ -251,8 +260,9 @@ def build_question(
     public_seed: int | None = None,
     groups: int | None = None,
 ) -> QuestionSpec:
-    """Validate a question definition and build its mechanism (``public_seed`` and ``groups``:
-    the public subsets of ``public_coin_bit``, required there and refused elsewhere)."""
+    """Validate a question definition and build its mechanism (``mechanism``: one of
+    MECHANISM_NAMES, from a parsed file, checked; ``public_seed`` and ``groups``: the public
+    subsets of ``public_coin_bit``, required there and refused elsewhere)."""
     check_id("question", question_id)
     if not isinstance(household_shared, bool):
         raise SurveyError(
@@ -274,7 +284,7 @@ def build_question(
                 f"categories; listed more than once: {', '.join(map(repr, repeated[:5]))}"
             )
     k = math.prod(len(a.categories) for a in attributes)
-    if mechanism not in MECHANISM_NAMES:
+    if not isinstance(mechanism, str) or mechanism not in MECHANISM_NAMES:
         raise SurveyError(
             f"question {question_id}: unknown mechanism {mechanism!r}; "
             f"choose from {sorted(MECHANISM_NAMES)}"
@@ -287,7 +297,7 @@ def build_question(
             f"question {question_id}: public_seed and groups belong to public_coin_bit only"
         )
     try:
-        if coin:
+        if coin and public_seed is not None and groups is not None:  # both set: checked above
             mech: Mechanism = PublicCoinBit(k, parameter, public_seed, groups)
         elif mechanism in _EPSILON_ONLY:
             mech = _EPSILON_ONLY[mechanism](k, parameter)

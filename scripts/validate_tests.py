@@ -1,5 +1,6 @@
 """Long validation run of every local test: Type I error and power against the analytic
-noncentral chi-square, on the Figure 24/25 grids of the spec (section 10) plus edge cases.
+noncentral chi-square, on the Figure 24/25 grids of the local-chi-square-tests spec §10 plus
+edge cases.
 
 Writes docs/validation.md. Usage: python scripts/validate_tests.py [--trials-scale 1.0]
 [--workers 2] [--out docs/validation.md]. The full run takes about 20-30 minutes on 2 cores.

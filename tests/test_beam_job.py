@@ -312,7 +312,7 @@ def test_fast_framing_agrees_with_a_sequential_parse(exported):
 def test_the_service_never_imports_beam():
     """Only `ldp-aggregator job` loads Beam; the server and the other commands stay light."""
     code = (
-        "import sys, aggregator.service.server, aggregator.cli\n"
+        "import sys, aggregator.service.app, aggregator.cli\n"
         "print(sorted({m.split('.')[0] for m in sys.modules\n"
         "              if m.startswith(('apache_beam', 'aggregator.jobs'))}))"
     )

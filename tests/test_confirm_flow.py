@@ -18,7 +18,7 @@ from aggregator.cli import main
 from aggregator.confirm.sparse_validate import level
 from aggregator.errors import ConfirmationError
 from aggregator.loader import open_survey
-from aggregator.service.server import open_store
+from aggregator.service.app import open_store
 from aggregator.store import definitions, ingest
 from aggregator.store.definitions import SplitChangedError
 from aggregator.store.report_store import SCHEMA_VERSION, ReportStore

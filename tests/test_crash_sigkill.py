@@ -266,6 +266,6 @@ def zombie(pid: int) -> bool:
 def test_serving_does_not_wait_for_scipy():
     """What keeps a restart fast: the serve path imports no SciPy (about a second on this
     machine); the statistics package loads on the first analysis call instead."""
-    code = "import sys, aggregator.cli, aggregator.service.server; print('scipy' in sys.modules)"
+    code = "import sys, aggregator.cli, aggregator.service.app; print('scipy' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr

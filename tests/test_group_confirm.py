@@ -13,7 +13,7 @@ import pytest
 
 from aggregator.cli import main
 from aggregator.loader import open_survey
-from aggregator.service.server import open_store
+from aggregator.service.app import open_store
 from aggregator.stats import two_sample
 from aggregator.store import ingest
 from aggregator.survey_file.analyses import parse_analysis

@@ -19,7 +19,7 @@ import pytest
 from conftest import ServerThread
 
 from aggregator.histogram import Histogram
-from aggregator.service.server import open_store
+from aggregator.service.app import open_store
 from aggregator.stats import estimate, two_sample
 from aggregator.store import definitions, ingest, shards
 from aggregator.store.definitions import GroupLabelChangedError

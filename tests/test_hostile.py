@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from aggregator.service import wire
 from aggregator.service.answers import released, stream_response
-from aggregator.service.server import MAX_REPORTS_PER_REQUEST
+from aggregator.service.collector import MAX_REPORTS_PER_REQUEST
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 

@@ -193,7 +193,7 @@ def test_the_layout_has_the_documented_packages():
     ("module", "source", "expected"),
     [
         ("aggregator.stats.gof", "from aggregator.store import ingest\n", "aggregator.store"),
-        ("aggregator.service.server", "def f():\n    import aggregator.jobs.pipeline\n", "jobs"),
+        ("aggregator.service.analyst", "def f():\n    import aggregator.jobs.pipeline\n", "jobs"),
         ("client.device.outbox", "from aggregator.histogram import Histogram\n", "aggregator"),
         ("client.mechanisms.base", "from ..device import ledger\n", "client.device"),
         ("aggregator.store.shards", "from aggregator.service.limits import x\n", "service"),

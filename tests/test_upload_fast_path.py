@@ -8,7 +8,7 @@ import random
 
 import grpc
 
-from aggregator.service.server import encode_upload_response
+from aggregator.service.answers import encode_upload_response
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 

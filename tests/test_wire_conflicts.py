@@ -146,7 +146,7 @@ def test_unary_conflict_is_its_own_result_and_not_counted(aggregator, caplog):
     a, b, c, new = (os.urandom(16) for _ in range(4))
     earlier = [report(a, value=1), report(b, value=1), report(c, value=1)]
     collector.Upload(ldp_pb2.UploadRequest(reports=earlier))
-    caplog.set_level(logging.WARNING, logger="aggregator.service.server")
+    caplog.set_level(logging.WARNING, logger="aggregator.service.collector")
     reports = [
         report(a, value=2),  # other payload
         report(new, value=3),

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
-from aggregator.service.server import MAX_REPORTS_PER_REQUEST
+from aggregator.service.collector import MAX_REPORTS_PER_REQUEST
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from client.device.ledger import Budget
 from client.device.reporter import Reporter

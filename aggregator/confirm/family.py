@@ -52,8 +52,9 @@ def run_family(
         raise InvalidInputError(f"the plan is for survey {plan.survey_id!r}, not {survey.id!r}")
     raw = []
     for analysis in plan.tests:
-        hists = [histograms.get((analysis.question_id, g)) for g in analysis.groups or ("",)]
-        if any(hist is None or hist.n == 0 for hist in hists):
+        found = [histograms.get((analysis.question_id, g)) for g in analysis.groups or ("",)]
+        hists = [hist for hist in found if hist is not None and hist.n != 0]
+        if len(hists) < len(found):
             raise InsufficientDataError(f"no confirmation reports for {analysis.question_id!r}")
         hist = hists[0]
         if analysis.test == "goodness_of_fit":
@@ -61,7 +62,9 @@ def run_family(
         elif analysis.test == "two_sample":
             result = two_sample(hist, hists[1], plan.alpha, rng=seed)
         else:
-            shape = survey.question(analysis.question_id).shape
+            shape = survey.question(analysis.question_id).table_shape
+            if shape is None:  # parse_analysis refuses such a plan
+                raise InvalidInputError(f"{analysis.title}: independence needs two attributes")
             result = independence(hist, shape, plan.alpha, rng=seed)
         if result.inconclusive:
             raise InsufficientDataError(f"{analysis.title}: {result.reason}")

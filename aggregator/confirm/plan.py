@@ -60,7 +60,8 @@ def parse_plan(text: str, surveys: dict[str, SurveySpec], where: str = "plan") -
     unknown = sorted(set(document) - _PLAN_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
-    survey = surveys.get(document.get("survey"))
+    survey_id = document.get("survey")
+    survey = surveys.get(survey_id) if isinstance(survey_id, str) else None
     if survey is None:
         raise ConfigError(f"{where}: 'survey' must name a survey of the config file")
     alpha = document.get("alpha", 0.05)

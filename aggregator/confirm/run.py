@@ -54,7 +54,7 @@ def holdout_answer(
     histograms: Mapping[tuple[str, str], Histogram],
     question_id: str,
     test: str,
-    p0: Sequence[float] | None = None,
+    p0: Sequence[float] | np.ndarray | None = None,
     seed: int = 0,
 ) -> tuple[dict, bool, float]:
     """Run one test at the holdout's next level: (new state, reject, level). A test that cannot
@@ -77,12 +77,13 @@ def holdout_answer(
     if test == "goodness_of_fit":
         if p0 is None or len(p0) != question.k:
             raise InvalidInputError(f"goodness_of_fit needs p0 with {question.k} probabilities")
-        p0 = np.asarray(p0, dtype=float)
-        result = goodness_of_fit(hist, p0, level, rng=seed, n_draws=max(999, draws))
+        null = np.asarray(p0, dtype=float)
+        result = goodness_of_fit(hist, null, level, rng=seed, n_draws=max(999, draws))
     else:
-        if len(question.shape) != 2:
+        shape = question.table_shape
+        if shape is None:
             raise InvalidInputError(f"question {question_id!r}: independence needs 2 attributes")
-        result = independence(hist, question.shape, level, rng=seed, n_draws=max(199, draws))
+        result = independence(hist, shape, level, rng=seed, n_draws=max(199, draws))
     if result.inconclusive:
         raise InsufficientDataError(f"{question_id}: {result.reason}")
     validate.record(result.reject)

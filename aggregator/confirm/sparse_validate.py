@@ -1,5 +1,5 @@
-"""SparseValidate (privacy-accounting spec C.6, Hardt and Rothblum, implemented as printed there):
-a reusable confirmation holdout that answers adaptively chosen tests with one bit each.
+"""SparseValidate (privacy-accounting spec §C.6, from [Dwork2015] Thm 27, implemented as printed
+there): a reusable confirmation holdout that answers adaptively chosen tests with one bit each.
 
 The analyst submits tests one at a time; the service runs query i at level beta_i on the holdout
 and returns only reject / do not reject. It stops after ``m`` queries or after ``budget``
@@ -18,8 +18,8 @@ from aggregator.stats.validate import check_alpha
 
 
 def histories(i: int, budget: int) -> int:
-    """l_i = sum_{j=0}^{min(i-1, B)} C(i, j): the spec's (conservative) count of answer histories
-    that can precede query i."""
+    """l_i = sum_{j=0}^{min(i-1, B)} C(i, j): the (conservative) count of answer histories that
+    can precede query i (privacy-accounting spec §C.6; [Dwork2015] Thm 27)."""
     return sum(math.comb(i, j) for j in range(min(i - 1, budget) + 1))
 
 

@@ -114,7 +114,8 @@ def _estimated(hist, confidence: float) -> dict:
 
 
 def _clustered(survey: SurveySpec, question) -> dict | None:
-    """{"error": ...} when the question's reports may be clustered by household (spec D.3)."""
+    """{"error": ...} when the question's reports may be clustered by household
+    (privacy-accounting spec §D.3)."""
     try:
         check_independent(survey, question)
     except ClusteredReportsError as exc:

@@ -14,7 +14,7 @@ def format_p(pvalue: float) -> str:
 
 def result_p(result: TestResult) -> str:
     """The p-value of a result: a Monte Carlo p-value at its floor reads p <= 1/(m+1)."""
-    if result.at_floor:
+    if result.at_floor and result.n_draws is not None:  # at_floor: a Monte Carlo p-value
         return f"p <= 1/{result.n_draws + 1:,}"
     return format_p(result.pvalue)
 

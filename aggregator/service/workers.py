@@ -34,12 +34,12 @@ from pathlib import Path
 import grpc
 
 from aggregator.errors import LdpError
+from aggregator.service.app import open_store, serve
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.devices import DeviceRegistry, RegistryWatch
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
 from aggregator.service.metrics import NoMetrics, PrometheusMetrics
 from aggregator.service.observe import Observer, access_log_stream
-from aggregator.service.server import open_store, serve
 from aggregator.service.store_link import RemoteStore, serve_link
 from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import ConnectionLimits, StreamLimits

@@ -9,8 +9,9 @@ Every mechanism's average report is ``c0 + c1 * p``, so the de-biased estimate
   b the per-report noise variance (flip components: ``b = s (1 - s) / (1 - 2 s)^2``), and
   ``W = S_b^{-1}`` or, projected onto sum-zero vectors, ``Pi S_b^{-1} Pi``.
 
-Writing flip components this way shows that T_FC (spec section 4.8) is the projected
-additive-noise statistic with ``b = A / (A - 1)^2``.
+Writing flip components this way shows that T_FC (local-chi-square-tests spec §4.8;
+[Rogers2017] Thm 8.2.10-8.2.11) is the projected additive-noise statistic with
+``b = A / (A - 1)^2``.
 
 * support-count mechanisms (optimized unary encoding, Hadamard response, subset selection, local
   hashing): each count is Binomial(n, q_j), q = c0 + c1 p, and ``W = c1^2 Diag(1 / (q (1 - q)))``
@@ -95,8 +96,8 @@ def rough_distribution(values: np.ndarray, n: int, mechanism: Mechanism) -> np.n
 
     De-biased estimate, normalised to sum 1 where the mechanism does not guarantee it (for
     additive noise: the noisy table over its noisy total, falling back to n when that total
-    is not positive, spec section 4.7). The result may still have negative entries; callers
-    project onto the simplex.
+    is not positive, local-chi-square-tests spec §4.7). The result may still have negative
+    entries; callers project onto the simplex.
     """
     p_hat = debiased(values, n, mechanism)
     if is_randomized_response(mechanism):
@@ -106,7 +107,8 @@ def rough_distribution(values: np.ndarray, n: int, mechanism: Mechanism) -> np.n
 
 
 def project_simplex(v: np.ndarray, total: float = 1.0) -> np.ndarray:
-    """Euclidean projection of each row of ``v`` onto ``{h >= 0, sum h = total}`` (spec 2.4)."""
+    """Euclidean projection of each row of ``v`` onto ``{h >= 0, sum h = total}``
+    (local-chi-square-tests spec §2.4)."""
     v = np.asarray(v, dtype=float)
     u = -np.sort(-v, axis=-1)
     css = np.cumsum(u, axis=-1) - total
@@ -118,7 +120,8 @@ def project_simplex(v: np.ndarray, total: float = 1.0) -> np.ndarray:
 
 
 def additive_form(y: np.ndarray, p: np.ndarray, b: float, projected: bool) -> np.ndarray:
-    """``y^T Pi S_b(p)^{-1} Pi y`` (or without Pi) for each row, by the closed form of spec 2.1.
+    """``y^T Pi S_b(p)^{-1} Pi y`` (or without Pi) for each row, by the closed form of the
+    local-chi-square-tests spec §2.1.
 
     Needs no matrix inverse, is stable as b -> 0, and allows zero cells in p when b > 0.
     """
@@ -185,7 +188,8 @@ def metric_matrix(mechanism: Mechanism, p: np.ndarray, projected: bool = True) -
     b = extra_variance(mechanism)
     _check_noise(b)
     # Pi S_b^{-1} Pi = Pi Diag(w)^{-1} Pi + b u u^T / sum(p / w), with u = Pi (1 / w): the
-    # Sherman-Morrison term written without the cancellation of order 1 / b (spec 2.1).
+    # Sherman-Morrison term ([Sherman1950]) written without the cancellation of order 1 / b
+    # (local-chi-square-tests spec §2.1).
     inv_w = 1.0 / (p + b)
     u = inv_w - inv_w.mean(axis=-1, keepdims=True)
     diag = np.eye(k) * inv_w[..., None, :]

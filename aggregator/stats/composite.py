@@ -1,11 +1,12 @@
-"""Composite nulls p = p(theta): the local minimum chi-square test (spec 3.5, 3.7, 4.3, 4.6, 4.7),
-with independence of an r x c table as its main instance.
+"""Composite nulls p = p(theta): the local minimum chi-square test (local-chi-square-tests spec
+§3.5, §3.7, §4.3, §4.6, §4.7; [Rogers2017] Sec. 7.1.2, Alg. 15, 19), with independence of an
+r x c table as its main instance.
 
 In de-biased units v = p_hat, the statistic is ``n min_theta (v - p(theta))^T W (v - p(theta))``
 where W is the mechanism's metric (``channel.metric_matrix``) evaluated at the rough estimate
-p(phi). Randomized response reports the Alg. 19 form (denominators at p(theta_hat)); the
-projected forms for additive noise and flip components use ``Pi S_b^{-1} Pi`` and have
-k - 1 - s degrees of freedom (derivation for flip components in docs/flip-independence.md).
+p(phi). Randomized response reports the [Rogers2017] Alg. 19 form (denominators at p(theta_hat));
+the projected forms for additive noise and flip components use ``Pi S_b^{-1} Pi`` and have k - 1 - s
+degrees of freedom (derivation for flip components in docs/flip-independence.md).
 """
 
 from __future__ import annotations
@@ -113,11 +114,65 @@ def composite(
 ) -> TestResult:
     """Test H0: p = p(theta) for some theta, with the general minimum chi-square statistic.
 
-    ``calibration``: ``"asymptotic"`` (chi-square with k - 1 - s degrees of freedom, or k - s
-    non-projected; with additive noise inconclusive when a rough cell has n p <= 5),
-    ``"monte-carlo"`` (parametric bootstrap: ``n_draws`` replicates drawn at p(theta_hat), boundary
-    fits included, each re-fitted) or ``"auto"`` (asymptotic only where the diagnostics of
-    ``stats.calibration`` pass; Laplace noise is always bootstrapped).
+    Parameters
+    ----------
+    hist : Histogram
+        The sufficient statistic of the reports; public-coin one-bit reports are refused.
+    model : ParametricModel
+        The null family p(theta) with s free parameters (``IndependenceModel``,
+        ``FunctionModel`` or a subclass); its k must be the question's.
+    alpha : float, default 0.05
+        Level of the test, in (0, 1).
+    method : str, optional
+        Randomized response ``min-chi-square``; Gaussian noise and flip components ``projected``
+        (default) or ``nonprojected``; Laplace noise and the support-count mechanisms
+        ``bootstrap``. None picks the default.
+    calibration : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+        ``"asymptotic"``: chi-square with k - 1 - s degrees of freedom, or k - s non-projected;
+        with additive noise inconclusive when a rough cell has n p <= 5. ``"monte-carlo"``:
+        parametric bootstrap, ``n_draws`` replicates drawn at p(theta_hat), boundary fits
+        included, each re-fitted. ``"auto"``: asymptotic only where the diagnostics of
+        ``stats.calibration`` pass; Laplace noise is always bootstrapped.
+    rng : numpy.random.Generator or int, optional
+        Randomness of the bootstrap; a seed makes it reproducible.
+    n_draws : int, default 199
+        Number of bootstrap replicates.
+    title : str, default "composite"
+        Prefix of the result's ``method`` label.
+
+    Returns
+    -------
+    TestResult
+        With ``dof`` = k - 1 - s (projected) or k - s, None when bootstrapped; an
+        ``inconclusive`` result never rejects and says why.
+
+    Raises
+    ------
+    InvalidInputError
+        A model that is not a ``ParametricModel``, has the wrong k or too many parameters, or
+        whose p(theta_hat) is not a probability vector; the asymptotic law asked for a
+        support-count mechanism; a malformed ``alpha``, ``method``, ``calibration``, ``rng`` or
+        ``n_draws``; public-coin one-bit reports.
+    InsufficientDataError
+        A histogram of zero reports.
+
+    References
+    ----------
+    [Rogers2017] Sec. 7.1.2 (minimum chi-square theory), Alg. 15 (GenChiTest), Alg. 16
+    (MC-GenChiTest), Alg. 19 (LocalGeneral); [Kifer2017]; local-chi-square-tests spec §3.5,
+    §3.7, §4.3, §4.6, §4.7.
+
+    Examples
+    --------
+    Independence of two binary attributes, written as the composite null of a 2 x 2 table:
+
+    >>> from aggregator.histogram import Histogram
+    >>> from aggregator.stats import IndependenceModel, composite
+    >>> from client.mechanisms import RandomizedResponse
+    >>> hist = Histogram(RandomizedResponse(k=4, epsilon=2.0), 3000, [760, 735, 742, 763])
+    >>> result = composite(hist, IndependenceModel(2, 2))
+    >>> result.dof, result.reject, round(result.pvalue, 2)
+    (1, False, 0.4)
     """
     hist = check_per_category(check_histogram(hist), "composite test")
     alpha = check_alpha(alpha)
@@ -204,6 +259,57 @@ def independence(
     ``projected`` (default) or ``nonprojected``; optimized unary encoding, Hadamard response,
     subset selection and local hashing ``bootstrap``. Degrees of freedom (r - 1)(c - 1);
     ``calibration`` as in ``composite``. Public-coin one-bit reports are refused.
+
+    Parameters
+    ----------
+    hist : Histogram
+        The sufficient statistic of the reports on the r * c joint categories.
+    shape : tuple of int
+        ``(r, c)``, with r * c equal to the question's k.
+    alpha : float, default 0.05
+        Level of the test, in (0, 1).
+    method : str, optional
+        One of the methods above; None picks the mechanism's default.
+    calibration : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+        As in ``composite``.
+    rng : numpy.random.Generator or int, optional
+        Randomness of a bootstrap; a seed makes it reproducible.
+    n_draws : int, default 199
+        Number of bootstrap replicates.
+
+    Returns
+    -------
+    TestResult
+        With ``dof`` = (r - 1)(c - 1), None when bootstrapped.
+
+    Raises
+    ------
+    InvalidInputError
+        A ``shape`` that is not a pair of integers or does not match k, public-coin one-bit
+        reports, or any input ``composite`` refuses.
+    InsufficientDataError
+        A histogram of zero reports.
+
+    References
+    ----------
+    [Rogers2017] Alg. 10-13 (curator model, from [Gaboardi2016]), Alg. 15-16 and Alg. 19 (local
+    model); local-chi-square-tests spec §3.4, §4.3, §4.6, §4.7; docs/flip-independence.md.
+
+    Examples
+    --------
+    A 2 x 2 question (category ``i * 2 + j`` is row i, column j) randomized with epsilon = 2:
+
+    >>> from aggregator.histogram import Histogram
+    >>> from aggregator.stats import independence
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=4, epsilon=2.0)
+    >>> independent = Histogram(rr, 3000, [760, 735, 742, 763])
+    >>> independence(independent, (2, 2)).reject
+    False
+    >>> associated = Histogram(rr, 3000, [1000, 500, 500, 1000])
+    >>> result = independence(associated, (2, 2))
+    >>> result.dof, result.reject
+    (1, True)
     """
     hist = check_per_category(check_histogram(hist), "independence test")
     try:

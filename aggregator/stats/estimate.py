@@ -180,10 +180,12 @@ class Estimate:
 def estimate_covariance(hist: Histogram) -> np.ndarray:
     """Closed-form covariance of the de-biased estimate, with plug-in probabilities.
 
-    Randomized response: (Diag q - q q^T) / (n a1^2) with q = counts / n (spec 1.3).
+    Randomized response: (Diag q - q q^T) / (n a1^2) with q = counts / n
+    (local-chi-square-tests spec §1.3).
     Support counts: the mechanism's exact report covariance at the estimate clipped to [0, 1] and
     renormalised, over n c1^2.
-    Others: (Diag p - p p^T + b I) / n with p the estimate clipped to [0, 1] (spec 1.1, 1.2, 1.4).
+    Others: (Diag p - p p^T + b I) / n with p the estimate clipped to [0, 1]
+    (local-chi-square-tests spec §1.1, §1.2, §1.4).
     """
     mech, n = hist.mechanism, hist.n
     if is_randomized_response(mech):
@@ -201,7 +203,56 @@ def estimate(hist: Histogram, confidence: float = 0.95, *, simultaneous: bool = 
     """Unbiased frequencies, standard errors and per-coordinate confidence intervals of at least
     nominal coverage; with ``simultaneous``, also Bonferroni intervals over all k categories.
     Public-coin one-bit reports are refused (InvalidInputError): they carry no per-category
-    information."""
+    information.
+
+    Parameters
+    ----------
+    hist : Histogram
+        The sufficient statistic of the reports.
+    confidence : float, default 0.95
+        Coverage of each interval, in (0, 1).
+    simultaneous : bool, default False
+        Also compute intervals that cover all k frequencies at once with probability at least
+        ``confidence``.
+
+    Returns
+    -------
+    Estimate
+        ``frequencies`` (unbiased, so possibly negative or above 1), ``standard_errors``,
+        ``ci_low``/``ci_high``, ``covariance`` and, with ``simultaneous``,
+        ``simultaneous_low``/``simultaneous_high``; ``projected()`` is the optional projection
+        onto the probability simplex.
+
+    Raises
+    ------
+    InvalidInputError
+        ``confidence`` outside (0, 1), a histogram of public-coin one-bit reports, or values too
+        large to square in floating point.
+    InsufficientDataError
+        A histogram of zero reports.
+
+    References
+    ----------
+    local-chi-square-tests spec §1.1-§1.4 (the de-biased estimates and their covariances, from
+    [Rogers2017] Ch. 8); [Clopper1934] (the exact binomial intervals mapped through the channel);
+    docs/calibration.md.
+
+    Examples
+    --------
+    >>> from aggregator.histogram import Histogram
+    >>> from aggregator.stats import estimate
+    >>> from client.mechanisms import RandomizedResponse
+    >>> hist = Histogram(RandomizedResponse(k=4, epsilon=1.0), 2000, [621, 492, 473, 414])
+    >>> est = estimate(hist)
+    >>> est.frequencies.round(3).tolist()
+    [0.451, 0.237, 0.205, 0.107]
+    >>> est.standard_errors.round(3).tolist()
+    [0.034, 0.032, 0.032, 0.03]
+    >>> bool(((est.ci_low < est.frequencies) & (est.frequencies < est.ci_high)).all())
+    True
+    >>> round(float(est.frequencies.sum()), 6)
+    1.0
+    """
     hist = check_per_category(check_histogram(hist), "estimate")
     if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
         raise InvalidInputError(f"confidence must be a number in (0, 1), got {confidence!r}")

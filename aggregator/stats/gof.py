@@ -1,4 +1,5 @@
-"""Local goodness-of-fit tests (spec sections 4.1, 4.2, 4.4, 4.5, 4.8)."""
+"""Local goodness-of-fit tests (local-chi-square-tests spec §4.1, §4.2, §4.4, §4.5, §4.8, after
+[Rogers2017] Ch. 8; for large domains the large-domain spec §3)."""
 
 from __future__ import annotations
 
@@ -113,9 +114,68 @@ def goodness_of_fit(
     stats/identity.py: chi-square(L) or L binomials given the sizes). T1 and T2 are the
     rate-optimal U-statistics of stats/identity.py for large k: with ``"auto"`` they always
     simulate their null.
-    ``calibration``: ``"asymptotic"`` (chi-square or Imhof law), ``"monte-carlo"`` (``n_draws``
-    exact null draws from the mechanism's aggregate sampler at p0; exact level at every n) or
-    ``"auto"`` (asymptotic only where the diagnostics of ``stats.calibration`` pass).
+
+    Parameters
+    ----------
+    hist : Histogram
+        The sufficient statistic of the reports (``Histogram.from_reports`` or built from counts).
+    p0 : array_like of float, shape (k,)
+        The null distribution of the true answers: non-negative, summing to 1.
+    alpha : float, default 0.05
+        Level of the test, in (0, 1).
+    method : str, optional
+        One of the methods above for the histogram's mechanism; None picks its default (the first
+        listed).
+    calibration : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+        ``"asymptotic"``: the chi-square or Imhof law; ``"monte-carlo"``: ``n_draws`` exact null
+        draws from the mechanism's aggregate sampler at p0 (exact level at every n); ``"auto"``:
+        asymptotic only where the diagnostics of ``stats.calibration`` pass.
+    rng : numpy.random.Generator or int, optional
+        Randomness of a simulated null; a seed makes the p-value reproducible.
+    n_draws : int, default 999
+        Number m of null draws of a simulated null; at least the number alpha needs.
+
+    Returns
+    -------
+    TestResult
+        ``statistic``, ``pvalue``, ``dof`` (None when the null was simulated), ``reject`` and the
+        calibration used and why.
+
+    Raises
+    ------
+    InvalidInputError
+        A malformed ``p0``, ``alpha``, ``method``, ``calibration``, ``rng`` or ``n_draws``; the
+        ``imhof`` method with a zero cell in p0; T1/T2 with fewer than 2 reports.
+    InsufficientDataError
+        A histogram of zero reports.
+
+    References
+    ----------
+    [Rogers2017] Ch. 8 (Alg. 18 LocalGOF, Thm 8.2.1-8.2.2, Thm 8.2.10-8.2.11) and
+    [Gaboardi2018]; local-chi-square-tests spec §4.1, §4.2, §4.4, §4.5, §4.8; for T1, T2, T3
+    the large-domain spec §3 and [Acharya2019Test]; the Imhof law [Imhof1961].
+
+    Examples
+    --------
+    Randomized response with 4 categories at epsilon = 1; the counts of 2,000 privatized reports
+    are tested against the uniform distribution:
+
+    >>> from aggregator.histogram import Histogram
+    >>> from aggregator.stats import goodness_of_fit
+    >>> from client.mechanisms import LaplaceNoise, RandomizedResponse
+    >>> hist = Histogram(RandomizedResponse(k=4, epsilon=1.0), 2000, [621, 492, 473, 414])
+    >>> result = goodness_of_fit(hist, [0.25, 0.25, 0.25, 0.25])
+    >>> result.dof, round(result.statistic, 2), result.reject
+    (3, 45.66, True)
+    >>> result.calibration
+    'asymptotic'
+
+    Laplace noise always simulates its null; a seed makes the p-value reproducible:
+
+    >>> noisy = Histogram(LaplaceNoise(k=4, epsilon=1.0), 2000, [530.5, 498.25, 505.0, 466.0])
+    >>> simulated = goodness_of_fit(noisy, [0.25, 0.25, 0.25, 0.25], rng=0)
+    >>> simulated.calibration, simulated.dof, simulated.reject
+    ('monte-carlo', None, False)
     """
     hist = check_histogram(hist)
     alpha = check_alpha(alpha)
@@ -225,6 +285,7 @@ def _support_null_weights(mech: Mechanism, p0: bytes) -> np.ndarray:
 
 def imhof_matrix(p0: np.ndarray, noise_variance: float) -> np.ndarray:
     """``C = I - sqrt(p0) sqrt(p0)^T + a Diag(p0)^{-1}``: the limit covariance of the noisy
-    Pearson residuals, whose eigenvalues weight the null (spec 3.3 / 4.1)."""
+    Pearson residuals, whose eigenvalues weight the null (local-chi-square-tests spec §3.3,
+    §4.1)."""
     root = np.sqrt(p0)
     return np.eye(p0.size) - np.outer(root, root) + np.diag(noise_variance / p0)

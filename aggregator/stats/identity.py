@@ -1,4 +1,5 @@
-"""Rate-optimal identity tests for large domains (spec large-domain §3), from aggregates only.
+"""Rate-optimal identity tests for large domains (large-domain spec §3, after [Acharya2019Test]),
+from aggregates only.
 
 * **T1** (``method="t1"`` of flip components): the unbiased U-statistic on symmetric unary
   reports, ``T = sum_j [(N_j - n q0_j)^2 - N_j (1 - 2 q0_j) - n q0_j^2]`` with N_j the bit sums
@@ -256,11 +257,12 @@ _GRID = (np.arange(4000) + 0.5) / 4000
 
 
 def u_power(moments: UMoments, n: float, alpha: float) -> float:
-    """Power of T1/T2 with n reports. T is ||sum_i Z_i||^2 - sum_i ||Z_i||^2: its quadratic part
-    is a weighted chi-square, matched by b (chi2_d - d) with d = (tr C)^2 / ||C||_F^2 and the
-    exact variance (Welch-Satterthwaite; it tends to the normal law as k grows), plus under the
-    alternative an independent normal linear part. The null's upper alpha quantile is the
-    critical value; the power averages over quantiles of the alternative's quadratic part."""
+    """Power of T1/T2 with n reports. T is ||sum_i Z_i||^2 - sum_i ||Z_i||^2: its quadratic part is
+    a weighted chi-square, matched by b (chi2_d - d) with d = (tr C)^2 / ||C||_F^2 and the exact
+    variance (Welch-Satterthwaite: [Welch1947], [Satterthwaite1946]; it tends to the normal law as k
+    grows), plus under the alternative an independent normal linear part. The null's upper alpha
+    quantile is the critical value; the power averages over quantiles of the alternative's quadratic
+    part."""
     pairs = n * (n - 1)
     d0, b0 = _satterthwaite(moments.trace0, moments.trace0_sq, pairs)
     critical = b0 * (stats.chi2.isf(alpha, d0) - d0)
@@ -325,9 +327,9 @@ def t3_test(
     n_draws: int,
 ) -> TestResult:
     """T3 on a ``PublicCoinBit`` histogram ([n_l], then [B_l]): ``calibration="auto"`` uses the
-    chi-square(L) limit where every group with reports expects at least ``MIN_EFFECTIVE_COUNT``
-    ones and zeros (n_l min(mu_l, 1 - mu_l), Cochran's rule as for the other mechanisms), else
-    exact binomial draws given the group sizes."""
+    chi-square(L) limit where every group with reports expects at least ``MIN_EFFECTIVE_COUNT`` ones
+    and zeros (n_l min(mu_l, 1 - mu_l), Cochran's rule [Cochran1954] as for the other mechanisms),
+    else exact binomial draws given the group sizes."""
     mech = hist.mechanism
     sizes, sums = np.split(hist.values, 2)
     return _t3(

@@ -1,4 +1,5 @@
-"""Tail probabilities and quantiles of weighted sums of chi-squares (Imhof 1961, spec 2.2)."""
+"""Tail probabilities and quantiles of weighted sums of chi-squares ([Imhof1961];
+local-chi-square-tests spec §2.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Tail probabilities of a quadratic form ``Q = ||z||^2``, ``z ~ N(sqrt(n) mu, R)``, by the
-four-cumulant chi-square approximation of Liu, Tang and Zhang (Comput. Stat. Data Anal. 2009).
+four-cumulant chi-square approximation of Liu, Tang and Zhang [Liu2009].
 
 Planning uses it for the support-count Pearson tests at large k, where the exact weighted
 chi-square (an eigendecomposition of k x k, then Imhof's integral) costs seconds per mechanism:

@@ -1,4 +1,5 @@
-"""Minimum chi-square fitting (spec 2.5 / 3.5): minimise (v - p(theta))^T W (v - p(theta)).
+"""Minimum chi-square fitting (local-chi-square-tests spec §2.5, §3.5; [Rogers2017] Sec. 7.1.2):
+minimise (v - p(theta))^T W (v - p(theta)).
 
 Gauss-Newton steps, each projected onto the feasible set and halved until the objective does
 not increase, batched over replicates. Rows that have converged leave the batch, and the line

@@ -1,4 +1,4 @@
-"""Monte Carlo decision rule (dissertation Alg. 8 / 16, spec section 2.3)."""
+"""Monte Carlo decision rule ([Rogers2017] Alg. 8 and 16; local-chi-square-tests spec §2.3)."""
 
 from __future__ import annotations
 

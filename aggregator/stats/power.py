@@ -1,7 +1,7 @@
-"""Power and sample size of every local test as it is run (spec section 5), and an advisor that
-ranks mechanisms by power for a planned study. Where the test with its ``calibration`` uses the
-asymptotic law, the plan uses the noncentral chi-square below; where the test simulates its null,
-the plan simulates the test (``stats.simulated_power``; docs/calibration.md).
+"""Power and sample size of every local test as it is run (local-chi-square-tests spec §5), and an
+advisor that ranks mechanisms by power for a planned study. Where the test with its ``calibration``
+uses the asymptotic law, the plan uses the noncentral chi-square below; where the test simulates its
+null, the plan simulates the test (``stats.simulated_power``; docs/calibration.md).
 
 For a fixed alternative p1 the statistics are asymptotically noncentral chi-square with
 noncentrality ``nu = n * (p1 - p0)^T W(p0) (p1 - p0)`` (goodness of fit) or
@@ -10,9 +10,9 @@ test's metric in de-biased units (with ``calibration="asymptotic"`` the Laplace 
 same Gaussian limit); the Gaussian ``imhof`` method and the support-count Pearson tests use a
 weighted noncentral sum (for the support-count tests its four-cumulant approximation,
 stats/ltz.py, which needs no eigendecomposition). The U-statistics T1/T2 (``method="t1"``/``"t2"``)
-use their Satterthwaite law with the exact mean and variances (stats/identity.py;
-``noncentrality`` gives E[T] / sd0(T)); T3 on public-coin one-bit reports (``PublicCoinBit``,
-``method="t3"``) uses ``identity.raptor_power``.
+use their Satterthwaite law ([Satterthwaite1946]) with the exact mean and variances
+(stats/identity.py; ``noncentrality`` gives E[T] / sd0(T)); T3 on public-coin one-bit reports
+(``PublicCoinBit``, ``method="t3"``) uses ``identity.raptor_power``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from client.mechanisms import (
 #: (eigendecomposition, Imhof); above, the four-cumulant law, which agrees with it within 0.002
 #: in power from k = 3 (tests/test_advisor_ranking.py) and keeps the advisor interactive.
 EXACT_SUPPORT_PLAN = 0
-#: Public random halves the advisor plans T3 with (spec large-domain section 3: L = 5-20).
+#: Public random halves the advisor plans T3 with (large-domain spec §3: L = 5-20).
 RAPTOR_GROUPS = 5
 
 
@@ -224,7 +224,42 @@ def noncentrality(
     model: ParametricModel | None = None,
     method: str | None = None,
 ) -> float:
-    """Noncentrality nu of the test's limiting chi-square at sample size n."""
+    """Noncentrality nu of the test's limiting chi-square at sample size n.
+
+    Parameters
+    ----------
+    mechanism, alternative, null, shape, model, method
+        The planned study and its test, exactly as for ``power``.
+    n : int
+        Number of reports.
+
+    Returns
+    -------
+    float
+        ``nu = n * (p1 - p0)^T W (p1 - p0)`` (goodness of fit) or the minimum over the null family
+        (composite nulls); for T1/T2 the standardised mean E[T] / sd0(T); for a weighted
+        chi-square law the noncentrality of its weighted sum.
+
+    Raises
+    ------
+    InvalidInputError
+        Not exactly one of ``null``, ``shape``, ``model``; a malformed distribution, ``n`` or
+        ``method``; a ``shape`` that does not match k.
+
+    References
+    ----------
+    local-chi-square-tests spec §5 (noncentrality of each local test, after [Rogers2017] Ch. 6-8);
+    the large-domain spec §3 for T1/T2.
+
+    Examples
+    --------
+    >>> from aggregator.stats import noncentrality
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=4, epsilon=1.0)
+    >>> nu = noncentrality(rr, [0.3, 0.3, 0.2, 0.2], 2000, null=[0.25, 0.25, 0.25, 0.25])
+    >>> round(nu, 3)
+    7.223
+    """
     n = check_count(n)
     return _noncentrality(_plan(mechanism, alternative, null, shape, model, method), n)
 
@@ -255,6 +290,56 @@ def power(
 
     Give ``null`` for goodness of fit, ``shape`` for independence or ``model`` for a composite
     null; ``method`` as in the corresponding test.
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        The mechanism the study will use, with its parameters.
+    alternative : array_like of float, shape (k,)
+        The true answer distribution p1 the study should detect.
+    n : int
+        Number of reports.
+    null : array_like of float, optional
+        The null distribution p0 of a goodness-of-fit test.
+    shape : tuple of int, optional
+        ``(r, c)`` of an independence test.
+    model : ParametricModel, optional
+        The null family of a composite test. Give exactly one of ``null``, ``shape``, ``model``.
+    alpha : float, default 0.05
+        Level of the planned test.
+    method : str, optional
+        The test's method; None is the test's default.
+    calibration : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+        The calibration the test will run with.
+
+    Returns
+    -------
+    float
+        The probability, in [0, 1], that the test rejects when the answers follow p1.
+
+    Raises
+    ------
+    InvalidInputError
+        Not exactly one of ``null``, ``shape``, ``model``; a malformed distribution, ``n``,
+        ``alpha``, ``method`` or ``calibration``; an effect too small to plan for.
+
+    References
+    ----------
+    local-chi-square-tests spec §5 (from [Rogers2017] Ch. 6-8); the large-domain spec §3 for
+    T1, T2, T3; [Liu2009] for the support-count tests at large k; docs/planning.md.
+
+    Examples
+    --------
+    Power of the randomized-response goodness-of-fit test (epsilon = 1, 2,000 reports) against
+    a shift of 0.05 in each cell, and of flip components at the same epsilon:
+
+    >>> from aggregator.stats import power
+    >>> from client.mechanisms import FlipComponents, RandomizedResponse
+    >>> uniform, shifted = [0.25, 0.25, 0.25, 0.25], [0.3, 0.3, 0.2, 0.2]
+    >>> round(power(RandomizedResponse(4, 1.0), shifted, 2000, null=uniform), 3)
+    0.605
+    >>> round(power(FlipComponents(4, 1.0), shifted, 2000, null=uniform), 3)
+    0.424
     """
     alpha = check_alpha(alpha)
     n = check_count(n)
@@ -276,7 +361,42 @@ def sample_size(
     calibration: str = "auto",
 ) -> int:
     """Smallest n whose power, for the test as it is run with ``calibration``, reaches ``power``
-    (the asymptotic answer where no n near it calibrates by simulation)."""
+    (the asymptotic answer where no n near it calibrates by simulation).
+
+    Parameters
+    ----------
+    mechanism, alternative, null, shape, model, alpha, method, calibration
+        The planned study and its test, exactly as for ``power``.
+    power : float, default 0.8
+        Target power, in (alpha, 1).
+
+    Returns
+    -------
+    int
+        The number of reports.
+
+    Raises
+    ------
+    InvalidInputError
+        ``power`` outside (alpha, 1); an alternative that satisfies the null; an effect that
+        needs more than 10^12 reports; any input ``power()`` refuses.
+
+    References
+    ----------
+    local-chi-square-tests spec §5 (from [Rogers2017] Ch. 6-8); docs/planning.md.
+
+    Examples
+    --------
+    >>> from aggregator.stats import power, sample_size
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=4, epsilon=1.0)
+    >>> uniform, shifted = [0.25, 0.25, 0.25, 0.25], [0.3, 0.3, 0.2, 0.2]
+    >>> n = sample_size(rr, shifted, null=uniform)
+    >>> n
+    3019
+    >>> power(rr, shifted, n, null=uniform) >= 0.8 > power(rr, shifted, n - 1, null=uniform)
+    True
+    """
     alpha = check_alpha(alpha)
     if isinstance(power, bool) or not isinstance(power, numbers.Real) or not alpha < power < 1:
         raise InvalidInputError(f"power must be in (alpha, 1), got {power!r}")
@@ -385,12 +505,52 @@ def advise(
 ) -> list[Advice]:
     """Rank every mechanism and test by power as run (``calibration="auto"``) for
     (k, epsilon, null or shape, alternative, n), best first: each mechanism's default test and,
-    for goodness of fit, the rate-optimal tests of spec large-domain section 3: the U-statistics
+    for goodness of fit, the rate-optimal tests of the large-domain spec §3: the U-statistics
     ("t1"/"t2" where the mechanism has them) and T3 on public-coin one-bit reports
     (``PublicCoinBit`` with ``RAPTOR_GROUPS`` public halves, planned by ``raptor_power``).
     ``u_statistics=False`` leaves those out.
 
     Gaussian noise is compared at rho = epsilon^2 / 2, a weaker guarantee than epsilon-LDP.
+
+    Parameters
+    ----------
+    k : int
+        Number of categories of the question.
+    epsilon : float
+        The per-report privacy budget every candidate mechanism gets.
+    alternative, n, null, shape, alpha
+        The planned study, as for ``power``; there is no ``model``: give exactly one of
+        ``null`` (goodness of fit) and ``shape`` (independence).
+    u_statistics : bool, default True
+        Also rank the rate-optimal tests (goodness of fit only).
+
+    Returns
+    -------
+    list of Advice
+        One entry per mechanism and test: ``mechanism``, ``method``, predicted ``power``,
+        ``noncentrality`` and a ``note``, highest power first.
+
+    Raises
+    ------
+    InvalidInputError
+        A ``k`` or ``epsilon`` no mechanism accepts; a malformed distribution, ``n`` or
+        ``alpha``; neither or both of ``null`` and ``shape``.
+
+    References
+    ----------
+    local-chi-square-tests spec §5; the large-domain spec §3 and [Acharya2019Test] (T1, T2, T3);
+    [Wang2017], [Acharya2019HR], [Ye2018] (the large-domain mechanisms).
+
+    Examples
+    --------
+    >>> from aggregator.stats import advise
+    >>> ranking = advise(4, 1.0, [0.3, 0.3, 0.2, 0.2], 2000, null=[0.25] * 4, u_statistics=False)
+    >>> [(a.mechanism.name, a.method) for a in ranking[:2]]
+    [('gaussian', 'projected'), ('randomized_response', 'pearson')]
+    >>> ranking[0].note
+    'rho = eps^2/2 zCDP: weaker than eps-LDP'
+    >>> all(a.power >= b.power for a, b in zip(ranking, ranking[1:]))
+    True
     """
     n = check_count(n)
     alpha = check_alpha(alpha)

@@ -178,8 +178,8 @@ def two_sample_rate(
 def simulate_raptor(
     k: int, epsilon: float, groups: int, n: int, p: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One RAPTOR study with the spec's law (large-domain §2): public random halves S_l of [k],
-    n devices assigned to the L groups uniformly, each reporting 1{x in S_l} XOR
+    """One RAPTOR study ([Acharya2019Test]) with the law of the large-domain spec §2: public random
+    halves S_l of [k], n devices assigned to the L groups uniformly, each reporting 1{x in S_l} XOR
     Bern(1 / (1 + e^eps)). Returns (bit_sums, group_sizes, subset_masks) for ``raptor_test``."""
     masks = np.zeros((groups, k), dtype=bool)
     for row in masks:

@@ -87,13 +87,62 @@ def two_sample(
 ) -> TestResult:
     """Test H0: groups A and B have the same answer distribution, from their reports only.
 
-    ``calibration``: ``"asymptotic"`` (chi-square(k - 1); public-coin reports: chi-square(number
-    of informative public groups)), ``"monte-carlo"`` (``n_draws`` null draws: a permutation of
-    the pooled reports for randomized response and public-coin bits, exact; a parametric
-    bootstrap at the pooled estimate otherwise) or ``"auto"`` (asymptotic only where every
-    expected privatized count of both groups is at least 5; Laplace noise always simulated).
     ``expected`` and ``observed`` of the result are group A's: its sufficient statistic and its
     expected value under the pooled estimate.
+
+    Parameters
+    ----------
+    hist_a, hist_b : Histogram
+        The two groups' sufficient statistics, of the same mechanism with the same parameters.
+    alpha : float, default 0.05
+        Level of the test, in (0, 1).
+    calibration : {"auto", "asymptotic", "monte-carlo"}, default "auto"
+        ``"asymptotic"``: chi-square(k - 1); public-coin reports: chi-square(number of informative
+        public groups). ``"monte-carlo"``: ``n_draws`` null draws, a permutation of the pooled
+        reports for randomized response and public-coin bits (exact), a parametric bootstrap at
+        the pooled estimate otherwise. ``"auto"``: asymptotic only where every expected
+        privatized count of both groups is at least 5; Laplace noise always simulated.
+    rng : numpy.random.Generator or int, optional
+        Randomness of a simulated null; a seed makes it reproducible.
+    n_draws : int, default 999
+        Number of null draws.
+
+    Returns
+    -------
+    TestResult
+        ``n`` is the total number of reports of both groups; ``dof`` is None when the null was
+        simulated.
+
+    Raises
+    ------
+    IncompatibleHistogramsError
+        The groups use different mechanisms or parameters.
+    InvalidInputError
+        A malformed ``alpha``, ``calibration``, ``rng`` or ``n_draws``.
+    InsufficientDataError
+        A group with zero reports.
+
+    References
+    ----------
+    docs/two-sample.md (the nulls); the large-domain spec §3 (two-sample tests); the projected
+    metric of local-chi-square-tests spec §2.1 and [Kifer2017]; [Imhof1961] for the support-count
+    law.
+
+    Examples
+    --------
+    Two groups answered a 4-category question with randomized response at epsilon = 1:
+
+    >>> from aggregator.histogram import Histogram
+    >>> from aggregator.stats import two_sample
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=4, epsilon=1.0)
+    >>> group_a = Histogram(rr, 2000, [621, 492, 473, 414])
+    >>> group_b = Histogram(rr, 2000, [510, 498, 505, 487])
+    >>> result = two_sample(group_a, group_b)
+    >>> result.dof, result.reject, result.n
+    (3, True, 4000)
+    >>> two_sample(group_a, group_a, calibration="monte-carlo", rng=0).reject
+    False
     """
     hist_a = check_histogram(hist_a)
     hist_b = check_histogram(hist_b)
@@ -285,7 +334,45 @@ def two_sample_power(
     with ``nu = n_a n_b / N * (p_a - p_b)^T W(p_bar) (p_a - p_b)``, p_bar the pooled mixture
     (support-count mechanisms: their weighted noncentral chi-square, by the four-cumulant law of
     stats/ltz.py; public-coin reports: noncentral chi-square(L) over the survey's public
-    subsets)."""
+    subsets).
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        The mechanism both groups use, with its parameters.
+    p_a, p_b : array_like of float, shape (k,)
+        The true answer distributions of groups A and B under the alternative.
+    sizes : tuple of int
+        ``(n_a, n_b)``, the numbers of reports of the two groups.
+    alpha : float, default 0.05
+        Level of the planned test.
+
+    Returns
+    -------
+    float
+        The asymptotic probability, in [0, 1], that ``two_sample`` rejects.
+
+    Raises
+    ------
+    InvalidInputError
+        A malformed ``p_a``, ``p_b``, group size or ``alpha``.
+
+    References
+    ----------
+    docs/two-sample.md; local-chi-square-tests spec §5 (noncentral chi-square power);
+    [Liu2009] for the support-count mechanisms.
+
+    Examples
+    --------
+    >>> from aggregator.stats import two_sample_power
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=4, epsilon=1.0)
+    >>> p_a, p_b = [0.4, 0.3, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]
+    >>> round(two_sample_power(rr, p_a, p_b, (2000, 2000)), 3)
+    0.961
+    >>> two_sample_power(rr, p_a, p_b, (500, 500)) < 0.961
+    True
+    """
     alpha = check_alpha(alpha)
     p_a = check_distribution(p_a, mechanism.k, "p_a")
     p_b = check_distribution(p_b, mechanism.k, "p_b")

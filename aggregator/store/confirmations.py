@@ -17,7 +17,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -27,7 +27,13 @@ from aggregator.histogram import Histogram
 from aggregator.store.definitions import has_table
 from aggregator.store.file_kind import open_read_only
 from aggregator.store.ingest import histogram
-from aggregator.store.report_store import CONFIRMATION, STORE_KIND, ReportStore, read_side
+from aggregator.store.report_store import (
+    CONFIRMATION,
+    STORE_KIND,
+    ReportStore,
+    StoreError,
+    read_side,
+)
 from client.survey import SurveySpec
 
 _SCHEMA = (
@@ -73,6 +79,18 @@ class Confirmation:
     sealed_at: str | None
     holdout: dict | None
 
+    def plan_text(self) -> str:
+        """The registered plan (mode "plan"); a plan row without one is a damaged store."""
+        if self.plan is None:
+            raise StoreError(f"survey {self.survey_id}: a confirmation plan row without its plan")
+        return self.plan
+
+    def holdout_state(self) -> dict:
+        """The holdout's state (mode "holdout"); a holdout row without one is a damaged store."""
+        if self.holdout is None:
+            raise StoreError(f"survey {self.survey_id}: a holdout row without its state")
+        return self.holdout
+
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
@@ -89,7 +107,9 @@ def state(conn: sqlite3.Connection, survey_id: str) -> Confirmation | None:
     ).fetchone()
     if row is None:
         return None
-    return Confirmation(*row[:7], None if row[7] is None else json.loads(row[7]))
+    survey, mode, plan_sha256, plan, registered_at, sealed, sealed_at, holdout = row
+    held = None if holdout is None else json.loads(holdout)
+    return Confirmation(survey, mode, plan_sha256, plan, registered_at, sealed, sealed_at, held)
 
 
 def read_state(path: str, survey_id: str) -> Confirmation | None:
@@ -156,7 +176,7 @@ def preregister(store: ReportStore, survey: SurveySpec, plan: str, sha256: str) 
         if current.mode == "holdout":
             raise ConfirmationError(
                 f"survey {survey.id}: its confirmation side is a reusable holdout already "
-                f"({current.holdout['answered']} queries answered); one mode per survey"
+                f"({current.holdout_state()['answered']} queries answered); one mode per survey"
             )
         if current.plan_sha256 == sha256:
             return current.registered_at, True
@@ -185,14 +205,14 @@ def seal(
             raise ConfirmationError(f"survey {survey.id}: nothing to confirm: {what}")
         if current.sealed is not None:
             return current, True
-        record = compute(current.plan, side_histograms(conn, survey, CONFIRMATION))
+        record = compute(current.plan_text(), side_histograms(conn, survey, CONFIRMATION))
         text = json.dumps(record, sort_keys=True)
         conn.execute(
             "UPDATE confirmations SET sealed = ?, sealed_at = ? WHERE survey_id = ?",
             (text, record["sealed_at"], survey.id),
         )
         store.close_confirmation(survey.id)
-        return state(conn, survey.id), False
+        return replace(current, sealed=text, sealed_at=record["sealed_at"]), False
 
     return store.run_in_writer(run)
 
@@ -222,7 +242,7 @@ def holdout_query(
         if current is None:
             held = {**(parameters or DEFAULT_HOLDOUT), "answered": 0, "rejections": 0}
         else:
-            held = current.holdout
+            held = current.holdout_state()
         fixed = {key: held[key] for key in DEFAULT_HOLDOUT}
         if parameters is not None and any(parameters[k] != v for k, v in fixed.items()):
             raise ConfirmationError(

@@ -389,7 +389,9 @@ class ReportStore:
         def recompute(conn: sqlite3.Connection) -> dict[tuple, tuple[int, np.ndarray]]:
             registered = conn.execute("SELECT survey_id, question_id, k FROM statistics")
             ks = {(survey_id, question_id): k for survey_id, question_id, k in registered}
-            totals = {(*key, 0): (0, [0] * k) for key, k in ks.items()}
+            totals: dict[tuple, tuple[int, list[int]]] = {
+                (*key, 0): (0, [0] * k) for key, k in ks.items()
+            }
             conn.execute("DELETE FROM side_statistics")
             conn.execute("DELETE FROM group_statistics")
             sql = "SELECT survey_id, question_id, side, group_value, payload FROM reports"

@@ -30,7 +30,10 @@ VERSION = 1
 HEADER = b"LDPR" + bytes([VERSION, 0, 0, 0])
 MAX_RECORD_BYTES = 1 << 20
 PROGRESS_EVERY = 4096  # reports between two progress calls of an export
-SIDE_NAMES = {ldp_pb2.EXPLORATION: "exploration", ldp_pb2.CONFIRMATION: "confirmation"}
+SIDE_NAMES: dict[int, str] = {
+    ldp_pb2.EXPLORATION: "exploration",
+    ldp_pb2.CONFIRMATION: "confirmation",
+}
 
 
 class ShardFormatError(ValueError):
@@ -177,7 +180,7 @@ def check_header(header: bytes, name: object) -> None:
         raise ShardFormatError(f"{name}: not a version-{VERSION} report shard")
 
 
-def decode_length(buffer: bytes, position: int, name: object) -> tuple[int, int] | None:
+def decode_length(buffer: bytes | bytearray, position: int, name: object) -> tuple[int, int] | None:
     """The record length prefixed at ``position`` and where the record starts, or None if the
     buffer ends inside the prefix. A malformed or too large length is a ShardFormatError."""
     length, shift = 0, 0
@@ -243,7 +246,10 @@ def _read_length(file, path: Path) -> int | None:
             return None
         prefix += byte
         if not byte[0] & 0x80 or len(prefix) > 10:
-            return decode_length(prefix, 0, path)[0]  # type: ignore[index]  # complete prefix
+            decoded = decode_length(prefix, 0, path)  # a complete prefix, or one too long
+            if decoded is None:  # decode_length raised for one too long
+                raise ShardFormatError(f"{path}: malformed length prefix")
+            return decoded[0]
 
 
 def _sha256(path: Path) -> str:

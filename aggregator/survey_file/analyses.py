@@ -44,9 +44,10 @@ class Analysis:
 
 def check_independent(survey: SurveySpec, question: QuestionSpec) -> None:
     """Refuse (ClusteredReportsError) a test on a question whose reports may come from several
-    members of one household (spec D.3): the survey declares ``household_members`` and the
-    question is not ``household_shared``, the tag under which devices let only one respondent
-    per household answer. Estimates stay available; only tests assume independent reports."""
+    members of one household (privacy-accounting spec §D.3): the survey declares
+    ``household_members`` and the question is not ``household_shared``, the tag under which devices
+    let only one respondent per household answer. Estimates stay available; only tests assume
+    independent reports."""
     if survey.household_members and not question.household_shared:
         raise ClusteredReportsError(
             f"survey {survey.id}, question {question.id}: no test runs here, because several "

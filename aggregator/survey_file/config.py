@@ -35,6 +35,7 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from client.survey import (
     SurveyError,
     SurveySpec,
     build_question,
+    check_id,
 )
 
 #: Release threshold of a survey that sets none: below ~100 reports the normal-approximation
@@ -102,7 +104,7 @@ class ConfigError(ValueError):
     """The survey file is missing, unreadable or invalid (the message names the place)."""
 
 
-def load_surveys(path: str | Path) -> dict[str, SurveySpec]:
+def load_surveys(path: str | os.PathLike[str]) -> dict[str, SurveySpec]:
     """Parse and validate every survey in a TOML file, keyed by survey id."""
     surveys = {}
     for entry in _read(path).get("survey", []):
@@ -118,7 +120,7 @@ def load_surveys(path: str | Path) -> dict[str, SurveySpec]:
     return surveys
 
 
-def load_limits(path: str | Path) -> dict[str, SurveyLimits]:
+def load_limits(path: str | os.PathLike[str]) -> dict[str, SurveyLimits]:
     """The per-device limits of every survey in a TOML file that sets any, keyed by survey id."""
     limits = {}
     for entry in _read(path).get("survey", []):
@@ -128,7 +130,7 @@ def load_limits(path: str | Path) -> dict[str, SurveyLimits]:
     return limits
 
 
-def _read(path: str | Path) -> dict:
+def _read(path: str | os.PathLike[str]) -> dict:
     try:
         return tomllib.loads(Path(path).read_text())
     except FileNotFoundError as exc:
@@ -213,15 +215,16 @@ def _survey(entry: dict) -> SurveySpec:
     questions = tuple(_question(q, survey_id) for q in entry.get("question", []))
     min_batch = entry.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     require_auth = entry.get("require_device_auth", False)
+    group_label = _group_label(entry, survey_id)
     return SurveySpec(
-        survey_id,
+        check_id("survey", survey_id),
         str(entry.get("title", "")),
         questions,
         min_batch,
         require_auth,
         household_members=entry.get("household_members", False),
         exploration_fraction=entry.get("exploration_fraction", 0.0),
-        group_label=_group_label(entry, survey_id),
+        group_label=group_label,
     )
 
 
@@ -258,10 +261,10 @@ def _question(entry: dict, survey_id: object) -> QuestionSpec:
     if key not in entry:
         raise SurveyError(f"{where}: mechanism {mechanism!r} needs '{key}'")
     return build_question(
-        question_id,  # type: ignore[arg-type]
+        check_id("question", question_id),
         str(entry.get("text", "")),
         attributes,
-        mechanism,  # type: ignore[arg-type]
+        mechanism,
         entry[key],
         entry.get("granularity_bits", DEFAULT_GRANULARITY_BITS),
         household_shared=entry.get("household_shared", False),

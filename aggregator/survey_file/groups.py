@@ -26,7 +26,7 @@ def check_same_definition(a: QuestionSpec, b: QuestionSpec, names: tuple[str, st
 def _definition(question: QuestionSpec) -> dict[str, object]:
     """The question's definition with each attribute reduced to its categories."""
     definition = question.definition()
-    definition["attributes"] = [a["categories"] for a in definition["attributes"]]
+    definition["attributes"] = [list(a.categories) for a in question.attributes]
     return definition
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 #: ``R`` from 1e-4 to 100, i.e. from one report at epsilon 0.014 to 200 reports at epsilon 1.
 ODOMETER_C = math.sqrt(2e-4)
 ODOMETER_T = 1e3
-#: The fallback's preset ``x`` (§B.4, [D] Thm 5.4.1) outside the window: 2R at its lower edge.
+#: The fallback's preset ``x`` (§B.4, [Rogers2017] Thm 5.4.1) outside the window: 2R at its
+#: lower edge.
 ODOMETER_X = 2e-4
 
 
@@ -29,8 +30,9 @@ def rho_cap(excess: float, delta: float) -> float:
 
 
 def zcdp_to_epsilon(xi: float, rho: float, delta: float) -> float:
-    """``(xi, rho)``-zCDP as ``(epsilon, delta)``-DP: the smaller of the Bun-Steinke form and
-    [D] Thm 2.2.4's (both valid for the same delta, §A.1 item 4)."""
+    """``(xi, rho)``-zCDP as ``(epsilon, delta)``-DP: the smaller of the [Bun2016] form and
+    [Rogers2017] Thm 2.2.4's (both valid for the same delta, privacy-accounting spec §A.1
+    item 4)."""
     if rho <= 0:
         return xi
     standard = xi + rho + 2 * math.sqrt(rho * math.log(1 / delta))
@@ -63,6 +65,7 @@ def odometer(rho: float, delta: float, pointwise: float = 0.0) -> OdometerReadin
 
 
 def fallback_bound(rho: float, delta: float, x: float = ODOMETER_X) -> float:
-    """§B.4's self-normalized bound ([D] Thm 5.4.1 with V = 2R, ``x`` preset), for any R."""
+    """privacy-accounting spec §B.4's self-normalized bound ([Rogers2017] Thm 5.4.1 with
+    V = 2R, ``x`` preset), for any R."""
     spread = (2 * rho + x) * (2 + math.log(2 * rho / x + 1))
     return rho + math.sqrt(spread * math.log(2 / delta))

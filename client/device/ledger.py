@@ -98,42 +98,49 @@ def _positive_finite(name: str, value: object) -> float:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Budget:
     """A device's lifetime budget and its split, fixed at enrollment (§A.2).
 
     ``pointwise`` is the cap ``Xi_g`` of the pure bucket; ``None`` means ``epsilon`` (a pure-LDP
     deployment with ``rho_g = 0``) and is normalized to that value, so ``Budget(3)`` equals
     ``Budget(3, pointwise=3)``. ``delta`` only matters for the concentrated bucket, and for the
-    zCDP side of the best-of rule (``best_of``, pure budgets only, spec §A.3).
+    zCDP side of the best-of rule (``best_of``, pure budgets only, privacy-accounting spec §A.3).
     """
 
     epsilon: float
-    delta: float = 1e-6
-    pointwise: float | None = None
-    best_of: bool = False
+    delta: float
+    pointwise: float  # never None once built: None at construction means epsilon
+    best_of: bool
 
-    def __post_init__(self) -> None:
-        epsilon = _positive_finite("epsilon", self.epsilon)
-        delta = _positive_finite("delta", self.delta)
+    def __init__(
+        self,
+        epsilon: float,
+        delta: float = 1e-6,
+        pointwise: float | None = None,
+        best_of: bool = False,
+    ) -> None:
+        epsilon = _positive_finite("epsilon", epsilon)
+        delta = _positive_finite("delta", delta)
         if delta >= 1:
             raise LedgerConfigError(f"delta must lie in (0, 1), got {delta!r}")
-        pointwise = epsilon if self.pointwise is None else self.pointwise
-        if isinstance(pointwise, bool) or not isinstance(pointwise, numbers.Real):
-            raise LedgerConfigError(f"pointwise must be a real number, got {pointwise!r}")
-        pointwise = float(pointwise)
-        if not 0 <= pointwise <= epsilon:
-            raise LedgerConfigError(f"pointwise must lie in [0, {epsilon!r}], got {pointwise!r}")
-        if not isinstance(self.best_of, bool):
-            raise LedgerConfigError(f"best_of must be true or false, got {self.best_of!r}")
-        if self.best_of and pointwise != epsilon:
+        share: object = epsilon if pointwise is None else pointwise
+        if isinstance(share, bool) or not isinstance(share, numbers.Real):
+            raise LedgerConfigError(f"pointwise must be a real number, got {share!r}")
+        cap = float(share)
+        if not 0 <= cap <= epsilon:
+            raise LedgerConfigError(f"pointwise must lie in [0, {epsilon!r}], got {cap!r}")
+        if not isinstance(best_of, bool):
+            raise LedgerConfigError(f"best_of must be true or false, got {best_of!r}")
+        if best_of and cap != epsilon:
             raise LedgerConfigError(
                 "the best-of rule is for pure-only devices: it cannot be combined with a "
                 "pointwise share below the budget (spec A.3)"
             )
         object.__setattr__(self, "epsilon", epsilon)
         object.__setattr__(self, "delta", delta)
-        object.__setattr__(self, "pointwise", pointwise)
+        object.__setattr__(self, "pointwise", cap)
+        object.__setattr__(self, "best_of", best_of)
 
     @property
     def rho_cap(self) -> float:
@@ -218,7 +225,8 @@ def _stored_budget(conn: sqlite3.Connection) -> Budget | None:
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_policy'"
     ).fetchone()
     policy = has_policy and conn.execute("SELECT policy FROM ledger_policy WHERE id = 1").fetchone()
-    return Budget(*row, best_of=bool(policy) and policy[0] == BEST_OF)
+    epsilon, delta, pointwise = row
+    return Budget(epsilon, delta, pointwise, best_of=bool(policy) and policy[0] == BEST_OF)
 
 
 class Ledger:
@@ -347,6 +355,8 @@ class Ledger:
                 " cost, bucket, charged, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
+            if cursor.lastrowid is None:  # sqlite3 sets it after every INSERT
+                raise LedgerError("the charge log gave no sequence number")
         return Charge(cursor.lastrowid, *row)
 
     def _refusal(self, cost: PrivacyCost) -> str:
@@ -391,7 +401,8 @@ class Ledger:
         )
 
     def guarantee(self) -> str:
-        """The preset guarantee and how much of each bucket is used (spec §B.4 UI rule)."""
+        """The preset guarantee and how much of each bucket is used (privacy-accounting spec
+        §B.4 UI rule)."""
         pointwise, concentrated = self.spent()
         budget = self._budget
         if budget.best_of:
@@ -407,9 +418,9 @@ class Ledger:
         return f"{text} and {concentrated:.6g} of {budget.rho_cap:.6g} (zCDP)"
 
     def odometer(self) -> OdometerReading:
-        """The loss so far as (epsilon, delta) at the budget's delta (spec §B.4): ``S + odo(R)``
-        for the two-bucket filter; under best-of the smaller of the certain basic sum and
-        ``odo(sum of eps^2 / 2)``. For display beside the filter, which is what enforces."""
+        """The loss so far as (epsilon, delta) at the budget's delta (privacy-accounting spec §B.4):
+        ``S + odo(R)`` for the two-bucket filter; under best-of the smaller of the certain basic sum
+        and ``odo(sum of eps^2 / 2)``. For display beside the filter, which is what enforces."""
         pointwise, concentrated = self.spent()
         delta = self._budget.delta
         if not self._budget.best_of:

@@ -118,7 +118,7 @@ class Reporter:
             self._device_key = DeviceKey.load_or_create(device_key_path(self._path))
         return self._device_key
 
-    def side(self, survey_id: str) -> int:
+    def side(self, survey_id: str) -> ldp_pb2.Side:
         """The side of a split survey all of this device's reports of it go to (ldp.v1.Side;
         SIDE_UNSPECIFIED for a survey that is not split, or unknown to the aggregator)."""
         if survey_id in self._unknown_surveys:
@@ -223,7 +223,8 @@ class Reporter:
         return report_id
 
     def _household(self, survey_id: str, question: QuestionSpec) -> Household:
-        """The device's household, needed for a household_shared question (spec D.2, D.3)."""
+        """The device's household, needed for a household_shared question (privacy-accounting
+        spec §D.2, §D.3)."""
         if self._household_ledger is None:
             self._household_ledger = Household.open(self._path)
         if self._household_ledger is None:

@@ -31,7 +31,7 @@ def split_point(secret: bytes, survey_id: str) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def split_side(secret: bytes, survey_id: str, exploration_fraction: float) -> int:
+def split_side(secret: bytes, survey_id: str, exploration_fraction: float) -> ldp_pb2.Side:
     """The ``ldp.v1.Side`` of this device's reports: EXPLORATION when v < fraction * 2^64
     (compared exactly; Python compares an int with a float exactly), else CONFIRMATION;
     SIDE_UNSPECIFIED for a survey that is not split (fraction 0)."""
@@ -46,8 +46,8 @@ def split_side(secret: bytes, survey_id: str, exploration_fraction: float) -> in
 
 def split_secret(path: str | os.PathLike[str]) -> bytes:
     """The secret that decides this device's sides: the household secret of a device enrolled in
-    a household (so a household falls on one side, spec D.3), else 32 random bytes created once
-    in the device database (0600)."""
+    a household (so a household falls on one side, privacy-accounting spec §D.3), else 32
+    random bytes created once in the device database (0600)."""
     shared = household_secret(path)
     if shared is not None:
         return shared

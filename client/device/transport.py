@@ -60,7 +60,7 @@ class TransportError(Exception):
 
 def retry_after(error: grpc.RpcError) -> float | None:
     """The server's retry hint in seconds, if the failed call carried a valid one."""
-    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+    for key, value in error.trailing_metadata() or ():
         if key == RETRY_AFTER_KEY:
             try:
                 milliseconds = int(value)

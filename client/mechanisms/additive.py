@@ -4,7 +4,7 @@ Reports live on the integer grid of step 1/g (g = 2**granularity_bits): a report
 vector ``g * e_x + Z`` where Z is exact discrete noise in grid units, and its real value is that
 vector divided by g. Because g is a power of two, sums of reports in real units are exact in
 float64, so sharded aggregation is associative. Exact discrete noise means no floating-point
-artefact (Mironov 2012) can reveal the answer, and the statistics use the exact noise variance.
+artefact ([Mironov2012]) can reveal the answer, and the statistics use the exact noise variance.
 """
 
 from __future__ import annotations
@@ -149,10 +149,56 @@ class GaussianNoise(_AdditiveNoise):
 
     Privacy: changing the answer moves exactly two coordinates by g. A one-dimensional discrete
     Gaussian with shift g and variance parameter g^2/rho has Renyi divergence at most
-    alpha * rho / 2 at every order alpha (Canonne-Kamath-Steinke 2020, Prop. 5/Thm. 4, the same
+    alpha * rho / 2 at every order alpha ([Canonne2020] Prop. 5/Thm. 4, the same
     bound as the continuous Gaussian), and the coordinates are independent, so one report is
     exactly rho-zCDP (rho-LzCDP). The noise variance is slightly below 1/rho; the statistics use
     the exact value ``noise_variance``.
+
+    Parameters
+    ----------
+    k : int
+        The number of categories (from 2 up to 2**31).
+    rho : float
+        The zCDP parameter of one report (> 0); the noise variance is close to 1 / rho.
+    granularity_bits : int, default 10 (keyword only)
+        Reports live on the grid of step 1 / 2**granularity_bits; 0..20.
+
+    Attributes
+    ----------
+    noise_variance : float
+        Exact variance of the noise on one coordinate, in real units.
+    cost : PrivacyCost
+        ``PrivacyCost("zcdp", rho)``, what the device ledger charges.
+
+    Raises
+    ------
+    ValueError
+        ``k``, ``rho`` or ``granularity_bits`` out of range; an answer outside 0..k-1; from
+        ``encode``, a report that is not k integers.
+    ReportRangeError
+        From ``decode``, a coordinate the noise cannot produce.
+
+    References
+    ----------
+    [Canonne2020] (the discrete Gaussian and its sampler); [Bun2016] (zCDP); [Rogers2017]
+    Ch. 2.2 and Ch. 8 (the local Gaussian tests); local-chi-square-tests spec §1.1;
+    [Mironov2012] for why the noise is exact and discrete.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from client.mechanisms import GaussianNoise
+    >>> gauss = GaussianNoise(k=4, rho=0.5)
+    >>> gauss.cost
+    PrivacyCost(kind='zcdp', value=0.5)
+    >>> round(gauss.noise_variance, 4)
+    2.0
+    >>> report = gauss.randomize(0)  # integers on the 1/1024 grid, from the OS CSPRNG
+    >>> report.shape, report.dtype
+    ((4,), dtype('int64'))
+    >>> reports = gauss.simulate(np.array([0, 1, 2, 3]), np.random.default_rng(0))
+    >>> gauss.aggregate(reports).shape  # coordinate sums in real units
+    (4,)
     """
 
     name = "gaussian"
@@ -203,6 +249,44 @@ class LaplaceNoise(_AdditiveNoise):
     of scale 2g/eps is exactly eps-DP for integer shifts of L1 size 2g, so one report is
     epsilon-LDP. Exact variance per coordinate: 2r/(1-r)^2 / g^2 with r = exp(-eps/(2g)),
     which tends to the continuous 8/eps^2 as g grows.
+
+    Parameters
+    ----------
+    epsilon : float
+        Privacy parameter of one report, positive and finite.
+    k, granularity_bits
+        As for ``GaussianNoise``.
+
+    Attributes
+    ----------
+    noise_variance, cost
+        As for ``GaussianNoise``; the cost is ``PrivacyCost("pure", epsilon)``.
+
+    Raises
+    ------
+    ValueError, ReportRangeError
+        As for ``GaussianNoise``, with ``epsilon`` in the place of ``rho``.
+
+    References
+    ----------
+    [Rogers2017] Ch. 8 Sec. 8.2.2 and Alg. 16 (the local Laplace test, calibrated by Monte
+    Carlo); local-chi-square-tests spec §1.2, §4.4; [Canonne2020] (the discrete Laplace sampler);
+    [Mironov2012].
+
+    Examples
+    --------
+    >>> from client.mechanisms import LaplaceNoise
+    >>> laplace = LaplaceNoise(k=4, epsilon=1.0)
+    >>> round(laplace.noise_variance, 4)  # close to 8 / epsilon^2
+    8.0
+    >>> laplace.cost.kind, laplace.cost.value
+    ('pure', 1.0)
+    >>> laplace.randomize(3).shape  # integers on the 1/1024 grid, from the OS CSPRNG
+    (4,)
+    >>> import numpy as np
+    >>> reports = laplace.simulate(np.array([0, 0, 1]), np.random.default_rng(0))
+    >>> laplace.aggregate(reports).shape
+    (4,)
     """
 
     name = "laplace"

@@ -51,7 +51,7 @@ class PrivacyCost:
 
     @property
     def rho(self) -> float:
-        """The zCDP cost: rho itself, or epsilon^2 / 2 for a pure report (Bun-Steinke)."""
+        """The zCDP cost: rho itself, or epsilon^2 / 2 for a pure report ([Bun2016])."""
         return self.value if self.kind == "zcdp" else self.value**2 / 2
 
 

@@ -36,7 +36,7 @@ def discrete_laplace(scale: float, size: int, rng: np.random.Generator) -> np.nd
 
 
 def discrete_gaussian(sigma2: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Draws of N_Z(0, sigma2) by rejection from a discrete Laplace (Canonne-Kamath-Steinke)."""
+    """Draws of N_Z(0, sigma2) by rejection from a discrete Laplace ([Canonne2020] Alg. 3)."""
     t = math.isqrt(int(sigma2)) + 1
     out = np.empty(size, dtype=np.int64)
     pending = np.arange(size)

@@ -1,4 +1,5 @@
-"""Flip components / symmetric unary encoding (MFC, dissertation Alg. 20): epsilon-LDP, k bits."""
+"""Flip components / symmetric unary encoding (MFC, [Rogers2017] Alg. 20;
+local-chi-square-tests spec §1.4): epsilon-LDP, k bits."""
 
 from __future__ import annotations
 
@@ -28,6 +29,48 @@ class FlipComponents(PureEpsilon, Mechanism):
     is epsilon-LDP. On devices every bit compares a uniform 64-bit integer with a flip threshold
     rounded *up* from the exact s (80-digit decimal), so each bit's likelihood ratio stays at most
     e^(eps/2) (``realized_epsilon <= epsilon``).
+
+    Parameters
+    ----------
+    k, epsilon
+        The number of categories and the privacy parameter of one report, each within the
+        same bounds as for ``RandomizedResponse``.
+
+    Attributes
+    ----------
+    flip_probability : float
+        s, the probability that any one bit is flipped.
+    cost : PrivacyCost
+        ``PrivacyCost("pure", epsilon)``, what the device ledger charges.
+
+    Raises
+    ------
+    ValueError
+        ``k`` or ``epsilon`` out of range; an answer outside 0..k-1; from ``encode``/``decode``,
+        a report that is not k bits (or non-zero padding).
+
+    References
+    ----------
+    [Rogers2017] Alg. 20 (MFC) and Thm 8.2.10-8.2.11 (its projected statistic T_FC);
+    [Gaboardi2018] (LocalBitFlip); local-chi-square-tests spec §1.4, §4.8.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from client.mechanisms import FlipComponents
+    >>> fc = FlipComponents(k=4, epsilon=1.0)
+    >>> round(fc.flip_probability, 4)
+    0.3775
+    >>> fc.realized_epsilon <= fc.epsilon
+    True
+    >>> report = fc.randomize(1)  # k bits, from the operating system's CSPRNG
+    >>> report.shape, set(report.tolist()) <= {0, 1}
+    ((4,), True)
+    >>> fc.decode(fc.encode(np.array([0, 1, 0, 1]))).tolist()
+    [0, 1, 0, 1]
+    >>> reports = fc.simulate(np.array([0, 1, 2, 3]), np.random.default_rng(0))
+    >>> fc.aggregate(reports).shape
+    (4,)
     """
 
     name = "flip_components"

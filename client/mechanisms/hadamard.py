@@ -1,4 +1,4 @@
-"""Hadamard response (HR; Acharya, Sun, Zhang, AISTATS 2019): epsilon-LDP, one index in [K],
+"""Hadamard response (HR; Acharya, Sun, Zhang [Acharya2019HR]): epsilon-LDP, one index in [K],
 decoded with a fast Walsh-Hadamard transform in O(n + K log K)."""
 
 from __future__ import annotations

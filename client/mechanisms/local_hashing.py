@@ -1,4 +1,4 @@
-"""Optimized local hashing (OLH; Wang, Blocki, Li, Jha, USENIX Security 2017): epsilon-LDP, a
+"""Optimized local hashing (OLH; Wang, Blocki, Li, Jha [Wang2017]): epsilon-LDP, a
 public hash seed and one value in [g], g = ceil(e^eps) + 1, whatever k."""
 
 from __future__ import annotations

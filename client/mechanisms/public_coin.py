@@ -1,5 +1,5 @@
-"""RAPTOR-style public-coin one-bit reports (Acharya, Canonne, Freitag, Tyagi 2019): epsilon-LDP,
-one bit per device about a public random half of the categories.
+"""RAPTOR-style public-coin one-bit reports ([Acharya2019Test]): epsilon-LDP, one bit per device
+about a public random half of the categories.
 
 Before collection the survey fixes a public seed and a number of groups L; group l's subset
 S_l (floor(k/2) categories) is derived from the seed by a documented SHA-256 construction, so
@@ -7,8 +7,9 @@ every device and the aggregator agree bit for bit. A device joins a uniformly ra
 sends 1{x in S_l} through binary randomized response. The sufficient statistic is the per-group
 group sizes and bit sums, not a per-category vector: ``statistic_size`` is 2L and the
 statistic is ``[n_1 .. n_L, B_1 .. B_L]`` (reports, then ones, per group), what the grouped
-chi-square test (spec T3) reads. The reports are not linear in p per category, so there is no
-``offset``/``slope``: ``report_mean`` and ``report_covariance`` are those of the 2L statistic.
+chi-square test (T3, large-domain spec §3) reads. The reports are not linear in p per category, so
+there is no ``offset``/``slope``: ``report_mean`` and ``report_covariance`` are those of the 2L
+statistic.
 """
 
 from __future__ import annotations

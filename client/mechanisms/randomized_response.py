@@ -1,4 +1,5 @@
-"""k-ary randomized response (MEXP, dissertation Alg. 17): epsilon-LDP, one category per report."""
+"""k-ary randomized response (MEXP, [Rogers2017] Alg. 17; local-chi-square-tests spec §1.3):
+epsilon-LDP, one category per report."""
 
 from __future__ import annotations
 
@@ -30,6 +31,53 @@ class RandomizedResponse(PureEpsilon, Mechanism):
     epsilon-LDP. On devices the keep decision compares a uniform integer below ``k * 2**64`` with
     a threshold rounded down from the exact probability (80-digit decimal), so the realised
     ratio never exceeds e^eps (``realized_epsilon <= epsilon``).
+
+    Parameters
+    ----------
+    k : int
+        Number of categories, 2 <= k <= 2**31.
+    epsilon : float
+        Privacy parameter of one report, positive and finite.
+
+    Attributes
+    ----------
+    a0, a1 : float
+        The channel: a category is reported with probability ``a0 + a1 * p`` (``offset`` and
+        ``slope``).
+    cost : PrivacyCost
+        ``PrivacyCost("pure", epsilon)``, what the device ledger charges.
+
+    Raises
+    ------
+    ValueError
+        ``k`` or ``epsilon`` out of range; from ``randomize``, ``simulate`` and ``encode``, an
+        answer outside 0..k-1.
+    ReportRangeError
+        From ``decode``, a payload naming a category outside 0..k-1.
+
+    References
+    ----------
+    [Rogers2017] Alg. 17 (MEXP) and Alg. 18 (LocalGOF); [Gaboardi2018]; local-chi-square-tests
+    spec §1.3, §4.5; docs/wire.md for the sampler and the encoding.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from client.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(k=4, epsilon=1.0)
+    >>> round(rr.a0 + rr.a1, 4)  # the probability of reporting the true answer
+    0.4754
+    >>> rr.realized_epsilon <= rr.epsilon
+    True
+    >>> rr.randomize(2) in range(4)  # one report, from the operating system's CSPRNG
+    True
+    >>> rr.decode(rr.encode(3))
+    3
+    >>> reports = rr.simulate(np.array([0, 1, 2, 3, 3]), np.random.default_rng(0))
+    >>> int(rr.aggregate(reports).sum())
+    5
+    >>> rr.report_mean([1.0, 0.0, 0.0, 0.0]).round(4).tolist()
+    [0.4754, 0.1749, 0.1749, 0.1749]
     """
 
     name = "randomized_response"

@@ -3,8 +3,8 @@
 Every random bit used to randomize a real answer comes from the operating system's CSPRNG
 (``os.urandom``), read in blocks for speed. All samplers use integer arithmetic only: the
 Bernoulli, geometric, discrete Laplace and discrete Gaussian samplers follow Canonne, Kamath and
-Steinke (2020), "The Discrete Gaussian for Differential Privacy", Algorithms 1-3, with rational
-parameters, so no floating-point rounding can shape the output distribution.
+Steinke [Canonne2020], "The Discrete Gaussian for Differential Privacy", Algorithms 1-3, with
+rational parameters, so no floating-point rounding can shape the output distribution.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class SecureRandom:
         return self.below(den) < num
 
     def bernoulli_exp(self, num: int, den: int) -> bool:
-        """Exact Bernoulli(exp(-num / den)) for integers num >= 0, den > 0 (CKS Algorithm 1)."""
+        """Exact Bernoulli(exp(-num / den)) for integers num >= 0, den > 0 ([Canonne2020] Alg 1)."""
         while num > den:
             if not self._bernoulli_exp_unit(1, 1):
                 return False
@@ -84,7 +84,7 @@ class SecureRandom:
 
         Draw X with P(x) ~ exp(-x / t) as ``U + t * V`` (U uniform below t, accepted with
         probability exp(-U / t); V counts Bernoulli(1/e) successes), then return
-        ``floor(X / s)``. This is the inner loop of CKS Algorithm 2.
+        ``floor(X / s)``. This is the inner loop of [Canonne2020] Algorithm 2.
         """
         while True:
             u = self.below(t)
@@ -104,9 +104,10 @@ class SecureRandom:
     def discrete_gaussian(self, sigma2: Fraction) -> int:
         """Exact discrete Gaussian N_Z(0, sigma2): P(z) proportional to exp(-z^2 / (2 sigma2)).
 
-        CKS Algorithm 3: propose y from a discrete Laplace of integer scale t = floor(sigma) + 1
-        (drawn as a random sign times a geometric, rejecting the negative zero) and accept with
-        probability exp(-(|y| - sigma2 / t)^2 / (2 sigma2)), all in integer arithmetic.
+        [Canonne2020] Alg. 3: propose y from a discrete Laplace of integer scale
+        t = floor(sigma) + 1 (drawn as a random sign times a geometric, rejecting the negative zero)
+        and accept with probability exp(-(|y| - sigma2 / t)^2 / (2 sigma2)), all in integer
+        arithmetic.
         """
         a, b = sigma2.numerator, sigma2.denominator
         t = _isqrt_fraction(sigma2) + 1

@@ -1,4 +1,4 @@
-"""Subset selection (Ye and Barg 2018; Wang et al. 2016 "k-subset"): epsilon-LDP, a set of
+"""Subset selection ([Ye2018]; the "k-subset" of [Wang2016]): epsilon-LDP, a set of
 d of the k categories, the answer in it more often than chance."""
 
 from __future__ import annotations

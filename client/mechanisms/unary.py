@@ -1,4 +1,4 @@
-"""Optimized unary encoding (OUE; Wang, Blocki, Li, Jha, USENIX Security 2017): epsilon-LDP,
+"""Optimized unary encoding (OUE; Wang, Blocki, Li, Jha [Wang2017]): epsilon-LDP,
 k bits, the lowest-variance unary encoding for frequency estimation."""
 
 from __future__ import annotations

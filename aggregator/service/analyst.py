@@ -1,0 +1,242 @@
+"""The Analyst servicer: estimates and tests computed from the stored sufficient statistics.
+
+Nothing is released below a survey's minimum batch size; tests refuse questions whose reports
+may be clustered by household. The statistics run off the event loop, imported on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import grpc
+import numpy as np
+
+from aggregator.errors import (
+    ClusteredReportsError,
+    IncompatibleHistogramsError,
+    InsufficientDataError,
+    InvalidInputError,
+)
+from aggregator.service import confirm_rpcs
+from aggregator.service.answers import shortened
+from aggregator.service.rejections import status_of
+from aggregator.service.store_api import Store
+from aggregator.store import ingest
+from aggregator.store.ingest import ReportRejectedError
+from aggregator.survey_file.analyses import check_independent
+from aggregator.survey_file.groups import (
+    check_same_definition,
+    group_name,
+    two_sample_request_problem,
+)
+from client.survey import SurveySpec
+from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+
+if TYPE_CHECKING:
+    from aggregator.stats.result import TestResult
+
+#: Trailing metadata of a read of a survey with a group label that pools every group.
+POOLED_METADATA = ("ldp-groups", "pooled")
+
+
+class Analyst(ldp_pb2_grpc.AnalystServicer):
+    """Estimates and tests computed from stored sufficient statistics."""
+
+    def __init__(self, surveys: dict[str, SurveySpec], store: Store) -> None:
+        self._surveys = surveys
+        self._store = store
+
+    async def _released(
+        self,
+        context,
+        survey_id: str,
+        question_id: str,
+        side: int = 0,
+        group: str = "",
+        *,
+        test: bool = False,
+    ):
+        """The question's histogram on the requested side (confirm_rpcs.read_side) and of one
+        public ``group`` ('': all groups pooled), if the survey's minimum batch size is reached
+        (by the group); for a ``test``, FAILED_PRECONDITION if its reports may be clustered by
+        household (privacy-accounting spec §D.3). A group the survey does not declare is
+        INVALID_ARGUMENT."""
+        try:
+            survey, question = ingest.find_question(self._surveys, survey_id, question_id)
+            if group:
+                ingest.check_group(survey, group)
+        except ReportRejectedError as exc:
+            await context.abort(status_of(exc.reason), shortened(exc.message))
+        if test:
+            try:
+                check_independent(survey, question)
+            except ClusteredReportsError as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
+        side = await confirm_rpcs.read_side(context, self._store, survey, side)
+        if survey.group_label is not None and not group:  # every group pooled: say so
+            labels = [POOLED_METADATA]
+            if side == ldp_pb2.EXPLORATION:
+                labels.append(confirm_rpcs.EXPLORATORY_METADATA)
+            context.set_trailing_metadata(tuple(labels))
+        n, sums = await asyncio.to_thread(
+            self._store.statistics, survey_id, question_id, side, group
+        )
+        if n < survey.min_batch_size:
+            of = f" of {survey.group_label.name} {group!r}" if group else ""  # type: ignore[union-attr]
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{survey_id}/{question_id} has {n} reports{of}; results are released from "
+                f"{survey.min_batch_size}",
+            )
+        return question, ingest.histogram(question, n, sums)
+
+    async def Estimate(self, request, context):
+        question, hist = await self._released(
+            context, request.survey_id, request.question_id, request.side, request.group
+        )
+        confidence = request.confidence or 0.95
+        est = await _analyse(context, "estimate", hist, confidence)
+        return ldp_pb2.EstimateResponse(
+            n=est.n,
+            labels=question.labels,
+            frequencies=est.frequencies,
+            standard_errors=est.standard_errors,
+            ci_low=est.ci_low,
+            ci_high=est.ci_high,
+            confidence=est.confidence,
+            mechanism=est.mechanism,
+            projected=est.projected(),
+            interval_method=est.interval_method,
+        )
+
+    async def GoodnessOfFit(self, request, context):
+        _, hist = await self._released(
+            context, request.survey_id, request.question_id, request.side, request.group, test=True
+        )
+        result = await _analyse(
+            context,
+            "goodness_of_fit",
+            hist,
+            np.asarray(request.p0, dtype=float),
+            request.alpha or 0.05,
+            request.method or None,
+            **_calibration(request),
+        )
+        return test_response(result)
+
+    async def Independence(self, request, context):
+        question, hist = await self._released(
+            context, request.survey_id, request.question_id, request.side, request.group, test=True
+        )
+        if len(question.shape) != 2:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"question {question.id!r} has {len(question.shape)} attribute(s); "
+                "independence needs exactly 2",
+            )
+        result = await _analyse(
+            context,
+            "independence",
+            hist,
+            question.shape,
+            request.alpha or 0.05,
+            request.method or None,
+            **_calibration(request),
+        )
+        return test_response(result)
+
+    async def Preregister(self, request, context):
+        return await confirm_rpcs.preregister(context, self._store, self._surveys, request)
+
+    async def Confirm(self, request, context):
+        return await confirm_rpcs.confirm(context, self._store, self._surveys, request)
+
+    async def HoldoutTest(self, request, context):
+        return await confirm_rpcs.holdout_test(context, self._store, self._surveys, request)
+
+    async def TwoSample(self, request, context):
+        groups = (request.group_a, request.group_b)
+        survey_b = request.survey_b or (request.survey_a if any(groups) else "")
+        question_b = request.question_b or (request.question_a if any(groups) else "")
+        problem = two_sample_request_problem(
+            (request.survey_a, request.question_a, request.group_a),
+            (survey_b, question_b, request.group_b),
+        )
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        question_a, hist_a = await self._released(
+            context, request.survey_a, request.question_a, group=request.group_a, test=True
+        )
+        question_b, hist_b = await self._released(
+            context, survey_b, question_b, group=request.group_b, test=True
+        )
+        names = (
+            group_name(request.survey_a, request.question_a, request.group_a),
+            group_name(survey_b, question_b, request.group_b),
+        )
+        try:
+            check_same_definition(question_a, question_b, names)
+        except IncompatibleHistogramsError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        result = await _analyse(
+            context,
+            "two_sample",
+            hist_a,
+            hist_b,
+            request.alpha or 0.05,
+            **_calibration(request),
+        )
+        return test_response(result)
+
+
+def _calibration(request) -> dict:
+    """The calibration and seed arguments of a test request ("auto" when unset)."""
+    seed = request.seed if request.HasField("seed") else None
+    return {"calibration": request.calibration or "auto", "rng": seed}
+
+
+async def _analyse(context, function: str, *args, **kwargs):
+    """Run ``aggregator.stats.<function>`` off the event loop; user errors become specific status
+    codes."""
+    try:
+        return await asyncio.to_thread(_call_stats, function, *args, **kwargs)
+    except InsufficientDataError as exc:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    except (InvalidInputError, ValueError) as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+def _call_stats(function: str, *args, **kwargs):
+    """The statistics package is imported on first use, in a worker thread: it pulls in SciPy,
+    which would add about a second to every start (health SERVING comes later after a crash) and
+    would stall the event loop if imported there."""
+    from aggregator import stats
+
+    return getattr(stats, function)(*args, **kwargs)
+
+
+def test_response(result: TestResult) -> ldp_pb2.TestResponse:
+    message = ldp_pb2.TestResponse(
+        statistic=result.statistic,
+        pvalue=result.pvalue,
+        method=result.method,
+        n=result.n,
+        alpha=result.alpha,
+        reject=result.reject,
+        inconclusive=result.inconclusive,
+        reason=result.reason,
+        expected=result.expected,
+        observed=result.observed,
+        mechanism=result.mechanism,
+        calibration=result.calibration,
+        calibration_reason=result.calibration_reason,
+    )
+    if result.dof is not None:
+        message.dof = result.dof
+    if result.n_draws is not None:
+        message.n_draws = result.n_draws
+    return message
+
+
+test_response.__test__ = False  # type: ignore[attr-defined]  # not a pytest test

@@ -1,0 +1,263 @@
+"""The aggregator's gRPC server (grpc.aio) from start to stop: it opens the store (one server per
+store), serves the Collector, the Analyst and the standard health service, turns health
+NOT_SERVING when the store stops making reports durable, and drains before it closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import grpc
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from aggregator.service.analyst import Analyst
+from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
+from aggregator.service.cap_file import CapFile, CapPersistence
+from aggregator.service.collector import Collector
+from aggregator.service.devices import DeviceRegistry, RegistryWatch
+from aggregator.service.handlers import (
+    SERVICE_NAMES,
+    add_analyst_to_server,
+    add_collector_to_server,
+)
+from aggregator.service.limits import (
+    DEFAULT_MAX_INFLIGHT_REPORTS,
+    CapCounter,
+    KeyPseudonyms,
+    UploadGuard,
+)
+from aggregator.service.observe import Observer
+from aggregator.service.store_api import Store
+from aggregator.service.store_lock import StoreLock, ensure_port_free
+from aggregator.service.streams import ConnectionLimits, StreamLimits
+from aggregator.store import definitions
+from aggregator.store.file_kind import create_private
+from aggregator.store.report_store import ReportStore, StoreError, StoreFailedError
+from aggregator.survey_file.config import SurveyLimits
+from client.device.transport import MAX_MESSAGE_BYTES
+from client.survey import SurveySpec
+
+log = logging.getLogger(__name__)
+
+#: How often an idle server checks that its store can still make reports durable.
+STORE_PROBE_SECONDS = 1.0
+
+
+@dataclass
+class RunningServer:
+    """A started aggregator: its port, and how to stop it gracefully."""
+
+    server: grpc.aio.Server
+    port: int
+    store: Store
+    health: health.aio.HealthServicer
+    lock: StoreLock | None = None
+    caps: CapPersistence | None = None
+    registry: RegistryWatch | None = None
+    watchdog: asyncio.Task | None = None
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
+        (which commits everything already queued), release the store's lock."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            await asyncio.gather(self.watchdog, return_exceptions=True)
+        if self.registry is not None:
+            await self.registry.close()
+        if self.caps is not None:
+            await self.caps.close()
+        await asyncio.to_thread(self.store.close)
+        if self.lock is not None:
+            self.lock.release()
+
+
+def open_store(
+    surveys: dict[str, SurveySpec],
+    db_path: str,
+    *,
+    max_delay: float = 0.002,
+    on_commit: Callable[[float, int], None] | None = None,
+) -> ReportStore:
+    """Open the report store (its files private to their owner: 0600), check every question of
+    the surveys against its pinned definition (aggregator/store/definitions.py) and register it."""
+    create_private(db_path)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(db_path + suffix):
+            create_private(db_path + suffix)
+    store = ReportStore(db_path, max_delay=max_delay, on_commit=on_commit)
+    try:
+        definitions.register(store, surveys)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+async def start_server(
+    surveys: dict[str, SurveySpec],
+    db_path: str,
+    address: str = "127.0.0.1:0",
+    *,
+    reflection: bool = False,
+    credentials: grpc.ServerCredentials | None = None,
+    max_delay: float = 0.002,
+    device_keys: Mapping[str, Ed25519PublicKey] | None = None,
+    auth_window: float = DEFAULT_WINDOW_SECONDS,
+    limits: Mapping[str, SurveyLimits] | None = None,
+    max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
+    streams: StreamLimits | None = None,
+    connections: ConnectionLimits | None = None,
+    observer: Observer | None = None,
+    devices: str | os.PathLike[str] | None = None,
+) -> RunningServer:
+    """Open the store, register every question, and start serving on ``address``.
+
+    ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
+    ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
+    ``auth_window`` the allowed clock difference of a signature in seconds. ``limits`` are the
+    surveys' per-device limits (their counts persist in ``<db>.caps``, under keyed hashes);
+    ``max_inflight_reports`` bounds the reports waiting for the store, past which uploads are
+    shed (RESOURCE_EXHAUSTED with a retry hint). ``streams`` and ``connections`` bound each
+    client stream and each HTTP/2 connection (defaults: :mod:`.streams`, docs/limits.md).
+    ``observer`` records uploads and commits (metrics, access log; default: nothing).
+    ``devices`` is the device registry file: its keys replace ``device_keys``, and are reloaded
+    when it changes (revocation without a restart).
+    """
+    observer = observer or Observer()
+    lock = StoreLock(db_path)  # before anything is opened: one server per store
+    try:
+        caps = CapFile.beside(db_path)
+        caps.adopt_legacy(db_path)
+        store = open_store(
+            surveys, db_path, max_delay=max_delay, on_commit=observer.recorder.commit
+        )
+    except BaseException:
+        lock.release()
+        raise
+    try:
+        guard = UploadGuard(
+            limits or {}, CapCounter(caps.load()), max_inflight_reports=max_inflight_reports
+        )
+        registry = None
+        if devices is not None:
+            with DeviceRegistry(devices) as opened:
+                device_keys = opened.active_keys()
+        auth = DeviceAuthenticator(surveys, device_keys or {}, window=auth_window)
+        if devices is not None:
+            registry = RegistryWatch(devices, auth.replace_keys)
+        running = await serve(
+            surveys,
+            store,
+            address,
+            guard=guard,
+            reflection=reflection,
+            credentials=credentials,
+            auth=auth,
+            observer=observer,
+            pseudonym=KeyPseudonyms.beside(db_path),
+            streams=streams,
+            connections=connections,
+        )
+    except BaseException:
+        store.close()
+        lock.release()
+        raise
+    running.lock = lock
+    if registry is not None:
+        running.registry = registry
+        registry.start()
+    running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
+    running.caps.start()
+    return running
+
+
+async def serve(
+    surveys: dict[str, SurveySpec],
+    store: Store,
+    address: str,
+    *,
+    reflection: bool = False,
+    credentials: grpc.ServerCredentials | None = None,
+    guard: UploadGuard | None = None,
+    auth: DeviceAuthenticator | None = None,
+    pseudonym: Callable[[str], str] | None = None,
+    share_port: bool = False,
+    observer: Observer | None = None,
+    streams: StreamLimits | None = None,
+    connections: ConnectionLimits | None = None,
+) -> RunningServer:
+    """Start serving on ``address`` from an open store (see :func:`start_server` for the
+    security and limit arguments; ``guard`` defaults to load shedding only). ``share_port`` lets
+    several processes listen on one port (SO_REUSEPORT; the kernel spreads connections over
+    them); otherwise it is off, so a second server on a busy port fails instead of silently
+    taking half its traffic."""
+    guard = guard or UploadGuard({}, CapCounter())
+    connections = connections or ConnectionLimits()
+    server = grpc.aio.server(
+        options=[
+            # The largest message of any RPC: an Upload of MAX_REPORTS_PER_REQUEST reports fits
+            # with room to spare; the smaller RPCs have their own bounds in their handlers.
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", int(share_port)),
+            *connections.options(),
+        ]
+    )
+    health_servicer = health.aio.HealthServicer()
+    loop = asyncio.get_running_loop()
+
+    turning: list[asyncio.Task] = []  # the one task that turns health NOT_SERVING
+
+    def store_failed(reason: str) -> None:
+        if not turning:
+            log.error("the report store stopped acknowledging: %s", reason)
+            turning.append(loop.create_task(health_servicer.enter_graceful_shutdown()))
+
+    collector = Collector(surveys, store, guard, auth, pseudonym, store_failed, observer)
+    add_collector_to_server(collector, server, streams)
+    add_analyst_to_server(Analyst(surveys, store), server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if reflection:
+        from grpc_reflection.v1alpha import reflection as grpc_reflection
+
+        names = (*SERVICE_NAMES, grpc_reflection.SERVICE_NAME, health.SERVICE_NAME)
+        grpc_reflection.enable_server_reflection(names, server)
+    host, _, port_text = address.rpartition(":")
+    if not share_port and port_text.isdigit():
+        ensure_port_free(host.strip("[]"), int(port_text))
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
+    if port == 0:
+        raise OSError(f"cannot bind {address}")
+    await server.start()
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("aggregator listening on port %d", port)
+    running = RunningServer(server, port, store, health_servicer)
+    running.watchdog = loop.create_task(_probe_store(store, store_failed))
+    return running
+
+
+async def _probe_store(store: Store, failed: Callable[[str], None]) -> None:
+    """Every STORE_PROBE_SECONDS, an empty submit: its (empty) commit runs the store's file
+    checks, so a WAL deleted while no upload comes in turns health NOT_SERVING too (and what
+    was committed is rescued into the database file right away). With ``--workers`` every
+    worker probes through its link, so every worker turns NOT_SERVING."""
+    while True:
+        await asyncio.sleep(STORE_PROBE_SECONDS)
+        try:
+            await asyncio.wrap_future(store.submit_batches([]))
+        except StoreFailedError as exc:
+            failed(str(exc))
+            return
+        except StoreError:  # closed: the server is stopping
+            return

@@ -1,0 +1,30 @@
+"""The report store as the servicers see it: one type for the in-process store and a worker's
+link to the writer process's store, so the servicers and the server need not know which."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Protocol
+
+import numpy as np
+
+from aggregator.store.report_store import ReportBatch
+
+
+class Store(Protocol):
+    """What the servicers need from a report store: the in-process ReportStore, or a worker
+    process's RemoteStore that reaches the writer process's one (``serve --workers N``)."""
+
+    def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[int]]: ...
+
+    def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]: ...
+
+    @property
+    def path(self) -> str: ...
+
+    def statistics(
+        self, survey_id: str, question_id: str, side: int = 0, group: str = ""
+    ) -> tuple[int, np.ndarray]: ...
+
+    def close(self) -> None: ...
