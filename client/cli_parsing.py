@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -22,7 +23,7 @@ class DefaultsFormatter(argparse.HelpFormatter):
 class OneLineParser(argparse.ArgumentParser):
     """A command-line mistake is one line on stderr (the usage is one --help away)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -173,7 +173,11 @@ def test_backup_while_serving_then_restore(filled, tmp_path):
     assert manifest["reports"] == 1_200 and "reports.sqlite" in manifest["files"]
 
     restored = tmp_path / "restored" / "reports.sqlite"
-    done = run("agg", "restore", "--from", str(backup), "--db", str(restored))
+    one_line_error(  # another place: the key that authenticated the backup is not beside it
+        run("agg", "restore", "--from", str(backup), "--db", str(restored)), "pass --key FILE"
+    )
+    key = f"{db}.backup-key"
+    done = run("agg", "restore", "--from", str(backup), "--db", str(restored), "--key", key)
     assert done.returncode == 0 and "restored 1,200 reports" in done.stdout, done.stderr
     after = run("agg", "estimate", "--config", str(config), "--db", str(restored), "--survey",
                 "panel", "--question", "mood", "--json")  # fmt: skip
@@ -181,7 +185,8 @@ def test_backup_while_serving_then_restore(filled, tmp_path):
     covariance = np.array(json.loads(before.stdout)["covariance"])  # for marginals, differences
     assert covariance.shape == (4, 4) and np.allclose(covariance, covariance.T)
     one_line_error(
-        run("agg", "restore", "--from", str(backup), "--db", str(restored)), "pass --force"
+        run("agg", "restore", "--from", str(backup), "--db", str(restored), "--key", key),
+        "pass --force",
     )
     one_line_error(run("agg", "backup", "--db", str(db), "--out", str(backup)), "new or empty")
 

@@ -111,6 +111,16 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
         "planning needs no data",
     ),
+    (
+        (
+            *(name for name in ABOVE_THE_CORE if name != "aggregator.cli"),
+            "aggregator.histogram",
+            "aggregator.errors",
+            "aggregator.presentation",
+        ),
+        ("aggregator.cli",),
+        "the command line sits on top: nothing else imports it",
+    ),
 ]
 
 

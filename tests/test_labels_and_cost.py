@@ -220,7 +220,7 @@ def test_independence_refuses_p0_and_gof_speaks_of_categories(tmp_path):
 
 
 def test_method_help_lists_every_method_of_every_mechanism():
-    from aggregator.cli import METHOD_HELP
+    from aggregator.cli.analysis import METHOD_HELP
     from aggregator.stats.composite import COMPOSITE_METHODS
     from aggregator.stats.gof import GOF_METHODS
 
@@ -232,7 +232,7 @@ def test_method_help_lists_every_method_of_every_mechanism():
 
 
 def test_estimate_table_shows_the_projection_beside_out_of_range_values():
-    from aggregator.cli import estimate_table
+    from aggregator.cli.analysis import estimate_table
     from aggregator.histogram import Histogram
     from aggregator.stats import estimate
     from client.mechanisms import RandomizedResponse

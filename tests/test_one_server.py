@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aggregator_process import spawn_serve
 
-from aggregator.service.store_lock import StoreInUseError, StoreLock
+from aggregator.store.lock import StoreInUseError, StoreLock
 
 
 def serve(config: Path, db: Path, *options: str) -> subprocess.CompletedProcess:

@@ -83,7 +83,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             self._store.statistics, survey_id, question_id, side, group
         )
         if n < survey.min_batch_size:
-            of = f" of {survey.group_label.name} {group!r}" if group else ""  # type: ignore[union-attr]
+            of = f" of {survey.group_label.name} {group!r}" if survey.group_label and group else ""
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{survey_id}/{question_id} has {n} reports{of}; results are released from "

@@ -32,11 +32,12 @@ from aggregator.service.limits import (
     UploadGuard,
 )
 from aggregator.service.observe import Observer
+from aggregator.service.ports import ensure_port_free
 from aggregator.service.store_api import Store
-from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from aggregator.store import definitions
 from aggregator.store.file_kind import create_private
+from aggregator.store.lock import StoreLock
 from aggregator.store.report_store import ReportStore, StoreError, StoreFailedError
 from aggregator.survey_file.config import SurveyLimits
 from client.device.transport import MAX_MESSAGE_BYTES

@@ -34,6 +34,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from aggregator.errors import LdpError
+from aggregator.service.rejections import abort
 from client.device import signature as sig
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -126,11 +127,11 @@ class DeviceAuthenticator:
         """Parse and check the call's metadata (known device, fresh timestamp). None if the call
         carries no authentication metadata at all; DeviceAuthError if it is partial or bad."""
         found: dict[str, str | bytes] = {}
-        for key, value in metadata or ():
-            if key in _AUTH_KEYS:
-                if key in found:
-                    raise DeviceAuthError(f"metadata {key} appears more than once")
-                found[key] = value
+        for name, value in metadata or ():
+            if name in _AUTH_KEYS:
+                if name in found:
+                    raise DeviceAuthError(f"metadata {name} appears more than once")
+                found[name] = value
         if not found:
             return None
         missing = [k for k in _AUTH_KEYS if k not in found]
@@ -149,7 +150,7 @@ class DeviceAuthenticator:
                 f"{self._window:g} s): check the device clock"
             )
         key = self._keys.get(device_id) if isinstance(device_id, str) else None
-        if key is None:
+        if key is None or not isinstance(device_id, str):
             raise DeviceAuthError(NOT_VERIFIED)
         return SignedCall(device_id, timestamp, signature, key)
 
@@ -175,7 +176,7 @@ class DeviceAuthenticator:
             call = self.open_upload(context.invocation_metadata(), reports)
             return None if call is None else await call.verified()
         except DeviceAuthError as exc:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            await abort(context, grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
     async def open_stream(self, context) -> SignedCall | None:
         """:meth:`open_call` for a streaming handler, with the metadata signature checked over
@@ -186,7 +187,7 @@ class DeviceAuthenticator:
                 call.verify()  # no reports added: the header only
             return call
         except DeviceAuthError as exc:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            await abort(context, grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
     async def verify_message(self, context, call: SignedCall, request: ldp_pb2.UploadRequest):
         """Verify one message of a signed stream as it arrives (off the event loop when big)."""

@@ -33,7 +33,7 @@ from aggregator.service.limits import (
     limit_key,
 )
 from aggregator.service.observe import INVALID_CODES, CallOutcome, Observer
-from aggregator.service.rejections import status_of
+from aggregator.service.rejections import abort, status_of
 from aggregator.service.store_api import Store
 from aggregator.service.streams import StreamBudget, StreamLimitError, StreamLimits
 from aggregator.store import ingest
@@ -44,6 +44,7 @@ from aggregator.store.report_store import (
     STORED,
     ConfirmationClosedError,
     ReportBatch,
+    StoredReport,
     StoreError,
     StoreFailedError,
     StoreUnavailableError,
@@ -93,8 +94,10 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
     async def GetSurvey(self, request, context):
         survey = self._surveys.get(request.survey_id)
         if survey is None:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, shortened(f"unknown survey {request.survey_id!r}")
+            await abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                shortened(f"unknown survey {request.survey_id!r}"),
             )
         return survey.to_proto()
 
@@ -204,9 +207,11 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         for slots, future in pending:
             for slot, result in zip(slots, await future, strict=True):
                 results[slot] = result
+        answered = [result for result in results if result is not None]
+        assert len(answered) == len(results), "a report's commit filled no result"
         if outcome is not None:
-            outcome.counts.update(_result_kind(result) for result in results)
-        return stream_response(results)
+            outcome.counts.update(_result_kind(result) for result in answered)
+        return stream_response(answered)
 
     def _validate_each(
         self,
@@ -229,7 +234,9 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
             else:
                 results.extend([None] * len(reports))
                 return [start + p for ps in upload.positions for p in ps], upload.batches
-        slots, valid, first = [], [], {}
+        slots: list[int] = []
+        valid: list[StoredReport] = []
+        first: dict[bytes, tuple[str, str, bytes]] = {}
         for report in reports:
             try:
                 content = (report.survey_id, report.question_id, report.payload)

@@ -16,6 +16,7 @@ import grpc
 
 from aggregator.errors import ConfirmationError, InsufficientDataError, InvalidInputError
 from aggregator.service.answers import shortened
+from aggregator.service.rejections import abort
 from aggregator.store import confirmations
 from aggregator.survey_file.config import ConfigError
 from client.survey import SurveySpec
@@ -50,7 +51,7 @@ async def read_side(context, store, survey: SurveySpec, side: int) -> int:
 async def _survey(context, surveys: dict[str, SurveySpec], survey_id: str) -> SurveySpec:
     survey = surveys.get(survey_id)
     if survey is None:
-        await context.abort(grpc.StatusCode.NOT_FOUND, shortened(f"unknown survey {survey_id!r}"))
+        await abort(context, grpc.StatusCode.NOT_FOUND, shortened(f"unknown survey {survey_id!r}"))
     if not survey.split:
         await context.abort(
             grpc.StatusCode.FAILED_PRECONDITION,

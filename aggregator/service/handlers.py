@@ -66,7 +66,7 @@ async def screened_stream(
             code = grpc.StatusCode.DEADLINE_EXCEEDED if exc.deadline else None
             await context.abort(code or grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         request = await _parse(context, ldp_pb2.UploadRequest, raw)
-        raw = None
+        raw = b""  # parsed: the bytes are not needed any more
         yield request
 
 
@@ -88,10 +88,10 @@ def _unary(
                     f"request of {len(raw)} bytes; this call takes at most {max_bytes}",
                 )
             request = await _parse(context, request_type, raw)
-            raw = None
+            raw = b""  # parsed: the bytes are not needed any more
             return await method(request, context)
         except BaseException as exc:
-            raw = request = None
+            raw, request = b"", None  # drop the bytes: the re-raised error holds this frame
             raise released(exc) from None
 
     return grpc.unary_unary_rpc_method_handler(handle, response_serializer=response_serializer)
@@ -120,10 +120,10 @@ def add_collector_to_server(
         try:
             await collector.screen(raw, context, outcome=outcome)
             request = await _parse(context, ldp_pb2.UploadRequest, raw)
-            raw = None
+            raw = b""  # parsed: the bytes are not needed any more
             return await collector.Upload(request, context, outcome)
         except BaseException as exc:
-            raw = request = None
+            raw, request = b"", None  # drop the bytes: the re-raised error holds this frame
             raise released(exc) from None
         finally:
             collector.observer.finished("Upload", context, outcome)

@@ -275,7 +275,7 @@ class Admission:
         self._reserved = reserved
         self._once = threading.Lock()  # acquired by the first close; later closes do nothing
 
-    def accepted_counts(self, fresh: Sequence[bool]) -> Counter[CountKey]:
+    def accepted_counts(self, fresh: Sequence[int]) -> Counter[CountKey]:
         """Newly stored reports per capped (key, survey, question)."""
         if len(fresh) != self._size:
             raise ValueError(f"{len(fresh)} flags for {self._size} reports")
@@ -290,12 +290,12 @@ class Admission:
 
     def finish(self, future: Future[list[int]]) -> None:
         """Settle (committed) or release (failed, cancelled) the reservations."""
-        fresh = None
+        fresh: list[int] | None = None
         if not future.cancelled() and future.exception() is None:
             fresh = future.result()
         self.close(fresh)
 
-    def close(self, fresh: Sequence[bool] | None) -> None:
+    def close(self, fresh: Sequence[int] | None) -> None:
         """Settle with the store's flags, or release everything when ``fresh`` is None."""
         if not self._once.acquire(blocking=False):
             return

@@ -4,6 +4,8 @@ one place that turns a reason into gRPC."""
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import grpc
 
 from aggregator.store.ingest import Rejection
@@ -25,3 +27,10 @@ STATUS_OF: dict[Rejection, grpc.StatusCode] = {
 def status_of(reason: Rejection) -> grpc.StatusCode:
     """The status code a refused report answers with on the wire."""
     return STATUS_OF[reason]
+
+
+async def abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """End the call with ``code``: ``context.abort`` raises, and saying so lets a handler that
+    returns a value end on a refusal."""
+    await context.abort(code, message)
+    raise AssertionError("grpc.aio's abort returned instead of raising")

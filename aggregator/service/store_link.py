@@ -58,6 +58,9 @@ from aggregator.store.report_store import (
 log = logging.getLogger(__name__)
 
 _BYE = "bye"
+#: What the writer answers a worker: per request, its id and either the flags of its reports
+#: or the kind and text of the error that refused it.
+WriterAnswers = list[tuple[int, bytes | None, tuple[int, str] | None]]
 _Reply = Callable[[object], None]
 #: How long a worker collects submits before sending them (the writer's default group-commit
 #: window: ReportStore's ``max_delay``).
@@ -237,18 +240,18 @@ class RemoteStore(asyncio.Protocol):
         """Resolve the futures of every complete answer message received so far."""
         self._received += data
         while (message := self._next_message()) is not None:
-            if message == _BYE:
+            if isinstance(message, str):  # _BYE: the writer is closing the link
                 self._said_bye = True
                 if self._transport is not None:
                     self._transport.close()
                 return
             for request_id, flags, error in message:
                 future = self._pending.pop(request_id)
-                if error is None:
-                    future.set_result(list(flags))  # STORED, DUPLICATE, CONFLICT
-                else:
+                if error is not None:
                     kind, text = error
                     future.set_exception(_ERRORS[kind](text))
+                elif flags is not None:
+                    future.set_result(list(flags))  # STORED, DUPLICATE, CONFLICT
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail whatever is left; a link lost without our goodbye stops the worker."""
@@ -289,7 +292,7 @@ class RemoteStore(asyncio.Protocol):
             head = _SHORT.pack(-1) + _LONG.pack(len(payload))
         self._transport.write(head + payload)
 
-    def _next_message(self) -> object | None:
+    def _next_message(self) -> WriterAnswers | str | None:
         """Take one complete message off the receive buffer, if there is one."""
         buffer = self._received
         if len(buffer) < _SHORT.size:

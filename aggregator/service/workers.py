@@ -40,10 +40,11 @@ from aggregator.service.devices import DeviceRegistry, RegistryWatch
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
 from aggregator.service.metrics import NoMetrics, PrometheusMetrics
 from aggregator.service.observe import Observer, access_log_stream
+from aggregator.service.ports import ensure_port_free
 from aggregator.service.store_link import RemoteStore, serve_link
-from aggregator.service.store_lock import StoreLock, ensure_port_free
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from aggregator.service.tls import server_credentials
+from aggregator.store.lock import StoreLock
 from aggregator.survey_file.config import load_surveys
 from client.survey import SurveySpec
 

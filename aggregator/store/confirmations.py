@@ -85,6 +85,12 @@ class Confirmation:
             raise StoreError(f"survey {self.survey_id}: a confirmation plan row without its plan")
         return self.plan
 
+    def sealed_record(self) -> str:
+        """The sealed results (JSON text) of a sealed plan; asked of an unsealed row, a bug."""
+        if self.sealed is None:
+            raise StoreError(f"survey {self.survey_id}: its confirmatory results are not sealed")
+        return self.sealed
+
     def holdout_state(self) -> dict:
         """The holdout's state (mode "holdout"); a holdout row without one is a damaged store."""
         if self.holdout is None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from aggregator.store.reader import StoreReader
 from aggregator.store.report_store import ReportStore
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -38,6 +39,14 @@ SIDE_NAMES: dict[int, str] = {
 
 class ShardFormatError(ValueError):
     """A shard directory or file is not in the expected format (or is corrupt)."""
+
+
+def side_enum(side: int) -> ldp_pb2.Side:
+    """The ``ldp.v1.Side`` of a side number as stored and written in manifests."""
+    for value in (ldp_pb2.SIDE_UNSPECIFIED, ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION):
+        if value == side:
+            return value
+    raise ShardFormatError(f"no ldp.v1.Side has the number {side}")
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,7 @@ def shard_name(survey_id: str, index: int, shards: int) -> str:
 
 
 def export_survey(
-    store: ReportStore,
+    store: ReportStore | StoreReader,
     survey: SurveySpec,
     out_dir: Path,
     shards: int,

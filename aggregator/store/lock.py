@@ -1,5 +1,5 @@
-"""One store, one server: an exclusive lock on ``<db>.lock`` held for the life of a server (or of
-a ``--workers`` group's writer); and one port, one service (:func:`ensure_port_free`).
+"""One store, one holder: an exclusive lock on ``<db>.lock`` held for the life of a server (or of
+a ``--workers`` group's writer), and by a restore while it replaces the store's files.
 
 Why: two servers on one database file each keep their own in-memory cap counts and caches, so a
 device could store twice its cap (seen: 20 reports under a cap of 10). SQLite alone allows it
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
 
 from aggregator.errors import LdpError
 from aggregator.store.report_store import StoreError
@@ -54,22 +53,3 @@ class StoreLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-class PortInUseError(LdpError):
-    """The address asked for is already bound by another socket (another aggregator, maybe)."""
-
-
-def ensure_port_free(host: str, port: int) -> None:
-    """Raise PortInUseError if anything is bound to ``host:port`` (0: nothing to check). The
-    probe binds without SO_REUSEPORT, so a group of servers sharing the port conflicts too, and
-    with SO_REUSEADDR, so connections of an earlier server in TIME_WAIT do not."""
-    if port == 0:
-        return
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError:
-            raise PortInUseError(f"{host}:{port} is in use: another program serves it") from None

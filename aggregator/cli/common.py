@@ -1,0 +1,205 @@
+"""What the commands of ``ldp-aggregator`` share: the user mistake and its one-line report, the
+subcommand factory and the options several commands take, and reading a question's histogram
+(or opening the store for writing) after the survey file is checked against the store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from aggregator.histogram import Histogram
+from aggregator.store import confirmations, definitions, ingest
+from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.reader import StoreReader
+from aggregator.store.report_store import ReportStore
+from aggregator.survey_file.analyses import check_independent
+from aggregator.survey_file.config import load_surveys
+from aggregator.survey_file.null_text import NullTextError, parse_null
+from client.cli_parsing import DefaultsFormatter
+from client.survey import QuestionSpec, SurveyError, SurveySpec
+from protos.ldp.v1 import ldp_pb2
+
+PROG = "ldp-aggregator"
+#: What ``add_subparsers`` returns: each command group adds its commands to it.
+Subcommands = argparse._SubParsersAction
+#: The sides of a split survey, by the name --side takes.
+SIDES: Mapping[str, int] = {
+    "exploration": ldp_pb2.EXPLORATION,
+    "confirmation": ldp_pb2.CONFIRMATION,
+}
+
+
+class UserError(Exception):
+    """A mistake in the command line or its inputs; ``status`` is the exit code."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def fail(args: argparse.Namespace, message: str, status: int) -> int:
+    """One line on stderr (a JSON object with --json); the exit status."""
+    message = " ".join(message.split())
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "status": status}), file=sys.stderr)
+    else:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def add_command(subparsers: Subcommands, name: str, text: str, **kwargs) -> argparse.ArgumentParser:
+    """A subcommand whose one-line help is also its description, with defaults in --help."""
+    return subparsers.add_parser(
+        name, help=text, description=text, formatter_class=DefaultsFormatter, **kwargs
+    )
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="machine-readable output (errors too, on stderr)"
+    )
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """--config and --db: the survey file and the report store it is checked against."""
+    parser.add_argument("--config", type=Path, required=True, help="survey definitions (TOML)")
+    parser.add_argument(
+        "--db", type=Path, required=True, help="SQLite report store (created 0600 by serve)"
+    )
+
+
+def add_calibration_option(parser: argparse.ArgumentParser, doc: str | None = None) -> None:
+    """--calibration: how a test's p-value is found (aggregator/stats/calibration.py); ``doc``
+    names the page that says more."""
+    more = f"; {doc}" if doc else ""
+    parser.add_argument(
+        "--calibration",
+        choices=["auto", "asymptotic", "monte-carlo"],
+        default="auto",
+        help="null distribution of the p-value (auto: simulated where the chi-square limit is "
+        f"not accurate{more})",
+    )
+
+
+def add_side_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--side",
+        choices=list(SIDES),
+        help="split surveys: which side to read (default exploration; confirmation only once "
+        "its results are sealed)",
+    )
+
+
+def add_group_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--group",
+        metavar="VALUE",
+        help="surveys with a group label: read one group (default: all groups pooled)",
+    )
+
+
+def add_question_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--survey", required=True, help="survey id")
+    parser.add_argument("--question", required=True, help="question id")
+
+
+def find_survey(surveys: dict[str, SurveySpec], survey_id: str, config: Path) -> SurveySpec:
+    """The survey --survey names; unknown, a mistake that lists the ones the file defines."""
+    if survey_id not in surveys:
+        defined = ", ".join(sorted(surveys))
+        raise UserError(f"unknown survey {survey_id!r}; {config} defines {defined}")
+    return surveys[survey_id]
+
+
+def side_of(survey: SurveySpec, side: str | None) -> int:
+    """The side --side names of a split survey (exploration by default); 0 for an unsplit one,
+    where --side is a mistake."""
+    if side and not survey.split:
+        raise UserError(f"survey {survey.id} is not split; --side is for split surveys")
+    return SIDES[side or "exploration"] if survey.split else 0
+
+
+def load_histogram(
+    args: argparse.Namespace, *, test: bool = False
+) -> tuple[QuestionSpec, Histogram]:
+    """The question and its histogram, read only, after the survey file is checked against the
+    store's pinned definitions; exit 3 below the survey's release threshold. For a ``test``,
+    a question whose reports may be clustered by household is refused (ClusteredReportsError).
+    A split survey is read on one side (``--side``, exploration by default; the confirmation
+    side only once its results are sealed: ConfirmationError otherwise). Sets
+    ``args.exploratory`` and ``args.groups`` (what was read) for the output."""
+    surveys = load_surveys(args.config)
+    try:
+        survey, question = ingest.find_question(surveys, args.survey, args.question)
+    except ReportRejectedError as exc:
+        raise UserError(exc.message) from None
+    if test:
+        check_independent(survey, question)
+    side = side_of(survey, args.side)
+    args.exploratory = side == ldp_pb2.EXPLORATION
+    group = getattr(args, "group", None) or ""
+    try:
+        if group:
+            survey.check_group(group)
+    except SurveyError as exc:
+        raise UserError(str(exc)) from None
+    args.groups = _groups_read(survey, group)
+    with StoreReader(args.db) as reader:
+        reader.check_definitions(surveys, args.config)
+        confirmations.check_readable(reader.connection, survey, side)
+        n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side, group)
+    if n < survey.min_batch_size:
+        of = f" of {survey.group_label.name} {group!r}" if survey.group_label and group else ""
+        raise UserError(
+            f"{survey.id}/{question.id} has {n} reports{of}; results are released from "
+            f"{survey.min_batch_size} (min_batch_size)",
+            status=3,
+        )
+    return question, ingest.histogram(question, n, sums)
+
+
+def _groups_read(survey: SurveySpec, group: str) -> dict[str, str]:
+    """What a read of a survey with a group label covers, for the output: the one group, or
+    every group pooled; empty for a survey without a group label."""
+    label = survey.group_label
+    if label is None:
+        return {}
+    if group:
+        return {"group_label": label.name, "group": group}
+    return {"group_label": label.name, "group": "", "pooled": ", ".join(label.values)}
+
+
+def null_distribution(text: str, question: QuestionSpec) -> np.ndarray:
+    """--p0 as a distribution over the question's categories: ``uniform``, comma-separated
+    numbers in category order, or ``@file`` (aggregator/survey_file/null_text.py)."""
+    try:
+        return np.array(parse_null(text, question.labels, "--p0"))
+    except NullTextError as exc:
+        raise UserError(f"question {question.id}: {exc}") from None
+
+
+def open_store(surveys: dict[str, SurveySpec], db: Path, where: object) -> ReportStore:
+    """The store for writing, with every question checked against its pinned definition."""
+    store = ReportStore(db)
+    try:
+        definitions.register(store, surveys, where)
+    except BaseException:
+        store.close()
+        raise
+    return store

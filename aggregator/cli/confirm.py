@@ -1,0 +1,168 @@
+"""``preregister``, ``confirm``, ``holdout``: explore, then confirm (docs/adaptive-analysis.md).
+Each writes the confirmation state into the store, so each refuses a store a server holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aggregator.cli.common import (
+    Subcommands,
+    UserError,
+    add_command,
+    add_json_option,
+    add_question_options,
+    add_store_options,
+    find_survey,
+    null_distribution,
+    open_store,
+    positive,
+)
+from aggregator.errors import InsufficientDataError
+from aggregator.store import confirmations, ingest
+from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.report_store import ReportStore
+from aggregator.survey_file.config import load_surveys
+from client.survey import SurveySpec
+
+if TYPE_CHECKING:
+    from aggregator.store.lock import StoreLock
+
+
+def add_commands(subparsers: Subcommands) -> None:
+    prereg = add_command(
+        subparsers,
+        "preregister",
+        "register a split survey's confirmatory plan (hashed, timestamped)",
+    )
+    add_store_options(prereg)
+    prereg.add_argument("--survey", required=True, help="survey id")
+    prereg.add_argument("--plan", type=Path, required=True, help="plan file (TOML)")
+    prereg.set_defaults(run=run_preregister)
+    confirm = add_command(
+        subparsers, "confirm", "run the registered plan once on the confirmation side and seal it"
+    )
+    add_store_options(confirm)
+    confirm.add_argument("--survey", required=True, help="survey id")
+    confirm.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
+    add_json_option(confirm)
+    confirm.set_defaults(run=run_confirm)
+    holdout = add_command(
+        subparsers, "holdout", "one test on the confirmation side as a reusable holdout (one bit)"
+    )
+    add_store_options(holdout)
+    add_question_options(holdout)
+    holdout.add_argument("kind", choices=["gof", "independence"], help="which test")
+    holdout.add_argument("--p0", help="gof only: null distribution, as for `test --p0`")
+    holdout.add_argument(
+        "--alpha", type=float, help="family-wise level over all queries (first query: 0.05)"
+    )
+    holdout.add_argument("--max-queries", type=positive, help="m, fixed by the first query: 20")
+    holdout.add_argument("--max-rejections", type=positive, help="B, fixed by the first query: 3")
+    holdout.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
+    holdout.set_defaults(run=run_holdout)
+
+
+def _open_for_writing(
+    args: argparse.Namespace,
+) -> tuple[dict[str, SurveySpec], SurveySpec, ReportStore, StoreLock]:
+    """The survey, and the store opened for writing under the server's lock (a running server
+    must be used through its Analyst RPCs instead: it keeps the confirmation state in memory)."""
+    from aggregator.store.lock import StoreInUseError, StoreLock
+
+    surveys = load_surveys(args.config)
+    survey = find_survey(surveys, args.survey, args.config)
+    if not args.db.exists():
+        raise UserError(f"{args.db}: no such report store")
+    try:
+        lock = StoreLock(args.db)
+    except StoreInUseError as exc:
+        raise UserError(f"{exc}; use the Analyst RPCs of that server, or stop it") from None
+    try:
+        store = open_store(surveys, args.db, args.config)
+    except BaseException:
+        lock.release()
+        raise
+    return surveys, survey, store, lock
+
+
+def run_preregister(args: argparse.Namespace) -> int:
+    from aggregator.confirm.plan import load_plan
+
+    surveys, survey, store, lock = _open_for_writing(args)
+    try:
+        plan = load_plan(args.plan, surveys)
+        if plan.survey_id != survey.id:
+            raise UserError(f"{args.plan} is a plan for survey {plan.survey_id}, not {survey.id}")
+        when, already = confirmations.preregister(store, survey, plan.text, plan.sha256)
+    finally:
+        store.close()
+        lock.release()
+    state = "already registered at" if already else "registered at"
+    print(f"plan sha256 {plan.sha256} {state} {when} for survey {survey.id}")
+    print(f"{len(plan.tests)} test(s), {plan.multiplicity} at family-wise alpha {plan.alpha:g}")
+    return 0
+
+
+def run_confirm(args: argparse.Namespace) -> int:
+    from aggregator.confirm.display import sealed_text
+    from aggregator.confirm.plan import parse_plan
+    from aggregator.confirm.run import sealed_record
+
+    surveys, survey, store, lock = _open_for_writing(args)
+
+    def compute(plan: str, histograms) -> dict:
+        return sealed_record(parse_plan(plan, surveys), survey, histograms, args.seed)
+
+    try:
+        sealed, already = confirmations.seal(store, survey, compute)
+    except InsufficientDataError as exc:
+        raise UserError(f"nothing sealed: {exc}", status=3) from None
+    finally:
+        store.close()
+        lock.release()
+    record = json.loads(sealed.sealed_record())
+    if args.json:
+        print(json.dumps({"already": already, **record}))
+    else:
+        print(sealed_text(record, already))
+    return 0
+
+
+def run_holdout(args: argparse.Namespace) -> int:
+    from aggregator.confirm.display import holdout_text
+    from aggregator.confirm.run import holdout_answer
+
+    if args.kind == "gof" and not args.p0:
+        raise UserError("gof needs --p0 (one probability per category, comma-separated)")
+    test = "goodness_of_fit" if args.kind == "gof" else "independence"
+    given = (args.alpha, args.max_queries, args.max_rejections)
+    parameters = None if given == (None,) * 3 else dict(confirmations.DEFAULT_HOLDOUT)
+    if parameters is not None:
+        for key, value in zip(("alpha", "m", "budget"), given, strict=True):
+            parameters[key] = parameters[key] if value is None else value
+    surveys = load_surveys(args.config)
+    try:
+        _, question = ingest.find_question(surveys, args.survey, args.question)
+    except ReportRejectedError as exc:
+        raise UserError(exc.message) from None
+    p0 = null_distribution(args.p0, question) if args.p0 else None
+    _, survey, store, lock = _open_for_writing(args)
+    answer: list = []
+
+    def compute(held: dict, histograms) -> tuple[dict, bool, float]:
+        answer.append(holdout_answer(held, survey, histograms, question.id, test, p0, args.seed))
+        return answer[0]
+
+    try:
+        state = confirmations.holdout_query(store, survey, parameters, (question.id, test), compute)
+    except InsufficientDataError as exc:
+        raise UserError(f"no query used: {exc}", status=3) from None
+    finally:
+        store.close()
+        lock.release()
+    _, reject, level = answer[0]
+    print(holdout_text(state, reject, level, question.id, test))
+    return 0

@@ -1,0 +1,175 @@
+"""``export``, ``import``, ``rebuild``: the store's reports as shard files and back, and its
+statistics recomputed from the report log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from aggregator.cli.common import (
+    Subcommands,
+    UserError,
+    add_command,
+    add_json_option,
+    add_side_option,
+    add_store_options,
+    find_survey,
+    open_store,
+    positive,
+    side_of,
+)
+from aggregator.store import confirmations, definitions, ingest, shards
+from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.reader import StoreReader
+from aggregator.store.report_store import CONFLICT, STORED
+from aggregator.survey_file.config import load_surveys
+from client.progress import bar
+from protos.ldp.v1 import ldp_pb2
+
+
+def add_commands(subparsers: Subcommands) -> None:
+    export = add_command(
+        subparsers, "export", "write a survey's reports as shard files (store read only)"
+    )
+    add_store_options(export)
+    export.add_argument("--survey", required=True, help="survey id")
+    export.add_argument("--out", type=Path, required=True, help="output directory")
+    export.add_argument("--shards", type=positive, default=4, help="number of shard files")
+    export.add_argument(
+        "--force", action="store_true", help="write into a non-empty output directory"
+    )
+    add_side_option(export)
+    export.set_defaults(run=run_export)
+
+    imp = add_command(subparsers, "import", "read shard files into the report store")
+    add_store_options(imp)
+    imp.add_argument("--from", dest="source", type=Path, required=True, help="shard directory")
+    imp.set_defaults(run=run_import)
+
+    rebuild = add_command(subparsers, "rebuild", "recompute statistics from the report log")
+    add_store_options(rebuild)
+    add_json_option(rebuild)
+    rebuild.set_defaults(run=run_rebuild)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    survey = find_survey(surveys, args.survey, args.config)
+    if args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out {args.out} is a file, not a directory")
+    if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
+        raise UserError(
+            f"--out {args.out} is not empty; choose an empty directory or pass --force to write "
+            "into it"
+        )
+    side = side_of(survey, args.side)
+    with StoreReader(args.db) as reader:
+        reader.check_definitions(surveys, args.config)
+        confirmations.check_readable(reader.connection, survey, side)
+        total = sum(
+            reader.statistics(survey.id, q.id, q.statistic_size, side)[0] for q in survey.questions
+        )
+        with bar(total, "export", unit="reports") as progress:
+            manifest = shards.export_survey(
+                reader, survey, args.out, args.shards, progress.update, side
+            )
+    which = f" ({shards.SIDE_NAMES[side]} side)" if side else ""
+    print(
+        f"exported {manifest.reports} reports of {args.survey}{which} into "
+        f"{len(manifest.shards)} shard(s) in {args.out}"
+    )
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    manifest = shards.read_manifest(args.source)
+    survey = surveys.get(manifest.survey.id)
+    if not definitions.reads_as(manifest.survey, survey):
+        change = definitions.survey_change(manifest.survey, survey, args.config)
+        raise UserError(f"{args.source}: {change}")
+    shards.verify(args.source, manifest)
+    store = open_store(surveys, args.db, args.config)
+    fresh: list[int] = []
+    try:
+        for name, _, _ in manifest.shards:
+            batch = []
+            for report in shards.read_shard(args.source / name):
+                report.side = shards.side_enum(
+                    manifest.side
+                )  # a split survey's export holds one side
+                try:
+                    batch.append(ingest.validate(report, surveys))
+                except ReportRejectedError as exc:
+                    raise UserError(f"{name}: invalid report ({exc.reason.value}): {exc}") from None
+                if len(batch) == 5000:
+                    fresh += store.put(batch)
+                    batch = []
+            fresh += store.put(batch) if batch else []
+    finally:
+        store.close()
+    accepted, conflicts = fresh.count(STORED), fresh.count(CONFLICT)
+    duplicate = len(fresh) - accepted - conflicts
+    print(f"imported {accepted} new reports ({duplicate} already present)")
+    if conflicts:
+        print(
+            f"{args.source}: {conflicts} report ids are stored with other content; "
+            "those reports were not imported",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def run_rebuild(args: argparse.Namespace) -> int:
+    surveys = load_surveys(args.config)
+    if not args.db.exists():
+        raise UserError(f"report store not found: {args.db}")
+    questions = {(s.id, q.id): q for s in surveys.values() for q in s.questions}
+    store = open_store(surveys, args.db, args.config)
+    sides = [  # every question's pooled statistic per side, then per group of a group label
+        (s.id, q.id, side, group)
+        for s in surveys.values()
+        for q in s.questions
+        for side in ((ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION) if s.split else (0,))
+        for group in ("", *(s.group_label.values if s.group_label else ()))
+    ]
+    try:
+        before = {key: store.statistics(*key) for key in sides}
+
+        def contribution(survey_id: str, question_id: str, payload: bytes) -> np.ndarray:
+            question = questions.get((survey_id, question_id))
+            if question is None:
+                raise UserError(f"the log holds reports of unknown question {question_id!r}")
+            return ingest.contribution(question, payload)
+
+        total = sum(n for key, (n, _) in before.items() if not key[3])  # pooled: each once
+        with bar(total, "rebuild", unit="reports", quiet=args.json) as progress:
+            after = store.rebuild(contribution, progress.update)
+    finally:
+        store.close()
+    rows = []
+    for key in sides:
+        n_before, sums_before = before[key]
+        stored_as = key[:2] if key[2:] == (0, "") else key[:3] if not key[3] else key
+        found = after.get(stored_as, (0, np.zeros_like(sums_before)))
+        n_after, sums_after = found
+        same = n_before == n_after and np.array_equal(sums_before, sums_after)
+        row = {"survey": key[0], "question": key[1], "n": int(n_after), "matched": same}
+        if key[2]:
+            row["side"] = ldp_pb2.Side.Name(key[2]).lower()
+        if key[3]:
+            row["group"] = key[3]
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            status = "matches" if row["matched"] else "DIFFERED (rewritten from the log)"
+            where = f" ({row['side']} side)" if "side" in row else ""
+            where += f" [{row['group']}]" if "group" in row else ""
+            print(f"{row['survey']}/{row['question']}{where}: n = {row['n']}, statistics {status}")
+    return 0 if all(row["matched"] for row in rows) else 1

@@ -1,0 +1,313 @@
+"""``serve``: the gRPC aggregator, in one process or as worker processes sharing the port, with
+TLS or mTLS (or an explicit --insecure), device authentication, upload limits and, on request,
+a Prometheus endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from aggregator.cli.common import (
+    PROG,
+    Subcommands,
+    UserError,
+    add_command,
+    add_store_options,
+    positive,
+)
+from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
+from aggregator.service.devices import DeviceRegistry
+from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
+from aggregator.store.reader import StoreReader
+from aggregator.survey_file.config import SurveyLimits, load_limits, load_surveys
+from client.survey import SurveySpec
+
+if TYPE_CHECKING:
+    from aggregator.service.streams import ConnectionLimits, StreamLimits
+
+DEFAULT_PORT = 50051
+
+
+def add_commands(subparsers: Subcommands) -> None:
+    serve = add_command(subparsers, "serve", "run the gRPC aggregator")
+    add_store_options(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument(
+        "--port", type=_tcp_port, default=DEFAULT_PORT, help="TCP port 1-65535; 0 picks a free one"
+    )
+    serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
+    serve.add_argument(
+        "--insecure", action="store_true", help="serve plaintext (development and loopback only)"
+    )
+    serve.add_argument("--tls-cert", type=Path, help="server certificate chain (PEM)")
+    serve.add_argument("--tls-key", type=Path, help="server private key (PEM, unencrypted)")
+    serve.add_argument(
+        "--client-ca", type=Path, help="CA of device certificates (PEM): require mTLS"
+    )
+    serve.add_argument("--devices", type=Path, help="enrolled device keys (see enroll)")
+    serve.add_argument(
+        "--auth-window",
+        type=float,
+        default=DEFAULT_WINDOW_SECONDS,
+        help="allowed clock difference of a device signature, seconds",
+    )
+    serve.add_argument(
+        "--max-inflight-reports",
+        type=positive,
+        default=DEFAULT_MAX_INFLIGHT_REPORTS,
+        help="reports waiting for the store past which uploads are shed with RESOURCE_EXHAUSTED "
+        f"(default {DEFAULT_MAX_INFLIGHT_REPORTS:,}: about 0.5 s of store throughput)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port; with 2 or more, this process only writes the "
+        "store (default: 1, everything in one process)",
+    )
+    _add_connection_limits(serve)
+    serve.add_argument(
+        "--metrics-port",
+        type=_tcp_port,
+        help="serve Prometheus metrics on this port (extra [metrics]; default: off)",
+    )
+    serve.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address of the metrics endpoint"
+    )
+    serve.add_argument(
+        "--access-log", action="store_true", help="one JSON line per upload on stderr"
+    )
+    serve.set_defaults(run=run_serve)
+
+
+def _tcp_port(text: str) -> int:
+    """argparse type: a TCP port, or 0 for a free one."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535 (or 0), got {text!r}")
+    return value
+
+
+def _add_connection_limits(serve: argparse.ArgumentParser) -> None:
+    """The per-stream and per-connection limits (docs/limits.md); defaults from their classes."""
+    from aggregator.service.streams import ConnectionLimits, StreamLimits
+
+    streams, connections = StreamLimits(), ConnectionLimits()
+    flags: list[tuple[str, Callable[[str], float], float, str]] = [
+        ("--max-stream-messages", positive, streams.max_messages, "messages per upload stream"),
+        ("--max-stream-reports", positive, streams.max_reports, "reports per upload stream"),
+        ("--max-stream-bytes", positive, streams.max_bytes, "bytes per upload stream"),
+        ("--max-stream-seconds", float, streams.max_seconds, "seconds an upload stream may last"),
+        (
+            "--max-concurrent-streams",
+            positive,
+            connections.max_concurrent_streams,
+            "concurrent calls per HTTP/2 connection",
+        ),
+        (
+            "--max-connection-idle",
+            float,
+            connections.max_connection_idle_seconds,
+            "seconds a connection without calls is kept",
+        ),
+        (
+            "--max-connection-age",
+            float,
+            connections.max_connection_age_seconds,
+            "seconds after which a connection is asked to reconnect",
+        ),
+    ]
+    for flag, kind, default, what in flags:
+        serve.add_argument(flag, type=kind, default=default, help=f"{what} (default {default:g})")
+
+
+def _limits_of(args: argparse.Namespace) -> tuple[StreamLimits, ConnectionLimits]:
+    """The StreamLimits and ConnectionLimits of the serve flags (ValueError if not positive)."""
+    from aggregator.service.streams import ConnectionLimits, StreamLimits
+
+    streams = StreamLimits(
+        max_messages=args.max_stream_messages,
+        max_reports=args.max_stream_reports,
+        max_bytes=args.max_stream_bytes,
+        max_seconds=args.max_stream_seconds,
+    )
+    connections = ConnectionLimits(
+        max_concurrent_streams=args.max_concurrent_streams,
+        max_connection_idle_seconds=args.max_connection_idle,
+        max_connection_age_seconds=args.max_connection_age,
+    )
+    return streams, connections
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    credentials = _server_credentials(args)
+    if args.workers < 1:
+        raise UserError("--workers must be at least 1")
+    surveys = load_surveys(args.config)
+    keys: dict[str, Ed25519PublicKey] = {}
+    if args.devices is not None:
+        with DeviceRegistry(args.devices, read_only=True) as registry:
+            keys = registry.active_keys()
+    elif any(s.require_device_auth for s in surveys.values()):
+        raise UserError("a survey requires device authentication: pass --devices REGISTRY")
+    if args.auth_window <= 0:
+        raise UserError("--auth-window must be positive")
+    limits = load_limits(args.config)
+    args.streams, args.connections = _limits_of(args)
+    if args.workers > 1 and limits:
+        raise UserError(
+            "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
+            "in one process: serve them with --workers 1"
+        )
+    if args.db.is_file() and args.db.stat().st_size:  # kind and pins, before binding
+        with StoreReader(args.db) as reader:
+            reader.check_definitions(surveys, args.config)
+    with _metrics_endpoint(args):
+        return _run_server(args, surveys, limits, credentials, keys)
+
+
+@contextlib.contextmanager
+def _metrics_endpoint(args: argparse.Namespace) -> Iterator[None]:
+    """With --metrics-port: the Prometheus endpoint for the life of the server (and, with
+    --workers, the multiprocess directory every process records into, removed afterwards)."""
+    if args.metrics_port is None:
+        yield
+        return
+    from aggregator.service import metrics
+
+    folder = metrics.prepare_multiprocess() if args.workers > 1 else None
+    try:
+        port = metrics.start_exporter(args.metrics_host, args.metrics_port)
+        print(f"{PROG}: metrics on http://{args.metrics_host}:{port}/metrics", flush=True)
+        yield
+    except metrics.MetricsUnavailableError as exc:
+        raise UserError(str(exc)) from None
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror}"
+        ) from None
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_server(
+    args: argparse.Namespace,
+    surveys: dict[str, SurveySpec],
+    limits: dict[str, SurveyLimits],
+    credentials: grpc.ServerCredentials | None,
+    keys: dict[str, Ed25519PublicKey],
+) -> int:
+    """Serve until SIGINT or SIGTERM: in this process, or with --workers as worker processes."""
+    if args.workers == 1:
+        try:
+            asyncio.run(_serve(surveys, limits, args, credentials, keys))
+        except RuntimeError as exc:
+            if "bind" not in str(exc).lower():
+                raise
+            raise UserError(
+                f"cannot listen on {args.host}:{args.port}: the port is in use or the address "
+                "is not available here"
+            ) from None
+        return 0
+    from aggregator.service.workers import WorkerSecurity, serve_workers
+
+    def serving(port: int) -> None:
+        _announce(args, port, f"{len(surveys)} survey(s) with {args.workers} worker processes")
+
+    serve_workers(
+        args.config,
+        args.db,
+        args.host,
+        args.port,
+        args.workers,
+        reflection=args.reflection,
+        security=WorkerSecurity(
+            args.tls_cert, args.tls_key, args.client_ca, args.devices, args.auth_window
+        ),
+        max_inflight_reports=args.max_inflight_reports,
+        streams=args.streams,
+        connections=args.connections,
+        on_serving=serving,
+        metrics=args.metrics_port is not None,
+        access_log=args.access_log,
+    )
+    print(f"{PROG}: stopped", flush=True)
+    return 0
+
+
+def _announce(args: argparse.Namespace, port: int, what: str) -> None:
+    """Write the port file (if asked) and say what is served where."""
+    if args.port_file:
+        args.port_file.write_text(f"{port}\n")
+    print(f"{PROG}: serving {what} on {args.host}:{port}", flush=True)
+
+
+def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
+    """TLS/mTLS credentials from the flags, or None for an explicit --insecure."""
+    tls_flags = [args.tls_cert, args.tls_key, args.client_ca]
+    if args.insecure:
+        if any(tls_flags):
+            raise UserError("--insecure cannot be combined with --tls-cert/--tls-key/--client-ca")
+        return None
+    if args.tls_cert is None and args.tls_key is None:
+        raise UserError(
+            "no transport security configured: pass --tls-cert and --tls-key (and --client-ca "
+            "for mTLS), or --insecure for plaintext"
+        )
+    if args.tls_cert is None or args.tls_key is None:
+        raise UserError("--tls-cert and --tls-key go together")
+    from aggregator.service.tls import server_credentials
+
+    return server_credentials(args.tls_cert, args.tls_key, args.client_ca)
+
+
+async def _serve(
+    surveys: dict[str, SurveySpec],
+    limits: dict[str, SurveyLimits],
+    args: argparse.Namespace,
+    credentials: grpc.ServerCredentials | None,
+    keys: dict[str, Ed25519PublicKey],
+) -> None:
+    """Serve in this process until SIGINT or SIGTERM, then drain for up to 5 seconds."""
+    from aggregator.service.app import start_server
+    from aggregator.service.metrics import PrometheusMetrics
+    from aggregator.service.observe import Observer, access_log_stream
+
+    recorder = PrometheusMetrics() if args.metrics_port is not None else None
+    running = await start_server(
+        surveys,
+        str(args.db),
+        f"{args.host}:{args.port}",
+        reflection=args.reflection,
+        credentials=credentials,
+        device_keys=keys,
+        auth_window=args.auth_window,
+        limits=limits,
+        max_inflight_reports=args.max_inflight_reports,
+        devices=args.devices,
+        streams=args.streams,
+        connections=args.connections,
+        observer=Observer(recorder, access_log_stream(args.access_log)),
+    )
+    _announce(args, running.port, f"{len(surveys)} survey(s)")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print(f"{PROG}: draining and shutting down", flush=True)
+    await running.stop(grace=5.0)
