@@ -13,7 +13,8 @@ tests/fuzz_corpus/ (tests/test_fuzz_ingest_script.py replays every file there).
 The first input byte picks the target (0: upload, 1: shard file, 2: mechanism decode); the rest is
 the target's input, so the seeds are plain serialized requests and shards.
 
-Usage (``pip install -e '.[fuzz]'``; the first directory collects new inputs, keep it scratch)::
+Usage (``pip install -e '.[aggregator,fuzz]'``; the first directory collects new inputs, keep
+it scratch)::
 
     python scripts/fuzz_ingest.py /tmp/corpus tests/fuzz_corpus -max_total_time=600  # nightly
     python scripts/fuzz_ingest.py -runs=2000 /tmp/corpus tests/fuzz_corpus           # smoke

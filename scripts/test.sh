@@ -7,5 +7,5 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null
-"$venv/bin/python" -m pip install --quiet -e ".[dev,beam,plot,metrics,frame]"
+"$venv/bin/python" -m pip install --quiet -e ".[aggregator,dev,beam,plot,metrics,frame]"
 exec "$venv/bin/python" -m pytest "$@"

@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("apache_beam", reason="needs the [beam] extra: pip install -e '.[dev,beam]'")
+pytest.importorskip(
+    "apache_beam", reason="needs the [beam] extra: pip install -e '.[aggregator,dev,beam]'"
+)
 
 from aggregator.cli import main as aggregator_main
 from aggregator.jobs import inputs, pipeline

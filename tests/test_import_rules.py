@@ -36,8 +36,16 @@ ABOVE_THE_CORE = (
 RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
     (
         ("client",),
-        ("aggregator", "scipy", "apache_beam", "matplotlib", "pandas"),
-        "the device side installs little and never depends on the aggregator",
+        (
+            "aggregator",
+            "scipy",
+            "apache_beam",
+            "matplotlib",
+            "pandas",
+            "grpc_health",
+            "grpc_reflection",
+        ),
+        "the device side installs little (no aggregator extra) and never depends on the aggregator",
     ),
     (
         ("client.mechanisms",),
@@ -305,7 +313,12 @@ def test_the_switch_check_sees_one(source):
     assert mechanism_switches(harmless, classes) == []
 
 
-FORBIDDEN = ("scipy", "aggregator", "apache_beam", "matplotlib")
+#: Not loaded by a device: the aggregator, scipy and tqdm (only its extra installs them), Beam and
+#: matplotlib. The gRPC plug-ins (grpc_health, grpc_reflection) cannot be checked here: where they
+#: are installed, ``import grpc`` itself imports them, which is one reason a device must not
+#: install them; scripts/check_device_install.sh checks a real device install has none of them.
+#: ``client.simulate`` (the population load generator) loads only for ``ldp-client simulate``.
+FORBIDDEN = ("scipy", "aggregator", "apache_beam", "matplotlib", "tqdm", "client.simulate")
 
 CLIENT_WORKLOAD = """
 import client, client.mechanisms, client.device.ledger, client.device.outbox
@@ -320,7 +333,10 @@ for mech in (RandomizedResponse(4, 1.0), FlipComponents(4, 1.0), GaussianNoise(4
     mech.simulate(np.array([0, 1, 2, 3]), np.random.default_rng(0))
 RandomizedResponse(4, 1.0).realized_epsilon, FlipComponents(4, 1.0).realized_epsilon
 GaussianNoise(4, 8.0, granularity_bits=0).noise_variance
-import client.device.reporter, client.cli
+import client.device.reporter, client.cli, client.progress
+client.cli.build_parser().parse_args(["submit", "--server", "h:1", "--state", "s", "--survey",
+                                      "s", "--question", "q", "--index", "0"])
+client.progress.bar(3, "x").close()
 """
 
 REPORT = """
@@ -349,7 +365,7 @@ def test_client_imports_nothing_heavy():
 def test_the_check_sees_a_forbidden_import():
     """Control: the same probe does report the aggregator and scipy once they are imported."""
     loaded = loaded_forbidden_modules(
-        CLIENT_WORKLOAD + "import aggregator.histogram, scipy.stats\n"
+        CLIENT_WORKLOAD + "import aggregator.histogram, scipy.stats, tqdm\n"
     )
     assert "aggregator" in loaded and "aggregator.histogram" in loaded
-    assert "scipy" in loaded
+    assert "scipy" in loaded and "tqdm" in loaded

@@ -158,3 +158,16 @@ def test_client_commands_do_not_load_tqdm_until_a_bar_is_shown():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_device_without_tqdm_runs_without_a_bar(monkeypatch, capsys):
+    """tqdm comes with the aggregator extra only: on a terminal with tqdm not importable, the
+    helper returns the silent bar instead of failing (a device install has no tqdm)."""
+    import client.progress as progress_module
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # makes `from tqdm import tqdm` raise
+    monkeypatch.setattr(progress_module, "shown", lambda quiet=False, stream=None: True)
+    with progress_module.bar(10, "x") as progress:
+        progress.update(5)
+        progress.write("a line")
+    assert capsys.readouterr().out == "a line\n"

@@ -4,22 +4,30 @@ every other failure is final for the call). A refusal that carries the server's 
 (``retry-after-ms`` trailing metadata: rate limit, overload) is worth retrying later; the same
 code without a hint (a cap reached, a batch too large) is not. Plaintext unless TLS settings are
 given; a signed upload is signed afresh on every attempt (same report bytes, new
-timestamp)."""
+timestamp).
+
+grpc (and the generated stubs) load when the first Transport is made, not on import: a device that
+answers offline, or an app that imports the reporter at start-up, does not pay for them until it
+talks to the aggregator (docs/performance.md, "Device footprint")."""
 
 from __future__ import annotations
 
 import random
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import grpc
-
-from client.device.keys import DeviceKey
-from client.device.tls import TlsSettings
 from client.survey import SurveySpec
-from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+from protos.ldp.v1 import ldp_pb2
 
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+if TYPE_CHECKING:
+    import grpc
+
+    from client.device.keys import DeviceKey
+    from client.device.tls import TlsSettings
+
+#: Status codes (by name) retried within a call.
+RETRYABLE = frozenset({"UNAVAILABLE"})
 Metadata = tuple[tuple[str, str | bytes], ...]
 RETRY_AFTER_KEY = "retry-after-ms"  # trailing metadata of a refusal worth retrying later
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the largest message either side accepts
@@ -42,10 +50,11 @@ class TransportError(Exception):
         was cancelled on the way (this client never cancels its own calls, so a CANCELLED comes
         from a stopping server or the network and says nothing about the report), or it refused
         with a retry hint (rate limit, overload)."""
+        name = self.code.name
         return (
-            self.code in RETRYABLE
-            or self.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
-            or (self.code == grpc.StatusCode.RESOURCE_EXHAUSTED and self.retry_after is not None)
+            name in RETRYABLE
+            or name in ("DEADLINE_EXCEEDED", "CANCELLED")
+            or (name == "RESOURCE_EXHAUSTED" and self.retry_after is not None)
         )
 
 
@@ -74,6 +83,11 @@ class Transport:
         initial_backoff: float = 0.1,
         max_backoff: float = 2.0,
     ) -> None:
+        import grpc  # lazily (module docstring)
+
+        from protos.ldp.v1 import ldp_pb2_grpc
+
+        self._rpc_error = grpc.RpcError
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
         if tls is None:
             self._channel = grpc.insecure_channel(target, options=options)
@@ -94,9 +108,9 @@ class Transport:
                     timeout=self._timeout,
                     metadata=None if metadata is None else metadata(),
                 )
-            except grpc.RpcError as exc:
+            except self._rpc_error as exc:
                 code = exc.code()
-                if code not in RETRYABLE or attempt == self._max_attempts:
+                if code.name not in RETRYABLE or attempt == self._max_attempts:
                     raise TransportError(code, exc.details() or "", retry_after(exc)) from None
             time.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._max_backoff)
