@@ -33,7 +33,7 @@ from aggregator.stats.identity import (
 from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.low_rank_law import LowRankLaw, exchangeable_null_law
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
-from aggregator.stats.result import TestResult
+from aggregator.stats.result import CalibratedFields, TestResult
 from aggregator.stats.validate import (
     check_alpha,
     check_distribution,
@@ -197,7 +197,7 @@ def goodness_of_fit(
     if method in U_METHODS:
         return _u_test(hist, p0, alpha, method, statistic, statistic_of, calibration, rng, n_draws)
     choice = choose(calibration, mech, n, p0, composite=False)
-    common = dict(
+    common = CalibratedFields(
         method=_LABELS[(kind, method)],
         n=n,
         alpha=alpha,

@@ -40,7 +40,7 @@ from aggregator.histogram import Histogram
 from aggregator.stats.calibration import MIN_EFFECTIVE_COUNT, check_calibration
 from aggregator.stats.channel import is_support
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
-from aggregator.stats.result import TestResult
+from aggregator.stats.result import ResultFields, TestResult
 from aggregator.stats.validate import check_alpha, check_distribution, make_rng
 from client.mechanisms import FlipComponents, Mechanism, SupportMechanism
 
@@ -122,7 +122,7 @@ def u_test(
 ) -> TestResult:
     """The TestResult of T1/T2: Monte Carlo unless ``calibration="asymptotic"`` (normal law).
     ``draws_of()`` returns the statistic on ``n_draws`` exact null draws."""
-    common = dict(
+    common = ResultFields(
         method=label,
         n=n,
         alpha=alpha,
@@ -361,19 +361,20 @@ def _t3(sums, sizes, mu, alpha, calibration, rng, n_draws, label) -> TestResult:
         )
     else:
         simulated, reason = calibration == "monte-carlo", "requested"
-    common = dict(
+    common = ResultFields(
         method=T3_LABEL,
         n=int(sizes.sum()),
         alpha=alpha,
         expected=sizes * mu,
         observed=sums.astype(float),
         mechanism=label,
-        calibration_reason=reason,
     )
     if not simulated:
         dof = int(sizes.size)
         pvalue = float(stats.chi2.sf(statistic, dof))
-        return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+        return TestResult(
+            statistic, pvalue, dof, reject=pvalue <= alpha, calibration_reason=reason, **common
+        )
     draws = rng.binomial(sizes.astype(np.int64), mu, size=(n_draws, sizes.size))
     pvalue = monte_carlo_pvalue(statistic, statistic_of(draws))
     return TestResult(
@@ -382,6 +383,7 @@ def _t3(sums, sizes, mu, alpha, calibration, rng, n_draws, label) -> TestResult:
         None,
         reject=pvalue <= alpha,
         calibration="monte-carlo",
+        calibration_reason=reason,
         n_draws=n_draws,
         **common,
     )

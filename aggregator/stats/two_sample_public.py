@@ -21,7 +21,7 @@ from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import MIN_EFFECTIVE_COUNT
 from aggregator.stats.montecarlo import monte_carlo_pvalue
-from aggregator.stats.result import TestResult
+from aggregator.stats.result import ResultFields, TestResult
 from aggregator.stats.validate import make_rng
 from client.mechanisms import PublicCoinBit
 
@@ -52,19 +52,19 @@ def public_coin_two_sample(
             "of the samples, or all its bits are equal"
         )
     share = np.divide(ones, sizes, out=np.zeros_like(ones), where=sizes > 0)
-    common = dict(
+    common = ResultFields(
         method=PUBLIC_LABEL,
         n=hist_a.n + hist_b.n,
         alpha=alpha,
         expected=np.concatenate([sizes_a, sizes_a * share]),
         observed=hist_a.values.copy(),
         mechanism=mech.describe(),
-        reason=(
-            f"{dropped} of {mech.groups} public groups left out: no report in one sample, or "
-            "all their bits equal"
-            if dropped
-            else ""
-        ),
+    )
+    left_out = (
+        f"{dropped} of {mech.groups} public groups left out: no report in one sample, or "
+        "all their bits equal"
+        if dropped
+        else ""
     )
     m_a, m_b, t = sizes_a[used], sizes_b[used], ones[used]
     statistic_of = _homogeneity(m_a, m_b, t)
@@ -87,6 +87,7 @@ def public_coin_two_sample(
             calibration="monte-carlo",
             calibration_reason=reason,
             n_draws=n_draws,
+            reason=left_out,
             **common,
         )
     dof = int(t.size)
@@ -98,6 +99,7 @@ def public_coin_two_sample(
         reject=pvalue <= alpha,
         calibration="asymptotic",
         calibration_reason=reason,
+        reason=left_out,
         **common,
     )
 
