@@ -53,6 +53,7 @@ from client.mechanisms import (
     PublicCoinBit,
     RandomizedResponse,
     SubsetSelection,
+    as_exchangeable,
 )
 
 GOF_METHODS: dict[type, tuple[str, ...]] = {
@@ -70,7 +71,7 @@ GOF_METHODS: dict[type, tuple[str, ...]] = {
 #: calibration="asymptotic" asks for their normal law.
 U_METHODS = ("t1", "t2")
 
-_LABELS = {
+_LABELS: dict[tuple[type[Mechanism], str], str] = {
     (RandomizedResponse, "pearson"): "LocalGOF: Pearson chi-square on privatized counts",
     (GaussianNoise, "projected"): "projected chi-square, Gaussian noise (NewStatAsymptGOF)",
     (GaussianNoise, "nonprojected"): "non-projected chi-square, Gaussian noise",
@@ -270,7 +271,7 @@ def support_null_law(mech: Mechanism, p0: np.ndarray) -> np.ndarray | LowRankLaw
     an O(k^3) eigendecomposition, so the last few (mechanism, p0) pairs are remembered."""
     p0 = np.asarray(p0, dtype=float)
     if mech.exchangeable_pairs:
-        return exchangeable_null_law(mech, p0)
+        return exchangeable_null_law(as_exchangeable(mech), p0)
     return _support_null_weights(mech, p0.tobytes())
 
 

@@ -64,9 +64,7 @@ from aggregator.stats.validate import (
     check_histogram,
     make_rng,
 )
-from client.mechanisms import (
-    Mechanism,
-)
+from client.mechanisms import Mechanism, as_public_coin
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
 DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
@@ -375,7 +373,7 @@ def two_sample_power(
     p_b = check_distribution(p_b, mechanism.k, "p_b")
     n_a, n_b = (check_count(n, name) for n, name in zip(sizes, ("n_a", "n_b"), strict=True))
     if is_grouped(mechanism):
-        return public_coin_power(mechanism, p_a, p_b, n_a, n_b, alpha)
+        return public_coin_power(as_public_coin(mechanism), p_a, p_b, n_a, n_b, alpha)
     p_bar = (n_a * p_a + n_b * p_b) / (n_a + n_b)
     if is_support(mechanism):
         scale = np.sqrt(np.diag(mechanism.report_covariance(p_bar)))

@@ -23,7 +23,7 @@ from aggregator.stats.calibration import MIN_EFFECTIVE_COUNT
 from aggregator.stats.montecarlo import monte_carlo_pvalue
 from aggregator.stats.result import ResultFields, TestResult
 from aggregator.stats.validate import make_rng
-from client.mechanisms import PublicCoinBit
+from client.mechanisms import PublicCoinBit, as_public_coin
 
 PUBLIC_LABEL = "two-sample grouped homogeneity chi-square on public-coin bits"
 PERMUTATION = "permutation of the pooled bits within each public group"
@@ -40,7 +40,7 @@ def public_coin_two_sample(
     """Q = sum over informative groups of the 2 x 2 Pearson homogeneity chi-square; arguments
     checked by ``two_sample``. ``observed`` is group A's statistic ([n_l], then [B_l]) and
     ``expected`` its expectation given the pooled margins."""
-    mech: PublicCoinBit = hist_a.mechanism
+    mech = as_public_coin(hist_a.mechanism)
     sizes_a, ones_a = np.split(hist_a.values, 2)
     sizes_b, ones_b = np.split(hist_b.values, 2)
     sizes, ones = sizes_a + sizes_b, ones_a + ones_b
@@ -133,7 +133,7 @@ def _choice(calibration: str, smallest: float) -> tuple[bool, str]:
 
 
 def public_coin_power(
-    mech: PublicCoinBit, p_a: np.ndarray, p_b: np.ndarray, n_a: int, n_b: int, alpha: float
+    mech: PublicCoinBit, p_a: np.ndarray, p_b: np.ndarray, n_a: float, n_b: float, alpha: float
 ) -> float:
     """Asymptotic power for the survey's public subsets: noncentral chi-square(L) with
     ``nu = sum_l (n_a n_b / (N L)) (mu_l^A - mu_l^B)^2 / (mu_l (1 - mu_l))``, each group holding
