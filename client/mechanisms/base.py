@@ -202,6 +202,13 @@ class Mechanism(ABC):
         in real units for a mechanism whose reports live on a grid."""
         return np.asarray(sums, dtype=np.float64)
 
+    @property
+    def report_bound(self) -> float | None:
+        """The largest magnitude a coordinate of one decoded report can have, in the units of
+        ``statistic_values``, for a mechanism whose ``check_statistic`` accepts any finite
+        values (additive noise: 1 + noise_bound / g); None where it bounds them itself."""
+        return None
+
     def check_statistic(self, values: np.ndarray, n: int) -> None:
         """``ValueError`` unless ``values`` can be the statistic of ``n`` reports: counts of 0/1
         cells, so integers in 0..n (mechanisms with real-valued reports override it)."""
