@@ -171,7 +171,12 @@ def _run(
             first, second = (groups[g] for g in names)
             result = two_sample(first, second, analysis.alpha, rng=seed)
         else:
-            result = independence(hist, question.shape, analysis.alpha, rng=seed)
+            shape = question.table_shape
+            if shape is None:  # parse_analysis refuses such an analysis
+                raise InvalidInputError(
+                    f"question {question.id!r}: independence needs 2 attributes"
+                )
+            result = independence(hist, shape, analysis.alpha, rng=seed)
     except InsufficientDataError as exc:
         return TestSection(analysis, None, f"not run: {exc}")
     return TestSection(analysis, result, result_sentence(analysis.test, result, names))

@@ -224,8 +224,7 @@ def validate_upload(
         report_ids.append(report_id)
     batches = []
     try:
-        for key, (_, ids, payloads, digests) in columns.items():
-            survey_id, question_id, side, group = key
+        for (survey_id, question_id, side, group), (_, ids, payloads, digests) in columns.items():
             survey, question = find_question(surveys, survey_id, question_id)
             check_digests(question, digests)
             check_side(survey, side)

@@ -10,10 +10,10 @@ from client.mechanisms.base import Mechanism, PrivacyCost, ReportRangeError
 from client.mechanisms.flip_components import FlipComponents
 from client.mechanisms.hadamard import HadamardResponse
 from client.mechanisms.local_hashing import LocalHashing
-from client.mechanisms.public_coin import PublicCoinBit
+from client.mechanisms.public_coin import PublicCoinBit, as_public_coin
 from client.mechanisms.randomized_response import RandomizedResponse
 from client.mechanisms.subset import SubsetSelection
-from client.mechanisms.support import ExchangeableSupport, SupportMechanism
+from client.mechanisms.support import ExchangeableSupport, SupportMechanism, as_exchangeable
 from client.mechanisms.unary import OptimizedUnaryEncoding
 
 __all__ = [
@@ -32,4 +32,6 @@ __all__ = [
     "ReportRangeError",
     "SubsetSelection",
     "SupportMechanism",
+    "as_exchangeable",
+    "as_public_coin",
 ]

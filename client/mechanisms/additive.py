@@ -108,6 +108,12 @@ class _AdditiveNoise(Mechanism):
         """Grid magnitude the noise exceeds with probability below 1e-26: larger values are
         rejected as impossible (they can only come from a faulty or malicious device)."""
 
+    @property
+    def report_bound(self) -> float:
+        """Decoding refuses a coordinate beyond g + noise_bound grid units: 1 + noise_bound / g
+        in real units."""
+        return 1 + self.noise_bound / self.scale
+
     def decode(self, payload: bytes) -> np.ndarray:
         if len(payload) != self.payload_size:
             raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")

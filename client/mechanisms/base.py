@@ -59,11 +59,12 @@ def check_categories(k: object) -> int:
     """Validate a number of categories (an integer >= 2)."""
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise ValueError(f"k must be an integer >= 2, got {k!r}")
-    if k < 2:
+    count = int(k)  # numbers.Integral declares no ordering; its int is the same number
+    if count < 2:
         raise ValueError(f"k must be an integer >= 2, got {k}")
-    if k > 2**31:
+    if count > 2**31:
         raise ValueError(f"k must be at most 2**31, got {k}")
-    return int(k)
+    return count
 
 
 def check_privacy_parameter(name: str, value: object) -> float:
@@ -82,9 +83,10 @@ def check_value(value: object, k: int) -> int:
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"value must be an integer category index, got {value!r}")
-    if not 0 <= value < k:
+    index = int(value)  # numbers.Integral declares no ordering; its int is the same number
+    if not 0 <= index < k:
         raise ValueError(f"value {value} is outside the categories 0..{k - 1}")
-    return int(value)
+    return index
 
 
 def check_packed(packed: object, payload_size: int) -> np.ndarray:
@@ -199,6 +201,13 @@ class Mechanism(ABC):
         """The histogram's values (float64) from stored integer sums: the sums themselves, or
         in real units for a mechanism whose reports live on a grid."""
         return np.asarray(sums, dtype=np.float64)
+
+    @property
+    def report_bound(self) -> float | None:
+        """The largest magnitude a coordinate of one decoded report can have, in the units of
+        ``statistic_values``, for a mechanism whose ``check_statistic`` accepts any finite
+        values (additive noise: 1 + noise_bound / g); None where it bounds them itself."""
+        return None
 
     def check_statistic(self, values: np.ndarray, n: int) -> None:
         """``ValueError`` unless ``values`` can be the statistic of ``n`` reports: counts of 0/1

@@ -254,3 +254,13 @@ class PublicCoinBit(PureEpsilon, Mechanism):
         sizes = rng.multinomial(n, np.full(self.groups, 1 / self.groups), size=size)
         sums = rng.binomial(sizes, self.bit_probabilities(p / p.sum()))
         return sums.astype(np.int64), sizes.astype(np.int64)
+
+
+def as_public_coin(mechanism: Mechanism) -> PublicCoinBit:
+    """``mechanism`` as the public-coin mechanism its ``statistic_kind`` "groups" names: the
+    statistics choose their algorithm by the kind, then read the groups (``groups``,
+    ``bit_probabilities``) through this. ``TypeError`` for another class: a mechanism of any
+    other kind, or one that claims the kind without the groups."""
+    if not isinstance(mechanism, PublicCoinBit):
+        raise TypeError(f"{mechanism.describe()} is not a public-coin one-bit mechanism")
+    return mechanism

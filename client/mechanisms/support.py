@@ -71,6 +71,16 @@ class ExchangeableSupport(SupportMechanism):
         return cov
 
 
+def as_exchangeable(mechanism: Mechanism) -> ExchangeableSupport:
+    """``mechanism`` as the support mechanism its ``exchangeable_pairs`` flag names: the
+    statistics choose the low-rank null law by the flag, then read ``pair_support`` through this.
+    ``TypeError`` for another class: a mechanism without the flag, or one that sets it without
+    the pair probabilities."""
+    if not isinstance(mechanism, ExchangeableSupport):
+        raise TypeError(f"{mechanism.describe()} has no exchangeable pairs of categories")
+    return mechanism
+
+
 def bit_sums(bits: np.ndarray) -> np.ndarray:
     """Column sums (int64) of a 0/1 matrix, adding 255 rows at a time in uint8 (no overflow):
     several times faster than a sum in int64."""
