@@ -114,6 +114,8 @@ def _isolated(env: Mapping[str, str] | None, cwd: str | os.PathLike | None) -> I
     saved_cwd = Path.cwd()
     try:
         os.environ.update(env or {})
+        # argparse wraps --help to the terminal; a subprocess with piped output has none (80)
+        os.environ.setdefault("COLUMNS", "80")
         if cwd is not None:
             os.chdir(cwd)
         yield
