@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 from scipy import stats
 
@@ -257,14 +258,10 @@ def test_client_simulate_and_aggregator_cli(tmp_path: Path, config: Path) -> Non
     """ldp-client simulate uploads through a served store; ldp-aggregator test runs T3 on it and
     estimate refuses in one line."""
     import signal
-    import subprocess
-    import sys
 
     from aggregator_process import spawn_serve
 
-    def run(module: str, *args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", module, *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    run = run_cli  # in this process (tests/cli_runner.py)
 
     db = tmp_path / "store.sqlite"
     process, port = spawn_serve(
