@@ -6,14 +6,13 @@ from __future__ import annotations
 import gc
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import weakref
 
 import grpc
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -312,17 +311,13 @@ def test_connection_limits_become_grpc_options():
 
 
 def test_serve_refuses_a_non_positive_limit_in_one_line(survey_file, tmp_path):
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "aggregator.cli", "serve", "--insecure", "--port", "0"),
-            *("--config", str(survey_file), "--db", str(tmp_path / "db.sqlite")),
-            *("--max-stream-seconds", "0"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_cli(
+        "agg",
+        *("serve", "--insecure", "--port", "0"),
+        *("--config", str(survey_file), "--db", str(tmp_path / "db.sqlite")),
+        *("--max-stream-seconds", "0"),
     )
+
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "ldp-aggregator: error: max_seconds must be positive"

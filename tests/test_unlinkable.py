@@ -8,13 +8,12 @@ import os
 import shutil
 import sqlite3
 import stat
-import subprocess
-import sys
 import time
 from contextlib import closing
 
 import grpc
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 from test_limits_service import LIMITED_TOML, reports
 
@@ -185,16 +184,12 @@ def test_a_secret_others_can_read_is_refused(tmp_path, limited_file):
     os.chmod(secret, 0o644)
     with pytest.raises(SecretFileError, match="mode 0644"):
         KeyPseudonyms.beside(str(db))
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "aggregator.cli", "serve", "--insecure", "--port", "0"),
-            *("--config", str(limited_file), "--db", str(db)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_cli(
+        "agg",
+        *("serve", "--insecure", "--port", "0"),
+        *("--config", str(limited_file), "--db", str(db)),
     )
+
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"ldp-aggregator: error: {secret} has mode 0644: a secret must be private to its owner "
