@@ -8,6 +8,9 @@
 # Tests run in $LDP_TEST_WORKERS pytest-xdist processes (default: auto, one per core), a test
 # file per process; `-n 0` on the command line runs them in this one.
 set -euo pipefail
+# Cache bytecode and pytest's rewritten test modules (__pycache__/, ignored by git): collecting
+# the suite then takes a third of the time.
+unset PYTHONDONTWRITEBYTECODE
 cd "$(dirname "$0")/.."
 venv="${LDP_VENV:-.venv}"
 if [ ! -x "$venv/bin/python" ]; then
