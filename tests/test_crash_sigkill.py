@@ -145,6 +145,7 @@ def stored_count(db: Path) -> int:
     return storecheck.statistics(db).get((SURVEY, QUESTION), (0, []))[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", [ONE_PROCESS, WITH_WORKERS], ids=["one-process", "workers"])
 def test_sigkilled_aggregator_loses_and_doubles_nothing(
     tmp_path, survey_file, device_dir, scenario: Scenario

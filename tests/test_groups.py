@@ -579,6 +579,7 @@ def test_rebuild_export_and_import_keep_the_groups(tmp_path):
             assert n_copy == n and sums_copy.tolist() == sums.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dedup", [0, 8])
 def test_the_beam_job_gives_each_group_and_all_pooled(tmp_path, dedup):
     pytest.importorskip("apache_beam", reason="needs the [beam] extra")
@@ -604,6 +605,7 @@ def test_the_beam_job_gives_each_group_and_all_pooled(tmp_path, dedup):
     assert stored[""][0] == 60 and stored["control"][0] == 30
 
 
+@pytest.mark.slow
 def test_groups_on_a_workers_server(tmp_path):
     """serve --workers 2: grouped uploads, per-group reads and two-sample by group through
     every worker (the pattern of test_the_flow_on_a_workers_server)."""

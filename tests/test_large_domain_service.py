@@ -154,6 +154,7 @@ def test_an_upload_too_large_to_expand_is_refused(tmp_path: Path) -> None:
     assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+@pytest.mark.slow
 def test_store_shards_and_beam_job_agree(tmp_path: Path, config: Path) -> None:
     pytest.importorskip("apache_beam", reason="needs the [beam] extra")
     from aggregator.jobs import inputs, pipeline

@@ -58,6 +58,7 @@ def honest_results():
     return auditor.honest_audits(TRIALS, ADDITIVE_TRIALS, PILOT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(9))
 def test_audit_stays_within_the_claim(honest_results, index: int) -> None:
     result = honest_results[index]
@@ -222,6 +223,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_audit_catches_a_broken_randomizer(name: str) -> None:
     mech, claimed, randomize, trials, delta = BROKEN[name]

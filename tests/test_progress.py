@@ -107,6 +107,7 @@ def test_rebuild_shows_progress_on_a_terminal_only(filled_store):
     assert piped.returncode == 0 and piped.stderr == ""
 
 
+@pytest.mark.slow
 def test_export_and_job_show_progress_on_a_terminal_only(filled_store, tmp_path):
     config, db, _ = filled_store
     export = agg("export", "--config", str(config), "--db", str(db), "--survey", "s1")

@@ -143,6 +143,7 @@ def test_bad_payloads_get_their_status(server, payload: bytes, code) -> None:
     )
 
 
+@pytest.mark.slow
 def test_store_shards_and_beam_job_agree(tmp_path: Path, config: Path) -> None:
     pytest.importorskip("apache_beam", reason="needs the [beam] extra")
     from aggregator.jobs import inputs, pipeline
