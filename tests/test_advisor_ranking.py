@@ -28,6 +28,7 @@ def halves(k: int) -> tuple[np.ndarray, np.ndarray]:
     return p0, p0 + 0.2 / k * np.where(np.arange(k) < k // 2, 1.0, -1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "factory", [OptimizedUnaryEncoding, HadamardResponse, SubsetSelection, LocalHashing]
 )
@@ -69,6 +70,7 @@ def test_advisor_at_k_1024_ranks_everything():
     assert [a.power for a in ranked] == sorted((a.power for a in ranked), reverse=True)
 
 
+@pytest.mark.slow
 def test_plan_ranks_every_test_with_its_own_figure():
     p0, alt = halves(512)
     plan = plan_study(k=512, epsilon=1.0, alternative=alt, null=p0, target_power=0.8)

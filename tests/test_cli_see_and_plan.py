@@ -128,6 +128,7 @@ def test_plan_figures_are_those_of_the_library():
     assert row["n"] == expected and row["method"] == "pearson"
 
 
+@pytest.mark.slow
 def test_plan_ranks_every_mechanism_and_draws_the_curves(tmp_path):
     plot = tmp_path / "power.png"
     done = run(

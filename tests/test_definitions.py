@@ -191,6 +191,7 @@ def test_every_command_refuses_a_changed_file_in_one_line(tmp_path, survey_file)
     assert run("agg", "estimate", *good, *question).returncode == 0
 
 
+@pytest.mark.slow
 def test_job_refuses_shards_of_another_definition(tmp_path, survey_file):
     db = tmp_path / "reports.sqlite"
     store_with_reports(survey_file, db)

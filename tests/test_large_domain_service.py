@@ -131,6 +131,7 @@ def test_bad_payloads_get_their_status(server, question_id, payload, code) -> No
     )
 
 
+@pytest.mark.slow
 def test_an_upload_too_large_to_expand_is_refused(tmp_path: Path) -> None:
     """A k = 65,535 Hadamard question: 4-byte payloads, but each report expands to k counts, so
     one upload may carry at most MAX_SUPPORT_CELLS / k of them (RESOURCE_EXHAUSTED beyond)."""

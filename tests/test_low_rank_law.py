@@ -70,6 +70,7 @@ def test_a_law_is_central_only() -> None:
         weighted_chi2_sf(5.0, law, np.ones(8))
 
 
+@pytest.mark.slow
 def test_auto_keeps_the_weighted_law_above_the_eigendecomposition_limit() -> None:
     """Local hashing at k > 2,048 used to simulate at O(n k) per draw (0.22 s per draw at
     k = 4,096, n = 20,000); now only Hadamard response, whose covariance has no such form,

@@ -261,6 +261,7 @@ def within_flip_band(mech: FlipComponents, flips: np.ndarray, trials: int) -> np
     return (flips >= low) & (flips <= high)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mech", [FlipComponents(9, 0.5), FlipComponents(9, 4.0)])
 def test_every_bit_flips_with_the_claimed_probability(mech: FlipComponents) -> None:
     trials = 3000
@@ -289,6 +290,7 @@ def noise_matches(mech, noise: np.ndarray) -> np.ndarray:
     return mean_ok & variance_ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mech", [GaussianNoise(3, 0.5), GaussianNoise(3, 2.0, granularity_bits=0), LaplaceNoise(3, 1.0)]
 )
@@ -367,6 +369,7 @@ REFUSAL_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(REFUSAL_CASES))
 def test_refusal_depends_only_on_the_ledger_state(server, tmp_path: Path, case: str) -> None:
     """Devices with the same spending history decide the same for every answer (and whatever

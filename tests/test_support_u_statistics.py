@@ -42,6 +42,7 @@ def test_hr_support_statistic_is_t2_on_the_column_counts_when_no_row_is_spare():
     assert on_columns == pytest.approx(4 / size * on_support, rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mech", "method", "p0", "n"),
     [

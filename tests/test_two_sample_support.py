@@ -23,6 +23,7 @@ from client.mechanisms import (
 ALPHA = 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mech", "p", "sizes", "trials"),
     [

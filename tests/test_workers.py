@@ -89,6 +89,7 @@ def children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_many_connections_store_each_report_once_and_restart_keeps_them(survey_file, tmp_path):
     db = tmp_path / "w.sqlite"
     process, target = start(survey_file, db, tmp_path)
@@ -126,6 +127,7 @@ def test_many_connections_store_each_report_once_and_restart_keeps_them(survey_f
         stop(process)
 
 
+@pytest.mark.slow
 def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
     db = tmp_path / "d.sqlite"
     process, target = start(survey_file, db, tmp_path)
@@ -173,6 +175,7 @@ def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
         stop(process)
 
 
+@pytest.mark.slow
 def test_a_dead_worker_stops_the_service_with_an_error(survey_file, tmp_path):
     db = tmp_path / "k.sqlite"
     process, target = start(survey_file, db, tmp_path)
