@@ -201,6 +201,7 @@ def _band(trials: int, alpha: float = 0.05) -> tuple[float, float]:
     return stats.binom.ppf(0.005, trials, alpha), stats.binom.ppf(0.995, trials, alpha)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "n, calibration",
     [(3_000, "auto"), (40, "auto"), (3_000, "monte-carlo")],  # chi-square(L), exact, exact
