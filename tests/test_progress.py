@@ -81,6 +81,7 @@ def filled_store(tmp_path_factory):
     return config, server.db, {"terminal": terminal, "piped": piped, "json": quiet}
 
 
+@pytest.mark.slow
 def test_simulate_shows_progress_on_a_terminal_only(filled_store):
     _, _, runs = filled_store
     status, out, drawn = runs["terminal"]
@@ -95,6 +96,7 @@ def test_simulate_shows_progress_on_a_terminal_only(filled_store):
     assert json.loads(out)["accepted"] == 10000
 
 
+@pytest.mark.slow
 def test_rebuild_shows_progress_on_a_terminal_only(filled_store):
     config, db, _ = filled_store
     command = agg("rebuild", "--config", str(config), "--db", str(db))
@@ -107,6 +109,7 @@ def test_rebuild_shows_progress_on_a_terminal_only(filled_store):
     assert piped.returncode == 0 and piped.stderr == ""
 
 
+@pytest.mark.slow
 def test_export_and_job_show_progress_on_a_terminal_only(filled_store, tmp_path):
     config, db, _ = filled_store
     export = agg("export", "--config", str(config), "--db", str(db), "--survey", "s1")
@@ -125,6 +128,7 @@ def test_export_and_job_show_progress_on_a_terminal_only(filled_store, tmp_path)
     assert piped.returncode == 0 and piped.stderr == "", piped.stderr
 
 
+@pytest.mark.slow
 def test_a_script_shows_progress_on_a_terminal_only():
     command = [
         sys.executable, "scripts/privacy_audit.py", "--trials", "300", "--additive-trials", "300",
