@@ -61,11 +61,13 @@ from aggregator.store.file_kind import (
     open_file,
     stamp_kind,
 )
+from aggregator.store.id_index import IdIndex
 from aggregator.store.integrity import FileWatch, failure_message
 
 #: 2: received_at keeps the arrival day only; 3: reports.side, side_statistics;
-#: 4: reports.group_value, group_statistics
-SCHEMA_VERSION = 4
+#: 4: reports.group_value, group_statistics; 5: the log is appended in ``seq`` order (no longer
+#: a B-tree keyed by report_id), its ids indexed in memory (aggregator/store/id_index.py)
+SCHEMA_VERSION = 5
 STORE_KIND = replace(REPORT_STORE, version=SCHEMA_VERSION)  # application_id "LDPS" + this version
 REPORT_ID_BYTES = 16
 _IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
@@ -93,17 +95,20 @@ _GROUP_STATISTICS = """CREATE TABLE IF NOT EXISTS group_statistics (
     sums BLOB NOT NULL,
     PRIMARY KEY (survey_id, question_id, side, group_value)
 );"""
-_SCHEMA = f"""
-BEGIN IMMEDIATE;
-CREATE TABLE IF NOT EXISTS reports (
-    report_id BLOB PRIMARY KEY,
+_REPORTS = """CREATE TABLE IF NOT EXISTS {name} (
+    report_id BLOB NOT NULL,
     survey_id TEXT NOT NULL,
     question_id TEXT NOT NULL,
     payload BLOB NOT NULL,
     received_at INTEGER NOT NULL,
     side INTEGER NOT NULL DEFAULT 0,
-    group_value TEXT NOT NULL DEFAULT ''
-) WITHOUT ROWID;
+    group_value TEXT NOT NULL DEFAULT '',
+    seq INTEGER PRIMARY KEY
+);"""
+_REPORT_COLUMNS = "report_id, survey_id, question_id, payload, received_at, side, group_value"
+_SCHEMA = f"""
+BEGIN IMMEDIATE;
+{_REPORTS.format(name="reports")}
 CREATE TABLE IF NOT EXISTS statistics (
     survey_id TEXT NOT NULL,
     question_id TEXT NOT NULL,
@@ -260,12 +265,14 @@ class ReportStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
                 conn.executescript(_SCHEMA)
-            elif version in (1, 2, 3):
+            elif version in (1, 2, 3, 4):
                 if version == 1:
                     _coarsen_arrival_times(conn)
                 if version <= 2:
                     _add_sides(conn)
-                _add_groups(conn)
+                if version <= 3:
+                    _add_groups(conn)
+                _append_only_log(conn)
             elif version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
@@ -276,6 +283,8 @@ class ReportStore:
             self._k = {(s, q): k for s, q, k in rows}
             self._closed_sides = closed_confirmations(conn)
             self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+            self._index = IdIndex()
+            _index_log(conn, self._index)
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
@@ -448,10 +457,17 @@ class ReportStore:
         self._closed_sides.add(survey_id)
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
-        """Which of ``report_ids`` the log holds (committed)."""
+        """Which of ``report_ids`` the log holds (committed): the in-memory index's candidates,
+        confirmed against the log."""
         if self._closed:
             raise StoreError("store is closed")
-        return read_stored_ids(self._path, report_ids)
+        ids = [i for i in report_ids if isinstance(i, bytes) and len(i) == REPORT_ID_BYTES]
+        candidates = self._index.candidates(self._index.keys(ids))
+        if not candidates:
+            return set()
+        with closing(self._reader()) as conn:
+            found = _contents_at(conn, sorted({s for seqs in candidates.values() for s in seqs}))
+        return {ids[i] for i in candidates if ids[i] in found}
 
     def count_reports(self, survey_id: str | None = None) -> int:
         """Reports in the log (one survey's, or all); a scan of the log."""
@@ -658,13 +674,15 @@ class ReportStore:
             submit.future.set_exception(StoreFailedError(failure))
 
     def _write(self, group: list[_Submit]) -> list[list[int]]:
-        """One transaction: insert the group's reports unless their report_id is stored already
-        (or earlier in the group), add the new ones' contributions to their questions' rows.
+        """One transaction: append the group's reports to the log unless their report_id is
+        stored already (or earlier in the group), add the new ones' contributions to their
+        questions' rows; after the commit, index the new ids.
 
-        The usual case, no duplicates, costs one INSERT OR IGNORE per report in report_id order
-        (neighbouring keys share B-tree pages). Only when the insert count shows a duplicate is
-        the insert undone and redone after looking the ids up, to learn which ones were new and
-        which repeat an id with other content (conflicts)."""
+        The usual case, no duplicates, costs one lookup of the group's id hashes in the
+        in-memory index and one append per report: the log's new rows fill its last pages, in
+        an order shuffled afresh for each commit. Only ids whose hash is indexed (or repeated in
+        the group) are looked up in the log by ``seq`` and compared whole, to learn which ones
+        were new and which repeat an id with other content (conflicts)."""
         conn = self._conn
         batches = [batch for submit in group for batch in submit.batches]
         now = int(time.time()) // RECEIVED_RESOLUTION * RECEIVED_RESOLUTION
@@ -682,20 +700,24 @@ class ReportStore:
                 strict=False,  # equal lengths: _check; the rest repeat
             )
         ]
+        index = self._index
+        ids = [row[0] for row in rows]
+        keys = index.keys(ids)
         with _transaction(conn):
             self._refuse_closed_sides(batches)
-            conn.execute("SAVEPOINT optimistic")
-            before = conn.total_changes
-            conn.executemany(_INSERT_OR_IGNORE, sorted(rows))
-            if conn.total_changes - before == len(rows):
-                conn.execute("RELEASE optimistic")
+            last = conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0
+            if last > index.high_water:  # appended by another connection: index those too
+                _index_log(conn, index, index.high_water)
+            candidates = index.candidates(keys)
+            if not candidates and len(set(ids)) == len(ids):
                 fresh = [STORED] * len(rows)
+                new_keys = keys
             else:
-                conn.execute("ROLLBACK TO optimistic")
-                conn.execute("RELEASE optimistic")
-                fresh = _outcomes(conn, rows)
+                fresh = _outcomes(conn, rows, candidates)
                 new = [flag == STORED for flag in fresh]
-                conn.executemany(_INSERT_OR_IGNORE, itertools.compress(rows, new))
+                rows = list(itertools.compress(rows, new))
+                new_keys = keys[np.array(new, dtype=bool)]
+            seqs = _append(conn, rows, last)
             self._add_statistics(batches, fresh)
             out, start = [], 0
             for submit in group:
@@ -703,6 +725,7 @@ class ReportStore:
                 start += submit.size
                 if submit.on_write is not None:
                     submit.on_write(conn, out[-1])
+        index.add(new_keys, seqs)  # committed: from now on these ids are duplicates
         return out
 
     def _refuse_closed_sides(self, batches: list[ReportBatch]) -> None:
@@ -741,11 +764,20 @@ class ReportStore:
                 _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
 
 
-_INSERT_OR_IGNORE = (
-    "INSERT OR IGNORE INTO reports"
-    " (report_id, survey_id, question_id, payload, received_at, side, group_value)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
+_APPEND = f"INSERT INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _append(conn: sqlite3.Connection, rows: list[tuple], last: int) -> np.ndarray:
+    """Append ``rows`` to the log after ``seq`` ``last``, in a random order drawn afresh (so
+    the log's order groups no upload within a commit); their ``seq`` numbers, row by row."""
+    seqs = np.empty(len(rows), dtype=np.int64)
+    if not rows:
+        return seqs
+    shuffle = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+    order = shuffle.permutation(len(rows))
+    seqs[order] = np.arange(last + 1, last + 1 + len(rows), dtype=np.int64)
+    conn.executemany(_APPEND, [(*rows[i], last + 1 + j) for j, i in enumerate(order.tolist())])
+    return seqs
 CONFIRMATION = 2  # ldp.v1.CONFIRMATION
 
 
@@ -758,11 +790,20 @@ def closed_confirmations(conn: sqlite3.Connection) -> set[str]:
         return set()
 
 
-def _outcomes(conn: sqlite3.Connection, rows: list[tuple]) -> list[int]:
+def _outcomes(
+    conn: sqlite3.Connection, rows: list[tuple], candidates: dict[int, list[int]]
+) -> list[int]:
     """Per report row (report_id, survey_id, question_id, payload, ...): STORED if its id is
     neither in the log nor earlier in ``rows``; else DUPLICATE if that report has the same
-    survey, question and payload, CONFLICT if not."""
-    seen = _stored_contents(conn, list(dict.fromkeys(row[0] for row in rows)))
+    survey, question and payload, CONFLICT if not. ``candidates``: the log rows (``seq``) that
+    may hold the id of row i (IdIndex.candidates); an id with none is not in the log."""
+    wanted = {rows[i][0] for i in candidates}
+    seqs = sorted({seq for found in candidates.values() for seq in found})
+    seen = {
+        report_id: content
+        for report_id, content in _contents_at(conn, seqs).items()
+        if report_id in wanted
+    }
     flags = []
     for report_id, survey_id, question_id, payload, *_ in rows:
         content = (survey_id, question_id, payload)
@@ -774,17 +815,17 @@ def _outcomes(conn: sqlite3.Connection, rows: list[tuple]) -> list[int]:
     return flags
 
 
-def _stored_contents(
-    conn: sqlite3.Connection, report_ids: Sequence[bytes]
+def _contents_at(
+    conn: sqlite3.Connection, seqs: Sequence[int]
 ) -> dict[bytes, tuple[str, str, bytes]]:
-    """(survey_id, question_id, payload) of each of ``report_ids`` the log holds."""
+    """report_id -> (survey_id, question_id, payload) of the log rows ``seqs``."""
     found: dict[bytes, tuple[str, str, bytes]] = {}
-    for start in range(0, len(report_ids), _IN_CHUNK):
-        chunk = list(report_ids[start : start + _IN_CHUNK])
+    for start in range(0, len(seqs), _IN_CHUNK):
+        chunk = list(seqs[start : start + _IN_CHUNK])
         marks = ",".join("?" * len(chunk))
         sql = (
             "SELECT report_id, survey_id, question_id, payload FROM reports"
-            f" WHERE report_id IN ({marks})"
+            f" WHERE seq IN ({marks})"
         )
         found.update((row[0], (row[1], row[2], row[3])) for row in conn.execute(sql, chunk))
     return found
@@ -806,7 +847,8 @@ def read_statistics(
 
 
 def read_stored_ids(path: str | os.PathLike[str], report_ids: Sequence[bytes]) -> set[bytes]:
-    """Which of ``report_ids`` the log in ``path`` holds (committed), from any process."""
+    """Which of ``report_ids`` the log in ``path`` holds (committed), from any process: one scan
+    of the log per 999 ids (the id index lives in the writer's memory)."""
     with closing(_read_only(os.fspath(path))) as conn:
         return _stored_ids(conn, report_ids)
 
@@ -871,7 +913,36 @@ def _add_groups(conn: sqlite3.Connection) -> None:
         if "group_value" not in columns:
             conn.execute("ALTER TABLE reports ADD COLUMN group_value TEXT NOT NULL DEFAULT ''")
         conn.execute(_GROUP_STATISTICS)
+        conn.execute("PRAGMA user_version = 4")
+
+
+def _append_only_log(conn: sqlite3.Connection) -> None:
+    """Schema 4 to 5: the log keyed by report_id (a WITHOUT ROWID table) is copied, in one
+    transaction, into the log appended in ``seq`` order. The copy reads the old table in
+    report_id order, so ``seq`` says nothing of arrival for the reports stored before."""
+    with _transaction(conn):
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'reports'"
+        ).fetchone()
+        if "WITHOUT ROWID" in sql.upper():
+            conn.execute(_REPORTS.format(name="reports_by_arrival"))
+            conn.execute(
+                f"INSERT INTO reports_by_arrival ({_REPORT_COLUMNS})"
+                f" SELECT {_REPORT_COLUMNS} FROM reports ORDER BY report_id"
+            )
+            conn.execute("DROP TABLE reports")
+            conn.execute("ALTER TABLE reports_by_arrival RENAME TO reports")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _index_log(conn: sqlite3.Connection, index: IdIndex, after: int = 0) -> None:
+    """Add the log's rows past ``seq`` ``after`` to ``index`` (at start: all of them)."""
+    cursor = conn.execute(
+        "SELECT seq, report_id FROM reports WHERE seq > ? ORDER BY seq", (after,)
+    )
+    while rows := cursor.fetchmany(1 << 16):
+        seqs, ids = zip(*rows, strict=True)
+        index.add(index.keys(ids), np.array(seqs, dtype=np.int64))
 
 
 @contextmanager
