@@ -27,6 +27,7 @@ import numpy as np
 ID_BYTES = 16
 _U64 = np.dtype(np.uint64)
 _KEY_WORDS = 5
+SECRET_BYTES = 8 * 2 * _KEY_WORDS
 #: Runs stop growing here (32 MiB of entries), so a merge never holds more than two such runs
 #: and their copy: lookups cost one ``searchsorted`` more per 2^21 entries past it.
 MAX_RUN = 2**21
@@ -36,7 +37,10 @@ class IdIndex:
     """Keyed 64-bit hashes of report ids -> log row numbers, exact on confirmation."""
 
     def __init__(self, key: bytes | None = None) -> None:
-        secret = os.urandom(8 * 2 * _KEY_WORDS) if key is None else key
+        secret = os.urandom(SECRET_BYTES) if key is None else key
+        if len(secret) != SECRET_BYTES:
+            raise ValueError(f"the key is {SECRET_BYTES} bytes")
+        self.secret = secret
         words = np.frombuffer(secret, dtype="<u8").astype(_U64)
         self._a, self._b = words[:_KEY_WORDS], words[_KEY_WORDS:]
         self._runs: list[tuple[np.ndarray, np.ndarray]] = []
@@ -89,6 +93,16 @@ class IdIndex:
                 start = int(np.searchsorted(run_keys, keys[i], side="left"))
                 found.setdefault(i, []).extend(run_rows[start:end].tolist())
         return found
+
+    def export(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The sorted runs (hashes, rows), to save; :meth:`load` takes them back."""
+        return list(self._runs)
+
+    def load(self, runs: list[tuple[np.ndarray, np.ndarray]], high_water: int) -> None:
+        """Start from saved runs (each sorted by hash), made with this index's key."""
+        with self._lock:
+            self._runs = [(np.asarray(k, dtype=_U64), np.asarray(r, np.int64)) for k, r in runs]
+            self.high_water = high_water
 
     def add(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Index log rows ``rows`` (int64) holding the ids of hashes ``keys``."""

@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -61,7 +61,7 @@ from aggregator.store.file_kind import (
     open_file,
     stamp_kind,
 )
-from aggregator.store.id_index import IdIndex
+from aggregator.store.id_index import SECRET_BYTES, IdIndex
 from aggregator.store.integrity import FileWatch, failure_message
 
 #: 2: received_at keeps the arrival day only; 3: reports.side, side_statistics;
@@ -95,6 +95,13 @@ _GROUP_STATISTICS = """CREATE TABLE IF NOT EXISTS group_statistics (
     sums BLOB NOT NULL,
     PRIMARY KEY (survey_id, question_id, side, group_value)
 );"""
+_ID_INDEX = """CREATE TABLE IF NOT EXISTS id_index (
+    part INTEGER PRIMARY KEY,
+    secret BLOB,
+    high_water INTEGER,
+    hashes BLOB,
+    seqs BLOB
+)"""
 _REPORTS = """CREATE TABLE IF NOT EXISTS {name} (
     report_id BLOB NOT NULL,
     survey_id TEXT NOT NULL,
@@ -119,6 +126,7 @@ CREATE TABLE IF NOT EXISTS statistics (
 );
 {_SIDE_STATISTICS}
 {_GROUP_STATISTICS}
+{_ID_INDEX};
 PRAGMA user_version = {SCHEMA_VERSION};
 COMMIT;
 """
@@ -283,8 +291,7 @@ class ReportStore:
             self._k = {(s, q): k for s, q, k in rows}
             self._closed_sides = closed_confirmations(conn)
             self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
-            self._index = IdIndex()
-            _index_log(conn, self._index)
+            self._index = _open_index(conn)
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
@@ -588,6 +595,9 @@ class ReportStore:
             elif time.monotonic() >= checkpoint_at:  # never idle: checkpoint between groups
                 checkpoint_at = None if self._empty_wal() else time.monotonic() + 1.0
         try:
+            if self._failure is None:
+                with suppress(sqlite3.Error):  # only start-up time is lost without it
+                    _save_index(self._conn, self._index)
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             self._conn.close()
@@ -778,6 +788,8 @@ def _append(conn: sqlite3.Connection, rows: list[tuple], last: int) -> np.ndarra
     seqs[order] = np.arange(last + 1, last + 1 + len(rows), dtype=np.int64)
     conn.executemany(_APPEND, [(*rows[i], last + 1 + j) for j, i in enumerate(order.tolist())])
     return seqs
+
+
 CONFIRMATION = 2  # ldp.v1.CONFIRMATION
 
 
@@ -824,8 +836,7 @@ def _contents_at(
         chunk = list(seqs[start : start + _IN_CHUNK])
         marks = ",".join("?" * len(chunk))
         sql = (
-            "SELECT report_id, survey_id, question_id, payload FROM reports"
-            f" WHERE seq IN ({marks})"
+            f"SELECT report_id, survey_id, question_id, payload FROM reports WHERE seq IN ({marks})"
         )
         found.update((row[0], (row[1], row[2], row[3])) for row in conn.execute(sql, chunk))
     return found
@@ -932,14 +943,52 @@ def _append_only_log(conn: sqlite3.Connection) -> None:
             )
             conn.execute("DROP TABLE reports")
             conn.execute("ALTER TABLE reports_by_arrival RENAME TO reports")
+        conn.execute(_ID_INDEX)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _open_index(conn: sqlite3.Connection) -> IdIndex:
+    """The id index of the log: the one saved at the last clean close (``id_index``: part 0 its
+    key and the last ``seq`` it covers, parts 1... its runs), plus the log's rows appended
+    after it (all of them after a crash that followed a first start); else built from the log."""
+    header = None
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'id_index'").fetchone():
+        header = conn.execute("SELECT secret, high_water FROM id_index WHERE part = 0").fetchone()
+    last = conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0
+    if header is None or len(header[0] or b"") != SECRET_BYTES or header[1] > last:
+        index = IdIndex()
+        _index_log(conn, index)
+        return index
+    index = IdIndex(header[0])
+    parts = conn.execute("SELECT hashes, seqs FROM id_index WHERE part > 0 ORDER BY part")
+    runs = [(np.frombuffer(h, dtype="<u8"), np.frombuffer(s, dtype="<i8")) for h, s in parts]
+    index.load(runs, header[1])
+    _index_log(conn, index, header[1])
+    return index
+
+
+def _save_index(conn: sqlite3.Connection, index: IdIndex) -> None:
+    """Keep ``index`` for the next start (on a clean close): it stays right while the log is
+    only appended to, so a start reads it and the rows appended after it."""
+    with _transaction(conn):
+        conn.execute(_ID_INDEX)
+        conn.execute("DELETE FROM id_index")
+        conn.execute(
+            "INSERT INTO id_index (part, secret, high_water) VALUES (0, ?, ?)",
+            (index.secret, index.high_water),
+        )
+        conn.executemany(
+            "INSERT INTO id_index (part, hashes, seqs) VALUES (?, ?, ?)",
+            (
+                (part, hashes.astype("<u8").tobytes(), seqs.astype("<i8").tobytes())
+                for part, (hashes, seqs) in enumerate(index.export(), start=1)
+            ),
+        )
 
 
 def _index_log(conn: sqlite3.Connection, index: IdIndex, after: int = 0) -> None:
     """Add the log's rows past ``seq`` ``after`` to ``index`` (at start: all of them)."""
-    cursor = conn.execute(
-        "SELECT seq, report_id FROM reports WHERE seq > ? ORDER BY seq", (after,)
-    )
+    cursor = conn.execute("SELECT seq, report_id FROM reports WHERE seq > ? ORDER BY seq", (after,))
     while rows := cursor.fetchmany(1 << 16):
         seqs, ids = zip(*rows, strict=True)
         index.add(index.keys(ids), np.array(seqs, dtype=np.int64))
