@@ -4,6 +4,7 @@ the index across clean and unclean restarts, and no upload grouped by the log's 
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import sqlite3
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aggregator.store import report_store
 from aggregator.store.id_index import MAX_RUN, IdIndex, _merge
 from aggregator.store.report_store import (
     CONFLICT,
@@ -134,33 +136,46 @@ def test_duplicates_are_found_after_a_clean_close_and_after_a_crash(tmp_path):
         assert store.count_reports() == 800 and store.statistics("s", "q")[0] == 800
 
 
-def test_a_saved_index_that_does_not_fit_the_log_is_rebuilt(tmp_path):
+def test_a_saved_index_that_does_not_fit_the_log_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_store, "POOL_SLOTS", 4)
     db = tmp_path / "s.sqlite"
     reports = [rr(os.urandom(16), 1) for _ in range(50)]
     with ReportStore(db) as store:
         store.register_question("s", "q", 4)
         store.put(reports)
     with closing(sqlite3.connect(db)) as conn:  # the log lost its tail behind the index's back
-        conn.execute("DELETE FROM reports WHERE seq > 40")
+        conn.execute("DELETE FROM reports WHERE seq > 36")
         conn.commit()
     with ReportStore(db) as store:
         flags = store.put(reports)
     with closing(sqlite3.connect(db)) as conn:
-        stored = {row[0] for row in conn.execute("SELECT report_id FROM reports")}
-    assert flags.count(STORED) == 10 and len(stored) == 50
+        stored = [row[0] for row in conn.execute("SELECT report_id FROM reports")]
+    assert flags.count(STORED) == 10 and sorted(stored) == sorted(r.report_id for r in reports)
 
 
-def test_the_log_order_does_not_follow_arrival_within_a_commit(tmp_path):
-    """One upload's reports are appended in an order drawn afresh: their ``seq`` numbers are
-    consecutive but not in the order the device sent them."""
-    ids = [i.to_bytes(16, "big") for i in range(1, 201)]
-    with ReportStore(tmp_path / "s.sqlite") as store:
+def test_the_log_order_groups_no_upload(tmp_path, monkeypatch):
+    """Uploads of 4 reports, each its own commit, as from one device at a time: every report
+    waits in the mixing pool for a random number of later arrivals, so in the log's order an
+    upload's reports are apart (neighbours from one upload about as rare as by chance), and the
+    pool's slots do not keep arrival order either."""
+    monkeypatch.setattr(report_store, "POOL_SLOTS", 64)
+    db = tmp_path / "s.sqlite"
+    upload_of = {}
+    with ReportStore(db) as store:
         store.register_question("s", "q", 4)
-        store.put([rr(i, 0) for i in ids])
-    with closing(sqlite3.connect(tmp_path / "s.sqlite")) as conn:
+        for upload in range(300):
+            reports = [rr(os.urandom(16), i) for i in range(4)]
+            upload_of.update((r.report_id, upload) for r in reports)
+            assert store.put(reports) == [STORED] * 4
+    with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT seq, report_id FROM reports ORDER BY seq").fetchall()
-    assert [seq for seq, _ in rows] == list(range(1, 201))
-    assert sorted(i for _, i in rows) == ids and [i for _, i in rows] != ids
+    log = [upload_of[i] for seq, i in rows if seq > 0]
+    assert len(rows) == 1200 and len(log) == 1200 - sum(seq < 0 for seq, _ in rows) >= 1100
+    together = sum(a == b for a, b in itertools.pairwise(log))
+    assert together < 0.05 * len(log)  # in arrival order it would be 3 in 4
+    assert max(abs(a - b) for a, b in itertools.pairwise(log)) > 20
+    with ReportStore(db) as store:  # the pool is read back: its reports are still known
+        assert set(store.put([rr(i, 0) for i in upload_of][-8:])) == {DUPLICATE, CONFLICT}
 
 
 def test_index_runs_merge_and_find_every_entry():

@@ -235,6 +235,49 @@ class _Stop:
 
 _Item = _Submit | _Call | _Stop
 
+#: Slots of the mixing pool: the newest reports wait in the log's rows ``seq`` -1 ... -POOL_SLOTS.
+POOL_SLOTS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class _Pool:
+    """The mixing pool (docs/threat-model.md): a new report takes a random slot, and the report
+    that held it moves to the end of the log. So a report reaches the log after a random number
+    of later arrivals (geometric, mean POOL_SLOTS once the pool is full), independently of the
+    other reports of its upload: the log's order follows arrival only loosely, and one upload's
+    reports end up apart, each among others, even when nobody else uploads at the time. Its
+    rows are the log's rows of negative ``seq`` (slot s is ``seq`` -1 - s), so every reader of
+    ``reports`` sees them, and each commit rewrites a bounded set of pages (the pool holds
+    POOL_SLOTS rows whatever the size of the log)."""
+
+    slots: dict[int, tuple]  # slot -> the row (report_id, survey, question, payload, ...)
+    ids: dict[bytes, int]  # report_id -> slot
+
+    @classmethod
+    def read(cls, conn: sqlite3.Connection) -> _Pool:
+        sql = f"SELECT {_REPORT_COLUMNS}, seq FROM reports WHERE seq < 0"
+        slots = {-1 - row[-1]: tuple(row[:-1]) for row in conn.execute(sql)}
+        return cls(slots, {row[0]: slot for slot, row in slots.items()})
+
+    def place(self, rows: list[tuple]) -> tuple[_Pool, dict[int, tuple], list[tuple]]:
+        """The pool after ``rows`` took their slots (this one is left as it was, for a
+        transaction that rolls back), the slots to write, and the rows that leave for the log."""
+        slots, ids = dict(self.slots), dict(self.ids)
+        written: dict[int, tuple] = {}
+        evicted = []
+        if rows:
+            rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+            for row, slot in zip(
+                rows, rng.integers(0, POOL_SLOTS, len(rows)).tolist(), strict=True
+            ):
+                old = slots.get(slot)
+                if old is not None:
+                    evicted.append(old)
+                    del ids[old[0]]
+                slots[slot] = written[slot] = row
+                ids[row[0]] = slot
+        return _Pool(slots, ids), written, evicted
+
 
 class ReportStore:
     """Reports and statistics in one SQLite file; see the module docstring for the guarantees."""
@@ -292,6 +335,7 @@ class ReportStore:
             self._closed_sides = closed_confirmations(conn)
             self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
             self._index = _open_index(conn)
+            self._pool = _Pool.read(conn)
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
@@ -469,12 +513,13 @@ class ReportStore:
         if self._closed:
             raise StoreError("store is closed")
         ids = [i for i in report_ids if isinstance(i, bytes) and len(i) == REPORT_ID_BYTES]
+        pooled = self._pool.ids.keys() & ids  # the pool and index committed: swapped after
         candidates = self._index.candidates(self._index.keys(ids))
         if not candidates:
-            return set()
+            return pooled
         with closing(self._reader()) as conn:
             found = _contents_at(conn, sorted({s for seqs in candidates.values() for s in seqs}))
-        return {ids[i] for i in candidates if ids[i] in found}
+        return pooled | {ids[i] for i in candidates if ids[i] in found}
 
     def count_reports(self, survey_id: str | None = None) -> int:
         """Reports in the log (one survey's, or all); a scan of the log."""
@@ -684,13 +729,14 @@ class ReportStore:
             submit.future.set_exception(StoreFailedError(failure))
 
     def _write(self, group: list[_Submit]) -> list[list[int]]:
-        """One transaction: append the group's reports to the log unless their report_id is
-        stored already (or earlier in the group), add the new ones' contributions to their
-        questions' rows; after the commit, index the new ids.
+        """One transaction: store the group's reports unless their report_id is stored already
+        (or earlier in the group), add the new ones' contributions to their questions' rows;
+        after the commit, index the ids that reached the log.
 
-        The usual case, no duplicates, costs one lookup of the group's id hashes in the
-        in-memory index and one append per report: the log's new rows fill its last pages, in
-        an order shuffled afresh for each commit. Only ids whose hash is indexed (or repeated in
+        A new report takes a random slot of the mixing pool (:class:`_Pool`), and the report
+        that held the slot moves to the end of the log. The usual case, no duplicates, costs one
+        lookup of the group's id hashes in the in-memory index, a dict lookup in the pool, one
+        slot rewrite and one append per report. Only ids whose hash is indexed (or repeated in
         the group) are looked up in the log by ``seq`` and compared whole, to learn which ones
         were new and which repeat an id with other content (conflicts)."""
         conn = self._conn
@@ -710,24 +756,24 @@ class ReportStore:
                 strict=False,  # equal lengths: _check; the rest repeat
             )
         ]
-        index = self._index
+        index, pool = self._index, self._pool
         ids = [row[0] for row in rows]
         keys = index.keys(ids)
         with _transaction(conn):
             self._refuse_closed_sides(batches)
-            last = conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0
+            last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
             if last > index.high_water:  # appended by another connection: index those too
                 _index_log(conn, index, index.high_water)
             candidates = index.candidates(keys)
-            if not candidates and len(set(ids)) == len(ids):
+            pooled = not pool.ids.keys().isdisjoint(ids)
+            if not candidates and not pooled and len(set(ids)) == len(ids):
                 fresh = [STORED] * len(rows)
-                new_keys = keys
             else:
-                fresh = _outcomes(conn, rows, candidates)
-                new = [flag == STORED for flag in fresh]
-                rows = list(itertools.compress(rows, new))
-                new_keys = keys[np.array(new, dtype=bool)]
-            seqs = _append(conn, rows, last)
+                fresh = _outcomes(conn, rows, candidates, pool)
+                rows = list(itertools.compress(rows, [flag == STORED for flag in fresh]))
+            pool, slots, evicted = pool.place(rows)
+            conn.executemany(_PUT, [(*row, -1 - slot) for slot, row in slots.items()])
+            seqs = _append(conn, evicted, last)
             self._add_statistics(batches, fresh)
             out, start = [], 0
             for submit in group:
@@ -735,7 +781,8 @@ class ReportStore:
                 start += submit.size
                 if submit.on_write is not None:
                     submit.on_write(conn, out[-1])
-        index.add(new_keys, seqs)  # committed: from now on these ids are duplicates
+        self._pool = pool  # committed: from now on these ids are duplicates
+        index.add(index.keys([row[0] for row in evicted]), seqs)
         return out
 
     def _refuse_closed_sides(self, batches: list[ReportBatch]) -> None:
@@ -774,6 +821,7 @@ class ReportStore:
                 _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
 
 
+_PUT = f"INSERT OR REPLACE INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _APPEND = f"INSERT INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
@@ -803,7 +851,7 @@ def closed_confirmations(conn: sqlite3.Connection) -> set[str]:
 
 
 def _outcomes(
-    conn: sqlite3.Connection, rows: list[tuple], candidates: dict[int, list[int]]
+    conn: sqlite3.Connection, rows: list[tuple], candidates: dict[int, list[int]], pool: _Pool
 ) -> list[int]:
     """Per report row (report_id, survey_id, question_id, payload, ...): STORED if its id is
     neither in the log nor earlier in ``rows``; else DUPLICATE if that report has the same
@@ -816,6 +864,10 @@ def _outcomes(
         for report_id, content in _contents_at(conn, seqs).items()
         if report_id in wanted
     }
+    for row in rows:
+        slot = pool.ids.get(row[0])
+        if slot is not None:
+            seen[row[0]] = tuple(pool.slots[slot][1:4])
     flags = []
     for report_id, survey_id, question_id, payload, *_ in rows:
         content = (survey_id, question_id, payload)
@@ -954,7 +1006,7 @@ def _open_index(conn: sqlite3.Connection) -> IdIndex:
     header = None
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'id_index'").fetchone():
         header = conn.execute("SELECT secret, high_water FROM id_index WHERE part = 0").fetchone()
-    last = conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0
+    last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
     if header is None or len(header[0] or b"") != SECRET_BYTES or header[1] > last:
         index = IdIndex()
         _index_log(conn, index)
