@@ -771,8 +771,13 @@ class ReportStore:
             else:
                 fresh = _outcomes(conn, rows, candidates, pool)
                 rows = list(itertools.compress(rows, [flag == STORED for flag in fresh]))
-            pool, slots, evicted = pool.place(rows)
-            conn.executemany(_PUT, [(*row, -1 - slot) for slot, row in slots.items()])
+            before, (pool, slots, evicted) = pool.slots, pool.place(rows)
+            conn.executemany(
+                _UPDATE, [(*row, -1 - slot) for slot, row in slots.items() if slot in before]
+            )
+            conn.executemany(
+                _APPEND, [(*row, -1 - slot) for slot, row in slots.items() if slot not in before]
+            )
             seqs = _append(conn, evicted, last)
             self._add_statistics(batches, fresh)
             out, start = [], 0
@@ -821,7 +826,10 @@ class ReportStore:
                 _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
 
 
-_PUT = f"INSERT OR REPLACE INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_UPDATE = (
+    "UPDATE reports SET report_id = ?, survey_id = ?, question_id = ?, payload = ?,"
+    " received_at = ?, side = ?, group_value = ? WHERE seq = ?"
+)
 _APPEND = f"INSERT INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
