@@ -7,10 +7,18 @@ Why this shape (notes/service-conventions.md §3):
   queued (up to ``max_batch`` reports, waiting at most ``max_delay`` seconds for more) into ONE
   transaction and resolves the callers' futures only after COMMIT. With WAL and
   ``synchronous=FULL`` an acknowledged report survives a process kill and a power loss.
-* ``report_id`` (16 random bytes chosen by the device) is the primary key, so a resend is reported
-  as a duplicate and counted once. Ids are global, not scoped per survey: an id stored with a
-  different survey, question or payload is a conflict (docs/wire.md §6), neither stored nor
-  counted, and never mistaken for a resend. No device identity is stored with a report (the
+* The log (``reports``) is appended to: its rows are keyed by ``seq``, so the pages a commit
+  writes are the log's last ones however large it is (a log keyed by the random report ids made
+  each report dirty a page of its own once it was large: docs/performance.md). The newest
+  reports wait in a mixing pool first (:class:`_Pool`, the rows of negative ``seq``), so the
+  log's order groups no upload.
+* ``report_id`` (16 random bytes chosen by the device) is unique in the log, so a resend is
+  reported as a duplicate and counted once: the writer finds the ids a commit may repeat in an
+  in-memory index of keyed id hashes (aggregator/store/id_index.py, about 16 bytes a report,
+  saved at a clean close and rebuilt from the log otherwise) and in the pool, and compares the
+  whole ids against the log rows it names. Ids are global, not scoped per survey: an id stored
+  with a different survey, question or payload is a conflict (docs/wire.md §6), neither stored
+  nor counted, and never mistaken for a resend. No device identity is stored with a report (the
   per-device cap counts of aggregator/service/limits.py live in their own table, with no report
   ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
@@ -24,9 +32,10 @@ Why this shape (notes/service-conventions.md §3):
   pool all groups; ``group_statistics`` holds each (question, side, group) of a grouped report
   in the same transaction, so a group is read without scanning the log.
 * Nothing at rest groups the reports of one upload once ``wal_window`` seconds have passed: a
-  report keeps only its arrival *day* (``received_at``, a UTC midnight), the table is ordered by
-  the random report id, and the writer checkpoints and truncates the WAL (which holds each
-  transaction's reports together) within ``wal_window`` seconds of a commit.
+  report keeps only its arrival *day* (``received_at``, a UTC midnight), it reaches the log
+  after a random number of later arrivals (the pool), independently of its upload's other
+  reports, and the writer checkpoints and truncates the WAL (which holds each transaction's
+  reports together) within ``wal_window`` seconds of a commit.
 
 Threading: :meth:`ReportStore.submit` and :meth:`ReportStore.submit_batches` never block (they
 validate and enqueue), so an asyncio server calls them on the event loop and awaits
