@@ -137,28 +137,29 @@ def test_duplicates_are_found_after_a_clean_close_and_after_a_crash(tmp_path):
 
 
 def test_a_saved_index_that_does_not_fit_the_log_is_rebuilt(tmp_path, monkeypatch):
-    monkeypatch.setattr(report_store, "POOL_SLOTS", 4)
+    monkeypatch.setattr(report_store, "BLOCK", 8)
     db = tmp_path / "s.sqlite"
     reports = [rr(os.urandom(16), 1) for _ in range(50)]
     with ReportStore(db) as store:
         store.register_question("s", "q", 4)
         store.put(reports)
     with closing(sqlite3.connect(db)) as conn:  # the log lost its tail behind the index's back
-        conn.execute("DELETE FROM reports WHERE seq > 36")
+        lost = conn.execute("DELETE FROM reports WHERE seq > 36").rowcount
         conn.commit()
     with ReportStore(db) as store:
         flags = store.put(reports)
     with closing(sqlite3.connect(db)) as conn:
         stored = [row[0] for row in conn.execute("SELECT report_id FROM reports")]
-    assert flags.count(STORED) == 10 and sorted(stored) == sorted(r.report_id for r in reports)
+    assert flags.count(STORED) == lost == 14 and sorted(stored) == sorted(
+        r.report_id for r in reports
+    )
 
 
 def test_the_log_order_groups_no_upload(tmp_path, monkeypatch):
-    """Uploads of 4 reports, each its own commit, as from one device at a time: every report
-    waits in the mixing pool for a random number of later arrivals, so in the log's order an
-    upload's reports are apart (neighbours from one upload about as rare as by chance), and the
-    pool's slots do not keep arrival order either."""
-    monkeypatch.setattr(report_store, "POOL_SLOTS", 64)
+    """Uploads of 4 reports, each its own commit, as from one device at a time: each report
+    takes a random free place of the log's current block, so in the log's order an upload's
+    reports are apart (neighbours from one upload about as rare as by chance, 3 in 256 here)."""
+    monkeypatch.setattr(report_store, "BLOCK", 256)
     db = tmp_path / "s.sqlite"
     upload_of = {}
     with ReportStore(db) as store:
@@ -169,13 +170,18 @@ def test_the_log_order_groups_no_upload(tmp_path, monkeypatch):
             assert store.put(reports) == [STORED] * 4
     with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT seq, report_id FROM reports ORDER BY seq").fetchall()
-    log = [upload_of[i] for seq, i in rows if seq > 0]
-    assert len(rows) == 1200 and len(log) == 1200 - sum(seq < 0 for seq, _ in rows) >= 1100
+    seqs = [seq for seq, _ in rows]  # 4 full blocks, then 176 random places of the fifth
+    assert seqs[:1024] == list(range(1, 1025)) and 1024 < min(seqs[1024:]) <= max(seqs) <= 1280
+    log = [upload_of[i] for _, i in rows]
     together = sum(a == b for a, b in itertools.pairwise(log))
     assert together < 0.05 * len(log)  # in arrival order it would be 3 in 4
-    assert max(abs(a - b) for a, b in itertools.pairwise(log)) > 20
-    with ReportStore(db) as store:  # the pool is read back: its reports are still known
-        assert set(store.put([rr(i, 0) for i in upload_of][-8:])) == {DUPLICATE, CONFLICT}
+    blocks = [sorted(set(log[i : i + 256])) for i in range(0, 1200, 256)]
+    assert blocks[:4] == [list(range(64 * b, 64 * b + 64)) for b in range(4)]
+    with ReportStore(db) as store:  # the fifth block's free places are found again
+        store.put([rr(os.urandom(16), 0) for _ in range(100)])
+    with closing(sqlite3.connect(db)) as conn:
+        seqs = [row[0] for row in conn.execute("SELECT seq FROM reports ORDER BY seq")]
+    assert seqs[:1280] == list(range(1, 1281)) and 1280 < min(seqs[1280:]) <= max(seqs) <= 1536
 
 
 def test_index_runs_merge_and_find_every_entry():

@@ -7,16 +7,16 @@ Why this shape (notes/service-conventions.md §3):
   queued (up to ``max_batch`` reports, waiting at most ``max_delay`` seconds for more) into ONE
   transaction and resolves the callers' futures only after COMMIT. With WAL and
   ``synchronous=FULL`` an acknowledged report survives a process kill and a power loss.
-* The log (``reports``) is appended to: its rows are keyed by ``seq``, so the pages a commit
-  writes are the log's last ones however large it is (a log keyed by the random report ids made
-  each report dirty a page of its own once it was large: docs/performance.md). The newest
-  reports wait in a mixing pool first (:class:`_Pool`, the rows of negative ``seq``), so the
-  log's order groups no upload.
+* The log (``reports``) is appended to: its rows are keyed by ``seq``, so a commit writes the
+  pages of the log's current block however large it is (a log keyed by the random report ids
+  made each report dirty a page of its own once it was large: docs/performance.md). Within a block
+  of BLOCK numbers the places are taken in random order (:class:`_Blocks`), so the log's order
+  groups no upload.
 * ``report_id`` (16 random bytes chosen by the device) is unique in the log, so a resend is
   reported as a duplicate and counted once: the writer finds the ids a commit may repeat in an
   in-memory index of keyed id hashes (aggregator/store/id_index.py, about 16 bytes a report,
-  saved at a clean close and rebuilt from the log otherwise) and in the pool, and compares the
-  whole ids against the log rows it names. Ids are global, not scoped per survey: an id stored
+  saved at a clean close and rebuilt from the log otherwise), and compares the whole ids
+  against the log rows it names. Ids are global, not scoped per survey: an id stored
   with a different survey, question or payload is a conflict (docs/wire.md §6), neither stored
   nor counted, and never mistaken for a resend. No device identity is stored with a report (the
   per-device cap counts of aggregator/service/limits.py live in their own table, with no report
@@ -32,8 +32,8 @@ Why this shape (notes/service-conventions.md §3):
   pool all groups; ``group_statistics`` holds each (question, side, group) of a grouped report
   in the same transaction, so a group is read without scanning the log.
 * Nothing at rest groups the reports of one upload once ``wal_window`` seconds have passed: a
-  report keeps only its arrival *day* (``received_at``, a UTC midnight), it reaches the log
-  after a random number of later arrivals (the pool), independently of its upload's other
+  report keeps only its arrival *day* (``received_at``, a UTC midnight), it takes a random
+  place among those of the BLOCK reports around it, independently of its upload's other
   reports, and the writer checkpoints and truncates the WAL (which holds each transaction's
   reports together) within ``wal_window`` seconds of a commit.
 
@@ -244,48 +244,51 @@ class _Stop:
 
 _Item = _Submit | _Call | _Stop
 
-#: Slots of the mixing pool: the newest reports wait in the log's rows ``seq`` -1 ... -POOL_SLOTS.
-POOL_SLOTS = 2048
+#: The log's order follows arrival in blocks of this many reports only (docs/threat-model.md).
+BLOCK = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class _Pool:
-    """The mixing pool (docs/threat-model.md): a new report takes a random slot, and the report
-    that held it moves to the end of the log. So a report reaches the log after a random number
-    of later arrivals (geometric, mean POOL_SLOTS once the pool is full), independently of the
-    other reports of its upload: the log's order follows arrival only loosely, and one upload's
-    reports end up apart, each among others, even when nobody else uploads at the time. Its
-    rows are the log's rows of negative ``seq`` (slot s is ``seq`` -1 - s), so every reader of
-    ``reports`` sees them, and each commit rewrites a bounded set of pages (the pool holds
-    POOL_SLOTS rows whatever the size of the log)."""
+class _Blocks:
+    """Where the next reports go in the log: a new report takes a random free ``seq`` of the
+    current block of BLOCK numbers, and the next block opens once it is full. So the log's
+    order follows arrival in blocks of BLOCK reports only: within a block, one upload's reports
+    sit at random places among those of the BLOCK reports around them, even when nobody else
+    uploads at the time, and each report is written once, into pages of the current block
+    (hot in the page cache: the writes stay local however large the log)."""
 
-    slots: dict[int, tuple]  # slot -> the row (report_id, survey, question, payload, ...)
-    ids: dict[bytes, int]  # report_id -> slot
+    start: int  # the current block's first seq
+    free: np.ndarray  # its free seqs (int64), in random order; the next ones taken from the end
 
     @classmethod
-    def read(cls, conn: sqlite3.Connection) -> _Pool:
-        sql = f"SELECT {_REPORT_COLUMNS}, seq FROM reports WHERE seq < 0"
-        slots = {-1 - row[-1]: tuple(row[:-1]) for row in conn.execute(sql)}
-        return cls(slots, {row[0]: slot for slot, row in slots.items()})
+    def read(cls, conn: sqlite3.Connection) -> _Blocks:
+        """The block of the log's last seq and its free places (the next block if full)."""
+        last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
+        start = (last - 1) // BLOCK * BLOCK + 1 if last else 1
+        taken = [row[0] for row in conn.execute("SELECT seq FROM reports WHERE seq >= ?", (start,))]
+        free = np.setdiff1d(np.arange(start, start + BLOCK, dtype=np.int64), taken)
+        if not len(free):
+            return cls(start + BLOCK, _shuffled(np.arange(BLOCK, dtype=np.int64) + start + BLOCK))
+        return cls(start, _shuffled(free))
 
-    def place(self, rows: list[tuple]) -> tuple[_Pool, dict[int, tuple], list[tuple]]:
-        """The pool after ``rows`` took their slots (this one is left as it was, for a
-        transaction that rolls back), the slots to write, and the rows that leave for the log."""
-        slots, ids = dict(self.slots), dict(self.ids)
-        written: dict[int, tuple] = {}
-        evicted = []
-        if rows:
-            rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
-            for row, slot in zip(
-                rows, rng.integers(0, POOL_SLOTS, len(rows)).tolist(), strict=True
-            ):
-                old = slots.get(slot)
-                if old is not None:
-                    evicted.append(old)
-                    del ids[old[0]]
-                slots[slot] = written[slot] = row
-                ids[row[0]] = slot
-        return _Pool(slots, ids), written, evicted
+    def take(self, m: int) -> tuple[_Blocks, np.ndarray]:
+        """``m`` seqs for new reports, and the state after them (this one is left as it was,
+        for a transaction that rolls back)."""
+        parts, start, free = [], self.start, self.free
+        while m:
+            if not len(free):
+                start += BLOCK
+                free = _shuffled(np.arange(start, start + BLOCK, dtype=np.int64))
+            n = min(m, len(free))
+            parts.append(free[len(free) - n :])
+            free, m = free[: len(free) - n], m - n
+        taken = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        return _Blocks(start, free), taken
+
+
+def _shuffled(seqs: np.ndarray) -> np.ndarray:
+    """``seqs`` in an order drawn afresh from the system's randomness."""
+    return np.random.default_rng(int.from_bytes(os.urandom(16), "little")).permutation(seqs)
 
 
 class ReportStore:
@@ -344,7 +347,7 @@ class ReportStore:
             self._closed_sides = closed_confirmations(conn)
             self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
             self._index = _open_index(conn)
-            self._pool = _Pool.read(conn)
+            self._blocks = _Blocks.read(conn)
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
@@ -522,13 +525,12 @@ class ReportStore:
         if self._closed:
             raise StoreError("store is closed")
         ids = [i for i in report_ids if isinstance(i, bytes) and len(i) == REPORT_ID_BYTES]
-        pooled = self._pool.ids.keys() & ids  # the pool and index committed: swapped after
         candidates = self._index.candidates(self._index.keys(ids))
         if not candidates:
-            return pooled
+            return set()
         with closing(self._reader()) as conn:
             found = _contents_at(conn, sorted({s for seqs in candidates.values() for s in seqs}))
-        return pooled | {ids[i] for i in candidates if ids[i] in found}
+        return {ids[i] for i in candidates if ids[i] in found}
 
     def count_reports(self, survey_id: str | None = None) -> int:
         """Reports in the log (one survey's, or all); a scan of the log."""
@@ -651,7 +653,7 @@ class ReportStore:
         try:
             if self._failure is None:
                 with suppress(sqlite3.Error):  # only start-up time is lost without it
-                    _save_index(self._conn, self._index)
+                    _save_index(self._conn, self._index, self._blocks.start - 1)
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             self._conn.close()
@@ -742,12 +744,12 @@ class ReportStore:
         (or earlier in the group), add the new ones' contributions to their questions' rows;
         after the commit, index the ids that reached the log.
 
-        A new report takes a random slot of the mixing pool (:class:`_Pool`), and the report
-        that held the slot moves to the end of the log. The usual case, no duplicates, costs one
-        lookup of the group's id hashes in the in-memory index, a dict lookup in the pool, one
-        slot rewrite and one append per report. Only ids whose hash is indexed (or repeated in
-        the group) are looked up in the log by ``seq`` and compared whole, to learn which ones
-        were new and which repeat an id with other content (conflicts)."""
+        A new report takes a random free place of the log's current block (:class:`_Blocks`).
+        The usual case, no duplicates, costs one lookup of the group's id hashes in the
+        in-memory index and one insert per report, into the current block's pages. Only ids
+        whose hash is indexed (or repeated in the group) are looked up in the log by ``seq``
+        and compared whole, to learn which ones were new and which repeat an id with other
+        content (conflicts)."""
         conn = self._conn
         batches = [batch for submit in group for batch in submit.batches]
         now = int(time.time()) // RECEIVED_RESOLUTION * RECEIVED_RESOLUTION
@@ -765,7 +767,7 @@ class ReportStore:
                 strict=False,  # equal lengths: _check; the rest repeat
             )
         ]
-        index, pool = self._index, self._pool
+        index = self._index
         ids = [row[0] for row in rows]
         keys = index.keys(ids)
         with _transaction(conn):
@@ -774,20 +776,17 @@ class ReportStore:
             if last > index.high_water:  # appended by another connection: index those too
                 _index_log(conn, index, index.high_water)
             candidates = index.candidates(keys)
-            pooled = not pool.ids.keys().isdisjoint(ids)
-            if not candidates and not pooled and len(set(ids)) == len(ids):
+            if not candidates and len(set(ids)) == len(ids):
                 fresh = [STORED] * len(rows)
+                new_keys = keys
             else:
-                fresh = _outcomes(conn, rows, candidates, pool)
-                rows = list(itertools.compress(rows, [flag == STORED for flag in fresh]))
-            before, (pool, slots, evicted) = pool.slots, pool.place(rows)
-            conn.executemany(
-                _UPDATE, [(*row, -1 - slot) for slot, row in slots.items() if slot in before]
-            )
-            conn.executemany(
-                _APPEND, [(*row, -1 - slot) for slot, row in slots.items() if slot not in before]
-            )
-            seqs = _append(conn, evicted, last)
+                fresh = _outcomes(conn, rows, candidates)
+                new = [flag == STORED for flag in fresh]
+                rows = list(itertools.compress(rows, new))
+                new_keys = keys[np.array(new, dtype=bool)]
+            blocks, seqs = self._blocks.take(len(rows))
+            order, numbers = np.argsort(seqs).tolist(), seqs.tolist()
+            conn.executemany(_APPEND, [(*rows[i], numbers[i]) for i in order])  # in seq order
             self._add_statistics(batches, fresh)
             out, start = [], 0
             for submit in group:
@@ -795,8 +794,8 @@ class ReportStore:
                 start += submit.size
                 if submit.on_write is not None:
                     submit.on_write(conn, out[-1])
-        self._pool = pool  # committed: from now on these ids are duplicates
-        index.add(index.keys([row[0] for row in evicted]), seqs)
+        self._blocks = blocks  # committed: from now on these ids are duplicates
+        index.add(new_keys, seqs)
         return out
 
     def _refuse_closed_sides(self, batches: list[ReportBatch]) -> None:
@@ -835,24 +834,7 @@ class ReportStore:
                 _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
 
 
-_UPDATE = (
-    "UPDATE reports SET report_id = ?, survey_id = ?, question_id = ?, payload = ?,"
-    " received_at = ?, side = ?, group_value = ? WHERE seq = ?"
-)
 _APPEND = f"INSERT INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-
-
-def _append(conn: sqlite3.Connection, rows: list[tuple], last: int) -> np.ndarray:
-    """Append ``rows`` to the log after ``seq`` ``last``, in a random order drawn afresh (so
-    the log's order groups no upload within a commit); their ``seq`` numbers, row by row."""
-    seqs = np.empty(len(rows), dtype=np.int64)
-    if not rows:
-        return seqs
-    shuffle = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
-    order = shuffle.permutation(len(rows))
-    seqs[order] = np.arange(last + 1, last + 1 + len(rows), dtype=np.int64)
-    conn.executemany(_APPEND, [(*rows[i], last + 1 + j) for j, i in enumerate(order.tolist())])
-    return seqs
 
 
 CONFIRMATION = 2  # ldp.v1.CONFIRMATION
@@ -868,7 +850,7 @@ def closed_confirmations(conn: sqlite3.Connection) -> set[str]:
 
 
 def _outcomes(
-    conn: sqlite3.Connection, rows: list[tuple], candidates: dict[int, list[int]], pool: _Pool
+    conn: sqlite3.Connection, rows: list[tuple], candidates: dict[int, list[int]]
 ) -> list[int]:
     """Per report row (report_id, survey_id, question_id, payload, ...): STORED if its id is
     neither in the log nor earlier in ``rows``; else DUPLICATE if that report has the same
@@ -881,10 +863,6 @@ def _outcomes(
         for report_id, content in _contents_at(conn, seqs).items()
         if report_id in wanted
     }
-    for row in rows:
-        slot = pool.ids.get(row[0])
-        if slot is not None:
-            seen[row[0]] = tuple(pool.slots[slot][1:4])
     flags = []
     for report_id, survey_id, question_id, payload, *_ in rows:
         content = (survey_id, question_id, payload)
@@ -1036,20 +1014,25 @@ def _open_index(conn: sqlite3.Connection) -> IdIndex:
     return index
 
 
-def _save_index(conn: sqlite3.Connection, index: IdIndex) -> None:
-    """Keep ``index`` for the next start (on a clean close): it stays right while the log is
-    only appended to, so a start reads it and the rows appended after it."""
+def _save_index(conn: sqlite3.Connection, index: IdIndex, covered: int) -> None:
+    """Keep ``index``'s entries of the log rows up to ``seq`` ``covered`` (the blocks before the
+    current one, which no longer change) for the next start (on a clean close), which reads
+    them and indexes the log's rows after them."""
     with _transaction(conn):
         conn.execute(_ID_INDEX)
         conn.execute("DELETE FROM id_index")
         conn.execute(
             "INSERT INTO id_index (part, secret, high_water) VALUES (0, ?, ?)",
-            (index.secret, index.high_water),
+            (index.secret, covered),
         )
         conn.executemany(
             "INSERT INTO id_index (part, hashes, seqs) VALUES (?, ?, ?)",
             (
-                (part, hashes.astype("<u8").tobytes(), seqs.astype("<i8").tobytes())
+                (
+                    part,
+                    hashes[seqs <= covered].astype("<u8").tobytes(),
+                    seqs[seqs <= covered].astype("<i8").tobytes(),
+                )
                 for part, (hashes, seqs) in enumerate(index.export(), start=1)
             ),
         )
