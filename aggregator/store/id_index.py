@@ -64,7 +64,10 @@ class IdIndex:
         pair-multiply-shift hashes over the id's four 32-bit words (Thorup, "High speed hashing
         for integers and strings", 2-universal: two given ids collide with probability about
         2^-62 over the secret), high halves concatenated."""
-        raw = b"".join(report_ids)
+        return self.keys_of_joined(b"".join(report_ids))
+
+    def keys_of_joined(self, raw: bytes) -> np.ndarray:
+        """:meth:`keys` of ids given as one string of 16-byte ids."""
         if len(raw) % ID_BYTES:
             raise ValueError(f"report ids must be {ID_BYTES} bytes")
         words = np.frombuffer(raw, dtype="<u4").reshape(-1, 4).astype(_U64)

@@ -1039,11 +1039,27 @@ def _save_index(conn: sqlite3.Connection, index: IdIndex, covered: int) -> None:
 
 
 def _index_log(conn: sqlite3.Connection, index: IdIndex, after: int = 0) -> None:
-    """Add the log's rows past ``seq`` ``after`` to ``index`` (at start: all of them)."""
-    cursor = conn.execute("SELECT seq, report_id FROM reports WHERE seq > ? ORDER BY seq", (after,))
-    while rows := cursor.fetchmany(1 << 16):
-        seqs, ids = zip(*rows, strict=True)
-        index.add(index.keys(ids), np.array(seqs, dtype=np.int64))
+    """Add the log's rows past ``seq`` ``after`` to ``index`` (at start: all of them), 65,536 at
+    a time, each chunk's ids and seqs concatenated by SQLite (no Python object per row)."""
+    factory, conn.text_factory = conn.text_factory, bytes
+    try:
+        while True:
+            ids, seqs, count, last = conn.execute(_ID_CHUNK, (after, 1 << 16)).fetchone()
+            if not count:
+                return
+            if len(ids) != REPORT_ID_BYTES * count:
+                raise StoreError(f"the log holds a report id that is not {REPORT_ID_BYTES} bytes")
+            numbers = np.frombuffer(bytes.fromhex(seqs.decode()), dtype=">i8").astype(np.int64)
+            index.add(index.keys_of_joined(ids), numbers)
+            after = last
+    finally:
+        conn.text_factory = factory
+
+
+_ID_CHUNK = (
+    "SELECT group_concat(report_id, ''), group_concat(printf('%016x', seq), ''), count(*),"
+    " max(seq) FROM (SELECT seq, report_id FROM reports WHERE seq > ? ORDER BY seq LIMIT ?)"
+)
 
 
 @contextmanager
