@@ -547,7 +547,7 @@ def test_a_schema_3_store_is_migrated(tmp_path):
         contribution = lambda s, q, p: ingest.contribution(surveys[s].question(q), p)  # noqa: E731
         assert store.rebuild(contribution)["plain", "rr"][0] == 1
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert conn.execute("SELECT group_value FROM reports").fetchall() == [("",)]
     assert conn.execute("SELECT count(*) FROM group_statistics").fetchone() == (0,)
     conn.close()

@@ -70,6 +70,7 @@ def test_a_wal_copied_mid_run_holds_no_device_link(tmp_path, limited_file):
         "sqlite_autoindex_group_statistics_1",
         "survey_group_labels",
         "sqlite_autoindex_survey_group_labels_1",
+        "id_index",  # keyed hashes of the report ids and their log rows: no device, no time
     }
     with closing(sqlite3.connect(copy / "reports.sqlite")) as conn:
         assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == 10
