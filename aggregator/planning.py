@@ -18,7 +18,7 @@ from aggregator.errors import InvalidInputError
 from aggregator.stats import advise, power, sample_size
 from aggregator.stats.gof import GOF_METHODS
 from aggregator.stats.validate import check_distribution
-from client.mechanisms import Mechanism, PublicCoinBit, SupportMechanism
+from client.mechanisms import Mechanism, PublicCoinBit
 
 ADVISOR_N = 1_000  # any n: the advisor is only asked which mechanisms to compare
 BOOTSTRAP_CURVE_POINTS = 6
@@ -209,7 +209,7 @@ def plot_power_curves(plan: StudyPlan, path: Path) -> None:
     ax = fig.add_subplot()
     for row in plan.rows:
         grid = full
-        if plan.shape is not None and isinstance(row.mechanism, SupportMechanism):
+        if plan.shape is not None and row.mechanism.statistic_kind == "support":
             top = max(row.n, low + 1)
             grid = np.unique(np.geomspace(low, top, BOOTSTRAP_CURVE_POINTS).astype(int))
         curve = [

@@ -29,23 +29,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypedDict
 
-import numpy as np
-
 from client import __version__
 from client.budgeting import DEFAULT_DELTA, survey_cost
 from client.cli_parsing import DefaultsFormatter, OneLineParser, reader_went_away
 from client.device.filekind import create_private
 from client.device.household import Household, HouseholdTerms, create_terms
-from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, BudgetExceeded, Ledger, LedgerError
 from client.device.reporter import Reporter
-from client.device.split import split_side
 from client.device.survey_cache import SurveyCache
-from client.device.tls import TlsSettings
 from client.device.transport import Transport, TransportError
-from client.progress import bar
-from client.survey import SurveyError, SurveySpec, survey_from_json
-from protos.ldp.v1 import ldp_pb2
+from client.survey import SurveyError, survey_from_json
 
 PROG = "ldp-client"
 
@@ -216,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     _json(key)
     key.set_defaults(run=run_device_key)
 
+    selftest = _command(
+        sub,
+        "selftest",
+        "replay the wire conformance vectors on this device (samplers, encodings, digests, "
+        "signatures): exit 0 when all match",
+    )
+    selftest.add_argument(
+        "--vectors", type=Path, help="vectors file (default: the one shipped with this package)"
+    )
+    _json(selftest)
+    selftest.set_defaults(run=run_selftest)
+
     sim = _command(sub, "simulate", "play a population of devices against a server")
     _server(sim)
     sim.add_argument("--survey", required=True, help="survey id")
@@ -282,6 +287,8 @@ def _transport(args: argparse.Namespace) -> Transport:
             "no transport security configured: pass --tls-ca (and --tls-cert/--tls-key for "
             "mTLS), or --insecure for plaintext"
         )
+    from client.device.tls import TlsSettings  # lazily: cryptography only for TLS
+
     tls = TlsSettings(args.tls_ca, args.tls_cert, args.tls_key)
     return Transport(args.server, tls=tls, timeout=args.timeout)
 
@@ -308,6 +315,27 @@ def _reporter(args: argparse.Namespace) -> Reporter:
         raise UserError(f"{args.state} does not exist: enroll first with submit --budget EPS")
     memoize = getattr(args, "memoize", False)
     return Reporter(_transport(args), args.state, budget, memoize=memoize)
+
+
+def run_selftest(args: argparse.Namespace) -> int:
+    """``ldp-client selftest``: a mis-encoding device is otherwise accepted and only biases the
+    estimates (docs/wire.md §9)."""
+    from client.device import selftest
+
+    try:
+        result = selftest.run(args.vectors)
+    except (OSError, ValueError, KeyError) as exc:
+        path = args.vectors or selftest.VECTORS_PATH
+        raise UserError(f"cannot read the vectors {path}: {exc}") from None
+    if args.json:
+        print(json.dumps({"ok": result.ok, **vars(result)}))
+    else:
+        for failure in result.failures:
+            print(failure)
+        counts = ", ".join(f"{n} {kind}" for kind, n in result.checked.items())
+        verdict = "all reproduced" if result.ok else f"{len(result.failures)} differ"
+        print(f"conformance vectors version {result.version}: {counts}: {verdict}")
+    return 0 if result.ok else 1
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -556,6 +584,8 @@ def run_surveys(args: argparse.Namespace) -> int:
 
 
 def run_device_key(args: argparse.Namespace) -> int:
+    from client.device.keys import DeviceKey, device_key_path  # lazily: cryptography
+
     key = DeviceKey.load_or_create(device_key_path(args.state))
     pem = key.public_key_pem().decode()
     if args.out:
@@ -570,143 +600,11 @@ def run_device_key(args: argparse.Namespace) -> int:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    if args.devices < 1 or args.batch < 1:
-        raise UserError("--devices and --batch must be positive")
-    with _transport(args) as transport:
-        survey = transport.get_survey(args.survey)
-        if survey.require_device_auth:
-            raise UserError(
-                f"survey {survey.id} requires signed uploads; simulated devices have no keys"
-            )
-        truths = _truths(survey, args.truth)
-        values, shares = _group_shares(survey, args.group_share)
-        by_group = _group_truths(survey, values, truths, args.truth_for)
-        rng = np.random.default_rng(args.seed)
-        groups = rng.choice(len(values), size=args.devices, p=shares)
-        answers = {q.id: np.zeros(args.devices, dtype=np.int64) for q in survey.questions}
-        for g, value in enumerate(values):
-            members = np.flatnonzero(groups == g)
-            for q in survey.questions:
-                answers[q.id][members] = rng.choice(q.k, size=members.size, p=by_group[value][q.id])
-        total = args.devices * len(survey.questions)
-        counts = {"accepted": 0, "duplicate": 0}
-        batch: list[ldp_pb2.Report] = []
-        started = time.perf_counter()
-        with bar(total, "simulate", unit="reports", quiet=args.json) as progress:
-            for device in range(args.devices):
-                # A split survey: each simulated device has its own split secret (wire.md §3.10).
-                side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
-                for question in survey.questions:
-                    mech = question.mechanism
-                    answer = int(answers[question.id][device])
-                    batch.append(
-                        ldp_pb2.Report(
-                            report_id=os.urandom(16),
-                            survey_id=survey.id,
-                            question_id=question.id,
-                            payload=mech.encode(mech.randomize(answer)),
-                            definition_digest=question.digest,
-                            side=side,
-                            group=values[groups[device]],
-                        )
-                    )
-                if len(batch) >= args.batch or device == args.devices - 1:
-                    for result in transport.upload(batch):
-                        accepted = result.status == ldp_pb2.ACCEPTED
-                        counts["accepted" if accepted else "duplicate"] += 1
-                    progress.update(len(batch))
-                    batch = []
-    elapsed = time.perf_counter() - started
-    cost = survey_cost(survey.questions)
-    devices_per_group = (
-        {v: int((groups == g).sum()) for g, v in enumerate(values)} if any(values) else None
-    )
-    summary = {
-        "devices": args.devices,
-        "reports": total,
-        **({"groups": devices_per_group} if devices_per_group is not None else {}),
-        "seconds": elapsed,
-        **counts,
-        "epsilon": cost.epsilon,
-        "rho": cost.rho,
-    }
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(
-            f"{args.devices} devices sent {total} reports in {elapsed:.1f} s: "
-            f"{counts['accepted']} accepted, {counts['duplicate']} duplicate; "
-            f"each device spent epsilon {cost.epsilon:g} (pure) and rho {cost.rho:g} (zCDP), "
-            f"covered by {cost.flags}"
-        )
-        if devices_per_group is not None and survey.group_label is not None:
-            counted = ", ".join(f"{v} {n:,}" for v, n in devices_per_group.items())
-            print(f"devices per {survey.group_label.name}: {counted}")
-    return 0
+    """``ldp-client simulate``: a population load generator no device runs, so its code lives in
+    client/simulate.py and loads only for this command (docs/architecture.md)."""
+    from client.simulate import run_simulate as simulate
 
-
-def _group_shares(survey: SurveySpec, spec: str | None) -> tuple[list[str], np.ndarray]:
-    """The groups simulated devices fall into and their shares: [''] for a survey without a
-    group label; equal shares over its values unless ``--group-share`` gives them."""
-    label = survey.group_label
-    if label is None:
-        if spec:
-            raise UserError(f"survey {survey.id} has no group label; --group-share is for one")
-        return [""], np.ones(1)
-    if not spec:
-        return list(label.values), np.full(len(label.values), 1.0 / len(label.values))
-    shares = {}
-    for part in spec.split(","):
-        name, _, share = part.partition("=")
-        if name not in label.values:
-            raise UserError(
-                f"--group-share: {name!r} is not one of the {label.name} values of survey "
-                f"{survey.id} ({', '.join(label.values)})"
-            )
-        try:
-            shares[name] = float(share)
-        except ValueError:
-            raise UserError(f"--group-share {part!r}: expected GROUP=SHARE") from None
-    p = np.array(list(shares.values()))
-    if (p < 0).any() or not np.isclose(p.sum(), 1.0):
-        raise UserError("--group-share: shares must be non-negative and sum to 1")
-    return list(shares), p / p.sum()
-
-
-def _group_truths(
-    survey: SurveySpec, values: list[str], truths: dict[str, np.ndarray], specs: list[str]
-) -> dict[str, dict[str, np.ndarray]]:
-    """Per simulated group its true answer distributions: ``truths`` with ``--truth-for
-    GROUP:QUESTION=P1,...`` applied to that group."""
-    out = {value: dict(truths) for value in values}
-    for spec in specs:
-        value, sep, rest = spec.partition(":")
-        if not sep or value not in out or not value:
-            raise UserError(
-                f"--truth-for {spec!r}: expected GROUP:QUESTION=P1,... with GROUP one of the "
-                f"simulated groups ({', '.join(v for v in values if v) or 'none'})"
-            )
-        question = rest.partition("=")[0]
-        out[value][question] = _truths(survey, [rest])[question]
-    return out
-
-
-def _truths(survey: SurveySpec, specs: list[str]) -> dict[str, np.ndarray]:
-    truths = {q.id: np.full(q.k, 1.0 / q.k) for q in survey.questions}
-    for spec in specs:
-        name, _, values = spec.partition("=")
-        if name not in truths:
-            raise UserError(f"--truth names unknown question {name!r}")
-        try:
-            p = np.array([float(v) for v in values.split(",")])
-        except ValueError:
-            raise UserError(f"--truth {spec!r}: probabilities must be numbers") from None
-        if p.size != truths[name].size or (p < 0).any() or not np.isclose(p.sum(), 1.0):
-            raise UserError(
-                f"--truth {name}: need {truths[name].size} non-negative probabilities summing to 1"
-            )
-        truths[name] = p / p.sum()
-    return truths
+    return simulate(args, lambda: _transport(args))
 
 
 if __name__ == "__main__":

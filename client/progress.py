@@ -2,8 +2,9 @@
 
 The bar is drawn on stderr, and only when stderr is a terminal and the caller did not ask for
 machine-readable output (``--json``): a piped, redirected or scripted run prints exactly what it
-printed before. tqdm is a core dependency (small, pure Python), imported only when a bar is
-actually shown, so a device's short commands do not pay for it. Used by both command lines
+printed before. tqdm comes with the ``aggregator`` extra, not with a device install: it is
+imported only when a bar is actually shown, and where it is not installed there is no bar (the
+work runs the same). Used by both command lines
 (``ldp-client``, ``ldp-aggregator``) and by the scripts in ``scripts/``.
 """
 
@@ -71,7 +72,10 @@ def bar(total: float | None, desc: str, *, unit: str = "items", quiet: bool = Fa
     total); advance it with ``update(n)`` and close it (or use it in a ``with`` block)."""
     if not shown(quiet):
         return _Silent()
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:  # a device install (no aggregator extra): no bar, same work
+        return _Silent()
 
     return tqdm(
         total=total,

@@ -13,8 +13,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from google.protobuf import json_format
-
 from client.mechanisms import (
     DEFAULT_GRANULARITY_BITS,
     FlipComponents,
@@ -467,6 +465,8 @@ SURVEY_FILE_FORMAT = "ldp-survey-definition/1"
 def survey_to_json(survey: SurveySpec) -> str:
     """A survey definition as a file a device can install (``ldp-client install-survey``):
     JSON with a format marker and the wire message's fields (protobuf JSON mapping)."""
+    from google.protobuf import json_format  # lazily: only survey files need it
+
     message = json_format.MessageToDict(survey.to_proto(), preserving_proto_field_name=True)
     return json.dumps({"format": SURVEY_FILE_FORMAT, "survey": message}, indent=2) + "\n"
 
@@ -479,6 +479,8 @@ def survey_from_json(text: str) -> SurveySpec:
         raise SurveyError(f"not a survey definition file (invalid JSON: {exc})") from None
     if not isinstance(document, dict) or document.get("format") != SURVEY_FILE_FORMAT:
         raise SurveyError(f"not a survey definition file (expected format {SURVEY_FILE_FORMAT!r})")
+    from google.protobuf import json_format  # lazily: only survey files need it
+
     try:
         message = json_format.ParseDict(document.get("survey"), ldp_pb2.Survey())
     except (json_format.ParseError, TypeError, AttributeError) as exc:

@@ -5,10 +5,12 @@ protos/ldp/v1/testvectors.json and writes what it produced as JSON lines, one ob
 
     {"index": 0, "payload_hex": "01000000", "consumed": 9}
     {"signature": 0, "device_id": "dev-…", "signed_bytes_hex": "…", "signature_hex": "…"}
+    {"digest": 0, "digest_hex": "…"}
 
 ``index`` is the position in ``reports``, ``consumed`` the number of random bytes its sampler
-read; ``signature`` is the position in ``signatures``. This script compares them with the vectors
-and prints one line per difference (exit 0: all match; 1: differences; 2: unusable input).
+read; ``signature`` is the position in ``signatures``; ``digest`` the position in ``digests``
+(vectors version 2). This script compares them with the vectors and prints one line per
+difference (exit 0: all match; 1: differences; 2: unusable input).
 
     python scripts/check_vectors.py device-outputs.jsonl
     python scripts/check_vectors.py --explain          # how to produce the outputs
@@ -46,6 +48,13 @@ For signature vector i (the list "signatures"):
      device id and "timestamp" (docs/wire.md §7); sign them.
   3. Write {"signature": i, "device_id": ..., "signed_bytes_hex": ..., "signature_hex": ...}.
 
+For digest vector i (the list "digests"):
+  1. Read "question" as the Question GetSurvey would serve (protobuf JSON mapping: "mechanism" is
+     the enum name, "public_seed" a decimal string) into your survey model.
+  2. Compute its definition digest (docs/wire.md §2.1); "fields" lists the strings it encodes, in
+     order, and "encoded_hex" their encoding, for finding where you differ.
+  3. Write {"digest": i, "digest_hex": <hex of the 32-byte digest>}.
+
 Then run: python scripts/check_vectors.py <your-outputs.jsonl>
 """
 
@@ -54,10 +63,12 @@ class InputError(Exception):
     """The outputs file cannot be read as the documented JSON lines."""
 
 
-def read_outputs(path: Path) -> tuple[dict[int, dict], dict[int, dict]]:
-    """Report and signature outputs by vector position."""
-    reports: dict[int, dict] = {}
-    signatures: dict[int, dict] = {}
+KINDS = ("index", "signature", "digest")
+
+
+def read_outputs(path: Path) -> tuple[dict[int, dict], dict[int, dict], dict[int, dict]]:
+    """Report, signature and digest outputs by vector position."""
+    found: dict[str, dict[int, dict]] = {kind: {} for kind in KINDS}
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
@@ -71,17 +82,23 @@ def read_outputs(path: Path) -> tuple[dict[int, dict], dict[int, dict]]:
             raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from None
         if not isinstance(entry, dict):
             raise InputError(f"{path}:{number}: expected a JSON object")
-        kind, target = ("index", reports) if "index" in entry else ("signature", signatures)
+        kind = next((k for k in KINDS if k in entry), "index")
+        target = found[kind]
         position = entry.get(kind)
         if isinstance(position, bool) or not isinstance(position, int):
-            raise InputError(f"{path}:{number}: needs an integer 'index' or 'signature'")
+            raise InputError(f"{path}:{number}: needs an integer 'index', 'signature' or 'digest'")
         if position in target:
             raise InputError(f"{path}:{number}: {kind} {position} appears twice")
         target[position] = entry
-    return reports, signatures
+    return found["index"], found["signature"], found["digest"]
 
 
-def compare(vectors: dict, reports: dict[int, dict], signatures: dict[int, dict]) -> list[str]:
+def compare(
+    vectors: dict,
+    reports: dict[int, dict],
+    signatures: dict[int, dict],
+    digests: dict[int, dict] | None = None,
+) -> list[str]:
     """One line per difference between the outputs and the vectors."""
     problems = []
     expected_reports = vectors["reports"]
@@ -108,10 +125,20 @@ def compare(vectors: dict, reports: dict[int, dict], signatures: dict[int, dict]
             got = got if field == "device_id" else got.lower()
             if got != vector[field]:
                 problems.append(f"{label}: {field} differs")
+    digests = {} if digests is None else digests
+    for i, vector in enumerate(vectors.get("digests", [])):
+        label = f"digest {i} ({vector['question']['mechanism']} {vector['question']['id']})"
+        output = digests.get(i)
+        if output is None:
+            problems.append(f"{label}: missing")
+        elif str(output.get("digest_hex", "")).lower() != vector["digest_hex"]:
+            problems.append(f"{label}: digest_hex differs")
     extra = sorted(set(reports) - set(range(len(expected_reports))))
     extra_signatures = sorted(set(signatures) - set(range(len(vectors["signatures"]))))
     problems += [f"report {i}: no such vector" for i in extra]
     problems += [f"signature {i}: no such vector" for i in extra_signatures]
+    extra_digests = sorted(set(digests) - set(range(len(vectors.get("digests", [])))))
+    problems += [f"digest {i}: no such vector" for i in extra_digests]
     return problems
 
 
@@ -121,9 +148,11 @@ def python_outputs(vectors: dict) -> list[dict]:
     sys.path.insert(0, str(ROOT / "scripts"))
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from gen_test_vectors import ReplayRandom, build_mechanism
+    from google.protobuf import json_format
 
     from client.device import signature
     from client.device.keys import DeviceKey
+    from client.survey import QuestionSpec
     from protos.ldp.v1 import ldp_pb2
 
     out: list[dict] = []
@@ -150,6 +179,10 @@ def python_outputs(vectors: dict) -> list[dict]:
                 "signature_hex": metadata[signature.SIGNATURE_KEY].hex(),
             }
         )
+    for i, vector in enumerate(vectors.get("digests", [])):
+        message = json_format.ParseDict(vector["question"], ldp_pb2.Question())
+        digest = QuestionSpec.from_proto(message).digest
+        out.append({"digest": i, "digest_hex": digest.hex()})
     return out
 
 
@@ -177,14 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.outputs is None:
         parser.error("give the outputs file, --explain or --emit-python")
     try:
-        reports, signatures = read_outputs(args.outputs)
+        reports, signatures, digests = read_outputs(args.outputs)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    problems = compare(vectors, reports, signatures)
+    problems = compare(vectors, reports, signatures, digests)
     for problem in problems:
         print(problem)
-    total = len(vectors["reports"]) + len(vectors["signatures"])
+    total = len(vectors["reports"]) + len(vectors["signatures"]) + len(vectors.get("digests", []))
     if problems:
         print(f"{len(problems)} difference(s) against {total} vectors", file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@ venv="${LDP_VENV:-.venv}"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet -e ".[dev,plot]"
+"$venv/bin/python" -m pip install --quiet -e ".[aggregator,dev,plot]"
 bin="$venv/bin"
 
 work="$(mktemp -d)"

@@ -13,7 +13,8 @@ tests/fuzz_corpus/ (tests/test_fuzz_ingest_script.py replays every file there).
 The first input byte picks the target (0: upload, 1: shard file, 2: mechanism decode); the rest is
 the target's input, so the seeds are plain serialized requests and shards.
 
-Usage (``pip install -e '.[fuzz]'``; the first directory collects new inputs, keep it scratch)::
+Usage (``pip install -e '.[aggregator,fuzz]'``; the first directory collects new inputs, keep
+it scratch)::
 
     python scripts/fuzz_ingest.py /tmp/corpus tests/fuzz_corpus -max_total_time=600  # nightly
     python scripts/fuzz_ingest.py -runs=2000 /tmp/corpus tests/fuzz_corpus           # smoke
@@ -137,7 +138,7 @@ def check_upload(data: bytes) -> None:
             assert exc.message.startswith(f"report[{reused}]: "), exc.message
             return
         assert bad, f"validate_batch rejected a valid batch: {exc}"
-        assert exc.code == singles[bad[0]].code, (exc.code, singles[bad[0]])  # type: ignore[union-attr]
+        assert exc.reason == singles[bad[0]].reason, (exc.reason, singles[bad[0]])  # type: ignore[union-attr]
         assert exc.message.startswith(f"report[{bad[0]}]: "), exc.message
         return
     assert not bad, f"validate_batch accepted report[{bad[0]}]"
@@ -192,7 +193,7 @@ def check_decode(data: bytes) -> None:
         contribution = ingest.contribution(question, payload)
     except ReportRejectedError as exc:  # decodable, but outside the range the service accepts
         limit = ingest.accepted_bound(mech)  # type: ignore[arg-type]
-        assert exc.code == grpc.StatusCode.OUT_OF_RANGE, exc
+        assert exc.reason is Rejection.OUT_OF_RANGE, exc
         assert np.abs(np.asarray(report)).max() > limit, "rejected inside the accepted range"
         return
     check_contribution(mech, contribution)

@@ -5,7 +5,10 @@ from a deterministic stream (SHA-256 of a label and a counter, so generation is 
 optionally preceded by chosen bytes that force a rare branch (a rejection, a lie, a negative
 zero), and ``random_hex`` is exactly what the sampler consumed, in order. Another implementation
 fed those bytes must produce ``payload_hex``. Signature vectors sign fixed uploads with fixed
-Ed25519 keys (Ed25519 signatures are deterministic).
+Ed25519 keys (Ed25519 signatures are deterministic). Digest vectors give a question definition as
+served (``question``, protobuf JSON mapping) and its definition digest (docs/wire.md §2.1).
+Every integer that may exceed 2^53 is a decimal string (JSON parsers of other languages round
+larger numbers).
 
     python scripts/gen_test_vectors.py            # rewrite the committed file
     python scripts/gen_test_vectors.py --check    # exit 1 if the committed file is stale
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +36,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat 
 
 from client.device import signature, split  # noqa: E402
 from client.device.keys import DeviceKey  # noqa: E402
+from client.device.selftest import ReplayRandom, build_mechanism  # noqa: E402, F401 (re-exported)
 from client.mechanisms import (  # noqa: E402
     FlipComponents,
     GaussianNoise,
@@ -45,32 +50,11 @@ from client.mechanisms import (  # noqa: E402
     SubsetSelection,
 )
 from client.mechanisms.secure_random import SecureRandom, _isqrt_fraction  # noqa: E402
+from client.survey import Attribute, QuestionSpec, build_question  # noqa: E402
 from protos.ldp.v1 import ldp_pb2  # noqa: E402
 
 VECTORS_PATH = ROOT / "protos" / "ldp" / "v1" / "testvectors.json"
-VERSION = 1
-
-
-class ReplayRandom(SecureRandom):
-    """A SecureRandom that hands out given bytes in order (conformance checks only: never for
-    real answers). ``remaining`` tells whether a sampler consumed exactly the bytes given."""
-
-    def __init__(self, data: bytes) -> None:
-        super().__init__()
-        self._data = data
-        self._offset = 0
-
-    def bytes(self, count: int) -> bytes:
-        end = self._offset + count
-        if end > len(self._data):
-            raise EOFError(f"the sampler wants byte {end}, the stream has {len(self._data)}")
-        out = self._data[self._offset : end]
-        self._offset = end
-        return out
-
-    @property
-    def remaining(self) -> int:
-        return len(self._data) - self._offset
+VERSION = 2  # 2: public_seed as a decimal string; digest vectors (wire document 1.1)
 
 
 class RecordingRandom(SecureRandom):
@@ -92,30 +76,6 @@ class RecordingRandom(SecureRandom):
         del self._pending[:count]
         self.consumed += out
         return out
-
-
-def build_mechanism(mechanism: str, params: dict) -> Mechanism | PublicCoinBit:
-    """The mechanism a vector's ``mechanism`` and ``params`` (survey-file names) describe."""
-    k = params["k"]
-    if mechanism == "randomized_response":
-        return RandomizedResponse(k, params["epsilon"])
-    if mechanism == "flip_components":
-        return FlipComponents(k, params["epsilon"])
-    if mechanism == "optimized_unary":
-        return OptimizedUnaryEncoding(k, params["epsilon"])
-    if mechanism == "hadamard_response":
-        return HadamardResponse(k, params["epsilon"])
-    if mechanism == "public_coin_bit":
-        return PublicCoinBit(k, params["epsilon"], params["public_seed"], params["groups"])
-    if mechanism == "local_hashing":
-        return LocalHashing(k, params["epsilon"])
-    if mechanism == "subset_selection":
-        return SubsetSelection(k, params["epsilon"])
-    if mechanism == "gaussian":
-        return GaussianNoise(k, params["rho"], granularity_bits=params["granularity_bits"])
-    if mechanism == "laplace":
-        return LaplaceNoise(k, params["epsilon"], granularity_bits=params["granularity_bits"])
-    raise ValueError(f"unknown mechanism {mechanism!r}")
 
 
 def derived_constants(mech: Mechanism | PublicCoinBit) -> dict[str, str]:
@@ -360,7 +320,7 @@ def _public_coin_cases() -> list[Case]:
     pc = "public_coin_bit"
 
     def params(k: int, eps: float, seed: int, groups: int) -> dict:
-        return {"k": k, "epsilon": eps, "public_seed": seed, "groups": groups}
+        return {"k": k, "epsilon": eps, "public_seed": str(seed), "groups": groups}
 
     return [
         Case(pc, params(2, 1.0, 0, 1), 1, "one group: below(1) reads nothing"),
@@ -469,6 +429,142 @@ def split_vector(label: str, survey_id: str, fraction: float) -> dict:
     }
 
 
+def _attributes(*spec: tuple[str, list[str]]) -> tuple[Attribute, ...]:
+    return tuple(Attribute(name, tuple(labels)) for name, labels in spec)
+
+
+#: (question id, mechanism, parameter, granularity bits, attributes, extra keyword arguments) of
+#: the digest vectors: every mechanism, multi-attribute questions, a household-shared question,
+#: UTF-8 labels, granularity 0 and the largest public seed.
+_DIGESTS = [
+    ("q", "randomized_response", 1.5, 10, _attributes(("q", ["1", "2", "3"])), {}),
+    (
+        "mood",
+        "randomized_response",
+        1.0,
+        10,
+        _attributes(("mood", ["great", "fine", "low", "bad"])),
+        {},
+    ),
+    (
+        "transport",
+        "flip_components",
+        2.0,
+        10,
+        _attributes(("transport", ["walk", "bike", "bus", "car", "home", "train"])),
+        {},
+    ),
+    ("sleep", "gaussian", 0.5, 10, _attributes(("sleep", ["<5", "5-6", "7-8", ">8"])), {}),
+    ("stress", "laplace", 1.0, 0, _attributes(("stress", ["none", "some", "a lot"])), {}),
+    ("site", "optimized_unary", 0.1, 10, _attributes(("site", [f"s{i}" for i in range(10)])), {}),
+    ("item", "hadamard_response", 2.0, 10, _attributes(("item", ["a", "b", "c", "d", "e"])), {}),
+    (
+        "word",
+        "subset_selection",
+        1.0,
+        10,
+        _attributes(("word", ["café", "naïve", "Straße", "日本"])),
+        {},
+    ),
+    ("url", "local_hashing", 3.0, 10, _attributes(("url", [f"u{i}" for i in range(20)])), {}),
+    (
+        "pc",
+        "public_coin_bit",
+        1.0,
+        10,
+        _attributes(("pc", [f"c{i}" for i in range(12)])),
+        {"public_seed": 2**64 - 1, "groups": 4},
+    ),
+    (
+        "smoking_by_exercise",
+        "randomized_response",
+        1.0,
+        10,
+        _attributes(("smoking", ["yes", "no"]), ("exercise", ["never", "sometimes", "often"])),
+        {},
+    ),
+    (
+        "table3",
+        "flip_components",
+        1.0,
+        10,
+        _attributes(("a", ["x", "y"]), ("b", ["1", "2", "3"]), ("c", ["lo", "hi"])),
+        {},
+    ),
+    (
+        "income",
+        "randomized_response",
+        2.0,
+        10,
+        _attributes(("income", ["low", "middle", "high"])),
+        {"household_shared": True},
+    ),
+]
+
+
+def served_question(question: QuestionSpec) -> dict:
+    """The question as GetSurvey serves it, in the protobuf JSON mapping (field names as in the
+    .proto, enum names, uint64 as a decimal string); the fields the digest reads, and only those
+    (``text`` is not part of the definition)."""
+    message = question.to_proto()
+    out: dict = {
+        "id": message.id,
+        "attributes": [
+            {"name": a.name, "categories": list(a.categories)} for a in message.attributes
+        ],
+        "mechanism": ldp_pb2.Mechanism.Name(message.mechanism),
+    }
+    if message.mechanism == ldp_pb2.GAUSSIAN:
+        out["rho"] = message.rho
+    else:
+        out["epsilon"] = message.epsilon
+    if message.mechanism in (ldp_pb2.GAUSSIAN, ldp_pb2.LAPLACE):
+        out["granularity_bits"] = message.granularity_bits
+    if message.mechanism == ldp_pb2.PUBLIC_COIN_BIT:
+        out["public_seed"] = str(message.public_seed)
+        out["groups"] = message.groups
+    if message.household_shared:
+        out["household_shared"] = True
+    return out
+
+
+def digest_fields(question: QuestionSpec) -> list[str]:
+    """The digest's fields in order (docs/wire.md §2.1), for a device to compare step by step."""
+    mech = question.mechanism
+    value = mech.rho if isinstance(mech, GaussianNoise) else mech.parameter
+    additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+    fields = [
+        "ldp-question-definition/1",
+        question.id,
+        mech.name,
+        struct.pack(">d", float(value)).hex(),  # binary64, big-endian
+        str(mech.granularity_bits) if additive else "",
+        str(len(question.attributes)),
+    ]
+    for attribute in question.attributes:
+        fields += [attribute.name, str(len(attribute.categories)), *attribute.categories]
+    if isinstance(mech, PublicCoinBit):
+        fields += [f"public_seed={mech.public_seed}", f"groups={mech.groups}"]
+    if question.household_shared:
+        fields.append("household_shared")
+    return fields
+
+
+def digest_vector(
+    question_id: str, mechanism: str, parameter: float, bits: int, attributes, extra: dict
+) -> dict:
+    question = build_question(question_id, "", attributes, mechanism, parameter, bits, **extra)
+    fields = digest_fields(question)
+    encoded = b"".join(len(f.encode()).to_bytes(4, "big") + f.encode() for f in fields)
+    assert hashlib.sha256(encoded).digest() == question.digest, "the generator disagrees"
+    return {
+        "question": served_question(question),
+        "fields": fields,
+        "encoded_hex": encoded.hex(),
+        "digest_hex": question.digest.hex(),
+    }
+
+
 def build_vectors() -> dict:
     """The whole vectors document."""
     return {
@@ -480,6 +576,7 @@ def build_vectors() -> dict:
             for i, (timestamp, reports) in enumerate(_UPLOADS)
         ],
         "splits": [split_vector(*case) for case in _SPLITS],
+        "digests": [digest_vector(*case) for case in _DIGESTS],
     }
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("apache_beam", reason="needs the [beam] extra: pip install -e '.[dev,beam]'")
+pytest.importorskip(
+    "apache_beam", reason="needs the [beam] extra: pip install -e '.[aggregator,dev,beam]'"
+)
 
 from aggregator.cli import main as aggregator_main
 from aggregator.jobs import inputs, pipeline
@@ -100,6 +102,7 @@ def exported(tmp_path_factory):
     return base, config, surveys, messages, out
 
 
+@pytest.mark.slow
 def test_counts_equal_the_store_exactly_for_every_mechanism(exported, tmp_path):
     base, _, surveys, _, out = exported
     results = run_in_process(surveys, [str(out)], tmp_path / "results.json")
@@ -126,6 +129,7 @@ def assert_same(job: dict, service: dict) -> None:
             assert job[key] == value, key
 
 
+@pytest.mark.slow
 def test_cli_with_two_workers_equals_the_service(exported, tmp_path, capsys):
     base, config, _, _, out = exported
     result_file = tmp_path / "results.json"
@@ -167,6 +171,7 @@ def test_cli_with_two_workers_equals_the_service(exported, tmp_path, capsys):
     assert results["rr"]["tests"]["gof"]["reject"]  # the control: rr's true p is far from p0
 
 
+@pytest.mark.slow
 def test_overlapping_exports_count_each_report_once(exported, tmp_path):
     _, _, surveys, messages, _ = exported
     extra = reports(surveys, 200, np.random.default_rng(SEED + 1))
@@ -188,6 +193,7 @@ def test_overlapping_exports_count_each_report_once(exported, tmp_path):
     assert sum(r["n"] for r in naive.values()) == len(first) + len(second)
 
 
+@pytest.mark.slow
 def test_conflicting_copies_count_once_whatever_the_shard_order(exported, tmp_path):
     _, _, surveys, messages, _ = exported
     original = messages[0]  # an rr report
@@ -205,6 +211,7 @@ def test_conflicting_copies_count_once_whatever_the_shard_order(exported, tmp_pa
     assert forward["sums"] == backward["sums"]
 
 
+@pytest.mark.slow
 def test_nothing_is_released_below_min_batch_size(tmp_path):
     config = tmp_path / "surveys.toml"
     config.write_text(SURVEYS_TOML.replace("min_batch_size = 5", "min_batch_size = 50", 1))

@@ -3,10 +3,8 @@ in order; every mistake is one message naming the question (and the label)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from cli_runner import run_cli
 
 from aggregator.survey_file.config import ConfigError, load_surveys
 
@@ -76,11 +74,7 @@ def test_mistakes_name_the_question(tmp_path, body, labels, fragment) -> None:
 
 def test_check_config_reports_a_repeated_label_in_one_line(tmp_path) -> None:
     path = write(tmp_path, 'categories_file = "lists/occupations.txt"\n', ["a", "b", "a"])
-    done = subprocess.run(
-        [sys.executable, "-m", "aggregator.cli", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_cli("agg", "check-config", str(path))
+
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "'a'" in done.stderr

@@ -1,5 +1,6 @@
 """The command-line tools as a user runs them: real processes, a real server on loopback.
-User mistakes give one line on stderr and a non-zero exit, never a traceback."""
+User mistakes give one line on stderr and a non-zero exit, never a traceback. (The release
+threshold and test-input checks run the commands in this process: tests/cli_runner.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from aggregator_process import spawn_serve
+from cli_runner import run_cli
 
 
 def run(tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -18,6 +20,15 @@ def run(tool: str, *args: str, check: bool = True) -> subprocess.CompletedProces
     done = subprocess.run(
         [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120
     )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def run_here(tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """The same in this process (tests/cli_runner.py): for the checks of what a command says,
+    where the process adds nothing that the other tests here do not already cover."""
+    done = run_cli(tool, *args)
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -196,27 +207,31 @@ def test_release_threshold_and_bad_test_input(live_server, survey_file):
     server, db, _ = live_server
     args = ["--config", str(survey_file), "--db", str(db), "--survey", "s1"]
     assert_user_error(
-        run("agg", "estimate", *args, "--question", "rr", check=False), 3, "released from 5"
+        run_here("agg", "estimate", *args, "--question", "rr", check=False), 3, "released from 5"
     )
-    run("client", "simulate", "--server", server, "--insecure", "--survey", "s1", "--devices", "20")
+    run_here(
+        "client", "simulate", "--server", server, "--insecure", "--survey", "s1", "--devices", "20"
+    )
     assert_user_error(
-        run("agg", "test", *args, "--question", "rr", "gof", "--p0", "0.5,0.5", check=False),
+        run_here("agg", "test", *args, "--question", "rr", "gof", "--p0", "0.5,0.5", check=False),
         2,
         "has 4 categories",
     )
-    assert_user_error(run("agg", "test", *args, "--question", "rr", "gof", check=False), 2, "--p0")
+    assert_user_error(
+        run_here("agg", "test", *args, "--question", "rr", "gof", check=False), 2, "--p0"
+    )
     test = ["test", *args, "--question", "rr", "gof", "--seed", "5", "--json"]
-    by_numbers = json.loads(run("agg", *test, "--p0", "0.25,0.25,0.25,0.25").stdout)
-    assert json.loads(run("agg", *test, "--p0", "uniform").stdout) == by_numbers
+    by_numbers = json.loads(run_here("agg", *test, "--p0", "0.25,0.25,0.25,0.25").stdout)
+    assert json.loads(run_here("agg", *test, "--p0", "uniform").stdout) == by_numbers
     null_file = db.parent / "p0.csv"
     null_file.write_text("category,p0\nd,0.25\nb,0.25\n# comment\na,0.25\nc,0.25\n")
-    assert json.loads(run("agg", *test, "--p0", f"@{null_file}").stdout) == by_numbers
+    assert json.loads(run_here("agg", *test, "--p0", f"@{null_file}").stdout) == by_numbers
     null_file.write_text("a,0.5\nb,0.5\n")
     assert_user_error(
-        run("agg", *test[:-1], "--p0", f"@{null_file}", check=False), 2, "no probability for 2"
+        run_here("agg", *test[:-1], "--p0", f"@{null_file}", check=False), 2, "no probability for 2"
     )
     assert_user_error(
-        run("agg", "test", *args, "--question", "nope", "gof", "--p0", "1", check=False),
+        run_here("agg", "test", *args, "--question", "nope", "gof", "--p0", "1", check=False),
         2,
         "no question",
     )

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from aggregator.store.report_store import ReportStore, StoredReport
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "aggregator.cli", *args], capture_output=True, text=True, timeout=120
-    )
+    return run_cli("agg", *args)  # in this process (tests/cli_runner.py)
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from aggregator_process import spawn_serve
+from cli_runner import run_cli
 
 from aggregator.stats import sample_size
 from client.mechanisms import RandomizedResponse
@@ -49,10 +49,7 @@ test = "independence"
 
 
 def run(tool: str, *args: str) -> subprocess.CompletedProcess:
-    module = {"agg": "aggregator.cli", "client": "client.cli"}[tool]
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=180
-    )
+    return run_cli(tool, *args)  # in this process (tests/cli_runner.py)
 
 
 def one_line_error(done: subprocess.CompletedProcess, fragment: str) -> None:
@@ -131,6 +128,7 @@ def test_plan_figures_are_those_of_the_library():
     assert row["n"] == expected and row["method"] == "pearson"
 
 
+@pytest.mark.slow
 def test_plan_ranks_every_mechanism_and_draws_the_curves(tmp_path):
     plot = tmp_path / "power.png"
     done = run(

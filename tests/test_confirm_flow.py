@@ -610,6 +610,7 @@ def test_a_closed_side_fails_only_its_own_upload_through_a_worker_link(tmp_path)
         store.close()
 
 
+@pytest.mark.slow
 def test_the_flow_on_a_workers_server(tmp_path, config):
     """serve --workers 2: Preregister and Confirm seal through a worker's own transaction, the
     writer process refuses confirmation-side uploads from then on (whichever worker takes them),

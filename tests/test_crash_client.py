@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import storecheck
 from faultproxy import FaultPlan, FaultProxy
 
@@ -31,6 +32,7 @@ def client(*args: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow
 def test_device_killed_after_the_server_committed_resends_the_same_reports(server, tmp_path):
     state = tmp_path / "device.sqlite"
     for answer in ANSWERS:

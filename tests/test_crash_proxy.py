@@ -62,6 +62,7 @@ def proxy(server):
     running.stop()
 
 
+@pytest.mark.slow
 def test_lost_acks_and_resets_still_count_exactly_once(server, proxy):
     rng = random.Random(5)
     unique = known_reports(server.surveys, rng)

@@ -10,11 +10,11 @@ import socket
 import sqlite3
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from aggregator_process import spawn_serve
+from cli_runner import run_cli, run_process
 
 from aggregator.store.report_store import SCHEMA_VERSION
 from client.device.filekind import DEVICE_REGISTRY, DEVICE_STATE, REPORT_STORE
@@ -22,10 +22,7 @@ from client.device.ledger import Budget, Ledger
 
 
 def run(tool: str, *args: str) -> subprocess.CompletedProcess:
-    module = {"agg": "aggregator.cli", "client": "client.cli"}[tool]
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120
-    )
+    return run_cli(tool, *args)  # in this process (tests/cli_runner.py)
 
 
 def one_line(done: subprocess.CompletedProcess, fragment: str = "") -> str:
@@ -209,7 +206,7 @@ def test_cli_mistakes_of_the_study_end_in_one_line(tmp_path, survey_file):
     one_line(run("agg", *serve, "--db", str(tmp_path / "r.sqlite"), "--port", "70000"), "65535")
     one_line(run("agg", *serve, "--db", str(tmp_path / "r.sqlite"), "--port", "-1"), "65535")
     one_line(
-        run(
+        run_process(
             "agg",
             *serve,
             "--db",
@@ -221,17 +218,13 @@ def test_cli_mistakes_of_the_study_end_in_one_line(tmp_path, survey_file):
         ),
         "cannot listen",
     )
-    with socket.socket() as busy:
+    with socket.socket() as busy:  # real processes: no gRPC C-core line on stderr either
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = str(busy.getsockname()[1])
-        one_line(run("agg", *serve, "--db", str(tmp_path / "r.sqlite"), "--port", port), "in use")
-        one_line(
-            run(
-                "agg", *serve, "--db", str(tmp_path / "r.sqlite"), "--port", port, "--workers", "2"
-            ),
-            "in use",
-        )
+        db = str(tmp_path / "r.sqlite")
+        one_line(run_process("agg", *serve, "--db", db, "--port", port), "in use")
+        one_line(run_process("agg", *serve, "--db", db, "--port", port, "--workers", "2"), "in use")
     state = ["--state", str(corrupt)]
     one_line(run("client", "budget", *state), "not a usable device state")
     submit = ["submit", "--server", "127.0.0.1:1", "--insecure", "--timeout", "1", *question]

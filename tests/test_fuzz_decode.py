@@ -44,6 +44,8 @@ from client.mechanisms import (
 from client.survey import Attribute, QuestionSpec
 from protos.ldp.v1 import ldp_pb2
 
+pytestmark = pytest.mark.slow  # hypothesis fuzzing (docs/fuzzing.md)
+
 
 def check_in_range(mech: Mechanism, contribution: np.ndarray) -> None:
     """An accepted contribution is an int64 vector of length k inside the mechanism's range."""

@@ -63,6 +63,7 @@ def test_range_check_has_teeth(question: str) -> None:
         target.check_contribution(mech, beyond)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("atheris") is None, reason="needs the [fuzz] extra")
 def test_short_fuzz_run(tmp_path: Path) -> None:
     scratch = tmp_path / "corpus"

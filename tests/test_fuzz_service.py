@@ -38,6 +38,8 @@ from aggregator.store.report_store import ReportStore
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
+pytestmark = pytest.mark.slow  # hypothesis fuzzing (docs/fuzzing.md)
+
 #: A request that does not parse as an UploadRequest: the server parses uploads itself and answers
 #: INVALID_ARGUMENT (grpc's own deserializer would have answered UNKNOWN; found by this fuzzing).
 UNPARSEABLE_CODES = {grpc.StatusCode.INVALID_ARGUMENT}

@@ -19,6 +19,8 @@ from aggregator.store import ingest, shards
 from aggregator.store.ingest import ReportRejectedError
 from protos.ldp.v1 import ldp_pb2
 
+pytestmark = pytest.mark.slow  # hypothesis fuzzing (docs/fuzzing.md)
+
 SURVEY = FUZZ_SURVEYS["s1"]
 
 

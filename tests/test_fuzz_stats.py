@@ -16,6 +16,8 @@ from aggregator.histogram import Histogram
 from aggregator.stats import advise, estimate, goodness_of_fit, independence, power, sample_size
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
 
+pytestmark = pytest.mark.slow  # hypothesis fuzzing (docs/fuzzing.md)
+
 TYPED = (InvalidInputError, InsufficientDataError)
 MAX_EXAMPLES = int(os.environ.get("LDP_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(

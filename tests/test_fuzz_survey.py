@@ -5,6 +5,7 @@ means devices randomize with other parameters than the server checks (found by f
 
 from __future__ import annotations
 
+import pytest
 from fuzz_support import FUZZ_SETTINGS, FUZZ_SURVEYS
 from google.protobuf import json_format
 from hypothesis import given
@@ -35,6 +36,7 @@ def questions(draw) -> QuestionSpec:
     )
 
 
+@pytest.mark.slow
 @FUZZ_SETTINGS
 @given(questions())
 def test_question_round_trips_through_proto_and_json(question: QuestionSpec) -> None:

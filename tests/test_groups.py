@@ -9,13 +9,13 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 
 from aggregator.histogram import Histogram
@@ -314,12 +314,7 @@ def test_two_sample_by_group_refusals(populated, request_, code, fragment):
 
 
 def aggregator_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "aggregator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli("agg", *args)  # in this process (tests/cli_runner.py)
 
 
 def test_cli_reads_one_group_or_says_it_pools_them(populated):
@@ -436,18 +431,12 @@ def test_a_device_keeps_its_group_and_refuses_another_before_charging(populated,
 def test_ldp_client_submit_group_mistake_is_one_line(populated, tmp_path):
     server, _, _, _ = populated
     state = tmp_path / "cli-device.sqlite"
-    base = [sys.executable, "-m", "client.cli", "submit", "--server", server.target]
+    base = ["submit", "--server", server.target]
     base += ["--state", str(state), "--survey", "trial", "--question", "rr", "--answer", "a"]
-    first = subprocess.run(
-        [*base, "--budget", "10", "--group", "control", "--insecure"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    first = run_cli("client", *base, "--budget", "10", "--group", "control", "--insecure")
     assert first.returncode == 0, first.stderr
-    second = subprocess.run(
-        [*base, "--group", "treatment", "--insecure"], capture_output=True, text=True, timeout=60
-    )
+    second = run_cli("client", *base, "--group", "treatment", "--insecure")
+
     assert second.returncode == 2
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and "reports in arm 'control'" in lines[0]
@@ -558,7 +547,7 @@ def test_a_schema_3_store_is_migrated(tmp_path):
         contribution = lambda s, q, p: ingest.contribution(surveys[s].question(q), p)  # noqa: E731
         assert store.rebuild(contribution)["plain", "rr"][0] == 1
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert conn.execute("SELECT group_value FROM reports").fetchall() == [("",)]
     assert conn.execute("SELECT count(*) FROM group_statistics").fetchone() == (0,)
     conn.close()
@@ -590,6 +579,7 @@ def test_rebuild_export_and_import_keep_the_groups(tmp_path):
             assert n_copy == n and sums_copy.tolist() == sums.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dedup", [0, 8])
 def test_the_beam_job_gives_each_group_and_all_pooled(tmp_path, dedup):
     pytest.importorskip("apache_beam", reason="needs the [beam] extra")
@@ -615,6 +605,7 @@ def test_the_beam_job_gives_each_group_and_all_pooled(tmp_path, dedup):
     assert stored[""][0] == 60 and stored["control"][0] == 30
 
 
+@pytest.mark.slow
 def test_groups_on_a_workers_server(tmp_path):
     """serve --workers 2: grouped uploads, per-group reads and two-sample by group through
     every worker (the pattern of test_the_flow_on_a_workers_server)."""
@@ -715,18 +706,15 @@ def test_simulate_spreads_devices_over_groups(tmp_path):
     config = survey_file(tmp_path / "s.toml", '"control", "treatment"')
     server = ServerThread(config, tmp_path / "store.sqlite").start()
     try:
-        base = [sys.executable, "-m", "client.cli", "simulate", "--server", server.target]
+        base = ["simulate", "--server", server.target]
         base += ["--insecure", "--survey", "trial", "--devices", "400", "--seed", "3"]
-        done = subprocess.run(
-            [
-                *base,
-                *("--group-share", "control=0.25,treatment=0.75"),
-                *("--truth-for", "treatment:rr=0.7,0.1,0.1,0.1", "--json"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
+        done = run_cli(
+            "client",
+            *base,
+            *("--group-share", "control=0.25,treatment=0.75"),
+            *("--truth-for", "treatment:rr=0.7,0.1,0.1,0.1", "--json"),
         )
+
         assert done.returncode == 0, done.stderr
         groups = json.loads(done.stdout)["groups"]
         assert sum(groups.values()) == 400 and 60 <= groups["control"] <= 140  # Bin(400, 1/4)
@@ -739,7 +727,8 @@ def test_simulate_spreads_devices_over_groups(tmp_path):
             (("--group-share", "control=0.5,placebo=0.5"), "not one of the arm values"),
             (("--group-share", "control=0.5,treatment=0.6"), "sum to 1"),
         ):
-            bad = subprocess.run([*base, *wrong], capture_output=True, text=True, timeout=120)
+            bad = run_cli("client", *base, *wrong)
+
             lines = bad.stderr.strip().splitlines()
             assert bad.returncode == 2 and len(lines) == 1 and fragment in lines[0], bad.stderr
     finally:

@@ -6,14 +6,13 @@ from __future__ import annotations
 import gc
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import weakref
 
 import grpc
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -86,11 +85,13 @@ def test_count_reports_refuses_malformed_framing(raw):
 
 
 def test_count_stops_past_the_limit():
-    """Counting a 4 MiB flood is bounded by the limit, not by the size (well under 50 ms)."""
-    flood = id_only_flood()
-    start = time.perf_counter()
+    """Counting a 4 MiB flood is bounded by the limit, not by the size: it stops at limit + 1
+    and reads no further (a malformed tail after the flood goes unseen, while a count that reads
+    to the end refuses it). Its speed is measured by scripts/bench_hostile.py, not here."""
+    flood = id_only_flood() + b"\x00\x00"  # field number 0: malformed if ever reached
     assert wire.count_reports(flood, MAX_REPORTS_PER_REQUEST) == MAX_REPORTS_PER_REQUEST + 1
-    assert time.perf_counter() - start < 0.05
+    with pytest.raises(wire.WireFormatError, match="field number 0"):
+        wire.count_reports(flood, len(flood))
 
 
 # --- refusals before parsing ----------------------------------------------------------------
@@ -111,15 +112,14 @@ def id_only_flood(size: int = 4 * 1024 * 1024 - 64) -> bytes:
 )
 def test_floods_are_refused_unparsed(server, channel, flood, code, needle):
     """4 MiB of ~2 M empty reports (refused at the first, too short to be valid) or of ~200,000
-    id-only reports (refused when the count passes the limit): fast (parsing used to cost half a
-    second of the event loop and 180 MiB each), and honest uploads go through right after."""
-    started = time.perf_counter()
+    id-only reports (refused when the count passes the limit; parsing used to cost half a second
+    of the event loop and 180 MiB each: scripts/bench_hostile.py measures that), and honest
+    uploads go through right after."""
     for _ in range(5):
         with pytest.raises(grpc.RpcError) as error:
             raw_upload(channel, flood)
         assert error.value.code() == code
         assert needle in error.value.details()
-    assert (time.perf_counter() - started) / 5 < 0.25
     response = raw_upload(channel, ldp_pb2.UploadRequest(reports=[rr()]).SerializeToString())
     assert [r.status for r in response.results] == [ldp_pb2.ACCEPTED]
 
@@ -250,19 +250,26 @@ def test_too_many_invalid_reports_end_the_stream(limited):
 
 
 def test_a_silent_stream_is_ended_at_its_duration_limit(limited):
-    """A stream that opens and never sends (slow loris) is ended after max_seconds."""
+    """A stream that opens and never sends (slow loris) is ended after max_seconds: by the
+    server, while the client is still silent (not when its next message comes)."""
+    ended = threading.Event()
+    second_sent = []
 
     def silent():
         yield message(rr())
-        time.sleep(4)
+        if ended.wait(60):  # the call is over: the client never spoke again
+            return
+        second_sent.append(True)
         yield message(rr())
 
-    started = time.monotonic()
-    with pytest.raises(grpc.RpcError) as error:
-        stream_call(limited, silent())
+    try:
+        with pytest.raises(grpc.RpcError) as error:
+            stream_call(limited, silent(), timeout=90)
+    finally:
+        ended.set()
+    assert second_sent == []
     assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert "longer than 1 s" in error.value.details()
-    assert time.monotonic() - started < 3.5
 
 
 def test_stream_results_are_summarized_past_the_message_limit():
@@ -286,12 +293,11 @@ def test_idle_connections_are_closed(tmp_path, survey_file):
     running = ServerThread(survey_file, tmp_path / "idle.sqlite", connections=limits).start()
     preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
     try:
-        with socket.create_connection(("127.0.0.1", running.port), timeout=8) as sock:
+        # The server closes it (1 s); a connection still open after 30 s fails with a timeout.
+        with socket.create_connection(("127.0.0.1", running.port), timeout=30) as sock:
             sock.sendall(preface)
-            started = time.monotonic()
             while sock.recv(65536):  # the server's SETTINGS, then GOAWAY, then the close
                 pass
-            assert time.monotonic() - started < 6
     finally:
         running.stop()
 
@@ -305,17 +311,13 @@ def test_connection_limits_become_grpc_options():
 
 
 def test_serve_refuses_a_non_positive_limit_in_one_line(survey_file, tmp_path):
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "aggregator.cli", "serve", "--insecure", "--port", "0"),
-            *("--config", str(survey_file), "--db", str(tmp_path / "db.sqlite")),
-            *("--max-stream-seconds", "0"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_cli(
+        "agg",
+        *("serve", "--insecure", "--port", "0"),
+        *("--config", str(survey_file), "--db", str(tmp_path / "db.sqlite")),
+        *("--max-stream-seconds", "0"),
     )
+
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "ldp-aggregator: error: max_seconds must be positive"

@@ -10,12 +10,12 @@ import json
 import stat
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 
 from aggregator.errors import ClusteredReportsError
@@ -319,14 +319,10 @@ def test_guard_over_grpc_and_the_command_line(tmp_path, config):
             assert estimate.n == 4  # estimates stay available
     finally:
         server.stop()
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "aggregator.cli", "test", "--config", str(config)),
-            *("--db", str(db), "--survey", "home", "--question", "mood", "gof", "--p0", "0.5,0.5"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = run_cli(
+        "agg",
+        *("test", "--config", str(config)),
+        *("--db", str(db), "--survey", "home", "--question", "mood", "gof", "--p0", "0.5,0.5"),
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
@@ -357,8 +353,7 @@ def test_command_line_household_flow(tmp_path, config):
     state = tmp_path / "tablet.sqlite"
 
     def client(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "client.cli", *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+        return run_cli("client", *args)  # in this process (tests/cli_runner.py)
 
     common = ["--server", server.target, "--insecure", "--state", str(state)]
     submit = [*common, "--survey", "home", "--question", "dwelling"]
@@ -387,19 +382,18 @@ def test_cost_names_the_household_cap(config):
     cost = survey_cost(load_surveys(config)["home"].questions)
     assert (cost.epsilon, cost.household_epsilon, cost.household_rho) == (22.0, 21.0, 0.0)
     assert cost.to_dict()["household_epsilon"] == 21.0
-    command = [sys.executable, "-m", "aggregator.cli", "cost", "--config", str(config)]
-    done = subprocess.run([*command, "--survey", "home"], capture_output=True, text=True)
+    done = run_cli("agg", "cost", "--config", str(config), "--survey", "home")
     assert done.returncode == 0 and "household create --cap D x 21 --devices D" in done.stdout
 
 
 def test_check_config_shows_the_household_settings(config):
-    command = [sys.executable, "-m", "aggregator.cli", "check-config", str(config)]
-    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
+    command = ["check-config", str(config)]
+    done = run_cli("agg", *command, "--json")
     assert done.returncode == 0, done.stderr
     home = json.loads(done.stdout)["surveys"][0]
     assert home["household_members"] is True
     assert [q.get("household_shared", False) for q in home["questions"]] == [True, False, True]
-    text = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+    text = run_cli("agg", *command).stdout
     assert "dwelling: randomized_response, epsilon = 1, k = 3, household_shared" in text
 
 
@@ -433,7 +427,6 @@ def test_tag_cannot_be_added_once_a_question_has_reports(tmp_path, config):
         server.stop()
     tagged = tmp_path / "tagged.toml"
     tagged.write_text(SURVEY.replace('id = "mood"', 'id = "mood"\nhousehold_shared = true', 1))
-    command = [sys.executable, "-m", "aggregator.cli", "check-config", str(tagged), "--db", str(db)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = run_cli("agg", "check-config", str(tagged), "--db", str(db))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "household_shared is True" in done.stderr and "new id" in done.stderr

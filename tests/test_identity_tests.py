@@ -59,6 +59,7 @@ def test_mean_and_variance_match_the_spec(mech, method, truth):
     assert t.std() == pytest.approx(sd, rel=0.06)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mech", "method", "p0", "n"),
     [
@@ -74,6 +75,7 @@ def test_type1_inside_band(mech, method, p0, n):
     assert rate.within_band(ALPHA), f"{method}: Type I {rate.rate:.3f}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mech", "method", "n"),
     [(FlipComponents(K, 1.0), "t1", 5400), (RandomizedResponse(K, 2.0), "t2", 1800)],
@@ -125,6 +127,7 @@ def test_t2_on_a_generic_channel_keeps_its_level_and_detects():
     assert rejections[1] > 150
 
 
+@pytest.mark.slow
 def test_t3_type1_and_power():
     k, eps, groups, n = 64, 1.0, 10, 4000
     p0 = np.full(k, 1 / k)

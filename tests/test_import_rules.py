@@ -36,8 +36,16 @@ ABOVE_THE_CORE = (
 RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
     (
         ("client",),
-        ("aggregator", "scipy", "apache_beam", "matplotlib", "pandas"),
-        "the device side installs little and never depends on the aggregator",
+        (
+            "aggregator",
+            "scipy",
+            "apache_beam",
+            "matplotlib",
+            "pandas",
+            "grpc_health",
+            "grpc_reflection",
+        ),
+        "the device side installs little (no aggregator extra) and never depends on the aggregator",
     ),
     (
         ("client.mechanisms",),
@@ -210,7 +218,107 @@ def test_the_static_check_sees_a_broken_rule(module, source, expected):
     assert broken and all(expected in line for line in broken), broken
 
 
-FORBIDDEN = ("scipy", "aggregator", "apache_beam", "matplotlib")
+# --- mechanisms own their knowledge: no type switch on them elsewhere --------------------------
+
+#: Modules still allowed a type switch on mechanism classes, and why (issue 23).
+MECHANISM_SWITCH_EXEMPT = {
+    "client.survey": "the survey definition's parameters per mechanism (not yet on the classes)",
+}
+
+
+def mechanism_classes() -> set[str]:
+    """Names of the mechanism classes ``client.mechanisms`` exports (not the base ``Mechanism``:
+    ``isinstance(x, Mechanism)`` checks an argument, it does not switch on the kind)."""
+    import inspect
+
+    import client.mechanisms as mechanisms
+
+    return {
+        name
+        for name, value in vars(mechanisms).items()
+        if inspect.isclass(value)
+        and issubclass(value, mechanisms.Mechanism)
+        and value is not mechanisms.Mechanism
+    }
+
+
+def mechanism_switches(source: str, classes: set[str]) -> list[str]:
+    """Every ``isinstance``/``issubclass`` call in ``source`` whose class argument names a
+    mechanism class imported from ``client.mechanisms`` (by name, alias or module attribute)."""
+    tree = ast.parse(source)
+    local: set[str] = set()  # names bound to a mechanism class
+    modules: set[str] = set()  # names bound to client.mechanisms or one of its modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("client.mechanisms"):
+            for alias in node.names:  # a class, or a module of the package
+                (local if alias.name in classes else modules).add(alias.asname or alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.module == "client":
+            modules.update(a.asname or a.name for a in node.names if a.name == "mechanisms")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("client.mechanisms"):
+                    modules.add(alias.asname or alias.name)
+
+    def names_a_class(node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in local
+        if isinstance(node, ast.Attribute):
+            return node.attr in classes and ast.unparse(node.value) in modules
+        if isinstance(node, ast.Tuple):
+            return any(names_a_class(e) for e in node.elts)
+        if isinstance(node, ast.BinOp):  # A | B
+            return names_a_class(node.left) or names_a_class(node.right)
+        return False
+
+    return [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("isinstance", "issubclass")
+        and len(node.args) == 2
+        and names_a_class(node.args[1])
+    ]
+
+
+def test_no_type_switch_on_mechanisms_outside_them():
+    """Decoding, statistic rows and sums, accepted ranges and how the statistics read a
+    mechanism are properties and methods of the mechanism classes (docs/architecture.md)."""
+    classes = mechanism_classes()
+    found = []
+    for path in our_modules():
+        module = module_name(path)
+        if module.startswith("client.mechanisms") or module in MECHANISM_SWITCH_EXEMPT:
+            continue
+        found += [f"{module} {hit}" for hit in mechanism_switches(path.read_text(), classes)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from client.mechanisms import LaplaceNoise\nif isinstance(m, LaplaceNoise): pass\n",
+        "from client.mechanisms import PublicCoinBit as P\ndef f(m):\n    return isinstance(m, P)",
+        "from client.mechanisms import A, FlipComponents\nisinstance(m, A | FlipComponents)\n",
+        "from client import mechanisms\nisinstance(m, (int, mechanisms.SupportMechanism))\n",
+        "import client.mechanisms.unary as u\nissubclass(c, u.OptimizedUnaryEncoding)\n",
+    ],
+)
+def test_the_switch_check_sees_one(source):
+    """Control: a type test on a mechanism class, however it is imported, is reported; a type
+    test on another class is not."""
+    classes = mechanism_classes()
+    assert len(mechanism_switches(source, classes)) == 1
+    harmless = "from client.mechanisms import Mechanism\nisinstance(m, Mechanism)\n"
+    assert mechanism_switches(harmless, classes) == []
+
+
+#: Not loaded by a device: the aggregator, scipy and tqdm (only its extra installs them), Beam and
+#: matplotlib. The gRPC plug-ins (grpc_health, grpc_reflection) cannot be checked here: where they
+#: are installed, ``import grpc`` itself imports them, which is one reason a device must not
+#: install them; scripts/check_device_install.sh checks a real device install has none of them.
+#: ``client.simulate`` (the population load generator) loads only for ``ldp-client simulate``.
+FORBIDDEN = ("scipy", "aggregator", "apache_beam", "matplotlib", "tqdm", "client.simulate")
 
 CLIENT_WORKLOAD = """
 import client, client.mechanisms, client.device.ledger, client.device.outbox
@@ -225,7 +333,10 @@ for mech in (RandomizedResponse(4, 1.0), FlipComponents(4, 1.0), GaussianNoise(4
     mech.simulate(np.array([0, 1, 2, 3]), np.random.default_rng(0))
 RandomizedResponse(4, 1.0).realized_epsilon, FlipComponents(4, 1.0).realized_epsilon
 GaussianNoise(4, 8.0, granularity_bits=0).noise_variance
-import client.device.reporter, client.cli
+import client.device.reporter, client.cli, client.progress
+client.cli.build_parser().parse_args(["submit", "--server", "h:1", "--state", "s", "--survey",
+                                      "s", "--question", "q", "--index", "0"])
+client.progress.bar(3, "x").close()
 """
 
 REPORT = """
@@ -254,7 +365,7 @@ def test_client_imports_nothing_heavy():
 def test_the_check_sees_a_forbidden_import():
     """Control: the same probe does report the aggregator and scipy once they are imported."""
     loaded = loaded_forbidden_modules(
-        CLIENT_WORKLOAD + "import aggregator.histogram, scipy.stats\n"
+        CLIENT_WORKLOAD + "import aggregator.histogram, scipy.stats, tqdm\n"
     )
     assert "aggregator" in loaded and "aggregator.histogram" in loaded
-    assert "scipy" in loaded
+    assert "scipy" in loaded and "tqdm" in loaded

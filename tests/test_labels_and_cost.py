@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from aggregator_process import spawn_serve
+from cli_runner import run_cli
 
 from aggregator.store.reader import StoreReader
 from aggregator.survey_file.config import load_surveys
@@ -45,10 +45,7 @@ epsilon = 1.5
 
 
 def run(tool: str, *args: str) -> subprocess.CompletedProcess:
-    module = {"agg": "aggregator.cli", "client": "client.cli"}[tool]
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120
-    )
+    return run_cli(tool, *args)  # in this process (tests/cli_runner.py)
 
 
 def test_a_label_is_a_label_and_an_index_is_explicit():

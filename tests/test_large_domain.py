@@ -88,6 +88,7 @@ def test_fwht_is_the_sylvester_hadamard_transform() -> None:
     np.testing.assert_array_equal(fwht(values), values @ matrix.T)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mech", CASES, ids=ids)
 def test_support_counts_follow_the_exact_channel(mech: SupportMechanism) -> None:
     """Mean and covariance of one report's support vector (simulate), and of the aggregate
@@ -232,6 +233,7 @@ def test_intervals_cover(mech: SupportMechanism) -> None:
     assert (np.abs(freqs / reps - p) < 4 * se).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mech", STATS_CASES, ids=ids)
 @pytest.mark.parametrize("calibration", ["asymptotic", "monte-carlo"])
 def test_goodness_of_fit_level(mech: SupportMechanism, calibration: str) -> None:
@@ -261,6 +263,7 @@ def test_goodness_of_fit_power_and_planning(mech: SupportMechanism) -> None:
     assert 0.05 < power(mech, p1, 60, null=p0) < power(mech, p1, 120, null=p0) < 1
 
 
+@pytest.mark.slow
 def test_planning_above_the_imhof_limit_uses_the_weighted_law() -> None:
     """Above MAX_SUPPORT_IMHOF categories Hadamard response's test simulates its null for cost
     alone, so its plan is the analytic law; small n, where the effective counts fail, is still

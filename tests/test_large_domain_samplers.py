@@ -107,6 +107,7 @@ def test_local_hashing_support_sums_equal_the_hash_polynomials() -> None:
         np.testing.assert_array_equal(support_sums(coefficients, reported, k, g, 3), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mech", "method", "calibration"),
     [

@@ -132,6 +132,7 @@ def test_bad_payloads_get_their_status(server, question_id, payload, code) -> No
     )
 
 
+@pytest.mark.slow
 def test_an_upload_too_large_to_expand_is_refused(tmp_path: Path) -> None:
     """A k = 65,535 Hadamard question: 4-byte payloads, but each report expands to k counts, so
     one upload may carry at most MAX_SUPPORT_CELLS / k of them (RESOURCE_EXHAUSTED beyond)."""
@@ -155,6 +156,7 @@ def test_an_upload_too_large_to_expand_is_refused(tmp_path: Path) -> None:
     assert status_of(refused.value.reason) == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+@pytest.mark.slow
 def test_store_shards_and_beam_job_agree(tmp_path: Path, config: Path) -> None:
     pytest.importorskip("apache_beam", reason="needs the [beam] extra")
     from aggregator.jobs import inputs, pipeline

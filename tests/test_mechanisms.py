@@ -26,9 +26,13 @@ from client.mechanisms import (
     GaussianNoise,
     LaplaceNoise,
     Mechanism,
+    OptimizedUnaryEncoding,
     PrivacyCost,
+    PublicCoinBit,
     RandomizedResponse,
     ReportRangeError,
+    as_exchangeable,
+    as_public_coin,
 )
 from client.mechanisms.discrete_noise import discrete_gaussian_variance
 
@@ -769,3 +773,20 @@ def test_fc_huge_epsilon_is_rejected_or_works():
 def test_privacy_cost_refuses_booleans():
     with pytest.raises(ValueError):
         PrivacyCost("pure", True)
+
+
+def test_the_kind_narrowings_return_their_mechanism_or_refuse():
+    """``as_public_coin``/``as_exchangeable`` give the statistics the mechanism its kind names,
+    and refuse any other (a TypeError: the dispatch by kind went wrong)."""
+    coin, oue = PublicCoinBit(8, 1.0, 3, 4), OptimizedUnaryEncoding(8, 1.0)
+    rr = RandomizedResponse(8, 1.0)
+    assert as_public_coin(coin) is coin and as_exchangeable(oue) is oue
+    for narrow, other in ((as_public_coin, oue), (as_exchangeable, coin), (as_exchangeable, rr)):
+        with pytest.raises(TypeError):
+            narrow(other)
+
+
+def test_additive_report_bound_is_the_decoding_range_in_real_units():
+    for mech in (GaussianNoise(4, 0.5), LaplaceNoise(4, 1.0)):
+        assert mech.report_bound == 1 + mech.noise_bound / mech.scale
+    assert RandomizedResponse(4, 1.0).report_bound is None

@@ -73,11 +73,13 @@ def executed(tmp_path_factory):
     return notebook, root
 
 
+@pytest.mark.slow
 def test_the_notebook_runs_in_the_tests_own_interpreter(executed):
     notebook, _ = executed
     assert texts(notebook.cells[-1], "stream").strip() == sys.executable
 
 
+@pytest.mark.slow
 def test_the_study_is_planned_served_collected_and_stopped(executed):
     notebook, root = executed
     plan = texts(cell_with(notebook, '"plan", "--k"'), "stream")
@@ -92,6 +94,7 @@ def test_the_study_is_planned_served_collected_and_stopped(executed):
     assert len(list(root.glob("ldp-field-study-*/reports.sqlite"))) == 1
 
 
+@pytest.mark.slow
 def test_the_estimate_tests_and_figure_are_shown(executed):
     notebook, _ = executed
     table = texts(cell_with(notebook, "mood_estimate = estimate("), "text/html")
@@ -106,6 +109,7 @@ def test_the_estimate_tests_and_figure_are_shown(executed):
     assert texts(figure, "image/png"), "the figure was not drawn"
 
 
+@pytest.mark.slow
 def test_the_report_is_written_and_excerpted(executed):
     notebook, root = executed
     cell = cell_with(notebook, '"report"')
@@ -134,6 +138,7 @@ def test_the_committed_notebook_has_no_outputs():
     assert check.returncode == 0, check.stderr
 
 
+@pytest.mark.slow
 def test_the_strip_script_strips_a_run_notebook(executed, tmp_path):
     notebook, _ = executed
     path = tmp_path / "run.ipynb"

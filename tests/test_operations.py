@@ -10,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -52,6 +53,15 @@ def reports(survey: SurveySpec, count: int, start: int = 0) -> list[ldp_pb2.Repo
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         return response.read().decode()
+
+
+def scrape_once_recorded(port: int, needle: str, seconds: float = 30) -> str:
+    """The first scrape that shows ``needle``: a refused call's status can reach the client
+    before the server has recorded the call (a race, not a failure); a generous deadline."""
+    deadline = time.monotonic() + seconds
+    while needle not in (page := scrape(port)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return page
 
 
 def metric(page: str, name: str, labels: str = "") -> float:
@@ -121,7 +131,7 @@ def test_refused_uploads_are_counted_by_code(tmp_path, config):
             with pytest.raises(TransportError) as refused:
                 transport.upload(bad)
             assert refused.value.code.name == "OUT_OF_RANGE"
-        page = scrape(metrics_port)
+        page = scrape_once_recorded(metrics_port, 'ldp_reports_total{outcome="rejected"}')
         assert metric(page, "ldp_uploads_total", 'code="OUT_OF_RANGE",rpc="Upload"') == 1
         assert metric(page, "ldp_reports_total", 'outcome="rejected"') == 3
     finally:

@@ -58,6 +58,7 @@ def honest_results():
     return auditor.honest_audits(TRIALS, ADDITIVE_TRIALS, PILOT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(9))
 def test_audit_stays_within_the_claim(honest_results, index: int) -> None:
     result = honest_results[index]
@@ -222,6 +223,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_audit_catches_a_broken_randomizer(name: str) -> None:
     mech, claimed, randomize, trials, delta = BROKEN[name]
@@ -259,6 +261,7 @@ def within_flip_band(mech: FlipComponents, flips: np.ndarray, trials: int) -> np
     return (flips >= low) & (flips <= high)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mech", [FlipComponents(9, 0.5), FlipComponents(9, 4.0)])
 def test_every_bit_flips_with_the_claimed_probability(mech: FlipComponents) -> None:
     trials = 3000
@@ -287,6 +290,7 @@ def noise_matches(mech, noise: np.ndarray) -> np.ndarray:
     return mean_ok & variance_ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mech", [GaussianNoise(3, 0.5), GaussianNoise(3, 2.0, granularity_bits=0), LaplaceNoise(3, 1.0)]
 )
@@ -365,6 +369,7 @@ REFUSAL_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(REFUSAL_CASES))
 def test_refusal_depends_only_on_the_ledger_state(server, tmp_path: Path, case: str) -> None:
     """Devices with the same spending history decide the same for every answer (and whatever

@@ -81,6 +81,7 @@ def filled_store(tmp_path_factory):
     return config, server.db, {"terminal": terminal, "piped": piped, "json": quiet}
 
 
+@pytest.mark.slow
 def test_simulate_shows_progress_on_a_terminal_only(filled_store):
     _, _, runs = filled_store
     status, out, drawn = runs["terminal"]
@@ -95,6 +96,7 @@ def test_simulate_shows_progress_on_a_terminal_only(filled_store):
     assert json.loads(out)["accepted"] == 10000
 
 
+@pytest.mark.slow
 def test_rebuild_shows_progress_on_a_terminal_only(filled_store):
     config, db, _ = filled_store
     command = agg("rebuild", "--config", str(config), "--db", str(db))
@@ -107,6 +109,7 @@ def test_rebuild_shows_progress_on_a_terminal_only(filled_store):
     assert piped.returncode == 0 and piped.stderr == ""
 
 
+@pytest.mark.slow
 def test_export_and_job_show_progress_on_a_terminal_only(filled_store, tmp_path):
     config, db, _ = filled_store
     export = agg("export", "--config", str(config), "--db", str(db), "--survey", "s1")
@@ -125,6 +128,7 @@ def test_export_and_job_show_progress_on_a_terminal_only(filled_store, tmp_path)
     assert piped.returncode == 0 and piped.stderr == "", piped.stderr
 
 
+@pytest.mark.slow
 def test_a_script_shows_progress_on_a_terminal_only():
     command = [
         sys.executable, "scripts/privacy_audit.py", "--trials", "300", "--additive-trials", "300",
@@ -158,3 +162,16 @@ def test_client_commands_do_not_load_tqdm_until_a_bar_is_shown():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_device_without_tqdm_runs_without_a_bar(monkeypatch, capsys):
+    """tqdm comes with the aggregator extra only: on a terminal with tqdm not importable, the
+    helper returns the silent bar instead of failing (a device install has no tqdm)."""
+    import client.progress as progress_module
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # makes `from tqdm import tqdm` raise
+    monkeypatch.setattr(progress_module, "shown", lambda quiet=False, stream=None: True)
+    with progress_module.bar(10, "x") as progress:
+        progress.update(5)
+        progress.write("a line")
+    assert capsys.readouterr().out == "a line\n"

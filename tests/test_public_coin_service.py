@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 from scipy import stats
 
@@ -142,6 +143,7 @@ def test_bad_payloads_get_their_status(server, payload: bytes, code) -> None:
     )
 
 
+@pytest.mark.slow
 def test_store_shards_and_beam_job_agree(tmp_path: Path, config: Path) -> None:
     pytest.importorskip("apache_beam", reason="needs the [beam] extra")
     from aggregator.jobs import inputs, pipeline
@@ -199,6 +201,7 @@ def _band(trials: int, alpha: float = 0.05) -> tuple[float, float]:
     return stats.binom.ppf(0.005, trials, alpha), stats.binom.ppf(0.995, trials, alpha)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "n, calibration",
     [(3_000, "auto"), (40, "auto"), (3_000, "monte-carlo")],  # chi-square(L), exact, exact
@@ -257,14 +260,10 @@ def test_client_simulate_and_aggregator_cli(tmp_path: Path, config: Path) -> Non
     """ldp-client simulate uploads through a served store; ldp-aggregator test runs T3 on it and
     estimate refuses in one line."""
     import signal
-    import subprocess
-    import sys
 
     from aggregator_process import spawn_serve
 
-    def run(module: str, *args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", module, *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    run = run_cli  # in this process (tests/cli_runner.py)
 
     db = tmp_path / "store.sqlite"
     process, port = spawn_serve(

@@ -66,6 +66,7 @@ def test_readme_python_block_runs(index, study, monkeypatch, capsys):
     assert capsys.readouterr().out  # every block shows its result
 
 
+@pytest.mark.slow
 def test_readme_run_a_survey_commands_work_as_written(tmp_path):
     """The bash block of "Run a survey", line by line (on a free port instead of 50051)."""
     text = (REPO / "README.md").read_text()

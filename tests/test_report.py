@@ -262,6 +262,7 @@ def run_chromium(browser: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
 
 
+@pytest.mark.slow
 def test_the_report_renders_in_a_real_browser_on_screen_and_printed(config, tmp_path, chromium):
     """Chromium lays the page out (the DOM it parsed has every figure), paints it (a screenshot,
     kept beside the test, whose plot area is not blank) and prints it to PDF."""

@@ -8,9 +8,9 @@ import json
 import math
 import sqlite3
 import subprocess
-import sys
 
 import pytest
+from cli_runner import run_cli
 
 from client.device.accounting import fallback_bound, odometer, rho_cap, zcdp_to_epsilon
 from client.device.household import HouseholdTerms, create_terms
@@ -35,13 +35,7 @@ def capacity(ledger: Ledger, epsilon: float) -> int:
 
 
 def client(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "client.cli", *args],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=120,
-    )
+    return run_cli("client", *args, input=stdin)  # in this process (tests/cli_runner.py)
 
 
 # --- the formulas ------------------------------------------------------------------------------

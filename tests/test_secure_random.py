@@ -201,6 +201,7 @@ def test_geometric_pmf(source, t, s):
     assert gof_pvalue(samples, geometric_logw(t, s), support) > P_MIN
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", [Fraction(1, 3), Fraction(3, 2), Fraction(5)])
 def test_discrete_laplace_pmf(source, scale):
     """P(z) proportional to exp(-|z| / scale) on the integers."""
@@ -209,6 +210,7 @@ def test_discrete_laplace_pmf(source, scale):
     assert gof_pvalue(samples, laplace_logw(scale), range(-width, width + 1)) > P_MIN
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma2", [Fraction(1, 4), Fraction(2), Fraction(50)])
 def test_discrete_gaussian_pmf(source, sigma2):
     """P(z) proportional to exp(-z^2 / (2 sigma2)) on the integers."""

@@ -110,6 +110,7 @@ def test_enrollment_commands(tmp_path, capsys):
     assert "not found" in call(capsys, agg, *missing, status=2)
 
 
+@pytest.mark.slow
 def test_mtls_and_signed_uploads_end_to_end(setup, tmp_path):
     config, pki, db = setup
     state = tmp_path / "device.sqlite"

@@ -44,7 +44,10 @@ def stubs(server: ServerThread):
     return ldp_pb2_grpc.CollectorStub(channel), ldp_pb2_grpc.AnalystStub(channel)
 
 
-@pytest.mark.parametrize("question_id", ["rr", "fc", "gauss", "lap", "joint"])
+@pytest.mark.parametrize(  # the fast tier keeps rr and joint; test_mechanisms covers the others
+    "question_id",
+    ["rr", *(pytest.param(q, marks=pytest.mark.slow) for q in ("fc", "gauss", "lap")), "joint"],
+)
 def test_end_to_end_every_mechanism(server, tmp_path, question_id):
     """Devices answer through the real client; the server's statistics equal the histogram of
     exactly the reports the devices produced, and the estimate RPC matches a local estimate."""

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from aggregator.store import ingest, shards
 from aggregator.store.report_store import ReportStore
@@ -62,21 +61,12 @@ def test_export_import_round_trip(tmp_path, survey_file):
         1 for name, _, _ in manifest.shards for _ in shards.read_shard(tmp_path / "out" / name)
     )
     assert total == 3000
-    cli = [
-        sys.executable,
-        "-m",
-        "aggregator.cli",
-        "import",
-        "--config",
-        str(survey_file),
-        "--db",
-        str(target),
-        "--from",
-        str(tmp_path / "out"),
-    ]
-    first = subprocess.run(cli, capture_output=True, text=True, check=True)
+    cli = ["import", "--config", str(survey_file), "--db", str(target)]
+    cli += ["--from", str(tmp_path / "out")]
+    first = run_cli("agg", *cli, check=True)
     assert "imported 3000 new reports (0 already present)" in first.stdout
-    second = subprocess.run(cli, capture_output=True, text=True, check=True)
+    second = run_cli("agg", *cli, check=True)
+
     assert "imported 0 new reports (3000 already present)" in second.stdout
     assert statistics(target, surveys) == statistics(source, surveys)
 

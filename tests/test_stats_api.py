@@ -263,8 +263,6 @@ def test_laplace_bootstrap_with_a_marginal_on_the_boundary():
 
 
 def test_issue_11_edge_numbers_are_typed_errors():
-    import time
-
     mech = RandomizedResponse(4, 1.0)
     alt = UNIFORM + 0.01 * np.array([1, -1, -1, 1])
     for n in (float("nan"), float("inf"), -5):
@@ -272,10 +270,10 @@ def test_issue_11_edge_numbers_are_typed_errors():
             power(mech, alt, n, null=UNIFORM)
         with pytest.raises(InvalidInputError, match="n must be"):
             advise(4, 1.0, alt, n, null=UNIFORM)
-    start = time.perf_counter()
+    # A vanishing effect is refused by its size, not searched for (the pytest timeout catches
+    # a search that never ends; how fast the refusal is belongs to scripts/bench_stats.py).
     with pytest.raises(InvalidInputError, match=r"needs about n = [0-9.e+]+ reports"):
         sample_size(mech, UNIFORM + 1e-15 * np.array([1, -1, -1, 1]), null=UNIFORM)
-    assert time.perf_counter() - start < 2
     hist = sample(mech)
     over = FunctionModel(4, lambda t: np.full(4, 0.3), lambda p: np.array([0.5]), n_params=1)
     with pytest.raises(InvalidInputError, match=r"sums to 1\.2"):

@@ -42,6 +42,7 @@ def test_hr_support_statistic_is_t2_on_the_column_counts_when_no_row_is_spare():
     assert on_columns == pytest.approx(4 / size * on_support, rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mech", "method", "p0", "n"),
     [
@@ -56,6 +57,7 @@ def test_type1_inside_band(mech, method, p0, n):
     assert rate.within_band(ALPHA), f"{mech.name} {method}: Type I {rate.rate:.3f}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mech", "n"), [(HadamardResponse(K, 1.0), 6000)])
 def test_power_follows_simulation(mech, n):
     predicted = power(mech, STRONG, n, null=P0, method="t2")

@@ -32,6 +32,7 @@ SETTINGS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FACTORIES)
 @pytest.mark.parametrize(("setting", "k", "eps", "sizes"), SETTINGS, ids=[s[0] for s in SETTINGS])
 def test_type1_inside_band(name, setting, k, eps, sizes):

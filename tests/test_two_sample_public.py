@@ -29,6 +29,7 @@ TYPE1 = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("setting", "k", "eps", "groups", "sizes", "calibration"), TYPE1, ids=[s[0] for s in TYPE1]
 )

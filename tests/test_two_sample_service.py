@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 
 from aggregator.histogram import Histogram
@@ -291,13 +291,8 @@ def test_rpc_bad_calibration_is_invalid_argument(populated):
 
 
 def cli(config: Path, db: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "aggregator.cli", "two-sample", "--config", str(config)]
-    return subprocess.run(
-        [*command, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``ldp-aggregator two-sample`` in this process (tests/cli_runner.py)."""
+    return run_cli("agg", "two-sample", "--config", str(config), "--db", str(db), *args)
 
 
 def test_cli_json_and_text(populated):

@@ -23,6 +23,7 @@ from client.mechanisms import (
 ALPHA = 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mech", "p", "sizes", "trials"),
     [
@@ -72,6 +73,7 @@ def test_detects_a_clear_difference_and_reports_its_calibration(factory):
     assert two_sample(a, a, rng=1, n_draws=99).pvalue > 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factory", [HadamardResponse, OptimizedUnaryEncoding, LocalHashing])
 def test_power_follows_simulation(factory):
     mech, sizes = factory(20, 1.0), (1500, 1000)

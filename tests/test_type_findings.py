@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from aggregator.confirm.plan import parse_plan
+from aggregator.errors import InvalidInputError
+from aggregator.histogram import Histogram
+from aggregator.stats import goodness_of_fit
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client import progress
+from client.mechanisms import RandomizedResponse
 
 
 def test_track_counts_an_iterator_without_a_length_on_a_terminal(monkeypatch, capsys):
@@ -36,3 +42,14 @@ def test_a_mechanism_given_as_a_list_or_table_is_a_config_error(tmp_path, value)
     )
     with pytest.raises(ConfigError, match="question q: unknown mechanism"):
         load_surveys(path)
+
+
+def test_an_alpha_that_rounds_to_one_is_refused():
+    """``check_alpha`` compared the exact number with 1 and returned its float: a Fraction just
+    below 1 passed as alpha = 1.0, a test that rejects whatever the data."""
+    hist = Histogram(RandomizedResponse(k=4, epsilon=1.0), 2000, [500, 500, 500, 500])
+    with pytest.raises(InvalidInputError, match="alpha must be in"):
+        goodness_of_fit(hist, [0.25] * 4, alpha=Fraction(10**30 - 1, 10**30))
+    with pytest.raises(InvalidInputError, match="alpha must be in"):
+        goodness_of_fit(hist, [0.25] * 4, alpha=-(10**400))  # beyond the float range
+    assert goodness_of_fit(hist, [0.25] * 4, alpha=Fraction(1, 20)).alpha == 0.05

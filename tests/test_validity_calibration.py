@@ -20,6 +20,8 @@ from aggregator.stats.studies import (
 )
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
 
+pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
+
 ALPHA = 0.05
 
 GOF_CELLS = [

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "household_type1.py"
 TRIALS = 2000
 

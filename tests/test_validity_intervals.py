@@ -12,6 +12,8 @@ from aggregator.stats import estimate
 from aggregator.stats.studies import zipf
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
 
+pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
+
 K = 256
 TRIALS = 300
 MECHANISMS = [

@@ -5,6 +5,7 @@ themselves (issue 11: the noncentral chi-square said 0.98 where the test as run 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from aggregator.stats import power, sample_size
 from aggregator.stats.studies import (
@@ -15,6 +16,8 @@ from aggregator.stats.studies import (
     zipf,
 )
 from client.mechanisms import LaplaceNoise, RandomizedResponse
+
+pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
 
 K = 256
 P0 = np.full(K, 1 / K)

@@ -16,6 +16,8 @@ from aggregator.stats.studies import (
 )
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
 
+pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
+
 UNIFORM4 = np.full(4, 0.25)
 FIG24_ALT = UNIFORM4 + 0.01 * np.array([1, -1, -1, 1])
 FIG25_ALT = np.full(4, 0.25) + 0.025 * np.array([1, -1, -1, 1])

@@ -13,6 +13,8 @@ from aggregator.stats.gof import imhof_matrix
 from aggregator.stats.imhof import weighted_chi2_isf, weighted_chi2_sf
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
 
+pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
+
 # Parameters at which the randomizers almost surely leave every answer untouched.
 NO_PRIVACY = [
     (lambda k: RandomizedResponse(k, 60.0), "pearson", "min-chi-square"),

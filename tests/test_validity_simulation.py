@@ -13,6 +13,8 @@ from aggregator.stats.estimate import estimate_covariance
 from aggregator.stats.studies import draw_histogram
 from client.mechanisms import FlipComponents, GaussianNoise, LaplaceNoise, RandomizedResponse
 
+pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
+
 P = np.array([0.4, 0.3, 0.2, 0.1])
 MECHANISMS = [
     RandomizedResponse(4, 1.0),

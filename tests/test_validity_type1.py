@@ -21,6 +21,8 @@ from aggregator.stats.studies import (
     rejection_rate,
 )
 
+pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
+
 ALPHA = 0.05
 UNIFORM4 = np.full(4, 0.25)
 ASYMPTOTIC_GOF = [label for label in GOF_TESTS if label != "Gauss T (Imhof)"]

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 
 import grpc
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -308,11 +307,11 @@ def test_import_reports_conflicting_ids_and_skips_them(tmp_path, survey_file):
     taken.payload = rr((0 + 1) % question.k)  # the same id, another payload
     target.put([ingest.validate(taken, surveys)])
     target.close()
-    done = subprocess.run(
-        [sys.executable, "-m", "aggregator.cli", "import", "--config", str(survey_file),
-         "--db", str(tmp_path / "b.sqlite"), "--from", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=60,
+    done = run_cli(
+        "agg", "import", "--config", str(survey_file),
+        "--db", str(tmp_path / "b.sqlite"), "--from", str(tmp_path / "out"),
     )  # fmt: skip
+
     assert done.returncode == 0, done.stderr
     assert "imported 39 new reports (0 already present)" in done.stdout
     assert "1 report ids are stored with other content" in done.stderr

@@ -113,3 +113,29 @@ def test_a_message_over_4_mib_is_resource_exhausted_without_a_hint(server):
             stub.Upload(ldp_pb2.UploadRequest(reports=[report]), timeout=30)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert all(key != "retry-after-ms" for key, _ in refused.value.trailing_metadata() or ())
+
+
+def test_the_mechanism_table_names_every_enum_value():
+    """§2.2 lists every Mechanism value with its number and the name survey files and the digest
+    use (an independent device found five of nine missing from §2 in wire document 1)."""
+    from client.survey import MECHANISM_NAMES
+
+    rows = re.findall(r"^\| `([A-Z_]+)` \((\d+)\) \| `([a-z_]+)` \|", WIRE, re.MULTILINE)
+    named = {
+        ldp_pb2.Mechanism.Name(value): str(value)
+        for value in ldp_pb2.Mechanism.values()
+        if value != ldp_pb2.MECHANISM_UNSPECIFIED
+    }
+    assert {enum: number for enum, number, _ in rows} == named
+    for enum, _, name in rows:
+        assert MECHANISM_NAMES[name] == ldp_pb2.Mechanism.Value(enum)
+
+
+def test_the_public_coin_cap_is_the_quoted_one():
+    """§5: the per-request cap of a public-coin question is floor(2^25 / 2L) reports."""
+    from aggregator.store.ingest import MAX_SUPPORT_CELLS
+    from client.mechanisms import PublicCoinBit
+
+    assert MAX_SUPPORT_CELLS == 2**25 and "`floor(2^25 / (2L))`" in WIRE
+    mech = PublicCoinBit(12, 1.0, public_seed=1, groups=65_536)
+    assert mech.statistic_size == 2 * 65_536 and MAX_SUPPORT_CELLS // mech.statistic_size == 256

@@ -17,7 +17,7 @@ from aggregator.service.auth import DeviceAuthenticator
 from aggregator.store import ingest
 from client.device import signature
 from client.device.keys import DeviceKey, device_id_for
-from client.survey import Attribute, SurveySpec, build_question
+from client.survey import Attribute, QuestionSpec, SurveySpec, build_question
 from protos.ldp.v1 import ldp_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_committed_vectors_equal_a_fresh_generation():
 
 
 def test_vectors_have_the_documented_format():
-    assert VECTORS["version"] == 1
+    assert VECTORS["version"] == 2
     mechanisms = {v["mechanism"] for v in VECTORS["reports"]}
     assert mechanisms == {
         "randomized_response",
@@ -79,6 +79,10 @@ def test_vectors_have_the_documented_format():
             if v["mechanism"] == additive
         }
         assert 0 in bits and len(bits) >= 3
+    digested = {v["question"]["mechanism"] for v in VECTORS["digests"]}
+    assert digested == {ldp_pb2.Mechanism.Name(m) for m in ldp_pb2.Mechanism.values() if m}
+    assert any(len(v["question"]["attributes"]) >= 2 for v in VECTORS["digests"])
+    assert any(v["question"].get("household_shared") for v in VECTORS["digests"])
     for vector in VECTORS["signatures"]:
         assert set(vector) >= {
             "private_key_hex",
@@ -115,7 +119,7 @@ def test_aggregator_accepts_each_payload(vector):
     per-attribute answer in row-major order."""
     params = vector["params"]
     coin = {
-        key: params[key]
+        key: int(params[key])  # public_seed is a decimal string
         for key in ("public_seed", "groups")
         if vector["mechanism"] == "public_coin_bit"
     }
@@ -146,6 +150,50 @@ def test_aggregator_accepts_each_payload(vector):
     )
     stored = ingest.validate(report, {"s": survey})
     assert stored.contribution.shape == (question.statistic_size,)
+
+
+def _integers_above_2_53(value, path="") -> list[str]:
+    """Where the document holds a JSON number a parser with binary64 numbers would round."""
+    if isinstance(value, dict):
+        return [
+            p for key, item in value.items() for p in _integers_above_2_53(item, f"{path}.{key}")
+        ]
+    if isinstance(value, list):
+        return [
+            p for i, item in enumerate(value) for p in _integers_above_2_53(item, f"{path}[{i}]")
+        ]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        return [path]
+    return []
+
+
+def test_every_large_integer_is_a_string():
+    """JavaScript's JSON.parse rounds integers above 2^53 (an independent device found
+    public_seed = 2^64 - 1 read as another seed): such integers are decimal strings (§9)."""
+    assert _integers_above_2_53(VECTORS) == []
+    assert any(
+        v["params"]["public_seed"] == str(2**64 - 1)
+        for v in VECTORS["reports"]
+        if v["mechanism"] == "public_coin_bit"
+    )
+
+
+@pytest.mark.parametrize("vector", VECTORS["digests"], ids=lambda v: v["question"]["id"])
+def test_client_reproduces_each_digest(vector):
+    """The question as served (protobuf JSON mapping) gives the vector's digest, and its fields
+    encode as the vector says (docs/wire.md §2.1)."""
+    from google.protobuf import json_format
+
+    message = json_format.ParseDict(vector["question"], ldp_pb2.Question())
+    question = QuestionSpec.from_proto(message)
+    assert question.digest.hex() == vector["digest_hex"]
+    encoded = bytes.fromhex(vector["encoded_hex"])
+    fields, pos = [], 0
+    while pos < len(encoded):
+        size = int.from_bytes(encoded[pos : pos + 4], "big")
+        fields.append(encoded[pos + 4 : pos + 4 + size].decode())
+        pos += 4 + size
+    assert fields == vector["fields"]
 
 
 @pytest.mark.parametrize("vector", VECTORS["signatures"], ids=lambda v: v["device_id"])

@@ -9,7 +9,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from multiprocessing import Pipe
@@ -19,6 +18,7 @@ import grpc
 import numpy as np
 import pytest
 from aggregator_process import spawn_serve
+from cli_runner import run_cli
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aggregator.service.store_link import RemoteStore, serve_link
@@ -89,6 +89,7 @@ def children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_many_connections_store_each_report_once_and_restart_keeps_them(survey_file, tmp_path):
     db = tmp_path / "w.sqlite"
     process, target = start(survey_file, db, tmp_path)
@@ -126,6 +127,7 @@ def test_many_connections_store_each_report_once_and_restart_keeps_them(survey_f
         stop(process)
 
 
+@pytest.mark.slow
 def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
     db = tmp_path / "d.sqlite"
     process, target = start(survey_file, db, tmp_path)
@@ -173,6 +175,7 @@ def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
         stop(process)
 
 
+@pytest.mark.slow
 def test_a_dead_worker_stops_the_service_with_an_error(survey_file, tmp_path):
     db = tmp_path / "k.sqlite"
     process, target = start(survey_file, db, tmp_path)
@@ -194,9 +197,10 @@ def test_a_dead_worker_stops_the_service_with_an_error(survey_file, tmp_path):
 
 
 def test_bad_worker_count_is_a_user_error(survey_file, tmp_path):
-    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(survey_file)]
+    command = ["serve", "--config", str(survey_file)]
     command += ["--db", str(tmp_path / "x.sqlite"), "--insecure", "--workers", "0"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    done = run_cli("agg", *command)
+
     assert done.returncode == 2
     assert done.stderr.strip() == "ldp-aggregator: error: --workers must be at least 1"
 
@@ -279,9 +283,10 @@ def test_workers_refuse_per_device_limits(tmp_path, survey_file):
             "min_batch_size = 5", "min_batch_size = 5\nburst = 3\nrate_per_minute = 60", 1
         )
     )
-    command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(limited)]
+    command = ["serve", "--config", str(limited)]
     command += ["--db", str(tmp_path / "w.sqlite"), "--insecure", "--port", "0", "--workers", "2"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    done = run_cli("agg", *command)
+
     assert done.returncode == 2
     assert "--workers 1" in done.stderr and "Traceback" not in done.stderr
 

@@ -227,7 +227,8 @@ def report(vector: dict) -> tuple[bytes, int]:
     elif mechanism == "hadamard_response":
         payload = hadamard_response(p["k"], p["epsilon"], x, r)
     elif mechanism == "public_coin_bit":
-        payload = public_coin_bit(p["k"], p["epsilon"], p["public_seed"], p["groups"], x, r)
+        seed = int(p["public_seed"])  # a decimal string (§9: integers above 2^53 are strings)
+        payload = public_coin_bit(p["k"], p["epsilon"], seed, p["groups"], x, r)
     elif mechanism == "local_hashing":
         payload = local_hashing(p["k"], p["epsilon"], x, r)
     elif mechanism == "subset_selection":
@@ -282,6 +283,44 @@ def signature(vector: dict) -> dict:
     }
 
 
+#: §2.2: the Mechanism enum's names and the names the digest (and survey files) use.
+SURVEY_NAMES = {
+    "RANDOMIZED_RESPONSE": "randomized_response",
+    "FLIP_COMPONENTS": "flip_components",
+    "GAUSSIAN": "gaussian",
+    "LAPLACE": "laplace",
+    "OPTIMIZED_UNARY": "optimized_unary",
+    "HADAMARD_RESPONSE": "hadamard_response",
+    "SUBSET_SELECTION": "subset_selection",
+    "LOCAL_HASHING": "local_hashing",
+    "PUBLIC_COIN_BIT": "public_coin_bit",
+}
+
+
+def digest(question: dict) -> str:
+    """§2.1, from the question as served (protobuf JSON mapping)."""
+    name = SURVEY_NAMES[question["mechanism"]]
+    value = question["rho"] if name == "gaussian" else question["epsilon"]
+    additive = name in ("gaussian", "laplace")
+    fields = [
+        "ldp-question-definition/1",
+        question["id"],
+        name,
+        struct.pack(">d", value).hex(),
+        str(question.get("granularity_bits", 0)) if additive else "",
+        str(len(question["attributes"])),
+    ]
+    for attribute in question["attributes"]:
+        labels = attribute["categories"]
+        fields += [attribute["name"], str(len(labels)), *labels]
+    if name == "public_coin_bit":
+        fields += [f"public_seed={int(question['public_seed'])}", f"groups={question['groups']}"]
+    if question.get("household_shared"):
+        fields.append("household_shared")
+    encoded = b"".join(struct.pack(">I", len(f.encode())) + f.encode() for f in fields)
+    return hashlib.sha256(encoded).hexdigest()
+
+
 def main() -> None:
     vectors = json.loads(VECTORS.read_text())
     for i, vector in enumerate(vectors["reports"]):
@@ -289,6 +328,8 @@ def main() -> None:
         print(json.dumps({"index": i, "payload_hex": payload.hex(), "consumed": consumed}))
     for i, vector in enumerate(vectors["signatures"]):
         print(json.dumps({"signature": i, **signature(vector)}))
+    for i, vector in enumerate(vectors["digests"]):
+        print(json.dumps({"digest": i, "digest_hex": digest(vector["question"])}))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Protocol
 
 import numpy as np
 
@@ -31,6 +31,13 @@ REPORT_ID_LENGTH = 0x10
 DEFAULT_BLOCK_BYTES = 16 << 20
 
 
+class ByteReader(Protocol):
+    """What ``iter_blocks`` reads from: a binary file, or a wrapper of one (the pipeline's
+    hashing reader)."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class Block:
     """Complete records of a block: ``data[starts[i] : starts[i] + lengths[i]]`` is record i."""
@@ -44,7 +51,7 @@ class Block:
 
 
 def iter_blocks(
-    file: BinaryIO, name: str, block_bytes: int = DEFAULT_BLOCK_BYTES
+    file: ByteReader, name: str, block_bytes: int = DEFAULT_BLOCK_BYTES
 ) -> Iterator[Block]:
     """Read a shard file (header included) as blocks of whole records."""
     check_header(file.read(len(HEADER)), name)

@@ -14,7 +14,6 @@ from aggregator.stats import estimate, goodness_of_fit, independence
 from aggregator.store import ingest
 from aggregator.store.shards import SIDE_NAMES
 from aggregator.survey_file.analyses import check_independent
-from client.mechanisms import PublicCoinBit
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -108,7 +107,7 @@ def _estimated(hist, confidence: float) -> dict:
     try:
         return estimate(hist, confidence).to_dict()
     except InvalidInputError as exc:
-        if not isinstance(hist.mechanism, PublicCoinBit):
+        if hist.mechanism.statistic_kind != "groups":
             raise
         return {"error": str(exc)}
 

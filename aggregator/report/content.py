@@ -23,7 +23,6 @@ from aggregator.stats import (
 )
 from aggregator.survey_file.analyses import EXPLORATORY, Analysis
 from client.budgeting import SurveyCost, survey_cost
-from client.mechanisms import PublicCoinBit
 from client.survey import QuestionSpec, SurveySpec
 
 
@@ -143,7 +142,7 @@ def _section(
     try:
         est = estimate(hist, confidence)
     except InvalidInputError as exc:  # public-coin reports: tests only (docs/mechanisms.md)
-        if not isinstance(question.mechanism, PublicCoinBit):
+        if question.mechanism.statistic_kind != "groups":
             raise
         return QuestionSection(question, hist.n, threshold, None, (), tests, str(exc))
     return QuestionSection(question, hist.n, threshold, est, _marginals(question, est), tests)
@@ -172,7 +171,12 @@ def _run(
             first, second = (groups[g] for g in names)
             result = two_sample(first, second, analysis.alpha, rng=seed)
         else:
-            result = independence(hist, question.shape, analysis.alpha, rng=seed)
+            shape = question.table_shape
+            if shape is None:  # parse_analysis refuses such an analysis
+                raise InvalidInputError(
+                    f"question {question.id!r}: independence needs 2 attributes"
+                )
+            result = independence(hist, shape, analysis.alpha, rng=seed)
     except InsufficientDataError as exc:
         return TestSection(analysis, None, f"not run: {exc}")
     return TestSection(analysis, result, result_sentence(analysis.test, result, names))

@@ -26,8 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from aggregator.errors import InvalidInputError
-from aggregator.stats.channel import extra_variance, is_randomized_response, is_support
-from client.mechanisms import ExchangeableSupport, FlipComponents, LaplaceNoise, Mechanism
+from aggregator.stats.channel import (
+    extra_variance,
+    is_binomial,
+    is_randomized_response,
+    is_support,
+)
+from client.mechanisms import Mechanism
 
 CALIBRATIONS = ("auto", "asymptotic", "monte-carlo")
 MIN_EFFECTIVE_COUNT = 5.0
@@ -59,7 +64,7 @@ def effective_counts(mech: Mechanism, n: int, p: np.ndarray) -> np.ndarray:
     q = mech.report_mean(p)
     if is_randomized_response(mech):
         return n * q
-    if isinstance(mech, FlipComponents) or is_support(mech):
+    if is_binomial(mech):  # flip components, support counts: 0/1 cells
         return n * np.minimum(q, 1 - q)
     return n * (p + extra_variance(mech))
 
@@ -67,7 +72,7 @@ def effective_counts(mech: Mechanism, n: int, p: np.ndarray) -> np.ndarray:
 def per_report_variance(mech: Mechanism, p: np.ndarray) -> np.ndarray:
     """Variance of one report's de-biased value in each cell, under p."""
     p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
-    if is_randomized_response(mech) or isinstance(mech, FlipComponents) or is_support(mech):
+    if is_binomial(mech):
         q = mech.report_mean(p)
         return q * (1 - q) / mech.slope**2
     return p * (1 - p) + extra_variance(mech)
@@ -93,14 +98,14 @@ def choose(
         return Choice("asymptotic", "requested")
     if calibration == "monte-carlo":
         return Choice("monte-carlo", "requested")
-    if not planning and isinstance(mech, LaplaceNoise):
-        return Choice("monte-carlo", "Laplace noise: its null is always simulated")
+    if not planning and mech.simulated_null is not None:
+        return Choice("monte-carlo", mech.simulated_null)
     if is_support(mech) and composite:
         return Choice("monte-carlo", "support counts: a composite null is always bootstrapped")
     if (
         not planning
         and is_support(mech)
-        and not isinstance(mech, ExchangeableSupport)
+        and not mech.exchangeable_pairs
         and mech.k > MAX_SUPPORT_IMHOF
     ):
         return Choice("monte-carlo", f"{mech.name}: k > {MAX_SUPPORT_IMHOF}, simulated")

@@ -28,7 +28,7 @@ import numpy as np
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
-from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse, SupportMechanism
+from client.mechanisms import Mechanism, RandomizedResponse
 
 #: Bounds past which a mechanism's numbers overflow double precision in the tests: a slope of
 #: 1e-10 (or noise variance of 1e20) per report would need about 1e20 reports to detect anything.
@@ -37,11 +37,24 @@ MAX_NOISE_VARIANCE = 1e20
 
 
 def is_randomized_response(mechanism: Mechanism) -> bool:
-    return isinstance(mechanism, RandomizedResponse)
+    """Multinomial counts: one category per report (``statistic_kind`` "counts")."""
+    return mechanism.statistic_kind == "counts"
 
 
 def is_support(mechanism: Mechanism) -> bool:
-    return isinstance(mechanism, SupportMechanism)
+    """Per-category support counts (``statistic_kind`` "support")."""
+    return mechanism.statistic_kind == "support"
+
+
+def is_grouped(mechanism: Mechanism) -> bool:
+    """Per-group counts and bit sums, no per-category channel (``statistic_kind`` "groups")."""
+    return mechanism.statistic_kind == "groups"
+
+
+def is_binomial(mechanism: Mechanism) -> bool:
+    """Each cell of the statistic is a count of 0/1 report cells: Binomial(n, offset + slope p)
+    (randomized response, flip components, support counts)."""
+    return mechanism.statistic_kind in ("counts", "bits", "support")
 
 
 def extra_variance(mechanism: Mechanism) -> float:
@@ -49,8 +62,8 @@ def extra_variance(mechanism: Mechanism) -> float:
     the support-count mechanisms)."""
     if is_support(mechanism):
         raise TypeError("a support-count mechanism has no additive covariance form")
-    if isinstance(mechanism, FlipComponents):
-        s = mechanism.flip_probability
+    if mechanism.statistic_kind == "bits":  # flip components: the flip probability s
+        s = mechanism.offset
         return s * (1 - s) / check_signal(mechanism) ** 2
     if is_randomized_response(mechanism):
         raise TypeError("randomized response has no additive covariance form")

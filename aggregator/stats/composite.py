@@ -30,7 +30,7 @@ from aggregator.stats.channel import (
 from aggregator.stats.minchisq import fit_minimum_chi_square
 from aggregator.stats.models import IndependenceModel, ParametricModel
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
-from aggregator.stats.result import TestResult
+from aggregator.stats.result import CalibratedFields, TestResult
 from aggregator.stats.validate import (
     check_alpha,
     check_finite_statistic,
@@ -203,10 +203,10 @@ def composite(
     statistic = check_finite_statistic(float(fit.statistic[0]))
     choice = choose(calibration, mech, n, fit.fitted[0], composite=True)
     sparse = np.min(n * fit.rough[0]) <= MIN_EXPECTED_CELL
-    additive = isinstance(mech, GaussianNoise | LaplaceNoise)
+    additive = mech.statistic_kind == "noise"
     if additive and sparse and calibration == "auto" and not choice.simulated:
         choice = Choice("monte-carlo", f"an estimated cell has n*p <= {MIN_EXPECTED_CELL:g}")
-    common = dict(
+    common = CalibratedFields(
         method=f"{title}: {_LABELS[(kind, method)]}",
         n=n,
         alpha=alpha,

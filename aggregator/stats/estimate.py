@@ -168,7 +168,7 @@ class Estimate:
             if self.outside[j]:
                 line += f"  * outside [0, 1]; projected {share(projected[j])}"
             lines.append(line)
-        if self.simultaneous_low is not None:
+        if self.simultaneous_low is not None and self.simultaneous_high is not None:
             lines.append(f"  simultaneous {level} over all {self.frequencies.size} categories:")
             for name, lo, hi in zip(
                 names, self.simultaneous_low, self.simultaneous_high, strict=True

@@ -33,7 +33,7 @@ from aggregator.stats.identity import (
 from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.low_rank_law import LowRankLaw, exchangeable_null_law
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
-from aggregator.stats.result import TestResult
+from aggregator.stats.result import CalibratedFields, TestResult
 from aggregator.stats.validate import (
     check_alpha,
     check_distribution,
@@ -43,7 +43,6 @@ from aggregator.stats.validate import (
     make_rng,
 )
 from client.mechanisms import (
-    ExchangeableSupport,
     FlipComponents,
     GaussianNoise,
     HadamardResponse,
@@ -54,6 +53,7 @@ from client.mechanisms import (
     PublicCoinBit,
     RandomizedResponse,
     SubsetSelection,
+    as_exchangeable,
 )
 
 GOF_METHODS: dict[type, tuple[str, ...]] = {
@@ -71,7 +71,7 @@ GOF_METHODS: dict[type, tuple[str, ...]] = {
 #: calibration="asymptotic" asks for their normal law.
 U_METHODS = ("t1", "t2")
 
-_LABELS = {
+_LABELS: dict[tuple[type[Mechanism], str], str] = {
     (RandomizedResponse, "pearson"): "LocalGOF: Pearson chi-square on privatized counts",
     (GaussianNoise, "projected"): "projected chi-square, Gaussian noise (NewStatAsymptGOF)",
     (GaussianNoise, "nonprojected"): "non-projected chi-square, Gaussian noise",
@@ -198,7 +198,7 @@ def goodness_of_fit(
     if method in U_METHODS:
         return _u_test(hist, p0, alpha, method, statistic, statistic_of, calibration, rng, n_draws)
     choice = choose(calibration, mech, n, p0, composite=False)
-    common = dict(
+    common = CalibratedFields(
         method=_LABELS[(kind, method)],
         n=n,
         alpha=alpha,
@@ -270,8 +270,8 @@ def support_null_law(mech: Mechanism, p0: np.ndarray) -> np.ndarray | LowRankLaw
     local hashing) a ``LowRankLaw`` in O(k); otherwise (Hadamard response) its positive weights,
     an O(k^3) eigendecomposition, so the last few (mechanism, p0) pairs are remembered."""
     p0 = np.asarray(p0, dtype=float)
-    if isinstance(mech, ExchangeableSupport):
-        return exchangeable_null_law(mech, p0)
+    if mech.exchangeable_pairs:
+        return exchangeable_null_law(as_exchangeable(mech), p0)
     return _support_null_weights(mech, p0.tobytes())
 
 

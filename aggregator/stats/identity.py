@@ -30,6 +30,7 @@ variance, accurate only for large k. Rejection is one-sided (large T).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,10 +39,11 @@ from scipy import stats
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import MIN_EFFECTIVE_COUNT, check_calibration
+from aggregator.stats.channel import is_support
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
-from aggregator.stats.result import TestResult
+from aggregator.stats.result import ResultFields, TestResult
 from aggregator.stats.validate import check_alpha, check_distribution, make_rng
-from client.mechanisms import FlipComponents, Mechanism, RandomizedResponse, SupportMechanism
+from client.mechanisms import Mechanism, SupportMechanism, as_public_coin
 
 T1_LABEL = "T1: U-statistic on unary reports (flip components)"
 T2_LABEL = "T2: U-statistic on channel output counts"
@@ -66,11 +68,12 @@ def multinomial_frobenius2(q: np.ndarray) -> float:
     return s2 - 2 * float(np.sum(q**3)) + s2**2
 
 
-def unary_frobenius2(mech: FlipComponents, p: np.ndarray) -> float:
+def unary_frobenius2(mech: Mechanism, p: np.ndarray) -> float:
     """``||c^2 (Diag p - p p^T) + s (1 - s) I||_F^2`` (c = 1 - 2s), the covariance of one flip
-    components report, without forming the matrix."""
+    components report (``statistic_kind`` "bits": offset s, slope c), without forming the
+    matrix."""
     c2 = mech.slope**2
-    s = mech.flip_probability
+    s = mech.offset  # the flip probability
     a = s * (1 - s)
     s2 = float(np.sum(p**2))
     return c2**2 * multinomial_frobenius2(p) + 2 * a * c2 * (1 - s2) + a**2 * p.size
@@ -83,12 +86,10 @@ def support_u_frobenius2(mech: SupportMechanism, p: np.ndarray) -> float:
 
 def channel_matrix(mech: Mechanism) -> np.ndarray:
     """W (outputs x categories), W[y, x] = P(report y | answer x), of a finite-output mechanism:
-    its own ``channel_matrix()`` if it has one, else k-ary randomized response's a0 + a1 I."""
+    its own ``channel_matrix()`` (k-ary randomized response: a0 + a1 I)."""
     own = getattr(mech, "channel_matrix", None)
     if callable(own):
         return np.asarray(own(), dtype=float)
-    if isinstance(mech, RandomizedResponse):
-        return mech.a0 + mech.a1 * np.eye(mech.k)
     raise InvalidInputError(f"{mech.describe()} has no finite-output channel: T2 does not apply")
 
 
@@ -109,7 +110,7 @@ def check_channel(channel: object, k: int) -> np.ndarray:
 
 def u_test(
     statistic: float,
-    draws_of: object,
+    draws_of: Callable[[], np.ndarray],
     variance0: float,
     label: str,
     *,
@@ -123,7 +124,7 @@ def u_test(
 ) -> TestResult:
     """The TestResult of T1/T2: Monte Carlo unless ``calibration="asymptotic"`` (normal law).
     ``draws_of()`` returns the statistic on ``n_draws`` exact null draws."""
-    common = dict(
+    common = ResultFields(
         method=label,
         n=n,
         alpha=alpha,
@@ -217,7 +218,7 @@ class UMoments:
 
 def u_moments(mech: Mechanism, method: str, p0: np.ndarray, p1: np.ndarray) -> UMoments:
     """The moments of T1 (``method="t1"``) or T2 (``"t2"``) at p1 under the null p0."""
-    if isinstance(mech, SupportMechanism):  # the U-statistic on the 0/1 support indicators
+    if is_support(mech):  # the U-statistic on the 0/1 support indicators
         mu = mech.slope * (p1 - p0)
         c0, c1 = mech.report_covariance(p0), mech.report_covariance(p1)
         return UMoments(
@@ -230,7 +231,7 @@ def u_moments(mech: Mechanism, method: str, p0: np.ndarray, p1: np.ndarray) -> U
         )
     if method == "t1":
         mu = mech.slope * (p1 - p0)
-        s = mech.flip_probability
+        s = mech.offset  # flip components: the flip probability
         noise = s * (1 - s) * p0.size
         return UMoments(
             float(mu @ mu),
@@ -330,7 +331,7 @@ def t3_test(
     chi-square(L) limit where every group with reports expects at least ``MIN_EFFECTIVE_COUNT`` ones
     and zeros (n_l min(mu_l, 1 - mu_l), Cochran's rule [Cochran1954] as for the other mechanisms),
     else exact binomial draws given the group sizes."""
-    mech = hist.mechanism
+    mech = as_public_coin(hist.mechanism)
     sizes, sums = np.split(hist.values, 2)
     return _t3(
         sums, sizes, mech.bit_probabilities(p0), alpha, calibration, rng, n_draws, mech.describe()
@@ -362,19 +363,20 @@ def _t3(sums, sizes, mu, alpha, calibration, rng, n_draws, label) -> TestResult:
         )
     else:
         simulated, reason = calibration == "monte-carlo", "requested"
-    common = dict(
+    common = ResultFields(
         method=T3_LABEL,
         n=int(sizes.sum()),
         alpha=alpha,
         expected=sizes * mu,
         observed=sums.astype(float),
         mechanism=label,
-        calibration_reason=reason,
     )
     if not simulated:
         dof = int(sizes.size)
         pvalue = float(stats.chi2.sf(statistic, dof))
-        return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+        return TestResult(
+            statistic, pvalue, dof, reject=pvalue <= alpha, calibration_reason=reason, **common
+        )
     draws = rng.binomial(sizes.astype(np.int64), mu, size=(n_draws, sizes.size))
     pvalue = monte_carlo_pvalue(statistic, statistic_of(draws))
     return TestResult(
@@ -383,6 +385,7 @@ def _t3(sums, sizes, mu, alpha, calibration, rng, n_draws, label) -> TestResult:
         None,
         reject=pvalue <= alpha,
         calibration="monte-carlo",
+        calibration_reason=reason,
         n_draws=n_draws,
         **common,
     )

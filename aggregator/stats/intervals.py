@@ -30,8 +30,8 @@ import numpy as np
 from scipy import stats
 
 from aggregator.histogram import Histogram
-from aggregator.stats.channel import debiased_histogram, extra_variance
-from client.mechanisms import FlipComponents, LaplaceNoise, RandomizedResponse, SupportMechanism
+from aggregator.stats.channel import debiased_histogram, extra_variance, is_binomial
+from client.mechanisms import Mechanism
 
 CLOPPER_PEARSON = "Clopper-Pearson on the privatized counts, mapped through the channel"
 SCORE = "score interval with the noise variance"
@@ -63,7 +63,7 @@ def simultaneous_intervals(hist: Histogram, confidence: float) -> tuple[np.ndarr
 
 
 def _is_binomial(hist: Histogram) -> bool:
-    return isinstance(hist.mechanism, RandomizedResponse | FlipComponents | SupportMechanism)
+    return is_binomial(hist.mechanism)
 
 
 def _clopper_pearson(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray]:
@@ -88,8 +88,7 @@ def _score(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray]:
     """{p : (x - p)^2 <= z^2 (p (1 - p) + b) / n}, in closed form (a quadratic in p)."""
     n, b = hist.n, extra_variance(hist.mechanism)
     z = float(stats.norm.isf(tail))
-    if isinstance(hist.mechanism, LaplaceNoise):
-        z += (3 / n) / 24 * max(z**3 - 3 * z, 0.0)  # Cornish-Fisher, excess kurtosis <= 3/n
+    z = _cornish_fisher(z, hist.mechanism, n)
     x = debiased_histogram(hist)
     z2 = z * z
     linear = 2 * n * x + z2
@@ -101,6 +100,15 @@ def _score(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray]:
     return np.where(empty, x - wald, low), np.where(empty, x + wald, high)
 
 
+def _cornish_fisher(z: float, mech: Mechanism, n: int) -> float:
+    """The normal quantile z corrected for the noise's excess kurtosis (Cornish-Fisher): that
+    of a sum of n reports is the mechanism's ``noise_excess_kurtosis`` / n (Laplace: 3 / n)."""
+    kurtosis = mech.noise_excess_kurtosis
+    if kurtosis:
+        z += (kurtosis / n) / 24 * max(z**3 - 3 * z, 0.0)
+    return z
+
+
 def _noise_bounded(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray]:
     """Split alpha = 2 tail between the noise sum and the count: outside an event of probability
     alpha_noise the noise sum is at most t, so the count C lies in [S - t, S + t]; Clopper-Pearson
@@ -110,8 +118,7 @@ def _noise_bounded(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray
     alpha = 2 * tail
     alpha_noise = alpha * b / (b + 0.25)  # the noise's share of the largest per-report variance
     z = float(stats.norm.isf(alpha_noise / 2))
-    if isinstance(mech, LaplaceNoise):
-        z += (3 / n) / 24 * max(z**3 - 3 * z, 0.0)  # Cornish-Fisher, excess kurtosis <= 3/n
+    z = _cornish_fisher(z, mech, n)
     t = z * math.sqrt(n * b)
     sums = hist.values  # count + noise sum, in count units
     x_high = np.clip(np.floor(sums + t), 0, n)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -29,6 +29,7 @@ from aggregator.errors import InvalidInputError
 from aggregator.stats.calibration import check_calibration, choose
 from aggregator.stats.channel import (
     extra_variance,
+    is_grouped,
     is_support,
     metric_matrix,
     quadratic_form,
@@ -55,6 +56,7 @@ from client.mechanisms import (
     PublicCoinBit,
     RandomizedResponse,
     SubsetSelection,
+    as_public_coin,
 )
 
 #: Up to this many categories the support-count Pearson power uses the exact weighted chi-square
@@ -69,13 +71,13 @@ RAPTOR_GROUPS = 5
 class _Plan:
     """What the power of one test depends on, per unit of n."""
 
-    mechanism: Mechanism | PublicCoinBit
+    mechanism: Mechanism
     method: str
     dof: int
     nu_per_n: float
     imhof: tuple[np.ndarray, np.ndarray] | None = None  # weights, per-n noncentralities
-    alternative: np.ndarray | None = None
-    null: np.ndarray | None = None  # p0, or the model's closest fit to the alternative
+    alternative: np.ndarray = field(kw_only=True)
+    null: np.ndarray = field(kw_only=True)  # p0, or the model's closest fit to the alternative
     model: ParametricModel | None = None
     u_moments: UMoments | None = None  # T1/T2 (stats/identity.py)
     cumulants: QuadraticMoments | None = None  # support-count Pearson at large k (stats/ltz.py)
@@ -90,10 +92,10 @@ def _plan(
     model: ParametricModel | None,
     method: str | None,
 ) -> _Plan:
-    if isinstance(mechanism, PublicCoinBit):
-        return _raptor_plan(mechanism, alternative, null, method)
     if not isinstance(mechanism, Mechanism):
         raise InvalidInputError("mechanism must be a client.mechanisms.Mechanism")
+    if is_grouped(mechanism):
+        return _raptor_plan(as_public_coin(mechanism), alternative, null, method)
     k = mechanism.k
     p1 = check_distribution(alternative, k, "alternative")
     chosen = [x is not None for x in (null, shape, model)]
@@ -122,8 +124,8 @@ def _plan(
     if is_support(mechanism):
         mu = mechanism.slope * delta / np.sqrt(np.diag(mechanism.report_covariance(p0)))
         if k > EXACT_SUPPORT_PLAN:
-            moments = quadratic_moments(support_correlation(mechanism, p0), mu)
-            return _Plan(mechanism, method, k, 0.0, alternative=p1, null=p0, cumulants=moments)
+            cumulants = quadratic_moments(support_correlation(mechanism, p0), mu)
+            return _Plan(mechanism, method, k, 0.0, alternative=p1, null=p0, cumulants=cumulants)
         lam, vectors = support_null(mechanism, p0)
         keep = lam > 1e-12 * lam.max()
         imhof = (lam[keep], ((vectors.T @ mu) ** 2)[keep] / lam[keep])
@@ -196,7 +198,7 @@ def _power(plan: _Plan, n: float, alpha: float) -> float:
     if plan.u_moments is not None:
         return u_power(plan.u_moments, max(n, 2.0), alpha)
     if plan.raptor_delta2 is not None:
-        mech = plan.mechanism
+        mech = as_public_coin(plan.mechanism)
         return raptor_power(mech.k, mech.epsilon, n, plan.raptor_delta2, mech.groups, alpha)
     if plan.cumulants is not None:
         return ltz_sf(ltz_isf(alpha, plan.cumulants), plan.cumulants, n)
@@ -260,8 +262,8 @@ def noncentrality(
     >>> round(nu, 3)
     7.223
     """
-    n = check_count(n)
-    return _noncentrality(_plan(mechanism, alternative, null, shape, model, method), n)
+    planned = check_count(n)
+    return _noncentrality(_plan(mechanism, alternative, null, shape, model, method), planned)
 
 
 def _noncentrality(plan: _Plan, n: float) -> float:
@@ -342,10 +344,10 @@ def power(
     0.424
     """
     alpha = check_alpha(alpha)
-    n = check_count(n)
+    planned = check_count(n)
     calibration = check_calibration(calibration)
     plan = _plan(mechanism, alternative, null, shape, model, method)
-    return _power_as_run(plan, n, alpha, calibration)
+    return _power_as_run(plan, planned, alpha, calibration)
 
 
 def sample_size(
@@ -485,7 +487,7 @@ def _check_plannable(n_needed: float) -> None:
 class Advice:
     """One mechanism's test and its predicted power for a planned study."""
 
-    mechanism: Mechanism | PublicCoinBit
+    mechanism: Mechanism
     method: str
     power: float
     noncentrality: float
@@ -552,7 +554,7 @@ def advise(
     >>> all(a.power >= b.power for a, b in zip(ranking, ranking[1:]))
     True
     """
-    n = check_count(n)
+    planned = check_count(n)
     alpha = check_alpha(alpha)
     try:
         candidates: list[tuple[Mechanism, str]] = [
@@ -569,7 +571,9 @@ def advise(
     except (ValueError, TypeError, OverflowError) as exc:
         name = "k" if str(exc).startswith("k ") else "epsilon"
         raise InvalidInputError(f"{name}: {exc}") from None
-    tests = [(mech, note, None) for mech, note in candidates]
+    tests: list[tuple[Mechanism, str, str | None]] = [
+        (mech, note, None) for mech, note in candidates
+    ]
     if u_statistics and null is not None and k > 1:  # rate-optimal tests, for large k
         for mech, _ in candidates:
             tests += [(mech, _U_NOTES[m], m) for m in GOF_METHODS[type(mech)] if m in U_METHODS]
@@ -577,10 +581,10 @@ def advise(
     advice = []
     for mech, note, method in tests:
         plan = _plan(mech, alternative, null, shape, None, method)
-        predicted = _power_as_run(plan, n, alpha, "auto")
-        if _simulated(plan, n, "auto"):
+        predicted = _power_as_run(plan, planned, alpha, "auto")
+        if _simulated(plan, planned, "auto"):
             note = "; ".join(x for x in (note, "power of the calibrated test, simulated") if x)
-        advice.append(Advice(mech, plan.method, predicted, _noncentrality(plan, n), note))
+        advice.append(Advice(mech, plan.method, predicted, _noncentrality(plan, planned), note))
     return sorted(advice, key=lambda a: -a.power)
 
 

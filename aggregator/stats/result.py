@@ -5,11 +5,32 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html import escape
+from typing import TypedDict
 
 import numpy as np
 
 from aggregator.presentation.numbers import fixed
 from aggregator.presentation.tables import data_frame
+
+
+class ResultFields(TypedDict):
+    """The ``TestResult`` fields that describe a test and its data, fixed before the test chooses
+    its calibration: a test builds them once and passes them to each of its results as
+    ``**fields``."""
+
+    method: str
+    n: int
+    alpha: float
+    expected: np.ndarray
+    observed: np.ndarray
+    mechanism: str
+
+
+class CalibratedFields(ResultFields):
+    """``ResultFields`` with the calibration the test chose and why."""
+
+    calibration: str
+    calibration_reason: str
 
 
 @dataclass(frozen=True)
@@ -49,7 +70,7 @@ class TestResult:
 
     def pvalue_text(self) -> str:
         """The p-value as it should be read: ``p <= 1/(m+1)`` at the Monte Carlo floor."""
-        if self.at_floor:
+        if self.n_draws is not None and self.at_floor:
             return f"p <= {1 / (self.n_draws + 1):.4g} = 1/(m+1), m = {self.n_draws}"
         return f"p = {self.pvalue:.4g}"
 

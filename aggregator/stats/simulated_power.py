@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aggregator.errors import InvalidInputError
 from aggregator.stats.calibration import simulate_null
 from aggregator.stats.composite import _fit
 from aggregator.stats.gof import _statistic
@@ -41,10 +42,14 @@ def simulated_power(
     if model is not None:
         draws = min(draws, COMPOSITE_PLAN_DRAWS)
     if model is None:
+        if null is None:
+            raise InvalidInputError("simulated power of goodness of fit needs the null p0")
         statistic = _statistic(mechanism, method, n, null)
         at_null = statistic(simulate_null(mechanism, n, null, rng, draws))
         at_alternative = statistic(simulate_null(mechanism, n, alternative, rng, draws))
     else:
+        if fitted is None:
+            raise InvalidInputError("simulated power of a composite test needs the fitted null")
         projected = method != "nonprojected"
         at_null = _fit(
             mechanism, model, simulate_null(mechanism, n, fitted, rng, draws), n, projected

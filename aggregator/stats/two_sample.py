@@ -42,6 +42,7 @@ from aggregator.stats.calibration import (
     simulate_null,
 )
 from aggregator.stats.channel import (
+    is_grouped,
     is_randomized_response,
     is_support,
     project_simplex,
@@ -53,7 +54,7 @@ from aggregator.stats.gof import support_null_law
 from aggregator.stats.imhof import weighted_chi2_sf
 from aggregator.stats.ltz import ltz_isf, ltz_sf, quadratic_moments
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
-from aggregator.stats.result import TestResult
+from aggregator.stats.result import CalibratedFields, ResultFields, TestResult
 from aggregator.stats.two_sample_public import public_coin_power, public_coin_two_sample
 from aggregator.stats.validate import (
     check_alpha,
@@ -63,13 +64,7 @@ from aggregator.stats.validate import (
     check_histogram,
     make_rng,
 )
-from client.mechanisms import (
-    LocalHashing,
-    Mechanism,
-    OptimizedUnaryEncoding,
-    PublicCoinBit,
-    SubsetSelection,
-)
+from client.mechanisms import Mechanism, as_public_coin
 
 RR_LABEL = "two-sample homogeneity chi-square on privatized counts"
 DEBIASED_LABEL = "two-sample projected chi-square on the difference of de-biased histograms"
@@ -150,7 +145,7 @@ def two_sample(
     alpha = check_alpha(alpha)
     calibration = check_calibration(calibration)
     n_draws = check_draws(n_draws, alpha)
-    if isinstance(hist_a.mechanism, PublicCoinBit):
+    if is_grouped(hist_a.mechanism):
         return public_coin_two_sample(hist_a, hist_b, alpha, calibration, rng, n_draws)
     if is_randomized_response(hist_a.mechanism):
         return _randomized_response(hist_a, hist_b, alpha, calibration, rng, n_draws)
@@ -195,16 +190,18 @@ def _randomized_response(hist_a, hist_b, alpha, calibration, rng, n_draws) -> Te
         )
     smallest = min(n_a, n_b) * float(share[cells].min())
     choice = _choice(calibration, smallest, "permutation of the pooled privatized reports")
-    common.update(calibration=choice.calibration, calibration_reason=choice.reason)
+    calibrated = CalibratedFields(
+        **common, calibration=choice.calibration, calibration_reason=choice.reason
+    )
     if choice.simulated:
         colors = pooled.astype(np.int64)
         draws = make_rng(rng).multivariate_hypergeometric(colors, n_a, size=n_draws)
         pvalue = monte_carlo_pvalue(statistic, statistic_of(draws.astype(float)))
         return TestResult(
-            statistic, pvalue, None, reject=pvalue <= alpha, n_draws=n_draws, **common
+            statistic, pvalue, None, reject=pvalue <= alpha, n_draws=n_draws, **calibrated
         )
     pvalue = float(stats.chi2.sf(statistic, dof))
-    return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+    return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **calibrated)
 
 
 def _homogeneity(n_a: int, n_b: int, pooled: np.ndarray):
@@ -238,10 +235,10 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     if choice.simulated:
         generator = make_rng(rng)
         pooled = hist_a.values + hist_b.values
-        if isinstance(mech, OptimizedUnaryEncoding | LocalHashing):
+        if mech.exchangeable_pairs and mech.support_size is None:  # OUE, local hashing
             reason = f"{choice.reason}; permutation of each category's pooled bits"
             draws_a, draws_b = _permute_bits(pooled, n_a, n_b, generator, n_draws)
-        elif isinstance(mech, SubsetSelection) and mech.subset_size == 1:
+        elif mech.support_size == 1:  # subset selection with d = 1
             reason = f"{choice.reason}; permutation of the pooled one-category reports"
             colors = np.rint(pooled).astype(np.int64)
             draws_a = generator.multivariate_hypergeometric(colors, n_a, size=n_draws)
@@ -251,17 +248,21 @@ def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
             draws_a = simulate_null(mech, n_a, p_bar, generator, n_draws)
             draws_b = simulate_null(mech, n_b, p_bar, generator, n_draws)
         pvalue = monte_carlo_pvalue(statistic, _statistic(mech, n_a, n_b, draws_a, draws_b))
-        common.update(calibration="monte-carlo", calibration_reason=reason)
-        return TestResult(
-            statistic, pvalue, None, reject=pvalue <= alpha, n_draws=n_draws, **common
+        calibrated = CalibratedFields(
+            **common, calibration="monte-carlo", calibration_reason=reason
         )
-    common.update(calibration="asymptotic", calibration_reason=choice.reason)
+        return TestResult(
+            statistic, pvalue, None, reject=pvalue <= alpha, n_draws=n_draws, **calibrated
+        )
+    calibrated = CalibratedFields(
+        **common, calibration="asymptotic", calibration_reason=choice.reason
+    )
     if is_support(mech):
         pvalue = weighted_chi2_sf(statistic, support_null_law(mech, p_bar))
-        return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
+        return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **calibrated)
     dof = mech.k - 1
     pvalue = float(stats.chi2.sf(statistic, dof))
-    return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
+    return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **calibrated)
 
 
 def _permute_bits(pooled: np.ndarray, n_a: int, n_b: int, rng: np.random.Generator, m: int):
@@ -312,8 +313,10 @@ def _choice(calibration: str, smallest: float, simulated: str) -> Choice:
     return Choice("asymptotic", "diagnostics passed")
 
 
-def _common(hist_a, hist_b, alpha, expected_a, label) -> dict:
-    return dict(
+def _common(
+    hist_a: Histogram, hist_b: Histogram, alpha: float, expected_a: np.ndarray, label: str
+) -> ResultFields:
+    return ResultFields(
         method=label,
         n=hist_a.n + hist_b.n,
         alpha=alpha,
@@ -377,8 +380,8 @@ def two_sample_power(
     p_a = check_distribution(p_a, mechanism.k, "p_a")
     p_b = check_distribution(p_b, mechanism.k, "p_b")
     n_a, n_b = (check_count(n, name) for n, name in zip(sizes, ("n_a", "n_b"), strict=True))
-    if isinstance(mechanism, PublicCoinBit):
-        return public_coin_power(mechanism, p_a, p_b, n_a, n_b, alpha)
+    if is_grouped(mechanism):
+        return public_coin_power(as_public_coin(mechanism), p_a, p_b, n_a, n_b, alpha)
     p_bar = (n_a * p_a + n_b * p_b) / (n_a + n_b)
     if is_support(mechanism):
         scale = np.sqrt(np.diag(mechanism.report_covariance(p_bar)))

@@ -21,9 +21,9 @@ from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.calibration import MIN_EFFECTIVE_COUNT
 from aggregator.stats.montecarlo import monte_carlo_pvalue
-from aggregator.stats.result import TestResult
+from aggregator.stats.result import ResultFields, TestResult
 from aggregator.stats.validate import make_rng
-from client.mechanisms import PublicCoinBit
+from client.mechanisms import PublicCoinBit, as_public_coin
 
 PUBLIC_LABEL = "two-sample grouped homogeneity chi-square on public-coin bits"
 PERMUTATION = "permutation of the pooled bits within each public group"
@@ -40,7 +40,7 @@ def public_coin_two_sample(
     """Q = sum over informative groups of the 2 x 2 Pearson homogeneity chi-square; arguments
     checked by ``two_sample``. ``observed`` is group A's statistic ([n_l], then [B_l]) and
     ``expected`` its expectation given the pooled margins."""
-    mech: PublicCoinBit = hist_a.mechanism
+    mech = as_public_coin(hist_a.mechanism)
     sizes_a, ones_a = np.split(hist_a.values, 2)
     sizes_b, ones_b = np.split(hist_b.values, 2)
     sizes, ones = sizes_a + sizes_b, ones_a + ones_b
@@ -52,19 +52,19 @@ def public_coin_two_sample(
             "of the samples, or all its bits are equal"
         )
     share = np.divide(ones, sizes, out=np.zeros_like(ones), where=sizes > 0)
-    common = dict(
+    common = ResultFields(
         method=PUBLIC_LABEL,
         n=hist_a.n + hist_b.n,
         alpha=alpha,
         expected=np.concatenate([sizes_a, sizes_a * share]),
         observed=hist_a.values.copy(),
         mechanism=mech.describe(),
-        reason=(
-            f"{dropped} of {mech.groups} public groups left out: no report in one sample, or "
-            "all their bits equal"
-            if dropped
-            else ""
-        ),
+    )
+    left_out = (
+        f"{dropped} of {mech.groups} public groups left out: no report in one sample, or "
+        "all their bits equal"
+        if dropped
+        else ""
     )
     m_a, m_b, t = sizes_a[used], sizes_b[used], ones[used]
     statistic_of = _homogeneity(m_a, m_b, t)
@@ -87,6 +87,7 @@ def public_coin_two_sample(
             calibration="monte-carlo",
             calibration_reason=reason,
             n_draws=n_draws,
+            reason=left_out,
             **common,
         )
     dof = int(t.size)
@@ -98,6 +99,7 @@ def public_coin_two_sample(
         reject=pvalue <= alpha,
         calibration="asymptotic",
         calibration_reason=reason,
+        reason=left_out,
         **common,
     )
 
@@ -131,7 +133,7 @@ def _choice(calibration: str, smallest: float) -> tuple[bool, str]:
 
 
 def public_coin_power(
-    mech: PublicCoinBit, p_a: np.ndarray, p_b: np.ndarray, n_a: int, n_b: int, alpha: float
+    mech: PublicCoinBit, p_a: np.ndarray, p_b: np.ndarray, n_a: float, n_b: float, alpha: float
 ) -> float:
     """Asymptotic power for the survey's public subsets: noncentral chi-square(L) with
     ``nu = sum_l (n_a n_b / (N L)) (mu_l^A - mu_l^B)^2 / (mu_l (1 - mu_l))``, each group holding

@@ -9,7 +9,6 @@ import numpy as np
 
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
-from client.mechanisms import PublicCoinBit
 
 #: Why per-category analyses refuse public-coin one-bit reports (docs/mechanisms.md).
 PUBLIC_COIN_REFUSAL = (
@@ -25,9 +24,9 @@ def check_histogram(hist: object, minimum_n: int = 1) -> Histogram:
         raise InvalidInputError(f"expected an aggregator.histogram.Histogram, got {type(hist)}")
     if hist.n < minimum_n:
         raise InsufficientDataError(f"need at least {minimum_n} report(s), got n = {hist.n}")
-    bound = getattr(hist.mechanism, "noise_bound", None)
+    bound = hist.mechanism.report_bound
     if bound is not None:  # additive noise: no report decodes beyond scale + noise_bound
-        limit = hist.n * (1 + bound / hist.mechanism.scale)
+        limit = hist.n * bound
         if np.abs(hist.values).max() > limit:
             raise InvalidInputError(
                 f"hist: values beyond +-{limit:.6g}, more than {hist.n} reports can sum to"
@@ -38,7 +37,7 @@ def check_histogram(hist: object, minimum_n: int = 1) -> Histogram:
 def check_per_category(hist: Histogram, analysis: str) -> Histogram:
     """InvalidInputError for an analysis that needs per-category information the public-coin
     statistic does not carry (estimates, composite nulls, independence)."""
-    if isinstance(hist.mechanism, PublicCoinBit):
+    if hist.mechanism.statistic_kind == "groups":
         raise InvalidInputError(PUBLIC_COIN_REFUSAL.format(k=hist.k, analysis=analysis))
     return hist
 
@@ -46,9 +45,13 @@ def check_per_category(hist: Histogram, analysis: str) -> Histogram:
 def check_alpha(alpha: object) -> float:
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise InvalidInputError(f"alpha must be a number in (0, 1), got {alpha!r}")
-    if not 1e-300 <= alpha < 1:
+    try:  # numbers.Real declares no ordering with float: compare the float that is returned
+        level = float(alpha)
+    except OverflowError:  # an integer beyond the float range
+        level = math.inf
+    if not 1e-300 <= level < 1:
         raise InvalidInputError(f"alpha must be in (0, 1) (and >= 1e-300), got {alpha!r}")
-    return float(alpha)
+    return level
 
 
 def check_distribution(p: object, k: int, name: str = "p0") -> np.ndarray:

@@ -8,66 +8,37 @@ building an object per report."""
 from __future__ import annotations
 
 import enum
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
 from aggregator.histogram import Histogram
 from aggregator.store.report_store import ReportBatch, StoredReport
-from client.mechanisms import (
-    FlipComponents,
-    GaussianNoise,
-    LaplaceNoise,
-    PublicCoinBit,
-    RandomizedResponse,
-    ReportRangeError,
-    SupportMechanism,
-)
+from client.mechanisms import GaussianNoise, LaplaceNoise, ReportRangeError
+from client.mechanisms.additive import HONEST_REJECTION as HONEST_REJECTION  # re-exported
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 REPORT_ID_BYTES = 16
-#: The most report-by-category cells one upload may expand into for a support-count mechanism
-#: (each report's contribution is a k-vector of int64: 2^25 cells is 256 MiB). A Hadamard or
-#: local-hashing payload is a few bytes whatever k, so without it 10,000 tiny reports of a
-#: k = 65,536 question would ask for 5 GiB.
+#: The most report-by-category cells one upload may expand into for a mechanism whose statistic
+#: rows are wider than its payloads (``statistic_expands``: each report's contribution is a row of
+#: int64, 2^25 cells is 256 MiB). A Hadamard or local-hashing payload is a few bytes whatever k,
+#: so without it 10,000 tiny reports of a k = 65,536 question would ask for 5 GiB.
 MAX_SUPPORT_CELLS = 2**25
-#: The probability that an honest additive-noise report falls outside the accepted range
-#: (:func:`accepted_bound`), bounded over its k coordinates: about one in a trillion reports.
-HONEST_REJECTION = 2.0**-40
 
 
 def noise_tail(mech: GaussianNoise | LaplaceNoise, bound: int) -> float:
-    """An upper bound on P(|Z| > bound) for one coordinate's discrete noise Z (grid units).
-
-    Laplace, exactly: P(Z = z) = (1 - r)/(1 + r) r^|z| with r = exp(-1/s), s = 2g/eps, so
-    P(|Z| > b) = 2 r^(b+1) / (1 + r). Gaussian: the discrete Gaussian's normalizer is at least
-    sigma sqrt(2 pi) (Poisson summation) and its tail sum at most the integral from b, so
-    P(|Z| > b) <= erfc(b / (sigma sqrt 2)), sigma^2 = g^2 / rho."""
-    if isinstance(mech, LaplaceNoise):
-        log_r = -mech.epsilon / (2 * mech.scale)
-        return 2 * math.exp((bound + 1) * log_r) / (1 + math.exp(log_r))
-    sigma = mech.scale / math.sqrt(mech.rho)
-    return math.erfc(bound / (sigma * math.sqrt(2)))
+    """An upper bound on P(|Z| > bound) for one coordinate's discrete noise Z (grid units):
+    the mechanism's ``noise_tail``."""
+    return mech.noise_tail(bound)
 
 
-@cache
 def accepted_bound(mech: GaussianNoise | LaplaceNoise) -> int:
-    """The largest grid magnitude accepted in a coordinate of an additive-noise report: g plus
-    the smallest noise bound b with k * P(|Z| > b) <= HONEST_REJECTION (see docs/threat-model.md
-    for the weight this leaves one report). Never above the mechanism's own decoding range."""
-    target = HONEST_REJECTION / mech.k
-    low, high = 0, mech.noise_bound  # noise_tail(noise_bound) is far below target
-    while low < high:  # the smallest b with noise_tail(b) <= target (the tail decreases in b)
-        middle = (low + high) // 2
-        if noise_tail(mech, middle) <= target:
-            high = middle
-        else:
-            low = middle + 1
-    return mech.scale + low
+    """The largest grid magnitude accepted in a coordinate of an additive-noise report: the
+    mechanism's ``accepted_bound`` (docs/threat-model.md)."""
+    return mech.accepted_bound
 
 
 class Rejection(enum.Enum):
@@ -159,34 +130,27 @@ def check_group(survey: SurveySpec, group: str) -> None:
         raise ReportRejectedError(Rejection.WRONG_GROUP, str(exc)) from None
 
 
-def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
-    """Decode a payload into its int64 contribution to the question's sufficient statistic:
-    a one-hot count (randomized response), the bits (flip components), the supported
-    categories (support-count mechanisms), the group's count and bit (public-coin one-bit
-    reports) or the grid values."""
-    mech = question.mechanism
+@contextmanager
+def _payload_rejections() -> Iterator[None]:
+    """The mechanism's decoding errors as rejections: ``ReportRangeError`` is OUT_OF_RANGE, any
+    other ``ValueError`` MALFORMED."""
     try:
-        report = mech.decode(payload)
+        yield
     except ReportRangeError as exc:
         raise ReportRejectedError(Rejection.OUT_OF_RANGE, str(exc)) from exc
     except ValueError as exc:
         raise ReportRejectedError(Rejection.MALFORMED, str(exc)) from exc
-    if isinstance(mech, GaussianNoise | LaplaceNoise):
-        limit = accepted_bound(mech)
-        if report.max() > limit or report.min() < -limit:
-            raise ReportRejectedError(
-                Rejection.OUT_OF_RANGE,
-                f"a coordinate is outside the accepted range (|value| <= {limit} grid units)",
-            )
-    if isinstance(mech, RandomizedResponse):
-        out = np.zeros(mech.k, dtype=np.int64)
-        out[report] = 1
-        return out
-    if isinstance(mech, SupportMechanism):
-        return mech.support(np.asarray([report]))[0].astype(np.int64)
-    if isinstance(mech, PublicCoinBit):
-        return mech.statistic_rows(report)[0]
-    return np.asarray(report, dtype=np.int64)
+
+
+def contribution(question: QuestionSpec, payload: bytes) -> np.ndarray:
+    """Decode a payload into its int64 contribution to the question's sufficient statistic
+    (the mechanism's ``statistic_rows``: a one-hot count, the bits, the supported categories,
+    the group's count and bit, or the grid values)."""
+    mech = question.mechanism
+    with _payload_rejections():
+        reports = np.asarray([mech.decode(payload)])
+        mech.check_accepted(reports)
+    return mech.statistic_rows(reports)[0]
 
 
 def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredReport:
@@ -260,8 +224,7 @@ def validate_upload(
         report_ids.append(report_id)
     batches = []
     try:
-        for key, (_, ids, payloads, digests) in columns.items():
-            survey_id, question_id, side, group = key
+        for (survey_id, question_id, side, group), (_, ids, payloads, digests) in columns.items():
             survey, question = find_question(surveys, survey_id, question_id)
             check_digests(question, digests)
             check_side(survey, side)
@@ -321,83 +284,42 @@ def _contributions(question: QuestionSpec, payloads: list[bytes]) -> np.ndarray:
     size, width = mech.payload_size, mech.statistic_size
     if any(len(p) != size for p in payloads):
         raise ReportRejectedError(Rejection.MALFORMED, "payload length")
-    expands = isinstance(mech, SupportMechanism | PublicCoinBit)
-    if expands and len(payloads) * width > MAX_SUPPORT_CELLS:
+    if mech.statistic_expands and len(payloads) * width > MAX_SUPPORT_CELLS:
         raise ReportRejectedError(
             Rejection.TOO_MANY_CELLS,
             f"at most {MAX_SUPPORT_CELLS // width} reports of question {question.id} per upload",
         )
     packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), size)
-    decoded = decode_payloads(question, packed)
-    if isinstance(mech, RandomizedResponse):
-        rows = np.zeros((decoded.size, mech.k), dtype=np.int64)
-        rows[np.arange(decoded.size), decoded] = 1
-        return rows
-    if isinstance(mech, SupportMechanism):
-        return mech.support(decoded).astype(np.int64)
-    if isinstance(mech, PublicCoinBit):
-        return mech.statistic_rows(decoded)
-    return decoded.astype(np.int64)
+    return mech.statistic_rows(decode_payloads(question, packed))
 
 
 def decode_payloads(question: QuestionSpec, packed: np.ndarray) -> np.ndarray:
-    """Check and decode a (m, payload_size) uint8 matrix of one question's payloads: category
-    indices (m,) for randomized response, bits (m, k) for flip components, the mechanism's own
-    reports for support-count and public-coin mechanisms, grid values (m, k) for additive
-    noise. Raises ReportRejectedError with the code a single report would get."""
+    """Check and decode a (m, payload_size) uint8 matrix of one question's payloads into the
+    mechanism's stack of reports (``decode_many``, then its accepted range). Raises
+    ReportRejectedError with the reason a single report would get."""
     mech = question.mechanism
-    size, k = mech.payload_size, mech.k
     packed = np.ascontiguousarray(packed, dtype=np.uint8)
-    if packed.ndim != 2 or packed.shape[1] != size:
+    if packed.ndim != 2 or packed.shape[1] != mech.payload_size:
         raise ReportRejectedError(Rejection.MALFORMED, "payload length")
-    if isinstance(mech, RandomizedResponse):
-        index = packed.view("<u4").reshape(-1)
-        if index.size and index.max() >= k:
-            raise ReportRejectedError(Rejection.OUT_OF_RANGE, "category")
-        return index
-    if isinstance(mech, FlipComponents):
-        bits = np.unpackbits(packed, axis=1, bitorder="little")
-        if bits[:, k:].any():
-            raise ReportRejectedError(Rejection.MALFORMED, "padding")
-        return bits[:, :k]
-    if isinstance(mech, SupportMechanism | PublicCoinBit):
-        try:
-            return mech.decode_many(packed)
-        except ReportRangeError:
-            raise ReportRejectedError(Rejection.OUT_OF_RANGE, "report value") from None
-        except ValueError:
-            raise ReportRejectedError(Rejection.MALFORMED, "payload") from None
-    grid = packed.view("<i8")
-    limit = accepted_bound(mech)  # type: ignore[arg-type]
-    if grid.size and (grid.max() > limit or grid.min() < -limit):
-        raise ReportRejectedError(Rejection.OUT_OF_RANGE, "grid value")
-    return grid
+    with _payload_rejections():
+        decoded = mech.decode_many(packed)
+        mech.check_accepted(decoded)
+    return decoded
 
 
 def sum_decoded(question: QuestionSpec, decoded: np.ndarray) -> np.ndarray:
     """The int64 sums (length statistic_size) of decoded reports, i.e. the sum of their
     contributions.
     Exact: raises OverflowError rather than wrap (possible only for enormous additive sums)."""
-    mech = question.mechanism
-    if isinstance(mech, RandomizedResponse):
-        return np.bincount(decoded, minlength=mech.k).astype(np.int64)
-    if isinstance(mech, FlipComponents):
-        return decoded.sum(axis=0, dtype=np.int64)
-    if isinstance(mech, SupportMechanism):
-        return mech.support_counts(decoded)
-    if isinstance(mech, PublicCoinBit):
-        sums, sizes = mech.group_statistics(decoded)
-        return np.concatenate([sizes, sums])
-    bound = float(accepted_bound(mech)) * len(decoded)  # type: ignore[arg-type]
-    if bound >= 2.0**62:
-        raise OverflowError(f"sums of {len(decoded)} reports of {question.id} may overflow int64")
-    return decoded.sum(axis=0, dtype=np.int64)
+    try:
+        return question.mechanism.statistic_sums(decoded)
+    except OverflowError:
+        raise OverflowError(
+            f"sums of {len(decoded)} reports of {question.id} may overflow int64"
+        ) from None
 
 
 def histogram(question: QuestionSpec, n: int, sums: np.ndarray) -> Histogram:
     """The question's histogram from stored integer sums (grid units for additive noise)."""
     mech = question.mechanism
-    values = np.asarray(sums, dtype=np.float64)
-    if isinstance(mech, GaussianNoise | LaplaceNoise):
-        values = values / mech.scale  # type: ignore[attr-defined]
-    return Histogram(mech, n, values)
+    return Histogram(mech, n, mech.statistic_values(sums))

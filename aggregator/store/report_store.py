@@ -7,10 +7,18 @@ Why this shape (notes/service-conventions.md §3):
   queued (up to ``max_batch`` reports, waiting at most ``max_delay`` seconds for more) into ONE
   transaction and resolves the callers' futures only after COMMIT. With WAL and
   ``synchronous=FULL`` an acknowledged report survives a process kill and a power loss.
-* ``report_id`` (16 random bytes chosen by the device) is the primary key, so a resend is reported
-  as a duplicate and counted once. Ids are global, not scoped per survey: an id stored with a
-  different survey, question or payload is a conflict (docs/wire.md §6), neither stored nor
-  counted, and never mistaken for a resend. No device identity is stored with a report (the
+* The log (``reports``) is appended to: its rows are keyed by ``seq``, so a commit writes the
+  pages of the log's current block however large it is (a log keyed by the random report ids
+  made each report dirty a page of its own once it was large: docs/performance.md). Within a block
+  of BLOCK numbers the places are taken in random order (:class:`_Blocks`), so the log's order
+  groups no upload.
+* ``report_id`` (16 random bytes chosen by the device) is unique in the log, so a resend is
+  reported as a duplicate and counted once: the writer finds the ids a commit may repeat in an
+  in-memory index of keyed id hashes (aggregator/store/id_index.py, about 16 bytes a report,
+  saved at a clean close and rebuilt from the log otherwise), and compares the whole ids
+  against the log rows it names. Ids are global, not scoped per survey: an id stored
+  with a different survey, question or payload is a conflict (docs/wire.md §6), neither stored
+  nor counted, and never mistaken for a resend. No device identity is stored with a report (the
   per-device cap counts of aggregator/service/limits.py live in their own table, with no report
   ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
@@ -24,9 +32,10 @@ Why this shape (notes/service-conventions.md §3):
   pool all groups; ``group_statistics`` holds each (question, side, group) of a grouped report
   in the same transaction, so a group is read without scanning the log.
 * Nothing at rest groups the reports of one upload once ``wal_window`` seconds have passed: a
-  report keeps only its arrival *day* (``received_at``, a UTC midnight), the table is ordered by
-  the random report id, and the writer checkpoints and truncates the WAL (which holds each
-  transaction's reports together) within ``wal_window`` seconds of a commit.
+  report keeps only its arrival *day* (``received_at``, a UTC midnight), it takes a random
+  place among those of the BLOCK reports around it, independently of its upload's other
+  reports, and the writer checkpoints and truncates the WAL (which holds each transaction's
+  reports together) within ``wal_window`` seconds of a commit.
 
 Threading: :meth:`ReportStore.submit` and :meth:`ReportStore.submit_batches` never block (they
 validate and enqueue), so an asyncio server calls them on the event loop and awaits
@@ -47,7 +56,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -61,11 +70,13 @@ from aggregator.store.file_kind import (
     open_file,
     stamp_kind,
 )
+from aggregator.store.id_index import SECRET_BYTES, IdIndex
 from aggregator.store.integrity import FileWatch, failure_message
 
 #: 2: received_at keeps the arrival day only; 3: reports.side, side_statistics;
-#: 4: reports.group_value, group_statistics
-SCHEMA_VERSION = 4
+#: 4: reports.group_value, group_statistics; 5: the log is appended in ``seq`` order (no longer
+#: a B-tree keyed by report_id), its ids indexed in memory (aggregator/store/id_index.py)
+SCHEMA_VERSION = 5
 STORE_KIND = replace(REPORT_STORE, version=SCHEMA_VERSION)  # application_id "LDPS" + this version
 REPORT_ID_BYTES = 16
 _IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
@@ -93,17 +104,27 @@ _GROUP_STATISTICS = """CREATE TABLE IF NOT EXISTS group_statistics (
     sums BLOB NOT NULL,
     PRIMARY KEY (survey_id, question_id, side, group_value)
 );"""
-_SCHEMA = f"""
-BEGIN IMMEDIATE;
-CREATE TABLE IF NOT EXISTS reports (
-    report_id BLOB PRIMARY KEY,
+_ID_INDEX = """CREATE TABLE IF NOT EXISTS id_index (
+    part INTEGER PRIMARY KEY,
+    secret BLOB,
+    high_water INTEGER,
+    hashes BLOB,
+    seqs BLOB
+)"""
+_REPORTS = """CREATE TABLE IF NOT EXISTS {name} (
+    report_id BLOB NOT NULL,
     survey_id TEXT NOT NULL,
     question_id TEXT NOT NULL,
     payload BLOB NOT NULL,
     received_at INTEGER NOT NULL,
     side INTEGER NOT NULL DEFAULT 0,
-    group_value TEXT NOT NULL DEFAULT ''
-) WITHOUT ROWID;
+    group_value TEXT NOT NULL DEFAULT '',
+    seq INTEGER PRIMARY KEY
+);"""
+_REPORT_COLUMNS = "report_id, survey_id, question_id, payload, received_at, side, group_value"
+_SCHEMA = f"""
+BEGIN IMMEDIATE;
+{_REPORTS.format(name="reports")}
 CREATE TABLE IF NOT EXISTS statistics (
     survey_id TEXT NOT NULL,
     question_id TEXT NOT NULL,
@@ -114,6 +135,7 @@ CREATE TABLE IF NOT EXISTS statistics (
 );
 {_SIDE_STATISTICS}
 {_GROUP_STATISTICS}
+{_ID_INDEX};
 PRAGMA user_version = {SCHEMA_VERSION};
 COMMIT;
 """
@@ -236,6 +258,52 @@ class _Stop:
 
 _Item = _Submit | _Call | _Stop
 
+#: The log's order follows arrival in blocks of this many reports only (docs/threat-model.md).
+BLOCK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Blocks:
+    """Where the next reports go in the log: a new report takes a random free ``seq`` of the
+    current block of BLOCK numbers, and the next block opens once it is full. So the log's
+    order follows arrival in blocks of BLOCK reports only: within a block, one upload's reports
+    sit at random places among those of the BLOCK reports around them, even when nobody else
+    uploads at the time, and each report is written once, into pages of the current block
+    (hot in the page cache: the writes stay local however large the log)."""
+
+    start: int  # the current block's first seq
+    free: np.ndarray  # its free seqs (int64), in random order; the next ones taken from the end
+
+    @classmethod
+    def read(cls, conn: sqlite3.Connection) -> _Blocks:
+        """The block of the log's last seq and its free places (the next block if full)."""
+        last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
+        start = (last - 1) // BLOCK * BLOCK + 1 if last else 1
+        taken = [row[0] for row in conn.execute("SELECT seq FROM reports WHERE seq >= ?", (start,))]
+        free = np.setdiff1d(np.arange(start, start + BLOCK, dtype=np.int64), taken)
+        if not len(free):
+            return cls(start + BLOCK, _shuffled(np.arange(BLOCK, dtype=np.int64) + start + BLOCK))
+        return cls(start, _shuffled(free))
+
+    def take(self, m: int) -> tuple[_Blocks, np.ndarray]:
+        """``m`` seqs for new reports, and the state after them (this one is left as it was,
+        for a transaction that rolls back)."""
+        parts, start, free = [], self.start, self.free
+        while m:
+            if not len(free):
+                start += BLOCK
+                free = _shuffled(np.arange(start, start + BLOCK, dtype=np.int64))
+            n = min(m, len(free))
+            parts.append(free[len(free) - n :])
+            free, m = free[: len(free) - n], m - n
+        taken = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        return _Blocks(start, free), taken
+
+
+def _shuffled(seqs: np.ndarray) -> np.ndarray:
+    """``seqs`` in an order drawn afresh from the system's randomness."""
+    return np.random.default_rng(int.from_bytes(os.urandom(16), "little")).permutation(seqs)
+
 
 class ReportStore:
     """Reports and statistics in one SQLite file; see the module docstring for the guarantees."""
@@ -274,12 +342,14 @@ class ReportStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
                 conn.executescript(_SCHEMA)
-            elif version in (1, 2, 3):
+            elif version in (1, 2, 3, 4):
                 if version == 1:
                     _coarsen_arrival_times(conn)
                 if version <= 2:
                     _add_sides(conn)
-                _add_groups(conn)
+                if version <= 3:
+                    _add_groups(conn)
+                _append_only_log(conn)
             elif version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
@@ -290,6 +360,8 @@ class ReportStore:
             self._k = {(s, q): k for s, q, k in rows}
             self._closed_sides = closed_confirmations(conn)
             self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+            self._index = _open_index(conn)
+            self._blocks = _Blocks.read(conn)
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
@@ -464,10 +536,17 @@ class ReportStore:
         self._closed_sides.add(survey_id)
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
-        """Which of ``report_ids`` the log holds (committed)."""
+        """Which of ``report_ids`` the log holds (committed): the in-memory index's candidates,
+        confirmed against the log."""
         if self._closed:
             raise StoreError("store is closed")
-        return read_stored_ids(self._path, report_ids)
+        ids = [i for i in report_ids if isinstance(i, bytes) and len(i) == REPORT_ID_BYTES]
+        candidates = self._index.candidates(self._index.keys(ids))
+        if not candidates:
+            return set()
+        with closing(self._reader()) as conn:
+            found = _contents_at(conn, sorted({s for seqs in candidates.values() for s in seqs}))
+        return {ids[i] for i in candidates if ids[i] in found}
 
     def count_reports(self, survey_id: str | None = None) -> int:
         """Reports in the log (one survey's, or all); a scan of the log."""
@@ -588,6 +667,9 @@ class ReportStore:
             elif time.monotonic() >= checkpoint_at:  # never idle: checkpoint between groups
                 checkpoint_at = None if self._empty_wal() else time.monotonic() + 1.0
         try:
+            if self._failure is None:
+                with suppress(sqlite3.Error):  # only start-up time is lost without it
+                    _save_index(self._conn, self._index, self._blocks.start - 1)
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             self._conn.close()
@@ -678,13 +760,16 @@ class ReportStore:
             submit.future.set_exception(StoreFailedError(failure))
 
     def _write(self, group: list[_Submit]) -> list[list[int]]:
-        """One transaction: insert the group's reports unless their report_id is stored already
-        (or earlier in the group), add the new ones' contributions to their questions' rows.
+        """One transaction: store the group's reports unless their report_id is stored already
+        (or earlier in the group), add the new ones' contributions to their questions' rows;
+        after the commit, index the ids that reached the log.
 
-        The usual case, no duplicates, costs one INSERT OR IGNORE per report in report_id order
-        (neighbouring keys share B-tree pages). Only when the insert count shows a duplicate is
-        the insert undone and redone after looking the ids up, to learn which ones were new and
-        which repeat an id with other content (conflicts)."""
+        A new report takes a random free place of the log's current block (:class:`_Blocks`).
+        The usual case, no duplicates, costs one lookup of the group's id hashes in the
+        in-memory index and one insert per report, into the current block's pages. Only ids
+        whose hash is indexed (or repeated in the group) are looked up in the log by ``seq``
+        and compared whole, to learn which ones were new and which repeat an id with other
+        content (conflicts)."""
         conn = self._conn
         batches = [batch for submit in group for batch in submit.batches]
         now = int(time.time()) // RECEIVED_RESOLUTION * RECEIVED_RESOLUTION
@@ -702,20 +787,26 @@ class ReportStore:
                 strict=False,  # equal lengths: _check; the rest repeat
             )
         ]
+        index = self._index
+        ids = [row[0] for row in rows]
+        keys = index.keys(ids)
         with _transaction(conn):
             self._refuse_closed_sides(batches)
-            conn.execute("SAVEPOINT optimistic")
-            before = conn.total_changes
-            conn.executemany(_INSERT_OR_IGNORE, sorted(rows))
-            if conn.total_changes - before == len(rows):
-                conn.execute("RELEASE optimistic")
+            last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
+            if last > index.high_water:  # appended by another connection: index those too
+                _index_log(conn, index, index.high_water)
+            candidates = index.candidates(keys)
+            if not candidates and len(set(ids)) == len(ids):
                 fresh = [STORED] * len(rows)
+                new_keys = keys
             else:
-                conn.execute("ROLLBACK TO optimistic")
-                conn.execute("RELEASE optimistic")
-                fresh = _outcomes(conn, rows)
+                fresh = _outcomes(conn, rows, candidates)
                 new = [flag == STORED for flag in fresh]
-                conn.executemany(_INSERT_OR_IGNORE, itertools.compress(rows, new))
+                rows = list(itertools.compress(rows, new))
+                new_keys = keys[np.array(new, dtype=bool)]
+            blocks, seqs = self._blocks.take(len(rows))
+            order, numbers = np.argsort(seqs).tolist(), seqs.tolist()
+            conn.executemany(_APPEND, [(*rows[i], numbers[i]) for i in order])  # in seq order
             self._add_statistics(batches, fresh)
             out, start = [], 0
             for submit in group:
@@ -723,6 +814,8 @@ class ReportStore:
                 start += submit.size
                 if submit.on_write is not None:
                     submit.on_write(conn, out[-1])
+        self._blocks = blocks  # committed: from now on these ids are duplicates
+        index.add(new_keys, seqs)
         return out
 
     def _refuse_closed_sides(self, batches: list[ReportBatch]) -> None:
@@ -761,11 +854,9 @@ class ReportStore:
                 _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
 
 
-_INSERT_OR_IGNORE = (
-    "INSERT OR IGNORE INTO reports"
-    " (report_id, survey_id, question_id, payload, received_at, side, group_value)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
+_APPEND = f"INSERT INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+
 CONFIRMATION = 2  # ldp.v1.CONFIRMATION
 
 
@@ -778,11 +869,20 @@ def closed_confirmations(conn: sqlite3.Connection) -> set[str]:
         return set()
 
 
-def _outcomes(conn: sqlite3.Connection, rows: list[tuple]) -> list[int]:
+def _outcomes(
+    conn: sqlite3.Connection, rows: list[tuple], candidates: dict[int, list[int]]
+) -> list[int]:
     """Per report row (report_id, survey_id, question_id, payload, ...): STORED if its id is
     neither in the log nor earlier in ``rows``; else DUPLICATE if that report has the same
-    survey, question and payload, CONFLICT if not."""
-    seen = _stored_contents(conn, list(dict.fromkeys(row[0] for row in rows)))
+    survey, question and payload, CONFLICT if not. ``candidates``: the log rows (``seq``) that
+    may hold the id of row i (IdIndex.candidates); an id with none is not in the log."""
+    wanted = {rows[i][0] for i in candidates}
+    seqs = sorted({seq for found in candidates.values() for seq in found})
+    seen = {
+        report_id: content
+        for report_id, content in _contents_at(conn, seqs).items()
+        if report_id in wanted
+    }
     flags = []
     for report_id, survey_id, question_id, payload, *_ in rows:
         content = (survey_id, question_id, payload)
@@ -794,17 +894,16 @@ def _outcomes(conn: sqlite3.Connection, rows: list[tuple]) -> list[int]:
     return flags
 
 
-def _stored_contents(
-    conn: sqlite3.Connection, report_ids: Sequence[bytes]
+def _contents_at(
+    conn: sqlite3.Connection, seqs: Sequence[int]
 ) -> dict[bytes, tuple[str, str, bytes]]:
-    """(survey_id, question_id, payload) of each of ``report_ids`` the log holds."""
+    """report_id -> (survey_id, question_id, payload) of the log rows ``seqs``."""
     found: dict[bytes, tuple[str, str, bytes]] = {}
-    for start in range(0, len(report_ids), _IN_CHUNK):
-        chunk = list(report_ids[start : start + _IN_CHUNK])
+    for start in range(0, len(seqs), _IN_CHUNK):
+        chunk = list(seqs[start : start + _IN_CHUNK])
         marks = ",".join("?" * len(chunk))
         sql = (
-            "SELECT report_id, survey_id, question_id, payload FROM reports"
-            f" WHERE report_id IN ({marks})"
+            f"SELECT report_id, survey_id, question_id, payload FROM reports WHERE seq IN ({marks})"
         )
         found.update((row[0], (row[1], row[2], row[3])) for row in conn.execute(sql, chunk))
     return found
@@ -826,7 +925,8 @@ def read_statistics(
 
 
 def read_stored_ids(path: str | os.PathLike[str], report_ids: Sequence[bytes]) -> set[bytes]:
-    """Which of ``report_ids`` the log in ``path`` holds (committed), from any process."""
+    """Which of ``report_ids`` the log in ``path`` holds (committed), from any process: one scan
+    of the log per 999 ids (the id index lives in the writer's memory)."""
     with closing(_read_only(os.fspath(path))) as conn:
         return _stored_ids(conn, report_ids)
 
@@ -897,7 +997,95 @@ def _add_groups(conn: sqlite3.Connection) -> None:
         if "group_value" not in columns:
             conn.execute("ALTER TABLE reports ADD COLUMN group_value TEXT NOT NULL DEFAULT ''")
         conn.execute(_GROUP_STATISTICS)
+        conn.execute("PRAGMA user_version = 4")
+
+
+def _append_only_log(conn: sqlite3.Connection) -> None:
+    """Schema 4 to 5: the log keyed by report_id (a WITHOUT ROWID table) is copied, in one
+    transaction, into the log appended in ``seq`` order. The copy reads the old table in
+    report_id order, so ``seq`` says nothing of arrival for the reports stored before."""
+    with _transaction(conn):
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'reports'"
+        ).fetchone()
+        if "WITHOUT ROWID" in sql.upper():
+            conn.execute(_REPORTS.format(name="reports_by_arrival"))
+            conn.execute(
+                f"INSERT INTO reports_by_arrival ({_REPORT_COLUMNS})"
+                f" SELECT {_REPORT_COLUMNS} FROM reports ORDER BY report_id"
+            )
+            conn.execute("DROP TABLE reports")
+            conn.execute("ALTER TABLE reports_by_arrival RENAME TO reports")
+        conn.execute(_ID_INDEX)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _open_index(conn: sqlite3.Connection) -> IdIndex:
+    """The id index of the log: the one saved at the last clean close (``id_index``: part 0 its
+    key and the last ``seq`` it covers, parts 1... its runs), plus the log's rows appended
+    after it (all of them after a crash that followed a first start); else built from the log."""
+    header = None
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'id_index'").fetchone():
+        header = conn.execute("SELECT secret, high_water FROM id_index WHERE part = 0").fetchone()
+    last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
+    if header is None or len(header[0] or b"") != SECRET_BYTES or header[1] > last:
+        index = IdIndex()
+        _index_log(conn, index)
+        return index
+    index = IdIndex(header[0])
+    parts = conn.execute("SELECT hashes, seqs FROM id_index WHERE part > 0 ORDER BY part")
+    runs = [(np.frombuffer(h, dtype="<u8"), np.frombuffer(s, dtype="<i8")) for h, s in parts]
+    index.load(runs, header[1])
+    _index_log(conn, index, header[1])
+    return index
+
+
+def _save_index(conn: sqlite3.Connection, index: IdIndex, covered: int) -> None:
+    """Keep ``index``'s entries of the log rows up to ``seq`` ``covered`` (the blocks before the
+    current one, which no longer change) for the next start (on a clean close), which reads
+    them and indexes the log's rows after them."""
+    with _transaction(conn):
+        conn.execute(_ID_INDEX)
+        conn.execute("DELETE FROM id_index")
+        conn.execute(
+            "INSERT INTO id_index (part, secret, high_water) VALUES (0, ?, ?)",
+            (index.secret, covered),
+        )
+        conn.executemany(
+            "INSERT INTO id_index (part, hashes, seqs) VALUES (?, ?, ?)",
+            (
+                (
+                    part,
+                    hashes[seqs <= covered].astype("<u8").tobytes(),
+                    seqs[seqs <= covered].astype("<i8").tobytes(),
+                )
+                for part, (hashes, seqs) in enumerate(index.export(), start=1)
+            ),
+        )
+
+
+def _index_log(conn: sqlite3.Connection, index: IdIndex, after: int = 0) -> None:
+    """Add the log's rows past ``seq`` ``after`` to ``index`` (at start: all of them), 65,536 at
+    a time, each chunk's ids and seqs concatenated by SQLite (no Python object per row)."""
+    factory, conn.text_factory = conn.text_factory, bytes
+    try:
+        while True:
+            ids, seqs, count, last = conn.execute(_ID_CHUNK, (after, 1 << 16)).fetchone()
+            if not count:
+                return
+            if len(ids) != REPORT_ID_BYTES * count:
+                raise StoreError(f"the log holds a report id that is not {REPORT_ID_BYTES} bytes")
+            numbers = np.frombuffer(bytes.fromhex(seqs.decode()), dtype=">i8").astype(np.int64)
+            index.add(index.keys_of_joined(ids), numbers)
+            after = last
+    finally:
+        conn.text_factory = factory
+
+
+_ID_CHUNK = (
+    "SELECT group_concat(report_id, ''), group_concat(printf('%016x', seq), ''), count(*),"
+    " max(seq) FROM (SELECT seq, report_id FROM reports WHERE seq > ? ORDER BY seq LIMIT ?)"
+)
 
 
 @contextmanager

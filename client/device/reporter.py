@@ -20,12 +20,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import grpc
+from typing import TYPE_CHECKING
 
 from client.device.group import DeviceGroups
 from client.device.household import Household, HouseholdError
-from client.device.keys import DeviceKey, device_key_path
 from client.device.ledger import Budget, Ledger
 from client.device.outbox import Outbox, load_or_create_secret, memo_key
 from client.device.split import split_secret, split_side
@@ -34,9 +32,13 @@ from client.device.transport import Transport, TransportError
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
+if TYPE_CHECKING:  # cryptography loads with the key, only for surveys that require signatures
+    from client.device.keys import DeviceKey
+
 REPORT_ID_BYTES = 16
-# Failures that say nothing about the reports themselves: stop the flush, keep them pending.
-_DEVICE_PROBLEMS = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAUTHENTICATED})
+# Failures that say nothing about the reports themselves: stop the flush, keep them pending
+# (status code names: grpc itself loads with the first call, docs/performance.md).
+_DEVICE_PROBLEMS = frozenset({"UNKNOWN", "UNAUTHENTICATED"})
 _DELIVERED = frozenset({ldp_pb2.ACCEPTED, ldp_pb2.DUPLICATE})
 
 
@@ -111,6 +113,8 @@ class Reporter:
     def device_key(self) -> DeviceKey:
         """The device's signing key (``<state>.device-key.pem``), created on first use."""
         if self._device_key is None:
+            from client.device.keys import DeviceKey, device_key_path
+
             self._device_key = DeviceKey.load_or_create(device_key_path(self._path))
         return self._device_key
 
@@ -122,7 +126,7 @@ class Reporter:
         try:
             fraction = self.survey(survey_id).exploration_fraction
         except TransportError as exc:
-            if exc.code != grpc.StatusCode.NOT_FOUND:
+            if exc.code.name != "NOT_FOUND":
                 raise
             self._unknown_surveys.add(survey_id)
             return ldp_pb2.SIDE_UNSPECIFIED
@@ -134,7 +138,7 @@ class Reporter:
                 if self.survey(survey_id).require_device_auth:
                     return True
             except TransportError as exc:
-                if exc.code != grpc.StatusCode.NOT_FOUND:
+                if exc.code.name != "NOT_FOUND":
                     raise
                 # An unknown survey: the upload is refused as NOT_FOUND and dead-lettered;
                 # remembered so that splitting the batch does not ask again for every half.
@@ -280,7 +284,7 @@ class Reporter:
         try:
             results = self._transport.upload(reports, self.device_key() if signed else None)
         except TransportError as exc:
-            if exc.retryable or exc.code in _DEVICE_PROBLEMS:
+            if exc.retryable or exc.code.name in _DEVICE_PROBLEMS:
                 raise
             if len(batch) == 1:
                 self.outbox.reject(batch[0].report_id, exc.code.name, exc.details)
@@ -305,6 +309,8 @@ class Reporter:
         self.outbox.acknowledge(delivered)
         settled += len(delivered)
         if settled < len(batch):  # an unknown status (a newer server) keeps reports pending
+            import grpc  # already loaded: the upload went through it
+
             raise TransportError(
                 grpc.StatusCode.UNKNOWN,
                 f"the server settled {settled} of {len(batch)} reports; the rest stay pending",

@@ -4,33 +4,35 @@ every other failure is final for the call). A refusal that carries the server's 
 (``retry-after-ms`` trailing metadata: rate limit, overload) is worth retrying later; the same
 code without a hint (a cap reached, a batch too large) is not. Plaintext unless TLS settings are
 given; a signed upload is signed afresh on every attempt (same report bytes, new
-timestamp)."""
+timestamp).
+
+grpc (and the generated stubs) load when the first Transport is made, not on import: a device that
+answers offline, or an app that imports the reporter at start-up, does not pay for them until it
+talks to the aggregator (docs/performance.md, "Device footprint")."""
 
 from __future__ import annotations
 
 import random
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import grpc
-
-from client.device.keys import DeviceKey
-from client.device.tls import TlsSettings
 from client.survey import SurveySpec
-from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+from protos.ldp.v1 import ldp_pb2
 
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})  # retried within the call, with backoff
-#: The documented permanent refusals (docs/wire.md §8): the request itself is refused, so
-#: resending it cannot succeed. RESOURCE_EXHAUSTED is permanent only without a retry hint, and
-#: UNAUTHENTICATED is the device's own problem to fix (its reports stay pending).
+if TYPE_CHECKING:
+    import grpc
+
+    from client.device.keys import DeviceKey
+    from client.device.tls import TlsSettings
+
+#: Status codes (by name) retried within a call, with backoff.
+RETRYABLE = frozenset({"UNAVAILABLE"})
+#: The documented permanent refusals (docs/wire.md §8, by name): the request itself is refused,
+#: so resending it cannot succeed. RESOURCE_EXHAUSTED is permanent only without a retry hint,
+#: and UNAUTHENTICATED is the device's own problem to fix (its reports stay pending).
 PERMANENT = frozenset(
-    {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.NOT_FOUND,
-        grpc.StatusCode.OUT_OF_RANGE,
-        grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.UNAUTHENTICATED,
-    }
+    {"INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE", "FAILED_PRECONDITION", "UNAUTHENTICATED"}
 )
 Metadata = tuple[tuple[str, str | bytes], ...]
 RETRY_AFTER_KEY = "retry-after-ms"  # trailing metadata of a refusal worth retrying later
@@ -56,9 +58,10 @@ class TransportError(Exception):
         refusal with a retry hint (rate limit, overload), and any code §8 does not list for
         the call (INTERNAL, UNKNOWN, ABORTED...: the report was not refused, the server
         failed) keep the reports pending."""
-        if self.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        name = self.code.name
+        if name == "RESOURCE_EXHAUSTED":
             return self.retry_after is not None
-        return self.code not in PERMANENT
+        return name not in PERMANENT
 
 
 def retry_after(error: grpc.RpcError) -> float | None:
@@ -86,6 +89,11 @@ class Transport:
         initial_backoff: float = 0.1,
         max_backoff: float = 2.0,
     ) -> None:
+        import grpc  # lazily (module docstring)
+
+        from protos.ldp.v1 import ldp_pb2_grpc
+
+        self._rpc_error = grpc.RpcError
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
         if tls is None:
             self._channel = grpc.insecure_channel(target, options=options)
@@ -106,9 +114,9 @@ class Transport:
                     timeout=self._timeout,
                     metadata=None if metadata is None else metadata(),
                 )
-            except grpc.RpcError as exc:
+            except self._rpc_error as exc:
                 code = exc.code()
-                if code not in RETRYABLE or attempt == self._max_attempts:
+                if code.name not in RETRYABLE or attempt == self._max_attempts:
                     raise TransportError(code, exc.details() or "", retry_after(exc)) from None
             time.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._max_backoff)

@@ -22,6 +22,7 @@ from client.mechanisms.base import (
     PrivacyCost,
     ReportRangeError,
     check_categories,
+    check_packed,
     check_privacy_parameter,
     check_value,
     check_values,
@@ -35,12 +36,16 @@ from client.mechanisms.discrete_noise import (
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 
 DEFAULT_GRANULARITY_BITS = 10
+#: The probability that an honest report falls outside the accepted range (``accepted_bound``),
+#: bounded over its k coordinates: about one in a trillion reports.
+HONEST_REJECTION = 2.0**-40
 
 
 @dataclass(frozen=True)
 class _AdditiveNoise(Mechanism):
     """Shared machinery: one-hot vector on the grid plus iid discrete noise per coordinate."""
 
+    statistic_kind = "noise"
     k: int
     granularity_bits: int = field(default=DEFAULT_GRANULARITY_BITS, kw_only=True)
 
@@ -103,6 +108,12 @@ class _AdditiveNoise(Mechanism):
         """Grid magnitude the noise exceeds with probability below 1e-26: larger values are
         rejected as impossible (they can only come from a faulty or malicious device)."""
 
+    @property
+    def report_bound(self) -> float:
+        """Decoding refuses a coordinate beyond g + noise_bound grid units: 1 + noise_bound / g
+        in real units."""
+        return 1 + self.noise_bound / self.scale
+
     def decode(self, payload: bytes) -> np.ndarray:
         if len(payload) != self.payload_size:
             raise ValueError(f"payload must be {self.payload_size} bytes, got {len(payload)}")
@@ -111,6 +122,57 @@ class _AdditiveNoise(Mechanism):
         if grid.max() > limit or grid.min() < -limit:
             raise ReportRangeError("a coordinate is outside the range the noise can produce")
         return grid
+
+    def decode_many(self, packed: np.ndarray) -> np.ndarray:
+        """(m, 8k) uint8 payloads -> (m, k) grid values, with ``decode``'s range."""
+        grid = check_packed(packed, self.payload_size).view("<i8")
+        limit = self.scale + self.noise_bound
+        if grid.size and (grid.max() > limit or grid.min() < -limit):
+            raise ReportRangeError("a coordinate is outside the range the noise can produce")
+        return grid
+
+    @abstractmethod
+    def noise_tail(self, bound: int) -> float:
+        """An upper bound on P(|Z| > bound) for one coordinate's noise Z (grid units)."""
+
+    @cached_property
+    def accepted_bound(self) -> int:
+        """The largest grid magnitude the aggregator accepts in a coordinate: g plus the
+        smallest noise bound b with k * P(|Z| > b) <= HONEST_REJECTION (see
+        docs/threat-model.md for the weight this leaves one report). Never above the decoding
+        range."""
+        target = HONEST_REJECTION / self.k
+        low, high = 0, self.noise_bound  # noise_tail(noise_bound) is far below target
+        while low < high:  # the smallest b with noise_tail(b) <= target (the tail decreases in b)
+            middle = (low + high) // 2
+            if self.noise_tail(middle) <= target:
+                high = middle
+            else:
+                low = middle + 1
+        return self.scale + low
+
+    def check_accepted(self, decoded: np.ndarray) -> None:
+        limit = self.accepted_bound
+        if decoded.size and (decoded.max() > limit or decoded.min() < -limit):
+            raise ReportRangeError(
+                f"a coordinate is outside the accepted range (|value| <= {limit} grid units)"
+            )
+
+    def statistic_rows(self, decoded: np.ndarray) -> np.ndarray:
+        return np.asarray(decoded).astype(np.int64)
+
+    def statistic_sums(self, decoded: np.ndarray) -> np.ndarray:
+        """Exact: ``OverflowError`` when the sum of accepted reports could leave int64."""
+        if float(self.accepted_bound) * len(decoded) >= 2.0**62:
+            raise OverflowError(f"sums of {len(decoded)} reports may overflow int64")
+        return np.asarray(decoded).sum(axis=0, dtype=np.int64)
+
+    def statistic_values(self, sums: np.ndarray) -> np.ndarray:
+        """In real units: the grid sums divided by g (exact, g a power of two)."""
+        return np.asarray(sums, dtype=np.float64) / self.scale
+
+    def check_statistic(self, values: np.ndarray, n: int) -> None:
+        """Real-valued sums: any finite values."""
 
     def to_real(self, report: np.ndarray) -> np.ndarray:
         """The real-valued report vector e_x + noise."""
@@ -229,6 +291,13 @@ class GaussianNoise(_AdditiveNoise):
         """12 standard deviations: P(|Z| > bound) < 2 exp(-72)."""
         return math.isqrt(int(144 * self._sigma2_grid)) + 1
 
+    def noise_tail(self, bound: int) -> float:
+        """The discrete Gaussian's normalizer is at least sigma sqrt(2 pi) (Poisson summation)
+        and its tail sum at most the integral from b, so P(|Z| > b) <= erfc(b / (sigma sqrt 2)),
+        sigma^2 = g^2 / rho."""
+        sigma = self.scale / math.sqrt(self.rho)
+        return math.erfc(bound / (sigma * math.sqrt(2)))
+
     def _secure_noise(self, source: SecureRandom) -> int:
         return source.discrete_gaussian(self._sigma2_grid)
 
@@ -290,6 +359,8 @@ class LaplaceNoise(_AdditiveNoise):
     """
 
     name = "laplace"
+    noise_excess_kurtosis = 3.0  # the continuous Laplace's; a sum of n has 3 / n
+    simulated_null = "Laplace noise: its null is always simulated"
     epsilon: float
 
     def __post_init__(self) -> None:
@@ -322,6 +393,12 @@ class LaplaceNoise(_AdditiveNoise):
     def noise_bound(self) -> int:
         """60 scale units: P(|Z| > bound) < 2 exp(-60)."""
         return math.ceil(60 * self._scale_grid) + 1
+
+    def noise_tail(self, bound: int) -> float:
+        """Exactly: P(Z = z) = (1 - r)/(1 + r) r^|z| with r = exp(-1/s), s = 2g/eps, so
+        P(|Z| > b) = 2 r^(b+1) / (1 + r)."""
+        log_r = -self.epsilon / (2 * self.scale)
+        return 2 * math.exp((bound + 1) * log_r) / (1 + math.exp(log_r))
 
     def _secure_noise(self, source: SecureRandom) -> int:
         return source.discrete_laplace(self._scale_grid)

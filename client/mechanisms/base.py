@@ -59,11 +59,12 @@ def check_categories(k: object) -> int:
     """Validate a number of categories (an integer >= 2)."""
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise ValueError(f"k must be an integer >= 2, got {k!r}")
-    if k < 2:
+    count = int(k)  # numbers.Integral declares no ordering; its int is the same number
+    if count < 2:
         raise ValueError(f"k must be an integer >= 2, got {k}")
-    if k > 2**31:
+    if count > 2**31:
         raise ValueError(f"k must be at most 2**31, got {k}")
-    return int(k)
+    return count
 
 
 def check_privacy_parameter(name: str, value: object) -> float:
@@ -82,9 +83,18 @@ def check_value(value: object, k: int) -> int:
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"value must be an integer category index, got {value!r}")
-    if not 0 <= value < k:
+    index = int(value)  # numbers.Integral declares no ordering; its int is the same number
+    if not 0 <= index < k:
         raise ValueError(f"value {value} is outside the categories 0..{k - 1}")
-    return int(value)
+    return index
+
+
+def check_packed(packed: object, payload_size: int) -> np.ndarray:
+    """A (m, payload_size) contiguous uint8 matrix of payloads (``ValueError`` otherwise)."""
+    packed = np.ascontiguousarray(packed, dtype=np.uint8)
+    if packed.ndim != 2 or packed.shape[1] != payload_size:
+        raise ValueError(f"payloads must be {payload_size} bytes")
+    return packed
 
 
 def check_values(values: object, k: int) -> np.ndarray:
@@ -156,6 +166,83 @@ class Mechanism(ABC):
     @abstractmethod
     def payload_size(self) -> int:
         """Length in bytes of every encoded report."""
+
+    # --- aggregator side: bulk decoding and the integer sufficient statistic ---------------------
+    # The store keeps each report's integer statistic row and their exact int64 sums; these
+    # methods are all it knows of a mechanism (``aggregator/store/ingest.py`` maps
+    # ``ReportRangeError`` to OUT_OF_RANGE and any other ``ValueError`` to MALFORMED).
+
+    #: Whether one report's statistic row can be far wider than its payload (support counts,
+    #: public-coin groups): the store caps the report-by-cell rows one upload may expand into.
+    statistic_expands: ClassVar[bool] = False
+
+    def decode_many(self, packed: np.ndarray) -> np.ndarray:
+        """Decode a (m, payload_size) uint8 matrix of payloads at once, with ``decode``'s checks
+        (``ValueError`` if malformed, ``ReportRangeError`` if out of range): the stack of
+        reports that ``statistic_rows`` and ``statistic_sums`` read."""
+        packed = check_packed(packed, self.payload_size)
+        return np.asarray([self.decode(row.tobytes()) for row in packed])
+
+    def check_accepted(self, decoded: np.ndarray) -> None:
+        """``ReportRangeError`` for decoded reports the aggregator refuses although the mechanism
+        can produce them (too improbable for an honest device). None by default."""
+        return
+
+    @abstractmethod
+    def statistic_rows(self, decoded: np.ndarray) -> np.ndarray:
+        """(m, statistic_size) int64: each decoded report's contribution to the statistic."""
+
+    def statistic_sums(self, decoded: np.ndarray) -> np.ndarray:
+        """The int64 sums (statistic_size,) of the decoded reports' rows. Exact: raises
+        ``OverflowError`` rather than wrap."""
+        return self.statistic_rows(decoded).sum(axis=0, dtype=np.int64)
+
+    def statistic_values(self, sums: np.ndarray) -> np.ndarray:
+        """The histogram's values (float64) from stored integer sums: the sums themselves, or
+        in real units for a mechanism whose reports live on a grid."""
+        return np.asarray(sums, dtype=np.float64)
+
+    @property
+    def report_bound(self) -> float | None:
+        """The largest magnitude a coordinate of one decoded report can have, in the units of
+        ``statistic_values``, for a mechanism whose ``check_statistic`` accepts any finite
+        values (additive noise: 1 + noise_bound / g); None where it bounds them itself."""
+        return None
+
+    def check_statistic(self, values: np.ndarray, n: int) -> None:
+        """``ValueError`` unless ``values`` can be the statistic of ``n`` reports: counts of 0/1
+        cells, so integers in 0..n (mechanisms with real-valued reports override it)."""
+        if not np.array_equal(values, np.round(values)):
+            raise ValueError(f"{self.name} values must be integers")
+        if values.min() < 0 or values.max() > n:
+            raise ValueError(f"{self.name} values must lie in 0..n")
+
+    # --- how the aggregator's statistics read the mechanism --------------------------------------
+    #: What the sufficient statistic is; the estimators and tests choose their algorithm by it:
+    #: "counts" (one category per report: multinomial counts), "bits" (k bits per report, summed:
+    #: ``n Cov(p_hat) = Diag p - p p^T + b I``), "noise" (the one-hot vector plus additive noise,
+    #: in real units, the same covariance form), "support" (per-category counts of supporting
+    #: reports, ``SupportMechanism``), "groups" (per-group report counts and bit sums: no
+    #: per-category channel).
+    statistic_kind: ClassVar[str]
+
+    #: Whether pairs of categories are exchangeable (``ExchangeableSupport``): the support
+    #: statistic's null law is then low-rank.
+    exchangeable_pairs: ClassVar[bool] = False
+
+    @property
+    def support_size(self) -> int | None:
+        """How many categories every report supports, when that number is fixed (None when it
+        varies from report to report, or the reports are not read through support)."""
+        return None
+
+    #: The excess kurtosis of one coordinate's noise that the aggregator's normal approximations
+    #: correct for (Cornish-Fisher); 0 where the noise is taken as normal.
+    noise_excess_kurtosis: ClassVar[float] = 0.0
+
+    #: Why the aggregator always simulates the null of a test on this mechanism, or None when it
+    #: simulates only where the chi-square law's validity diagnostics fail.
+    simulated_null: ClassVar[str | None] = None
 
     # --- studies and benchmarks ----------------------------------------------------------------
     @abstractmethod

@@ -16,6 +16,7 @@ from client.mechanisms.base import (
     check_values,
 )
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
+from client.mechanisms.support import unpack_bits
 
 _PRECISION = 80
 
@@ -74,6 +75,7 @@ class FlipComponents(PureEpsilon, Mechanism):
     """
 
     name = "flip_components"
+    statistic_kind = "bits"
     k: int
     epsilon: float
 
@@ -138,6 +140,16 @@ class FlipComponents(PureEpsilon, Mechanism):
         if bits[self.k :].any():
             raise ValueError("padding bits beyond k must be zero")
         return bits[: self.k]
+
+    def decode_many(self, packed: np.ndarray) -> np.ndarray:
+        """(m, payload_size) uint8 payloads -> (m, k) bits."""
+        return unpack_bits(packed, self.k)
+
+    def statistic_rows(self, decoded: np.ndarray) -> np.ndarray:
+        return np.asarray(decoded).astype(np.int64)
+
+    def statistic_sums(self, decoded: np.ndarray) -> np.ndarray:
+        return np.asarray(decoded).sum(axis=0, dtype=np.int64)
 
     # --- studies ---------------------------------------------------------------------------------
     def simulate(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -71,6 +71,8 @@ class PublicCoinBit(PureEpsilon, Mechanism):
     """
 
     name = "public_coin_bit"
+    statistic_kind = "groups"
+    statistic_expands = True
     k: int
     epsilon: float
     public_seed: int
@@ -175,6 +177,16 @@ class PublicCoinBit(PureEpsilon, Mechanism):
         rows[index, self.groups + reports[:, 0]] = reports[:, 1]
         return rows
 
+    def statistic_sums(self, decoded: np.ndarray) -> np.ndarray:
+        sums, sizes = self.group_statistics(decoded)
+        return np.concatenate([sizes, sums])
+
+    def check_statistic(self, values: np.ndarray, n: int) -> None:
+        super().check_statistic(values, n)
+        sizes, sums = np.split(values, 2)
+        if sizes.sum() != n or (sums > sizes).any():
+            raise ValueError(f"public-coin group sizes must sum to n={n} and bound their bit sums")
+
     def aggregate(self, reports: np.ndarray) -> np.ndarray:
         sums, sizes = self.group_statistics(reports)
         return np.concatenate([sizes, sums]).astype(np.float64)
@@ -242,3 +254,13 @@ class PublicCoinBit(PureEpsilon, Mechanism):
         sizes = rng.multinomial(n, np.full(self.groups, 1 / self.groups), size=size)
         sums = rng.binomial(sizes, self.bit_probabilities(p / p.sum()))
         return sums.astype(np.int64), sizes.astype(np.int64)
+
+
+def as_public_coin(mechanism: Mechanism) -> PublicCoinBit:
+    """``mechanism`` as the public-coin mechanism its ``statistic_kind`` "groups" names: the
+    statistics choose their algorithm by the kind, then read the groups (``groups``,
+    ``bit_probabilities``) through this. ``TypeError`` for another class: a mechanism of any
+    other kind, or one that claims the kind without the groups."""
+    if not isinstance(mechanism, PublicCoinBit):
+        raise TypeError(f"{mechanism.describe()} is not a public-coin one-bit mechanism")
+    return mechanism

@@ -14,6 +14,7 @@ from client.mechanisms.base import (
     Mechanism,
     PureEpsilon,
     ReportRangeError,
+    check_packed,
     check_value,
     check_values,
 )
@@ -81,6 +82,7 @@ class RandomizedResponse(PureEpsilon, Mechanism):
     """
 
     name = "randomized_response"
+    statistic_kind = "counts"
     k: int
     epsilon: float
 
@@ -154,6 +156,32 @@ class RandomizedResponse(PureEpsilon, Mechanism):
         if index >= self.k:
             raise ReportRangeError(f"category {index} is outside 0..{self.k - 1}")
         return index
+
+    def decode_many(self, packed: np.ndarray) -> np.ndarray:
+        """(m, 4) uint8 payloads -> the (m,) reported categories."""
+        index = check_packed(packed, self.payload_size).view("<u4").reshape(-1)
+        if index.size and index.max() >= self.k:
+            raise ReportRangeError(f"category {index.max()} is outside 0..{self.k - 1}")
+        return index
+
+    def statistic_rows(self, decoded: np.ndarray) -> np.ndarray:
+        """The one-hot row of each reported category."""
+        decoded = np.asarray(decoded).reshape(-1)
+        rows = np.zeros((decoded.size, self.k), dtype=np.int64)
+        rows[np.arange(decoded.size), decoded] = 1
+        return rows
+
+    def statistic_sums(self, decoded: np.ndarray) -> np.ndarray:
+        return np.bincount(decoded, minlength=self.k).astype(np.int64)
+
+    def check_statistic(self, values: np.ndarray, n: int) -> None:
+        super().check_statistic(values, n)
+        if values.sum() != n:
+            raise ValueError(f"randomized-response counts must sum to n={n}, got {values.sum():g}")
+
+    def channel_matrix(self) -> np.ndarray:
+        """W (k x k), W[y, x] = P(report y | answer x): a0 + a1 I."""
+        return self.a0 + self.a1 * np.eye(self.k)
 
     # --- studies ---------------------------------------------------------------------------------
     def simulate(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -48,6 +48,11 @@ class SubsetSelection(PureEpsilon, ExchangeableSupport):
             d = int((self.k / (Decimal(self.epsilon).exp() + 1)).to_integral_value(ROUND_CEILING))
         return min(max(d, 1), self.k - 1)
 
+    @property
+    def support_size(self) -> int:
+        """Every report supports exactly d categories."""
+        return self.subset_size
+
     @cached_property
     def in_probability(self) -> float:
         """a = d / (d + (k - d) e^-eps): the chance that the answer is in the set."""

@@ -14,11 +14,14 @@ from abc import abstractmethod
 
 import numpy as np
 
-from client.mechanisms.base import Mechanism
+from client.mechanisms.base import Mechanism, check_packed
 
 
 class SupportMechanism(Mechanism):
     """A mechanism whose aggregate is the per-category count of supporting reports."""
+
+    statistic_kind = "support"
+    statistic_expands = True
 
     @abstractmethod
     def support(self, reports: np.ndarray) -> np.ndarray:
@@ -33,6 +36,12 @@ class SupportMechanism(Mechanism):
         """The int64 support count of each category over a stack of reports."""
         return bit_sums(self.support(reports))
 
+    def statistic_rows(self, decoded: np.ndarray) -> np.ndarray:
+        return self.support(decoded).astype(np.int64)
+
+    def statistic_sums(self, decoded: np.ndarray) -> np.ndarray:
+        return self.support_counts(decoded)
+
     def aggregate(self, reports: np.ndarray) -> np.ndarray:
         return self.support_counts(reports).astype(np.float64)
 
@@ -45,6 +54,8 @@ class ExchangeableSupport(SupportMechanism):
     lets the aggregator evaluate the Pearson statistic's null law without an eigendecomposition
     (``aggregator/stats/low_rank_law.py``).
     """
+
+    exchangeable_pairs = True
 
     @property
     @abstractmethod
@@ -60,6 +71,16 @@ class ExchangeableSupport(SupportMechanism):
         return cov
 
 
+def as_exchangeable(mechanism: Mechanism) -> ExchangeableSupport:
+    """``mechanism`` as the support mechanism its ``exchangeable_pairs`` flag names: the
+    statistics choose the low-rank null law by the flag, then read ``pair_support`` through this.
+    ``TypeError`` for another class: a mechanism without the flag, or one that sets it without
+    the pair probabilities."""
+    if not isinstance(mechanism, ExchangeableSupport):
+        raise TypeError(f"{mechanism.describe()} has no exchangeable pairs of categories")
+    return mechanism
+
+
 def bit_sums(bits: np.ndarray) -> np.ndarray:
     """Column sums (int64) of a 0/1 matrix, adding 255 rows at a time in uint8 (no overflow):
     several times faster than a sum in int64."""
@@ -72,8 +93,8 @@ def bit_sums(bits: np.ndarray) -> np.ndarray:
 
 def unpack_bits(packed: np.ndarray, k: int) -> np.ndarray:
     """Bits (m, k) of a (m, ceil(k/8)) uint8 matrix, least significant bit first; the padding
-    bits above k must be zero (``ValueError``)."""
-    bits = np.unpackbits(np.ascontiguousarray(packed, dtype=np.uint8), axis=1, bitorder="little")
+    bits above k must be zero (``ValueError``, as for another shape)."""
+    bits = np.unpackbits(check_packed(packed, (k + 7) // 8), axis=1, bitorder="little")
     if bits[:, k:].any():
         raise ValueError("padding bits beyond k must be zero")
     return bits[:, :k]

@@ -1,0 +1,175 @@
+"""``ldp-client simulate``: play a population of devices against a server (a load generator for
+demos, studies and benchmarks; no device runs it).
+
+Each simulated device draws its true answers from the given distributions, randomizes them with
+the question's mechanism (the same code a device runs) and uploads in batches. Kept out of
+client/cli.py so that a device's commands never load it (docs/architecture.md, "Packaging by
+role").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from client.budgeting import survey_cost
+from client.device.split import split_side
+from client.progress import bar
+from client.survey import SurveySpec
+from protos.ldp.v1 import ldp_pb2
+
+if TYPE_CHECKING:
+    from client.device.transport import Transport
+
+
+class SimulationError(ValueError):
+    """A mistake in the simulate command's flags (ldp-client prints it as one line, exit 2)."""
+
+
+def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> int:
+    """Run the command; ``connect`` opens the transport the command line's flags describe."""
+    if args.devices < 1 or args.batch < 1:
+        raise SimulationError("--devices and --batch must be positive")
+    with connect() as transport:
+        survey = transport.get_survey(args.survey)
+        if survey.require_device_auth:
+            raise SimulationError(
+                f"survey {survey.id} requires signed uploads; simulated devices have no keys"
+            )
+        truths = _truths(survey, args.truth)
+        values, shares = _group_shares(survey, args.group_share)
+        by_group = _group_truths(survey, values, truths, args.truth_for)
+        rng = np.random.default_rng(args.seed)
+        groups = rng.choice(len(values), size=args.devices, p=shares)
+        answers = {q.id: np.zeros(args.devices, dtype=np.int64) for q in survey.questions}
+        for g, value in enumerate(values):
+            members = np.flatnonzero(groups == g)
+            for q in survey.questions:
+                answers[q.id][members] = rng.choice(q.k, size=members.size, p=by_group[value][q.id])
+        total = args.devices * len(survey.questions)
+        counts = {"accepted": 0, "duplicate": 0}
+        batch: list[ldp_pb2.Report] = []
+        started = time.perf_counter()
+        with bar(total, "simulate", unit="reports", quiet=args.json) as progress:
+            for device in range(args.devices):
+                # A split survey: each simulated device has its own split secret (wire.md §3.10).
+                side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
+                for question in survey.questions:
+                    mech = question.mechanism
+                    answer = int(answers[question.id][device])
+                    batch.append(
+                        ldp_pb2.Report(
+                            report_id=os.urandom(16),
+                            survey_id=survey.id,
+                            question_id=question.id,
+                            payload=mech.encode(mech.randomize(answer)),
+                            definition_digest=question.digest,
+                            side=side,
+                            group=values[groups[device]],
+                        )
+                    )
+                if len(batch) >= args.batch or device == args.devices - 1:
+                    for result in transport.upload(batch):
+                        accepted = result.status == ldp_pb2.ACCEPTED
+                        counts["accepted" if accepted else "duplicate"] += 1
+                    progress.update(len(batch))
+                    batch = []
+    elapsed = time.perf_counter() - started
+    cost = survey_cost(survey.questions)
+    devices_per_group = (
+        {v: int((groups == g).sum()) for g, v in enumerate(values)} if any(values) else None
+    )
+    summary = {
+        "devices": args.devices,
+        "reports": total,
+        **({"groups": devices_per_group} if devices_per_group is not None else {}),
+        "seconds": elapsed,
+        **counts,
+        "epsilon": cost.epsilon,
+        "rho": cost.rho,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(
+            f"{args.devices} devices sent {total} reports in {elapsed:.1f} s: "
+            f"{counts['accepted']} accepted, {counts['duplicate']} duplicate; "
+            f"each device spent epsilon {cost.epsilon:g} (pure) and rho {cost.rho:g} (zCDP), "
+            f"covered by {cost.flags}"
+        )
+        if devices_per_group is not None and survey.group_label is not None:
+            counted = ", ".join(f"{v} {n:,}" for v, n in devices_per_group.items())
+            print(f"devices per {survey.group_label.name}: {counted}")
+    return 0
+
+
+def _group_shares(survey: SurveySpec, spec: str | None) -> tuple[list[str], np.ndarray]:
+    """The groups simulated devices fall into and their shares: [''] for a survey without a
+    group label; equal shares over its values unless ``--group-share`` gives them."""
+    label = survey.group_label
+    if label is None:
+        if spec:
+            raise SimulationError(
+                f"survey {survey.id} has no group label; --group-share is for one"
+            )
+        return [""], np.ones(1)
+    if not spec:
+        return list(label.values), np.full(len(label.values), 1.0 / len(label.values))
+    shares = {}
+    for part in spec.split(","):
+        name, _, share = part.partition("=")
+        if name not in label.values:
+            raise SimulationError(
+                f"--group-share: {name!r} is not one of the {label.name} values of survey "
+                f"{survey.id} ({', '.join(label.values)})"
+            )
+        try:
+            shares[name] = float(share)
+        except ValueError:
+            raise SimulationError(f"--group-share {part!r}: expected GROUP=SHARE") from None
+    p = np.array(list(shares.values()))
+    if (p < 0).any() or not np.isclose(p.sum(), 1.0):
+        raise SimulationError("--group-share: shares must be non-negative and sum to 1")
+    return list(shares), p / p.sum()
+
+
+def _group_truths(
+    survey: SurveySpec, values: list[str], truths: dict[str, np.ndarray], specs: list[str]
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per simulated group its true answer distributions: ``truths`` with ``--truth-for
+    GROUP:QUESTION=P1,...`` applied to that group."""
+    out = {value: dict(truths) for value in values}
+    for spec in specs:
+        value, sep, rest = spec.partition(":")
+        if not sep or value not in out or not value:
+            raise SimulationError(
+                f"--truth-for {spec!r}: expected GROUP:QUESTION=P1,... with GROUP one of the "
+                f"simulated groups ({', '.join(v for v in values if v) or 'none'})"
+            )
+        question = rest.partition("=")[0]
+        out[value][question] = _truths(survey, [rest])[question]
+    return out
+
+
+def _truths(survey: SurveySpec, specs: list[str]) -> dict[str, np.ndarray]:
+    truths = {q.id: np.full(q.k, 1.0 / q.k) for q in survey.questions}
+    for spec in specs:
+        name, _, values = spec.partition("=")
+        if name not in truths:
+            raise SimulationError(f"--truth names unknown question {name!r}")
+        try:
+            p = np.array([float(v) for v in values.split(",")])
+        except ValueError:
+            raise SimulationError(f"--truth {spec!r}: probabilities must be numbers") from None
+        if p.size != truths[name].size or (p < 0).any() or not np.isclose(p.sum(), 1.0):
+            raise SimulationError(
+                f"--truth {name}: need {truths[name].size} non-negative probabilities summing to 1"
+            )
+        truths[name] = p / p.sum()
+    return truths

@@ -1,0 +1,309 @@
+"""What a device costs: install size, import time, and peak memory and wall time of one answer.
+
+Builds a wheel of this tree (or of a git ref, ``--ref main`` for a "before" figure), installs it
+*without extras* into a fresh venv that has no pip of its own (so the size is the device's
+packages and the interpreter's venv, nothing else), then measures with that venv's interpreter,
+from a folder outside the source tree:
+
+* install size: bytes on disk of the whole venv (allocated blocks, like ``du``);
+* import time of ``client.device.reporter``: fresh interpreters, median of ``--runs``;
+* one answer submitted end to end against a real aggregator on loopback (started from this
+  interpreter's full environment, ``scripts/demo_survey.toml``, plaintext): a fresh device state
+  enrols, answers the randomized-response question ``mood`` and flushes; peak RSS (the process's
+  ``ru_maxrss``) and wall time from process start to exit, median of ``--runs``, once through the
+  library (``Reporter``) and once through the command line (``ldp-client submit``).
+
+Timings depend on the machine and its load: the table prints ``nproc``, the CPU model and the
+load average beside them. docs/performance.md ("Device footprint") has the figures.
+
+    python scripts/bench_device_footprint.py                 # this tree
+    python scripts/bench_device_footprint.py --ref main      # a committed ref, for a before figure
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "scripts" / "demo_survey.toml"
+SURVEY, QUESTION, ANSWER = "wellbeing-2026", "mood", "fine"
+BUDGET_FLAGS = ["--budget", "12.7566", "--pointwise", "7"]  # ldp-aggregator cost, demo survey
+
+IMPORT = (
+    "import time\nt = time.perf_counter()\nimport client.device.reporter\n"
+    "print(time.perf_counter() - t)\n"
+)
+#: One answer through the library, as an app embeds it.
+LIBRARY = f"""
+import sys
+from client.device.ledger import Budget
+from client.device.reporter import Reporter
+from client.device.transport import Transport
+
+server, state = sys.argv[1:3]
+reporter = Reporter(Transport(server), state, Budget(12.7566, pointwise=7))
+try:
+    reporter.answer({SURVEY!r}, {QUESTION!r}, {ANSWER!r})
+    result = reporter.flush()
+finally:
+    reporter.close()
+assert (result.accepted, result.pending, result.error) == (1, 0, ""), result
+"""
+#: Modules a device must never load (its install does not even have them).
+HEAVY = ("scipy", "tqdm", "grpc_health", "grpc_reflection", "aggregator")
+
+
+def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, **kwargs)
+
+
+def build_wheel(ref: str | None, work: Path) -> Path:
+    """A wheel of the working tree's tracked files, or of ``ref``; built from a copy."""
+    src = work / "src"
+    src.mkdir()
+    if ref is None:
+        files = run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO
+        ).stdout.split("\0")
+        for name in filter(None, files):
+            path = REPO / name
+            if path.is_file():
+                (src / name).parent.mkdir(parents=True, exist_ok=True)
+                (src / name).write_bytes(path.read_bytes())
+    else:
+        archive = subprocess.run(
+            ["git", "archive", ref], cwd=REPO, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    out = work / "wheel"
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(src)])
+    return next(out.glob("ldp_survey-*.whl"))
+
+
+def make_device_venv(wheel: Path, venv: Path) -> Path:
+    """A venv without pip holding the wheel and its core dependencies only; its python."""
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    python = venv / "bin" / "python"
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(wheel),
+        ]
+    )
+    return python
+
+
+def disk_bytes(folder: Path) -> int:
+    """Bytes allocated on disk under ``folder`` (each hard-linked file once), as ``du``."""
+    seen, total = set(), 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            info = os.lstat(os.path.join(root, name))
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_blocks * 512
+    return total
+
+
+def measured(argv: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall time (s) and peak RSS (MB) of one process, from spawn to exit."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    out, err = process.stdout.read(), process.stderr.read()  # type: ignore[union-attr]
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(
+            f"{argv[:3]} failed ({process.returncode}): {err.decode()}{out.decode()}"
+        )
+    return wall, usage.ru_maxrss / 1024
+
+
+class Aggregator:
+    """A real aggregator on loopback, from this interpreter's (full) environment."""
+
+    def __init__(self, work: Path) -> None:
+        port_file = work / "port"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aggregator.entry",
+                "serve",
+                "--config",
+                str(CONFIG),
+                "--db",
+                str(work / "reports.sqlite"),
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                "--insecure",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(600):
+            if port_file.exists() and port_file.read_text().strip():
+                break
+            if self.process.poll() is not None:
+                raise RuntimeError("the aggregator exited at start")
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("the aggregator did not start")
+        self.target = f"127.0.0.1:{port_file.read_text().strip()}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def machine() -> dict[str, object]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "load": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def bench(ref: str | None, runs: int, keep: Path | None) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="ldp-footprint-") as tmp:
+        work = Path(tmp)
+        venv = keep or work / "device"
+        python = venv / "bin" / "python"
+        if not python.exists():
+            python = make_device_venv(build_wheel(ref, work), venv)
+        client_cli = venv / "bin" / "ldp-client"
+        outside = work / "run"
+        outside.mkdir()
+        loaded = run(
+            [
+                str(python),
+                "-c",
+                LIBRARY.split("server, state")[0]
+                + "import sys; print(' '.join(m for m in sys.modules))",
+            ],
+            cwd=outside,
+        )
+        heavy = sorted({m.split(".")[0] for m in loaded.stdout.split()} & set(HEAVY))
+        imports = [float(run([str(python), "-c", IMPORT], cwd=outside).stdout) for _ in range(runs)]
+        server = Aggregator(work)
+        try:
+            library, cli = [], []
+            for i in range(runs):
+                library.append(
+                    measured(
+                        [
+                            str(python),
+                            "-c",
+                            LIBRARY,
+                            server.target,
+                            str(outside / f"lib{i}.sqlite"),
+                        ],
+                        outside,
+                    )
+                )
+                cli.append(
+                    measured(
+                        [
+                            str(client_cli),
+                            "submit",
+                            "--server",
+                            server.target,
+                            "--insecure",
+                            "--state",
+                            str(outside / f"cli{i}.sqlite"),
+                            *BUDGET_FLAGS,
+                            "--survey",
+                            SURVEY,
+                            "--question",
+                            QUESTION,
+                            "--answer",
+                            ANSWER,
+                            "--json",
+                        ],
+                        outside,
+                    )
+                )
+        finally:
+            server.stop()
+        return {
+            "ref": ref or "working tree",
+            "install_mb": disk_bytes(venv) / 1e6,
+            "import_s": statistics.median(imports),
+            "import_runs": imports,
+            "library_wall_s": statistics.median(w for w, _ in library),
+            "library_rss_mb": statistics.median(r for _, r in library),
+            "cli_wall_s": statistics.median(w for w, _ in cli),
+            "cli_rss_mb": statistics.median(r for _, r in cli),
+            "heavy_modules_loaded": heavy,
+            "machine": machine(),
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ref", help="git ref to measure (default: the working tree)")
+    parser.add_argument("--runs", type=int, default=7, help="fresh processes per figure")
+    parser.add_argument("--venv", type=Path, help="keep (or reuse) the device venv here")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args()
+    result = bench(args.ref, args.runs, args.venv)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    m = result["machine"]
+    print(
+        f"device footprint of {result['ref']} ({m['nproc']} cores, {m['cpu']}, Python "
+        f"{m['python']}, load average {' '.join(map(str, m['load']))})"
+    )
+    print(f"  install (venv, no pip)           {result['install_mb']:7.1f} MB")
+    print(
+        f"  import client.device.reporter    {result['import_s']:7.3f} s   (median of "
+        f"{len(result['import_runs'])})"
+    )
+    print(
+        f"  one answer, library: peak RSS    {result['library_rss_mb']:7.1f} MB, wall "
+        f"{result['library_wall_s']:.3f} s"
+    )
+    print(
+        f"  one answer, ldp-client: peak RSS {result['cli_rss_mb']:7.1f} MB, wall "
+        f"{result['cli_wall_s']:.3f} s"
+    )
+    print(
+        f"  heavy modules loaded by a device: {', '.join(result['heavy_modules_loaded']) or 'none'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

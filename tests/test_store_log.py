@@ -1,0 +1,213 @@
+"""The report log appended in ``seq`` order and its id index (issue 27): migration of a store
+written by the previous version, exact DUPLICATE/CONFLICT answers whatever the id hashes do,
+the index across clean and unclean restarts, and no upload grouped by the log's order."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aggregator.store import report_store
+from aggregator.store.id_index import MAX_RUN, IdIndex, _merge
+from aggregator.store.report_store import (
+    CONFLICT,
+    DUPLICATE,
+    SCHEMA_VERSION,
+    STORED,
+    ReportStore,
+    StoredReport,
+)
+
+#: Written by the previous version's code (schema 4, the log keyed by report_id, WITHOUT ROWID):
+#: 300 + 100 reports of survey "plain" (rr k=4, fc k=3), 100 of the split survey "split" (sides 1
+#: and 2), 100 of "grouped" (groups "a" and "b").
+V4_STORE = Path(__file__).parent / "data" / "report_store_v4.sqlite"
+
+
+def rr(report_id: bytes, value: int, survey: str = "s", question: str = "q") -> StoredReport:
+    row = np.zeros(4, dtype=np.int64)
+    row[value] = 1
+    return StoredReport(report_id, survey, question, bytes([value]), row)
+
+
+def log_rows(db: Path) -> list[tuple]:
+    with closing(sqlite3.connect(db)) as conn:
+        sql = "SELECT report_id, survey_id, question_id, payload, side, group_value FROM reports"
+        return sorted(conn.execute(sql))
+
+
+def statistics_rows(db: Path) -> dict[str, list[tuple]]:
+    with closing(sqlite3.connect(db)) as conn:
+        return {
+            table: sorted(conn.execute(f"SELECT * FROM {table}"))
+            for table in ("statistics", "side_statistics", "group_statistics")
+        }
+
+
+def contribution(survey: str, question: str, payload: bytes) -> np.ndarray:
+    if question == "fc":
+        return np.array([(payload[0] >> j) & 1 for j in range(3)], dtype=np.int64)
+    row = np.zeros(4, dtype=np.int64)
+    row[payload[0]] = 1
+    return row
+
+
+def test_a_store_of_the_previous_version_is_migrated_without_loss_or_double_count(tmp_path):
+    db = tmp_path / "old.sqlite"
+    shutil.copy(V4_STORE, db)
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+    before, stats_before = log_rows(db), statistics_rows(db)
+    assert len(before) == 600
+    with ReportStore(db) as store:
+        assert store.count_reports() == 600
+        assert store.statistics("plain", "rr")[0] == 300
+        assert store.statistics("split", "rr", side=2)[0] == 50
+        assert store.statistics("grouped", "rr", group="a")[0] == 50
+        old = before[0]
+        assert store.stored_ids([old[0], os.urandom(16)]) == {old[0]}
+        resend = StoredReport(old[0], old[1], old[2], old[3], contribution(*old[1:4]), old[4])
+        clash = rr(before[1][0], 0, "other", "q")
+        store.register_question("other", "q", 4)
+        fresh = rr(os.urandom(16), 2, "other", "q")
+        assert store.put([resend, clash, fresh]) == [DUPLICATE, CONFLICT, STORED]
+    assert log_rows(db) == sorted([*before, (fresh.report_id, "other", "q", bytes([2]), 0, "")])
+    after = statistics_rows(db)
+    assert [row for row in after["statistics"] if row[0] != "other"] == stats_before["statistics"]
+    assert after["side_statistics"] == stats_before["side_statistics"]
+    assert after["group_statistics"] == stats_before["group_statistics"]
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'reports'").fetchone()
+        assert "WITHOUT ROWID" not in sql.upper()
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    with ReportStore(db) as store:  # the statistics agree with the migrated log
+        rebuilt = store.rebuild(contribution)
+        assert rebuilt[("plain", "rr")][0] == 300 and rebuilt[("other", "q")][0] == 1
+    assert statistics_rows(db) == after
+
+
+def test_answers_stay_exact_when_every_id_hash_collides(tmp_path, monkeypatch):
+    """The index only proposes rows: with a hash that maps every id to one key, each answer
+    is still decided by comparing whole ids against the log."""
+    monkeypatch.setattr(IdIndex, "keys", lambda self, ids: np.zeros(len(list(ids)), np.uint64))
+    ids = [os.urandom(16) for _ in range(6)]
+    with ReportStore(tmp_path / "s.sqlite") as store:
+        store.register_question("s", "q", 4)
+        assert store.put([rr(ids[0], 1), rr(ids[1], 2), rr(ids[1], 2)]) == [
+            STORED,
+            STORED,
+            DUPLICATE,
+        ]
+        assert store.put([rr(ids[2], 0), rr(ids[0], 1), rr(ids[1], 3), rr(ids[3], 1)]) == [
+            STORED,
+            DUPLICATE,
+            CONFLICT,
+            STORED,
+        ]
+        assert store.stored_ids(ids) == set(ids[:4])
+        assert store.statistics("s", "q") == (4, pytest.approx(np.array([1, 2, 1, 0])))
+        assert store.count_reports() == 4
+
+
+def test_duplicates_are_found_after_a_clean_close_and_after_a_crash(tmp_path):
+    db = tmp_path / "s.sqlite"
+    first = [rr(os.urandom(16), i % 4) for i in range(500)]
+    second = [rr(os.urandom(16), i % 4) for i in range(300)]
+    with ReportStore(db) as store:
+        store.register_question("s", "q", 4)
+        assert set(store.put(first)) == {STORED}
+    with ReportStore(db) as store:  # the index saved at close, nothing appended after it
+        assert set(store.put(first)) == {DUPLICATE}
+        assert set(store.put(second)) == {STORED}
+        crashed = tmp_path / "crashed"
+        crashed.mkdir()
+        for suffix in ("", "-wal"):  # the files as a kill would leave them: WAL not emptied
+            shutil.copy(f"{db}{suffix}", crashed / f"s.sqlite{suffix}")
+    with ReportStore(crashed / "s.sqlite") as store:  # saved index + the rows appended after
+        assert set(store.put(first + second)) == {DUPLICATE}
+        assert store.count_reports() == 800 and store.statistics("s", "q")[0] == 800
+
+
+def test_a_saved_index_that_does_not_fit_the_log_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_store, "BLOCK", 8)
+    db = tmp_path / "s.sqlite"
+    reports = [rr(os.urandom(16), 1) for _ in range(50)]
+    with ReportStore(db) as store:
+        store.register_question("s", "q", 4)
+        store.put(reports)
+    with closing(sqlite3.connect(db)) as conn:  # the log lost its tail behind the index's back
+        lost = conn.execute("DELETE FROM reports WHERE seq > 36").rowcount
+        conn.commit()
+    with ReportStore(db) as store:
+        flags = store.put(reports)
+    with closing(sqlite3.connect(db)) as conn:
+        stored = [row[0] for row in conn.execute("SELECT report_id FROM reports")]
+    assert flags.count(STORED) == lost == 14 and sorted(stored) == sorted(
+        r.report_id for r in reports
+    )
+
+
+def test_the_log_order_groups_no_upload(tmp_path, monkeypatch):
+    """Uploads of 4 reports, each its own commit, as from one device at a time: each report
+    takes a random free place of the log's current block, so in the log's order an upload's
+    reports are apart (neighbours from one upload about as rare as by chance, 3 in 256 here)."""
+    monkeypatch.setattr(report_store, "BLOCK", 256)
+    db = tmp_path / "s.sqlite"
+    upload_of = {}
+    with ReportStore(db) as store:
+        store.register_question("s", "q", 4)
+        for upload in range(300):
+            reports = [rr(os.urandom(16), i) for i in range(4)]
+            upload_of.update((r.report_id, upload) for r in reports)
+            assert store.put(reports) == [STORED] * 4
+    with closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT seq, report_id FROM reports ORDER BY seq").fetchall()
+    seqs = [seq for seq, _ in rows]  # 4 full blocks, then 176 random places of the fifth
+    assert seqs[:1024] == list(range(1, 1025)) and 1024 < min(seqs[1024:]) <= max(seqs) <= 1280
+    log = [upload_of[i] for _, i in rows]
+    together = sum(a == b for a, b in itertools.pairwise(log))
+    assert together < 0.05 * len(log)  # in arrival order it would be 3 in 4
+    blocks = [sorted(set(log[i : i + 256])) for i in range(0, 1200, 256)]
+    assert blocks[:4] == [list(range(64 * b, 64 * b + 64)) for b in range(4)]
+    with ReportStore(db) as store:  # the fifth block's free places are found again
+        store.put([rr(os.urandom(16), 0) for _ in range(100)])
+    with closing(sqlite3.connect(db)) as conn:
+        seqs = [row[0] for row in conn.execute("SELECT seq FROM reports ORDER BY seq")]
+    assert seqs[:1280] == list(range(1, 1281)) and 1280 < min(seqs[1280:]) <= max(seqs) <= 1536
+
+
+def test_index_runs_merge_and_find_every_entry():
+    rng = np.random.default_rng(7)
+    index = IdIndex()
+    keys = rng.integers(0, 50_000, size=20_000, dtype=np.uint64)  # many collisions on purpose
+    for start in range(0, len(keys), 700):
+        chunk = keys[start : start + 700]
+        index.add(chunk, np.arange(start, start + len(chunk)))
+    assert len(index) == len(keys) and index.runs <= 8 and index.high_water == len(keys) - 1
+    probe = np.concatenate((keys[::97], np.array([50_001, 60_000], dtype=np.uint64)))
+    found = index.candidates(probe)
+    for i, key in enumerate(probe.tolist()):
+        assert sorted(found.get(i, [])) == np.flatnonzero(keys == key).tolist()
+    a = (np.array([1, 3, 3, 9], np.uint64), np.array([0, 1, 2, 3]))
+    b = (np.array([0, 3, 10], np.uint64), np.array([4, 5, 6]))
+    merged = _merge(a, b)
+    assert merged[0].tolist() == [0, 1, 3, 3, 3, 9, 10]
+    assert sorted(merged[1][2:5].tolist()) == [1, 2, 5] and MAX_RUN >= 2**20
+
+
+def test_id_hashes_depend_on_the_key_and_on_every_byte():
+    ids = [bytes(16), bytes(15) + b"\x01", b"\x01" + bytes(15), os.urandom(16)]
+    one, other = IdIndex(bytes(range(80))), IdIndex(bytes(range(1, 81)))
+    assert len(set(one.keys(ids).tolist())) == 4
+    assert one.keys(ids).tolist() != other.keys(ids).tolist()
+    assert IdIndex(bytes(range(80))).keys(ids).tolist() == one.keys(ids).tolist()
+    with pytest.raises(ValueError):
+        one.keys([b"short"])
