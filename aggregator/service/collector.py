@@ -105,19 +105,12 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         return ldp_pb2.ListSurveysResponse(surveys=[s.to_proto() for s in self._surveys.values()])
 
     async def Upload(self, request, context, outcome: CallOutcome | None = None):
+        """A unary upload, all or nothing. Its raw bytes passed :meth:`screen` first (the only
+        registration is the byte-level one of ``handlers.py``): it holds 1 to
+        MAX_REPORTS_PER_REQUEST reports and was not shed; authenticate, validate, admit, commit,
+        answer."""
         outcome = outcome or CallOutcome()
         reports = request.reports
-        if not reports:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no reports")
-        if len(reports) > MAX_REPORTS_PER_REQUEST:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"at most {MAX_REPORTS_PER_REQUEST} reports per request, got {len(reports)}",
-            )
-        try:
-            self._guard.check_load(len(reports))  # shed before verifying or validating anything
-        except LimitExceededError as exc:
-            await self._refuse(context, exc)
         device = await self._auth.authenticate_upload(context, reports)
         try:
             upload = ingest.validate_upload(reports, self._surveys)
