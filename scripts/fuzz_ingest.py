@@ -97,7 +97,7 @@ def check_contribution(mech: Mechanism, contribution: np.ndarray) -> None:
     elif isinstance(mech, FlipComponents):
         assert contribution.min() >= 0 and contribution.max() <= 1, contribution
     else:
-        limit = ingest.accepted_bound(mech)  # type: ignore[arg-type]
+        limit = mech.accepted_bound
         assert np.abs(contribution).max() <= limit, contribution
 
 
@@ -192,7 +192,7 @@ def check_decode(data: bytes) -> None:
     try:
         contribution = ingest.contribution(question, payload)
     except ReportRejectedError as exc:  # decodable, but outside the range the service accepts
-        limit = ingest.accepted_bound(mech)  # type: ignore[arg-type]
+        limit = mech.accepted_bound
         assert exc.reason is Rejection.OUT_OF_RANGE, exc
         assert np.abs(np.asarray(report)).max() > limit, "rejected inside the accepted range"
         return
@@ -221,7 +221,7 @@ def edge_payload(question: QuestionSpec) -> bytes:
         return mech.encode(k - 1)
     if isinstance(mech, FlipComponents):
         return mech.encode(np.ones(k, dtype=np.uint8))
-    limit = ingest.accepted_bound(mech)  # type: ignore[arg-type]
+    limit = mech.accepted_bound
     grid = np.zeros(k, dtype=np.int64)
     grid[0], grid[-1] = limit, -limit
     return mech.encode(grid)

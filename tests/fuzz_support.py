@@ -6,7 +6,7 @@ The reference validator is written from the wire contract in protos/ldp/v1/ldp.p
 layouts) and the status-code table of the service conventions, with plain ``struct`` and bit
 arithmetic, so it shares no decoding code with ``aggregator.store.ingest`` or the mechanisms.
 The only thing it takes from the product is the documented accepted range of additive-noise grid
-values (``aggregator.store.ingest.accepted_bound``: docs/threat-model.md derives it).
+values (the mechanism's ``accepted_bound``: docs/threat-model.md derives it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from aggregator.store.ingest import accepted_bound
 from aggregator.survey_file.config import load_surveys
 from client.mechanisms import (
     FlipComponents,
@@ -156,7 +155,7 @@ class Verdict:
 
 def grid_limit(mechanism: GaussianNoise | LaplaceNoise) -> int:
     """Largest grid magnitude an additive-noise report may carry (the accepted range)."""
-    return accepted_bound(mechanism)
+    return mechanism.accepted_bound
 
 
 def reference_verdict(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> Verdict:

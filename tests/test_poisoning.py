@@ -13,13 +13,9 @@ from aggregator.histogram import Histogram
 from aggregator.service.rejections import status_of
 from aggregator.stats import estimate
 from aggregator.store import ingest
-from aggregator.store.ingest import (
-    HONEST_REJECTION,
-    ReportRejectedError,
-    accepted_bound,
-    noise_tail,
-)
+from aggregator.store.ingest import ReportRejectedError
 from client.mechanisms import GaussianNoise, LaplaceNoise
+from client.mechanisms.additive import HONEST_REJECTION
 from client.survey import Attribute, build_question
 
 MECHANISMS = [
@@ -34,10 +30,10 @@ MECHANISMS = [
 
 @pytest.mark.parametrize("mech", MECHANISMS, ids=repr)
 def test_the_bound_is_the_smallest_with_negligible_honest_rejection(mech):
-    noise = accepted_bound(mech) - mech.scale
-    assert mech.k * noise_tail(mech, noise) <= HONEST_REJECTION
-    assert mech.k * noise_tail(mech, noise - 1) > HONEST_REJECTION
-    assert accepted_bound(mech) < mech.scale + mech.noise_bound  # tighter than decoding
+    noise = mech.accepted_bound - mech.scale
+    assert mech.k * mech.noise_tail(noise) <= HONEST_REJECTION
+    assert mech.k * mech.noise_tail(noise - 1) > HONEST_REJECTION
+    assert mech.accepted_bound < mech.scale + mech.noise_bound  # tighter than decoding
 
 
 def exact_tail(pmf, bound: int, reach: int) -> float:
@@ -54,7 +50,7 @@ def test_laplace_tail_is_exact(epsilon):
     s = 2 / epsilon
     for bound in (0, 3, 10):
         exact = exact_tail(lambda z: np.exp(-np.abs(z) / s), bound, 4000)
-        assert noise_tail(mech, bound) == pytest.approx(exact, rel=1e-9)
+        assert mech.noise_tail(bound) == pytest.approx(exact, rel=1e-9)
 
 
 @pytest.mark.parametrize("rho", [0.05, 0.5, 4.0])
@@ -63,7 +59,7 @@ def test_gaussian_tail_bounds_the_exact_discrete_tail(rho):
     sigma2 = 1 / rho
     for bound in (0, 1, 3, 8):
         exact = exact_tail(lambda z: np.exp(-(z.astype(float) ** 2) / (2 * sigma2)), bound, 400)
-        assert exact <= noise_tail(mech, bound), (bound, exact)
+        assert exact <= mech.noise_tail(bound), (bound, exact)
 
 
 def question_of(mech):
@@ -74,7 +70,7 @@ def question_of(mech):
 @pytest.mark.parametrize("mech", MECHANISMS[:1] + MECHANISMS[3:4], ids=repr)
 def test_reports_past_the_bound_are_out_of_range(mech):
     question = question_of(mech)
-    limit = accepted_bound(question.mechanism)
+    limit = question.mechanism.accepted_bound
     edge = np.zeros(mech.k, dtype=np.int64)
     edge[0], edge[-1] = limit, -limit
     assert ingest.contribution(question, mech.encode(edge)).tolist() == edge.tolist()
@@ -99,11 +95,11 @@ def test_what_a_fraction_of_malicious_devices_can_shift():
     p = np.array([0.2, 0.3, 0.3, 0.2])
     honest = mech.simulate(rng.choice(4, size=n, p=p), rng)
     bad = np.zeros((int(f * n), 4), dtype=np.int64)
-    bad[:, 0] = accepted_bound(mech)
+    bad[:, 0] = mech.accepted_bound
     before = estimate(Histogram(mech, n, mech.aggregate(honest))).frequencies[0]
     mixed = np.vstack([honest, bad])
     after = estimate(Histogram(mech, len(mixed), mech.aggregate(mixed))).frequencies[0]
-    weight = accepted_bound(mech) / mech.scale
+    weight = mech.accepted_bound / mech.scale
     shift = after - before
     assert shift <= f * weight + 1e-9
     assert shift == pytest.approx(f / (1 + f) * (weight - before), rel=0.01)

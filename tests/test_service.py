@@ -20,7 +20,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate, goodness_of_fit
-from aggregator.store.ingest import accepted_bound
 from client.device.ledger import Budget, BudgetExceeded
 from client.device.reporter import Reporter
 from client.device.transport import Transport, TransportError
@@ -298,7 +297,7 @@ def test_status_codes_of_upload(server):
 def test_out_of_range_additive_report(server):
     mech = server.surveys["s1"].question("gauss").mechanism
     grid = np.zeros(4, dtype=np.int64)
-    grid[0] = accepted_bound(mech) + 1
+    grid[0] = mech.accepted_bound + 1
     code = upload_code(server, [report("s1", "gauss", mech.encode(grid))])
     assert code == grpc.StatusCode.OUT_OF_RANGE
 

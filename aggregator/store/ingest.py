@@ -16,8 +16,7 @@ import numpy as np
 
 from aggregator.histogram import Histogram
 from aggregator.store.report_store import ReportBatch, StoredReport
-from client.mechanisms import GaussianNoise, LaplaceNoise, ReportRangeError
-from client.mechanisms.additive import HONEST_REJECTION as HONEST_REJECTION  # re-exported
+from client.mechanisms import ReportRangeError
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -27,18 +26,6 @@ REPORT_ID_BYTES = 16
 #: int64, 2^25 cells is 256 MiB). A Hadamard or local-hashing payload is a few bytes whatever k,
 #: so without it 10,000 tiny reports of a k = 65,536 question would ask for 5 GiB.
 MAX_SUPPORT_CELLS = 2**25
-
-
-def noise_tail(mech: GaussianNoise | LaplaceNoise, bound: int) -> float:
-    """An upper bound on P(|Z| > bound) for one coordinate's discrete noise Z (grid units):
-    the mechanism's ``noise_tail``."""
-    return mech.noise_tail(bound)
-
-
-def accepted_bound(mech: GaussianNoise | LaplaceNoise) -> int:
-    """The largest grid magnitude accepted in a coordinate of an additive-noise report: the
-    mechanism's ``accepted_bound`` (docs/threat-model.md)."""
-    return mech.accepted_bound
 
 
 class Rejection(enum.Enum):
