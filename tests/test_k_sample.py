@@ -1,7 +1,7 @@
 """k-sample homogeneity across G >= 2 public groups: equal to the two-sample test at G = 2 for
 every mechanism family, Type I inside the 99% binomial band at G = 3 and 5 (small n, sparse
-large k, tiny and large epsilon), power against the noncentral prediction, and typed errors.
-The longer grid is ``scripts/validate_tests.py --k-sample`` (docs/validation.md)."""
+large k, tiny and large epsilon), power against the noncentral prediction, and typed errors
+(docs/two-sample.md, "More than two groups")."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ read-only and never create or change it.
 One module per command group owns its commands' options and handlers: serving, devices,
 analysis (estimate, test), data (export, import, rebuild), surveys (check-config, cost,
 export-survey), job, report, confirm (preregister, confirm, holdout), plan, backup (backup,
-restore), two_sample; common holds what they share. The package may import every other
+restore), two_sample, k_sample; common holds what they share. The package may import every other
 aggregator package, ``aggregator.jobs`` only lazily (for ``ldp-aggregator job``); nothing
 outside it imports it.
 """
@@ -38,6 +38,7 @@ from aggregator.cli import (
     data,
     devices,
     job,
+    k_sample,
     plan,
     report,
     serving,
@@ -64,6 +65,7 @@ COMMAND_GROUPS = (
     plan,
     backup,
     two_sample,
+    k_sample,
 )
 
 
