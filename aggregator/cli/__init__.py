@@ -11,9 +11,9 @@ read-only and never create or change it.
 One module per command group owns its commands' options and handlers: serving, devices,
 analysis (estimate, test), data (export, import, rebuild), surveys (check-config, cost,
 export-survey), job, report, confirm (preregister, confirm, holdout), plan, backup (backup,
-restore), two_sample, k_sample; common holds what they share. The package may import every other
-aggregator package, ``aggregator.jobs`` only lazily (for ``ldp-aggregator job``); nothing
-outside it imports it.
+restore), two_sample, k_sample, summaries (conditional, ordinal); common holds what they share.
+The package may import every other aggregator package, ``aggregator.jobs`` only lazily (for
+``ldp-aggregator job``); nothing outside it imports it.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from aggregator.cli import (
     plan,
     report,
     serving,
+    summaries,
     surveys,
     two_sample,
 )
@@ -66,6 +67,7 @@ COMMAND_GROUPS = (
     backup,
     two_sample,
     k_sample,
+    summaries,
 )
 
 
