@@ -355,7 +355,7 @@ def _public_coin(hists, alpha, calibration, rng, n_draws) -> TestResult:
 
 def k_sample_power(
     mechanism: Mechanism,
-    distributions: Sequence[Sequence[float]],
+    distributions: Sequence[Sequence[float]] | np.ndarray,
     sizes: Sequence[int],
     alpha: float = 0.05,
 ) -> float:
