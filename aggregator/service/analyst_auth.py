@@ -111,6 +111,11 @@ class AnalystAccess:
 
     def gate(self) -> AnalystGate:
         analyst_cas = () if self.client_ca is None else _load_cas(self.client_ca)
+        if self.tokens is not None and not self.tokens.is_file():
+            raise AnalystAccessError(
+                f"no analyst token file {self.tokens}: mint a token with "
+                "ldp-aggregator analyst-token add NAME --tokens FILE"
+            )
         try:
             tokens = None if self.tokens is None else TokenChecker(self.tokens)
         except TokenFileError as exc:
