@@ -114,6 +114,8 @@ class AggregatorProcess:
                     str(self.db),
                     "--port",
                     str(self.port),
+                    "--analyst-port",  # a free one: the default (port + 1) may be taken
+                    "0",
                     *self.options,
                 ],
                 stdout=log,
