@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from aggregator.cli.common import Subcommands, UserError, add_command
@@ -41,6 +42,10 @@ def run_add(args: argparse.Namespace) -> int:
     except analyst_tokens.TokenFileError as exc:
         raise UserError(str(exc)) from None
     print(token)
+    print(
+        f"analyst token {args.name!r}: give it to the analyst now, it is not shown again",
+        file=sys.stderr,
+    )
     return 0
 
 

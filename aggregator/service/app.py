@@ -284,7 +284,7 @@ async def serve(
         names = (SERVICE_NAMES[0], grpc_reflection.SERVICE_NAME, health.SERVICE_NAME)
         grpc_reflection.enable_server_reflection(names, server)
     if analyst is not None:  # first: a refused analyst listener leaves nothing bound
-        analyst_server = await serve_analyst(surveys, store, *analyst)
+        analyst_server = await serve_analyst(surveys, store, *analyst, connections=connections)
     try:
         port = _bind(server, address, credentials, share_port)
         await server.start()
@@ -306,21 +306,26 @@ async def serve_analyst(
     address: str,
     access: AnalystAccess,
     audit_log: Path,
+    *,
+    connections: ConnectionLimits | None = None,
 ) -> AnalystServer:
     """Serve the Analyst (and health) on ``address``, behind the gate of ``access``, recording
-    state-changing calls in ``audit_log``. Raises AnalystAccessError for settings that would
-    expose it, AuditLogError for a log that cannot be written."""
+    state-changing calls in ``audit_log``, with the device listener's per-connection limits.
+    Raises AnalystAccessError for settings that would expose it, AuditLogError for a log that
+    cannot be written."""
     host, _, _ = address.rpartition(":")
     access.check(host.strip("[]"))
     audit = AuditLog(audit_log)
     audit.check()
     gate = access.gate()
     server = grpc.aio.server(
+        # The gate runs first and sets the caller's identity the audit log then records.
         interceptors=[gate, AuditInterceptor(audit)],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
+            *(connections or ConnectionLimits()).options(),
         ],
     )
     analyst = Analyst(surveys, store)
