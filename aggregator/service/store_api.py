@@ -3,9 +3,10 @@ link to the writer process's store, so the servicers and the server need not kno
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,5 +27,7 @@ class Store(Protocol):
     def statistics(
         self, survey_id: str, question_id: str, side: int = 0, group: str = ""
     ) -> tuple[int, np.ndarray]: ...
+
+    def run_in_writer(self, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
 
     def close(self) -> None: ...
