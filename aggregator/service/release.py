@@ -43,9 +43,9 @@ def release(
     """The released statistic of ``question_id`` on ``side`` (0 for a survey that is not split)
     and of ``group`` ('': the whole question; for a survey with a group label, the sum of its
     groups' released snapshots). Blocking: call it on the analysis threads."""
-    pooled = survey.group_label is not None and not group
-    values = survey.group_label.values if pooled and survey.group_label else (group,)
-    cells = [(survey.id, question_id, side, value) for value in values]
+    label = survey.group_label
+    pooled = label.values if label is not None and not group else None
+    cells = [(survey.id, question_id, side, value) for value in pooled or (group,)]
     snapshots = releases.release(store, cells, survey.min_batch_size)
     summed = {cell[3]: snap for cell, snap in snapshots.items() if snap is not None}
     k = survey.question(question_id).statistic_size
