@@ -12,7 +12,8 @@ import os
 import signal
 import sqlite3
 import threading
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import grpc
@@ -228,34 +229,62 @@ def test_the_snapshot_survives_a_restart(tmp_path, config):
     server.stop()
 
 
-def test_concurrent_readers_never_release_two_snapshots_closer_than_the_threshold(server):
-    uploader = Client(server.target, server.surveys)
-    uploader.upload("plain", M)
+@contextmanager
+def serving(tmp_path: Path, config: Path, workers: int) -> Iterator[str]:
+    """A server on ``config``: in this process (0), or ``serve --workers N`` (its target)."""
+    db = tmp_path / "store.sqlite"
+    if not workers:
+        server = ServerThread(config, db).start()
+        yield server.target
+        server.stop()
+        return
+    process, port = spawn_serve(
+        tmp_path / "port", "--config", str(config), "--db", str(db), "--insecure",
+        "--workers", str(workers),
+    )  # fmt: skip
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_concurrent_readers_never_release_two_snapshots_closer_than_the_threshold(
+    tmp_path, config, workers
+):
+    """Six analysts (their own connections: with --workers 2, spread over both processes,
+    each writing snapshots on its own SQLite connection) poll while reports arrive one by one."""
+    surveys = load_surveys(config)
     seen: list[ldp_pb2.EstimateResponse] = []
     done = threading.Event()
+    with serving(tmp_path, config, workers) as target:
+        uploader = Client(target, surveys)
+        uploader.upload("plain", M)
 
-    def read() -> None:
-        reader = Client(server.target, server.surveys)
-        while not done.is_set():
-            try:
-                seen.append(reader.estimate("plain")[0])
-            except grpc.RpcError as exc:  # one caller's concurrent analyses are limited
-                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        reader.close()
+        def read() -> None:
+            reader = Client(target, surveys)
+            while not done.is_set():
+                try:
+                    seen.append(reader.estimate("plain")[0])
+                except grpc.RpcError as exc:  # one caller's concurrent analyses are limited
+                    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            reader.close()
 
-    readers = [threading.Thread(target=read) for _ in range(6)]
-    for thread in readers:
-        thread.start()
-    for _ in range(5 * M):  # one report at a time, while six analysts poll
-        uploader.upload("plain", 1)
-    done.set()
-    for thread in readers:
-        thread.join(timeout=60)
+        readers = [threading.Thread(target=read) for _ in range(6)]
+        for thread in readers:
+            thread.start()
+        for _ in range(5 * M):  # one report at a time, while six analysts poll
+            uploader.upload("plain", 1)
+        done.set()
+        for thread in readers:
+            thread.join(timeout=60)
+        uploader.close()
     ns = sorted({response.n for response in seen})
     assert ns[0] >= M and all(b - a >= M for a, b in itertools.pairwise(ns))
+    assert ns[-1] >= 4 * M  # the release did move as the reports arrived
     by_n = {response.n: response for response in seen}
     assert all(response == by_n[response.n] for response in seen)  # one snapshot per n
-    uploader.close()
 
 
 def test_a_workers_server_releases_the_same_snapshots(tmp_path, config):
