@@ -1,5 +1,6 @@
 """The report store as the servicers see it: one type for the in-process store and a worker's
-link to the writer process's store, so the servicers and the server need not know which."""
+link to the writer process's store, so the servicers and the server need not know which. It has
+no read of the live statistics: the Analyst releases snapshots (aggregator/service/release.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
-
-import numpy as np
 
 from aggregator.store.report_store import ReportBatch
 
@@ -23,10 +22,6 @@ class Store(Protocol):
 
     @property
     def path(self) -> str: ...
-
-    def statistics(
-        self, survey_id: str, question_id: str, side: int = 0, group: str = ""
-    ) -> tuple[int, np.ndarray]: ...
 
     def run_in_writer(self, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
 
