@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from aggregator_process import spawn_serve
+from aggregator_process import analyst_port, spawn_serve
 from conftest import ServerThread
 
 from aggregator.histogram import Histogram
@@ -73,10 +73,11 @@ class Client:
     """A device's uploads and an analyst's reads on one server; the reports' randomized values
     kept per (survey, group), to compare releases with the library."""
 
-    def __init__(self, target: str, surveys, seed: int = 5) -> None:
+    def __init__(self, target: str, analyst: str, surveys, seed: int = 5) -> None:
         self.channel = grpc.insecure_channel(target)
+        self.analyst_channel = grpc.insecure_channel(analyst)
         self.collector = ldp_pb2_grpc.CollectorStub(self.channel)
-        self.analyst = ldp_pb2_grpc.AnalystStub(self.channel)
+        self.analyst = ldp_pb2_grpc.AnalystStub(self.analyst_channel)
         self.surveys = surveys
         self.rng = np.random.default_rng(seed)
         self.sent: dict[tuple[str, str], list[int]] = {}
@@ -113,6 +114,7 @@ class Client:
 
     def close(self) -> None:
         self.channel.close()
+        self.analyst_channel.close()
 
 
 def refused(call, *args) -> grpc.RpcError:
@@ -122,7 +124,7 @@ def refused(call, *args) -> grpc.RpcError:
 
 
 def test_pooled_minus_the_other_groups_recovers_nothing_below_the_threshold(server):
-    client = Client(server.target, server.surveys)
+    client = Client(server.target, server.analyst_target, server.surveys)
     client.upload("trial", 60, "control")
     client.upload("trial", 40, "treatment")
     client.upload("trial", M - 1, "pilot")  # one short of the threshold
@@ -145,7 +147,7 @@ def test_pooled_minus_the_other_groups_recovers_nothing_below_the_threshold(serv
 
 
 def test_pooled_read_with_no_group_released_is_refused(server):
-    client = Client(server.target, server.surveys)
+    client = Client(server.target, server.analyst_target, server.surveys)
     for group in ("control", "treatment", "pilot"):
         client.upload("trial", M - 1, group)  # 57 reports in all, no group at 20
     error = refused(client.estimate, "trial")
@@ -160,7 +162,7 @@ def test_pooled_read_with_no_group_released_is_refused(server):
 def test_one_upload_between_two_reads_changes_nothing_until_the_threshold_more(
     server, survey_id, group
 ):
-    client = Client(server.target, server.surveys)
+    client = Client(server.target, server.analyst_target, server.surveys)
     into = group or ("control" if survey_id == "trial" else "")
     client.upload(survey_id, 3 * M, into)
     first, _ = client.estimate(survey_id, group)
@@ -187,7 +189,7 @@ def test_one_upload_between_two_reads_changes_nothing_until_the_threshold_more(
 
 def test_twenty_single_uploads_each_watched_reveal_nothing(server):
     """The attack of issue 24 on the pooled read: poll, upload one report, poll; 20 trials."""
-    client = Client(server.target, server.surveys)
+    client = Client(server.target, server.analyst_target, server.surveys)
     client.upload("trial", 2 * M, "control")
     client.upload("trial", 2 * M, "treatment")
     first, _ = client.estimate("trial")
@@ -211,7 +213,7 @@ def released_rows(db: Path) -> list[tuple]:
 def test_the_snapshot_survives_a_restart(tmp_path, config):
     db = tmp_path / "store.sqlite"
     server = ServerThread(config, db).start()
-    client = Client(server.target, server.surveys)
+    client = Client(server.target, server.analyst_target, server.surveys)
     client.upload("plain", M + 5)
     before, _ = client.estimate("plain")
     client.upload("plain", M - 1)
@@ -219,7 +221,7 @@ def test_the_snapshot_survives_a_restart(tmp_path, config):
     server.stop()
     assert released_rows(db) == [("plain", "rr", 0, "", M + 5)]
     server = ServerThread(config, db).start()
-    client = Client(server.target, server.surveys)
+    client = Client(server.target, server.analyst_target, server.surveys)
     after, _ = client.estimate("plain")
     assert after == before  # the M - 1 reports since the snapshot are still not released
     client.upload("plain", 1)
@@ -230,20 +232,22 @@ def test_the_snapshot_survives_a_restart(tmp_path, config):
 
 
 @contextmanager
-def serving(tmp_path: Path, config: Path, workers: int) -> Iterator[str]:
-    """A server on ``config``: in this process (0), or ``serve --workers N`` (its target)."""
+def serving(tmp_path: Path, config: Path, workers: int) -> Iterator[tuple[str, str]]:
+    """A server on ``config``: in this process (0), or ``serve --workers N``; its device and
+    Analyst targets."""
     db = tmp_path / "store.sqlite"
     if not workers:
         server = ServerThread(config, db).start()
-        yield server.target
+        yield server.target, server.analyst_target
         server.stop()
         return
+    port_file = tmp_path / "port"
     process, port = spawn_serve(
-        tmp_path / "port", "--config", str(config), "--db", str(db), "--insecure",
+        port_file, "--config", str(config), "--db", str(db), "--insecure",
         "--workers", str(workers),
     )  # fmt: skip
     try:
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", f"127.0.0.1:{analyst_port(port_file)}"
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
@@ -253,17 +257,18 @@ def serving(tmp_path: Path, config: Path, workers: int) -> Iterator[str]:
 def test_concurrent_readers_never_release_two_snapshots_closer_than_the_threshold(
     tmp_path, config, workers
 ):
-    """Six analysts (their own connections: with --workers 2, spread over both processes,
-    each writing snapshots on its own SQLite connection) poll while reports arrive one by one."""
+    """Six analysts (their own connections; with --workers 2 the uploads spread over both
+    processes and the Analyst listener is the first worker's) poll while reports arrive one by
+    one."""
     surveys = load_surveys(config)
     seen: list[ldp_pb2.EstimateResponse] = []
     done = threading.Event()
-    with serving(tmp_path, config, workers) as target:
-        uploader = Client(target, surveys)
+    with serving(tmp_path, config, workers) as (target, analyst):
+        uploader = Client(target, analyst, surveys)
         uploader.upload("plain", M)
 
         def read() -> None:
-            reader = Client(target, surveys)
+            reader = Client(target, analyst, surveys)
             while not done.is_set():
                 try:
                     seen.append(reader.estimate("plain")[0])
@@ -288,15 +293,18 @@ def test_concurrent_readers_never_release_two_snapshots_closer_than_the_threshol
 
 
 def test_a_workers_server_releases_the_same_snapshots(tmp_path, config):
-    """``--workers 2``: each worker process writes a due snapshot on its own connection; the
-    snapshot is shared, and a server on the same store after it releases the same one."""
+    """``--workers 2``: the worker serving the Analyst writes a due snapshot on its own
+    connection while uploads reach both workers; a server on the same store after it releases
+    the same one."""
     db = tmp_path / "store.sqlite"
+    port_file = tmp_path / "port"
     process, port = spawn_serve(
-        tmp_path / "port", "--config", str(config), "--db", str(db), "--insecure", "--workers", "2"
+        port_file, "--config", str(config), "--db", str(db), "--insecure", "--workers", "2"
     )
     surveys = load_surveys(config)
+    analyst = f"127.0.0.1:{analyst_port(port_file)}"
     try:
-        clients = [Client(f"127.0.0.1:{port}", surveys, seed=i) for i in range(4)]  # connections
+        clients = [Client(f"127.0.0.1:{port}", analyst, surveys, seed=i) for i in range(4)]
         clients[0].upload("trial", M, "treatment")
         reads = [client.estimate("trial", "treatment")[0] for client in clients]
         clients[1].upload("trial", M - 1, "treatment")
@@ -309,7 +317,7 @@ def test_a_workers_server_releases_the_same_snapshots(tmp_path, config):
         process.wait(timeout=30)
     assert released_rows(db) == [("trial", "rr", 0, "treatment", M)]
     server = ServerThread(config, db).start()
-    client = Client(server.target, server.surveys)
+    client = Client(server.target, server.analyst_target, server.surveys)
     assert client.estimate("trial", "treatment")[0] == reads[0]
     client.close()
     server.stop()
