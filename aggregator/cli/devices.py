@@ -48,7 +48,7 @@ def run_enroll(args: argparse.Namespace) -> int:
 def run_revoke(args: argparse.Namespace) -> int:
     with DeviceRegistry(args.devices) as registry:
         device = registry.revoke(args.device_id)
-    print(f"revoked device {device.device_id} (a running server refuses it within seconds)")
+    print(f"revoked device {device.device_id} (a running server refuses its next upload)")
     return 0
 
 
