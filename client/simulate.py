@@ -1,10 +1,12 @@
 """``ldp-client simulate``: play a population of devices against a server (a load generator for
 demos, studies and benchmarks; no device runs it).
 
-Each simulated device draws its true answers from the given distributions, randomizes them with
-the question's mechanism (the same code a device runs) and uploads in batches. Kept out of
-client/cli.py so that a device's commands never load it (docs/architecture.md, "Packaging by
-role").
+Each simulated device draws its true answers from the given distributions (``--truth``, also
+from a file: client/simulate_truths.py), randomizes them with the question's mechanism (the same
+code a device runs) and uploads in batches. With ``--keys DIR`` (client/simulate_keys.py) each
+device signs its own upload with its enrolled key, as surveys with ``require_device_auth``
+demand. Kept out of client/cli.py so that a device's commands never load it
+(docs/architecture.md, "Packaging by role").
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import numpy as np
 from client.budgeting import survey_cost
 from client.device.split import split_side
 from client.progress import bar
+from client.simulate_truths import TruthError, read_truths
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 if TYPE_CHECKING:
+    from client.device.keys import DeviceKey
     from client.device.transport import Transport
 
 
@@ -36,13 +40,18 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
     """Run the command; ``connect`` opens the transport the command line's flags describe."""
     if args.devices < 1 or args.batch < 1:
         raise SimulationError("--devices and --batch must be positive")
+    keys = _keys(args)
     with connect() as transport:
         survey = transport.get_survey(args.survey)
-        if survey.require_device_auth:
+        if survey.require_device_auth and keys is None:
             raise SimulationError(
-                f"survey {survey.id} requires signed uploads; simulated devices have no keys"
+                f"survey {survey.id} requires signed uploads: give the simulated devices "
+                "enrolled keys with --keys DIR (see ldp-client simulate-keys)"
             )
-        truths = _truths(survey, args.truth)
+        try:
+            truths = read_truths(survey, args.truth)
+        except TruthError as exc:
+            raise SimulationError(str(exc)) from None
         values, shares = _group_shares(survey, args.group_share)
         by_group = _group_truths(survey, values, truths, args.truth_for)
         rng = np.random.default_rng(args.seed)
@@ -74,8 +83,10 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
                             group=values[groups[device]],
                         )
                     )
-                if len(batch) >= args.batch or device == args.devices - 1:
-                    for result in transport.upload(batch):
+                # A signed upload carries one device's reports; unsigned ones fill --batch.
+                signer = None if keys is None else keys[device]
+                if signer is not None or len(batch) >= args.batch or device == args.devices - 1:
+                    for result in transport.upload(batch, signer):
                         accepted = result.status == ldp_pb2.ACCEPTED
                         counts["accepted" if accepted else "duplicate"] += 1
                     progress.update(len(batch))
@@ -152,24 +163,38 @@ def _group_truths(
                 f"--truth-for {spec!r}: expected GROUP:QUESTION=P1,... with GROUP one of the "
                 f"simulated groups ({', '.join(v for v in values if v) or 'none'})"
             )
+        if rest.startswith("@"):
+            raise SimulationError(f"--truth-for {spec!r}: give QUESTION=P1,... (files: --truth)")
         question = rest.partition("=")[0]
-        out[value][question] = _truths(survey, [rest])[question]
+        try:
+            out[value][question] = read_truths(survey, [rest])[question]
+        except TruthError as exc:
+            raise SimulationError(f"--truth-for {spec!r}: {exc}") from None
     return out
 
 
-def _truths(survey: SurveySpec, specs: list[str]) -> dict[str, np.ndarray]:
-    truths = {q.id: np.full(q.k, 1.0 / q.k) for q in survey.questions}
-    for spec in specs:
-        name, _, values = spec.partition("=")
-        if name not in truths:
-            raise SimulationError(f"--truth names unknown question {name!r}")
-        try:
-            p = np.array([float(v) for v in values.split(",")])
-        except ValueError:
-            raise SimulationError(f"--truth {spec!r}: probabilities must be numbers") from None
-        if p.size != truths[name].size or (p < 0).any() or not np.isclose(p.sum(), 1.0):
-            raise SimulationError(
-                f"--truth {name}: need {truths[name].size} non-negative probabilities summing to 1"
-            )
-        truths[name] = p / p.sum()
-    return truths
+def _keys(args: argparse.Namespace) -> list[DeviceKey] | None:
+    """The simulated devices' signing keys from --keys, or None to upload unsigned."""
+    if args.keys is None:
+        return None
+    from client.simulate_keys import KeyFolderError, load_keys  # lazily: cryptography
+
+    try:
+        return load_keys(args.keys, args.devices)
+    except KeyFolderError as exc:
+        raise SimulationError(str(exc)) from None
+
+
+def run_simulate_keys(args: argparse.Namespace) -> int:
+    """``ldp-client simulate-keys``: write the key folder ``simulate --keys`` reads."""
+    from client.simulate_keys import KeyFolderError, make_keys  # lazily: cryptography
+
+    try:
+        new = make_keys(args.out, args.devices)
+    except KeyFolderError as exc:
+        raise SimulationError(str(exc)) from None
+    print(
+        f"{new} new simulated device keys ({args.devices} in all) in {args.out}; enroll them: "
+        f"ldp-aggregator enroll --devices REGISTRY --public-key {args.out}"
+    )
+    return 0

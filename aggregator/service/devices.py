@@ -15,7 +15,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +122,23 @@ class DeviceRegistry:
             (device.device_id, device.public_key, device.enrolled_at),
         )
         return device, True
+
+    def enroll_all(self, pems: Sequence[tuple[str, bytes]]) -> int:
+        """Enroll many (name, PEM) keys (a folder of simulated devices) in one transaction, all
+        or none; returns how many were new. An error names the key's ``name``."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            new = 0
+            for name, pem in pems:
+                try:
+                    new += self.enroll(pem)[1]
+                except DeviceRegistryError as exc:
+                    raise DeviceRegistryError(f"{name}: {exc}") from None
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+        return new
 
     def revoke(self, device_id: str) -> Device:
         """Revoke a device for good (a running server refuses its next upload)."""
