@@ -15,8 +15,10 @@ import argparse
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +32,9 @@ from protos.ldp.v1 import ldp_pb2
 if TYPE_CHECKING:
     from client.device.keys import DeviceKey
     from client.device.transport import Transport
+
+
+SIGNED_IN_FLIGHT = 8  # signed uploads (one simulated device each) sent at once
 
 
 class SimulationError(ValueError):
@@ -62,10 +67,13 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
             for q in survey.questions:
                 answers[q.id][members] = rng.choice(q.k, size=members.size, p=by_group[value][q.id])
         total = args.devices * len(survey.questions)
-        counts = {"accepted": 0, "duplicate": 0}
         batch: list[ldp_pb2.Report] = []
         started = time.perf_counter()
-        with bar(total, "simulate", unit="reports", quiet=args.json) as progress:
+        in_flight = 1 if keys is None else SIGNED_IN_FLIGHT
+        with (
+            bar(total, "simulate", unit="reports", quiet=args.json) as progress,
+            _Uploads(transport, progress, in_flight) as uploads,
+        ):
             for device in range(args.devices):
                 # A split survey: each simulated device has its own split secret (wire.md §3.10).
                 side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
@@ -86,11 +94,9 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
                 # A signed upload carries one device's reports; unsigned ones fill --batch.
                 signer = None if keys is None else keys[device]
                 if signer is not None or len(batch) >= args.batch or device == args.devices - 1:
-                    for result in transport.upload(batch, signer):
-                        accepted = result.status == ldp_pb2.ACCEPTED
-                        counts["accepted" if accepted else "duplicate"] += 1
-                    progress.update(len(batch))
+                    uploads.send(batch, signer)
                     batch = []
+        counts = uploads.counts
     elapsed = time.perf_counter() - started
     cost = survey_cost(survey.questions)
     devices_per_group = (
@@ -118,6 +124,49 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
             counted = ", ".join(f"{v} {n:,}" for v, n in devices_per_group.items())
             print(f"devices per {survey.group_label.name}: {counted}")
     return 0
+
+
+class _Uploads:
+    """Sends the batches and counts the answers. Signed batches (one device each) keep up to
+    ``in_flight`` uploads going at once, so one server commit serves several devices."""
+
+    def __init__(self, transport: Transport, progress: Any, in_flight: int) -> None:
+        self._transport = transport
+        self._progress = progress
+        self._in_flight = in_flight
+        self._pool = ThreadPoolExecutor(in_flight) if in_flight > 1 else None
+        self._pending: deque[tuple[Future, int]] = deque()
+        self.counts = {"accepted": 0, "duplicate": 0}
+
+    def send(self, batch: list[ldp_pb2.Report], signer: DeviceKey | None) -> None:
+        if self._pool is None:
+            self._count(self._transport.upload(batch, signer), len(batch))
+            return
+        self._pending.append((self._pool.submit(self._transport.upload, batch, signer), len(batch)))
+        while len(self._pending) >= 2 * self._in_flight:
+            self._settle()
+
+    def _settle(self) -> None:
+        future, size = self._pending.popleft()
+        self._count(future.result(), size)
+
+    def _count(self, results: list[ldp_pb2.ReportResult], size: int) -> None:
+        for result in results:
+            self.counts["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
+        self._progress.update(size)
+
+    def __enter__(self) -> _Uploads:
+        return self
+
+    def __exit__(self, error: object, *rest: object) -> None:
+        """Wait for the uploads still going (after a failure: cancel those not started)."""
+        if self._pool is None:
+            return
+        try:
+            while self._pending and error is None:
+                self._settle()
+        finally:
+            self._pool.shutdown(cancel_futures=True)
 
 
 def _group_shares(survey: SurveySpec, spec: str | None) -> tuple[list[str], np.ndarray]:

@@ -9,7 +9,11 @@ DIR`` signs each simulated device's upload with its own key, as a real device wo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from client.device.keys import DeviceKey, DeviceKeyError
 
@@ -27,7 +31,8 @@ def key_path(folder: Path, device: int) -> Path:
 
 def make_keys(folder: Path, devices: int) -> int:
     """Keys (and public PEMs) for devices 0..devices-1 in ``folder`` (created, mode 0700);
-    returns how many were new."""
+    returns how many were new. Written without the fsync a real device's key gets: a lost
+    simulated key is simply made again."""
     if devices < 1:
         raise KeyFolderError("--devices must be positive")
     try:
@@ -35,16 +40,34 @@ def make_keys(folder: Path, devices: int) -> int:
         new = 0
         for device in range(devices):
             path = key_path(folder, device)
-            new += not path.exists()
-            key = DeviceKey.load_or_create(path)
             public = path.with_suffix(".pub")
-            if not public.exists():
-                public.write_bytes(key.public_key_pem())
+            if not path.exists():
+                public.write_bytes(_write_key(path))
+                new += 1
+            elif not public.exists():
+                public.write_bytes(DeviceKey.load_or_create(path).public_key_pem())
     except OSError as exc:
         raise KeyFolderError(f"cannot write keys in {folder}: {exc.strerror or exc}") from None
     except DeviceKeyError as exc:
         raise KeyFolderError(str(exc)) from None
     return new
+
+
+def _write_key(path: Path) -> bytes:
+    """A new Ed25519 private key at ``path`` (PKCS#8 PEM, created 0600, never replacing one);
+    its public key PEM."""
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, pem)
+    finally:
+        os.close(fd)
+    return key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 def load_keys(folder: Path, devices: int) -> list[DeviceKey]:
