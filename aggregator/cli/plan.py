@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,6 +103,8 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.plot is not None:
         plot_power_curves(plan, args.plot)
     print(json.dumps(plan.to_dict()) if args.json else plan.summary())
+    if args.plot is not None:  # on stderr: stdout stays the plan (and valid JSON with --json)
+        print(f"power curves written to {args.plot.resolve()}", file=sys.stderr)
     return 0
 
 
