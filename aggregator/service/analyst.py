@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 #: Trailing metadata of a read of a survey with a group label that pools every group.
 POOLED_METADATA = ("ldp-groups", "pooled")
+#: Trailing metadata of a read of the confirmation side (after sealing): not in the sealed family.
+NOT_PREREGISTERED_METADATA = ("ldp-label", "not preregistered")
 
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
@@ -91,10 +93,12 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             except ClusteredReportsError as exc:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
         side = await confirm_rpcs.read_side(context, self._store, survey, side, self.executor)
+        labels = [NOT_PREREGISTERED_METADATA] if side == ldp_pb2.CONFIRMATION else []
         if survey.group_label is not None and not group:  # every group pooled: say so
-            labels = [POOLED_METADATA]
+            labels.append(POOLED_METADATA)
             if side == ldp_pb2.EXPLORATION:
                 labels.append(confirm_rpcs.EXPLORATORY_METADATA)
+        if labels:
             context.set_trailing_metadata(tuple(labels))
         n, sums = await analysed(
             context,
