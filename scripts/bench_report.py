@@ -37,10 +37,11 @@ def main() -> int:
     args = parser.parse_args()
 
     def load() -> None:
-        import aggregator.cli  # noqa: F401
-        import aggregator.report  # noqa: F401
-        import aggregator.stats  # noqa: F401
         import matplotlib.figure  # noqa: F401
+
+        import aggregator.cli
+        import aggregator.report
+        import aggregator.stats  # noqa: F401
 
     start_wall, start_cpu = timed(load)
     from aggregator.cli import main as cli

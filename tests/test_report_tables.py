@@ -23,7 +23,7 @@ from test_report import chromium, run_chromium  # noqa: F401  (the fixture)
 from aggregator.histogram import Histogram
 from aggregator.presentation.numbers import interval, share
 from aggregator.report import build_report, render_html, render_markdown
-from aggregator.report.groups import BELOW, COMPLEMENT
+from aggregator.report.groups import BELOW, COMPLEMENT, COMPLEMENT_NOTE
 from aggregator.report.large import TOP, full_table_csv
 from aggregator.service.app import open_store
 from aggregator.stats import estimate
@@ -101,10 +101,14 @@ def section_of(page: str, question_id: str) -> str:
 
 
 def table_rows(html: str) -> list[list[str]]:
-    """The estimate table's body rows as text cells."""
+    """The estimate table's body rows as text cells (a line break read as a space)."""
     body = html.split('<table class="estimate">')[1].split("<tbody>")[1].split("</tbody>")[0]
-    cells = (re.findall(r"<td[^>]*>(.*?)</td>", row) for row in body.split("</tr>") if "<td" in row)
-    return [[unescape(re.sub(r"<[^>]+>", "", cell)).strip() for cell in row] for row in cells]
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in body.split("</tr>") if "<td" in row]
+    return [[text(cell) for cell in row] for row in rows]
+
+
+def text(cell: str) -> str:
+    return unescape(re.sub(r"<[^>]+>", "", cell.replace("<br>", " "))).strip()
 
 
 def full_table_href(section: str) -> str:
@@ -247,7 +251,8 @@ def test_the_command_shows_group_columns_from_the_store(tmp_path):
         insured
     )
     assert "(n = 500)" not in insured and "(n = 30)" not in insured
-    assert insured.count(BELOW) == 3 and insured.count(COMPLEMENT) == 3
+    assert insured.count(f" {BELOW} |") == 3 and insured.count(f" {COMPLEMENT} |") == 3
+    assert COMPLEMENT_NOTE in insured  # said once, under the table
     single = tmp_path / "north.md"
     run_cli("agg", "report", "--config", config, "--db", db, "--out", single, "--format", "md",
             "--group", "north", check=True)  # fmt: skip

@@ -19,7 +19,12 @@ from aggregator.stats import Estimate, estimate
 from client.survey import QuestionSpec, SurveySpec
 
 BELOW = "below release threshold"
-COMPLEMENT = "withheld: it would reveal a group below the release threshold by differencing"
+COMPLEMENT = "withheld (differencing)"
+#: What COMPLEMENT means, said once under a table that has such a column.
+COMPLEMENT_NOTE = (
+    "withheld (differencing): the group reaches the release threshold, but with the pooled "
+    "estimate and the other groups it would reveal a group below the threshold"
+)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from html import escape
 
 from aggregator.presentation.numbers import interval, out_of_range, reports, share
 from aggregator.report.content import Marginal, QuestionSection, SurveyReport, TestSection
-from aggregator.report.groups import GroupColumn
+from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
 from aggregator.report.large import data_url, full_table_csv, is_large, shown, top_note
 from aggregator.report.plots import PLOT_EXTRA_HINT, interval_plot, plots_available
 from aggregator.report.sealed import SealedFamily
@@ -32,7 +32,7 @@ th:first-child, td:first-child { text-align: left; } td { white-space: nowrap; }
 .note { font-size: .85rem; color: #555; }
 .unplanned { color: #8a1c1c; font-weight: 600; font-size: .9rem; }
 .sealed { background: #eef7ee; border-left: 4px solid #2e7d32; padding: .5rem .8rem; }
-td.below { color: #777; font-style: italic; }
+td.below { color: #777; font-style: italic; white-space: normal; }
 @media print { body { max-width: none; margin: 0; } section, figure, .test { break-inside: avoid; }
                .pair figure { flex-basis: 22rem; } }
 """
@@ -206,6 +206,8 @@ def _table(section: QuestionSection, rows, projected) -> str:
             f"<td>{share(projected[j])}</td>{cells}</tr>"
         )
     lines.append("</tbody></table>")
+    if any(column.withheld == COMPLEMENT for column in section.groups):
+        lines.append(f'<p class="note">{escape(COMPLEMENT_NOTE)}.</p>')
     return "\n".join(lines)
 
 
@@ -220,7 +222,7 @@ def _group_cell(column: GroupColumn, j: int) -> str:
     est = column.estimate
     if est is None:
         return f'<td class="below" title="{escape(column.withheld)}">{escape(column.withheld)}</td>'
-    return f"<td>{share(est.frequencies[j])} {interval(est.ci_low[j], est.ci_high[j])}</td>"
+    return f"<td>{share(est.frequencies[j])}<br>{interval(est.ci_low[j], est.ci_high[j])}</td>"
 
 
 def _marginal(marginal: Marginal, plots: bool) -> str:

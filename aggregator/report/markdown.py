@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from aggregator.presentation.numbers import interval, out_of_range, reports, share
 from aggregator.report.content import QuestionSection, SurveyReport
-from aggregator.report.groups import GroupColumn
+from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
 from aggregator.report.large import is_large, shown, top_note
 from aggregator.report.sealed import SealedFamily
 from aggregator.report.sentences import p_text
@@ -140,6 +140,8 @@ def _estimate(section: QuestionSection, links: Mapping[str, str]) -> list[str]:
             f"| {labels[j]} | {share(est.frequencies[j])}{flag} | {share(est.standard_errors[j])} "
             f"| {interval(est.ci_low[j], est.ci_high[j])} | {share(projected[j])} |{cells}"
         )
+    if any(column.withheld == COMPLEMENT for column in section.groups):
+        lines += ["", f"{COMPLEMENT_NOTE}."]
     return lines
 
 
