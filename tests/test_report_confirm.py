@@ -216,3 +216,22 @@ def test_analyst_calls_on_the_confirmation_side_carry_the_label(tmp_path, sealed
             assert ("ldp-label", label) in tuple(call.trailing_metadata())
     finally:
         server.stop()
+
+
+def test_a_two_sample_test_on_the_confirmation_side_is_labelled(tmp_path):
+    import test_group_confirm as grouped
+
+    config, db, plan = tmp_path / "s.toml", tmp_path / "r.sqlite", tmp_path / "plan.toml"
+    config.write_text(grouped.CONFIG)
+    plan.write_text(grouped.PLAN)
+    grouped.fill(config, db)
+    common = ("--config", config, "--db", db, "--survey", "trial")
+    run_cli("agg", "preregister", *common, "--plan", plan, check=True)
+    run_cli("agg", "confirm", *common, check=True)
+    two = ("two-sample", *common, "--question", "mood", "--groups", "control", "treatment")
+    text = run_cli("agg", *two, "--side", "confirmation", check=True).stdout
+    assert text.splitlines()[0] == NOT_PREREGISTERED
+    data = json.loads(run_cli("agg", *two, "--side", "confirmation", "--json", check=True).stdout)
+    assert data["not_preregistered"] is True and "exploratory" not in data
+    explored = json.loads(run_cli("agg", *two, "--json", check=True).stdout)
+    assert explored["exploratory"] is True and "not_preregistered" not in explored
