@@ -1,5 +1,6 @@
 """The survey report as one self-contained HTML page: inline CSS and SVG, no scripts, no
-network, readable on screen and printed."""
+network, readable on screen and printed. A large domain's full table is the one thing linked: a
+CSV file beside the page (or, rendered without files, a ``data:`` URL)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,6 @@ class SealedTest:
     pvalue: float
     adjusted: float
     reject: bool
-    method: str
 
     @property
     def decision(self) -> str:
@@ -52,7 +51,6 @@ class SealedFamily:
                     float(r["pvalue"]),
                     float(r["adjusted"]),
                     bool(r["reject"]),
-                    str(r["method"]),
                 )
                 for r in record["results"]
             )
