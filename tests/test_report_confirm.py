@@ -1,7 +1,8 @@
 """The confirmation side's report and labels (docs/adaptive-analysis.md, docs/reports.md): after
 sealing, `report --side confirmation` leads with the sealed family as `confirm` sealed it, and
 every other confirmation-side result (the report's estimates and declared tests, `estimate`,
-`test`, the Analyst RPCs) is labelled not preregistered; on real SQLite, over real gRPC."""
+`test`, `two-sample`, `k-sample`, `ordinal`, `conditional`, the Analyst RPCs) is labelled not
+preregistered; on real SQLite, over real gRPC."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ id = "mood"
 categories = ["a", "b", "c", "d"]
 mechanism = "randomized_response"
 epsilon = 2.0
+ordinal = true
 
 [[survey.question]]
 id = "pair"
@@ -194,10 +196,23 @@ def test_estimate_and_test_on_the_confirmation_side_are_labelled(sealed):
     assert "not_preregistered" not in json.loads(explored.stdout)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("ordinal", "--question", "mood"), ("conditional", "--question", "pair")],
+    ids=["ordinal", "conditional"],
+)
+def test_summaries_on_the_confirmation_side_are_labelled(sealed, command):
+    common, _ = sealed
+    read = (command[0], *common, *command[1:], "--side", "confirmation")
+    assert run_cli("agg", *read, check=True).stdout.splitlines()[0] == NOT_PREREGISTERED
+    data = json.loads(run_cli("agg", *read, "--json", check=True).stdout)
+    assert data["not_preregistered"] is True and "exploratory" not in data
+
+
 def test_analyst_calls_on_the_confirmation_side_carry_the_label(tmp_path, sealed):
     server = ServerThread(tmp_path / "s.toml", tmp_path / "r.sqlite").start()
     try:
-        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.target))
+        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
         for side, label in ((ldp_pb2.CONFIRMATION, LABEL), (ldp_pb2.EXPLORATION, "exploratory")):
             _, call = analyst.Estimate.with_call(
                 ldp_pb2.EstimateRequest(survey_id="split", question_id="mood", side=side)
@@ -235,3 +250,8 @@ def test_a_two_sample_test_on_the_confirmation_side_is_labelled(tmp_path):
     assert data["not_preregistered"] is True and "exploratory" not in data
     explored = json.loads(run_cli("agg", *two, "--json", check=True).stdout)
     assert explored["exploratory"] is True and "not_preregistered" not in explored
+    k = ("k-sample", *common, "--question", "mood", "--groups", "control", "treatment")
+    text = run_cli("agg", *k, "--side", "confirmation", check=True).stdout
+    assert text.splitlines()[0] == NOT_PREREGISTERED
+    data = json.loads(run_cli("agg", *k, "--side", "confirmation", "--json", check=True).stdout)
+    assert data["not_preregistered"] is True and "exploratory" not in data
