@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 #: Trailing metadata of a read of a survey with a group label that pools every group.
 POOLED_METADATA = ("ldp-groups", "pooled")
+#: Trailing metadata of a read of the confirmation side (after sealing): not in the sealed family.
+NOT_PREREGISTERED_METADATA = ("ldp-label", "not preregistered")
 
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
@@ -96,10 +98,12 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             context, release.release, self._store, survey, question_id, side, group
         )
         released = await confirm_rpcs.answered(context, work)
+        labels = [NOT_PREREGISTERED_METADATA] if side == ldp_pb2.CONFIRMATION else []
         if released.groups is not None:  # every group pooled: say so, and which were summed
-            labels = [POOLED_METADATA, released.groups_metadata()]
+            labels += [POOLED_METADATA, released.groups_metadata()]
             if side == ldp_pb2.EXPLORATION:
                 labels.append(confirm_rpcs.EXPLORATORY_METADATA)
+        if labels:
             context.set_trailing_metadata(tuple(labels))
         if released.n < survey.min_batch_size:
             refusal = release.too_few(survey, question_id, group)
