@@ -265,11 +265,14 @@ def _wald_parts(
     cells: DesignCells, residual: Function, jacobian: Function, options: _Options
 ) -> tuple[np.ndarray, np.ndarray]:
     """For the Wald correction only: the residual (zero under the null, on the contrasts) at
-    the data and its design covariance."""
+    the data and its covariance, ``J V J^T`` with V the design covariance of the totals (by
+    replicates too, as R's ``svychisq`` does)."""
     if options.correction != "wald":
         return np.zeros(0), np.zeros((0, 0))
-    y = residual(cells.columns().sum(axis=0))
-    return y, _covariance(cells, residual, jacobian, options)
+    sums = cells.columns().sum(axis=0)
+    totals = _covariance(cells, lambda s: s, lambda s: np.eye(len(s)), options)
+    jac = jacobian(sums)
+    return residual(sums), jac @ totals @ jac.T
 
 
 def _result(
