@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.stats.design import Design, cells, indicators
+from aggregator.stats.design import Design, design_cells, indicators
 from aggregator.stats.design_estimate import design_estimate
 from aggregator.stats.design_simulation import TwoStageSetting
 from aggregator.stats.design_tests import (
@@ -133,7 +133,7 @@ for (name in names(designs)) {
 """,
     )
     for name, (adjust, method) in DESIGNS.items():
-        est = design_estimate(cells(x_hat, adjust(design)), mechanism, method=method)
+        est = design_estimate(design_cells(x_hat, adjust(design)), mechanism, method=method)
         np.testing.assert_allclose(est.estimate[0], r[f"{name}.mean"], rtol=RTOL)
         np.testing.assert_allclose(est.covariance.ravel(), r[f"{name}.cov"], rtol=RTOL)
         np.testing.assert_allclose(est.total[0], r[f"{name}.total"], rtol=RTOL)
@@ -167,7 +167,7 @@ for (name in c("plain", "finite")) {
     for name in ("plain", "finite"):
         adjust = DESIGNS[name][0]
         result = design_goodness_of_fit(
-            cells(x_hat, adjust(design)), mechanism, p0, correction="second-order"
+            design_cells(x_hat, adjust(design)), mechanism, p0, correction="second-order"
         )
         scale = r[f"{name}.N"][0] / result.n
         np.testing.assert_allclose(result.pearson * scale, r[f"{name}.stat"][0], rtol=RTOL)
@@ -204,8 +204,8 @@ for (s in c("F", "Chisq", "adjWald")) {{
 """,
     )
     adjust, method = DESIGNS[name]
-    joint = cells(indicators(a * 2 + b, 6), adjust(design))
-    grouped = cells(indicators(y, 4), adjust(design), group, 3)
+    joint = design_cells(indicators(a * 2 + b, 6), adjust(design))
+    grouped = design_cells(indicators(y, 4), adjust(design), group, 3)
     for correction, key in (("F", "F"), ("first-order", "Chisq"), ("wald", "adjWald")):
         for label, result in (
             ("ind", design_independence(joint, None, 3, 2, correction, method=method)),

@@ -5,6 +5,14 @@ May import ``aggregator.histogram``, ``aggregator.errors``, ``client.mechanisms`
 """
 
 from aggregator.stats.composite import composite, independence
+from aggregator.stats.design import Design, design_cells
+from aggregator.stats.design_estimate import DesignEstimate, design_estimate
+from aggregator.stats.design_tests import (
+    DesignTestResult,
+    design_goodness_of_fit,
+    design_independence,
+    design_k_sample,
+)
 from aggregator.stats.estimate import Estimate, estimate
 from aggregator.stats.gof import goodness_of_fit
 from aggregator.stats.k_sample import k_sample, k_sample_power
@@ -16,6 +24,9 @@ from aggregator.stats.two_sample import two_sample, two_sample_power
 
 __all__ = [
     "Advice",
+    "Design",
+    "DesignEstimate",
+    "DesignTestResult",
     "Estimate",
     "FunctionModel",
     "HolmResult",
@@ -24,6 +35,11 @@ __all__ = [
     "TestResult",
     "advise",
     "composite",
+    "design_cells",
+    "design_estimate",
+    "design_goodness_of_fit",
+    "design_independence",
+    "design_k_sample",
     "estimate",
     "goodness_of_fit",
     "holm",

@@ -124,7 +124,7 @@ def indicators(values: np.ndarray, k: int) -> np.ndarray:
     return rows
 
 
-def cells(
+def design_cells(
     x_hat: np.ndarray, design: Design, domains: np.ndarray | None = None, n_domains: int = 1
 ) -> DesignCells:
     """Sum per-report contributions (n, k) into the design's cells; ``domains`` (n,) are public
