@@ -65,14 +65,22 @@ class Setting:
     plan: TwoStageSetting
 
 
-def plan(psu_size: int, concentration: float) -> TwoStageSetting:
-    return TwoStageSetting(SHARES, DISTRIBUTIONS, 20, psu_size, concentration, 0.3)
+def plan(psus: int, psu_size: int, concentration: float) -> TwoStageSetting:
+    return TwoStageSetting(SHARES, DISTRIBUTIONS, psus, psu_size, concentration, 0.3)
 
 
 SETTINGS = (
-    Setting("eps 1, PSUs of ~20, icc 0.33", RandomizedResponse(k=4, epsilon=1.0), plan(20, 2.0)),
-    Setting("eps 2, PSUs of ~8, icc 0.2", RandomizedResponse(k=4, epsilon=2.0), plan(8, 4.0)),
-    Setting("eps 4, PSUs of ~8, icc 0.11", RandomizedResponse(k=4, epsilon=4.0), plan(8, 8.0)),
+    Setting(
+        "eps 1, 4 x 30 PSUs of ~14, icc 0.4",
+        RandomizedResponse(k=4, epsilon=1.0),
+        plan(30, 14, 1.5),
+    ),
+    Setting(
+        "eps 2, 4 x 20 PSUs of ~8, icc 0.2", RandomizedResponse(k=4, epsilon=2.0), plan(20, 8, 4.0)
+    ),
+    Setting(
+        "eps 4, 4 x 20 PSUs of ~8, icc 0.11", RandomizedResponse(k=4, epsilon=4.0), plan(20, 8, 8.0)
+    ),
 )
 
 
