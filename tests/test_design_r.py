@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.stats.design import Design, design_cells, indicators
+from aggregator.stats.design import Design, contributions, design_cells, indicators
 from aggregator.stats.design_estimate import design_estimate
 from aggregator.stats.design_simulation import TwoStageSetting
 from aggregator.stats.design_tests import (
@@ -187,9 +187,8 @@ def test_independence_and_homogeneity_equal_svychisq(rscript, tmp_path, name):
     a = first.simulate(rng.integers(0, 3, n), rng)
     b = second.simulate((a + rng.integers(0, 2, n)) % 2, rng)
     group = rng.integers(0, 3, n)
-    y = RandomizedResponse(k=4, epsilon=1.0).simulate(
-        np.minimum(group + rng.integers(0, 2, n), 3), rng
-    )
+    answer = RandomizedResponse(k=4, epsilon=1.0)
+    y = answer.simulate(np.minimum(group + rng.integers(0, 2, n), 3), rng)
     columns.update(a=a, b=b, g=group, y=y)
     r = run_r(
         rscript,
@@ -216,3 +215,11 @@ for (s in c("F", "Chisq", "adjWald")) {{
             mine = result.pearson if key == "Chisq" else result.statistic
             np.testing.assert_allclose(mine, statistic, rtol=RTOL)
             np.testing.assert_allclose(result.pvalue, pvalue, rtol=RTOL)
+    # Homogeneity of the true answers behind randomized response: the statistic and the Wald
+    # test are R's on the privatized category (the channel's map is affine and the same in
+    # every group); the design effects are evaluated at the null fit, not at R's estimate.
+    private = design_cells(contributions(answer, y), adjust(design), group, 3)
+    pearson = design_k_sample(private, answer, "first-order", method=method).pearson
+    np.testing.assert_allclose(pearson, r["hom.Chisq"][0], rtol=RTOL)
+    wald = design_k_sample(private, answer, "wald", method=method)
+    np.testing.assert_allclose([wald.statistic, wald.pvalue], r["hom.adjWald"], rtol=RTOL)
