@@ -123,6 +123,8 @@ def test_every_correction_gives_a_p_value_and_names_the_design():
         )
         assert 0 <= result.pvalue <= 1
         assert "2 strata, 30 PSUs, 28 design degrees of freedom" in result.summary()
+        assert result.to_dict()["design_df"] == 28
+        assert ("F(" in result.summary()) == (correction in ("F", "wald"))
     sample = replace(CLUSTERED, concentration=20.0).sample(RR, np.random.default_rng(6))
     domains = design_cells(sample.x_hat, sample.design, sample.design.strata, 2)
     result = design_k_sample(domains, RR)

@@ -57,6 +57,29 @@ class DesignTestResult(TestResult):
     denominator_df: float | None = None
     design_df: int = 0
 
+    def reference(self) -> str:
+        """The corrected statistic's reference law, e.g. ``F(2.71, 206.2)``."""
+        if self.denominator_df is None:
+            return f"chi2({self.numerator_df:.4g})"
+        return f"F({self.numerator_df:.4g}, {self.denominator_df:.4g})"
+
+    def summary(self) -> str:
+        mean = float(np.mean(self.eigenvalues)) if self.eigenvalues.size else float("nan")
+        return (
+            f"{super().summary()}\n  reference law: {self.reference()}; uncorrected "
+            f"statistic {self.pearson:.4g}, mean generalized design effect {mean:.3g}"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            **super().to_dict(),
+            "pearson": self.pearson,
+            "eigenvalues": self.eigenvalues.tolist(),
+            "numerator_df": self.numerator_df,
+            "denominator_df": self.denominator_df,
+            "design_df": self.design_df,
+        }
+
 
 @dataclass(frozen=True)
 class _Options:
