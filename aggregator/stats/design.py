@@ -1,5 +1,5 @@
 """Survey designs under local privacy: the declaration and its sufficient statistics
-(survey-design spec D.1-D.2).
+(survey-design-and-monitoring spec D.1-D.2).
 
 A design gives each report a stratum, a primary sampling unit (PSU, nested in its stratum) and a
 weight, all public. Every design-based estimate and its variance needs only, per (stratum, PSU)
@@ -95,7 +95,8 @@ class DesignCells:
 
 def contributions(mechanism: Mechanism, decoded: np.ndarray) -> np.ndarray:
     """(n, k) per-report unbiased contributions ``x_hat_i`` with ``E[x_hat_i] = e_{x_i}``:
-    each report's statistic row, de-biased through the channel (spec notation)."""
+    each report's statistic row, de-biased through the channel (the notation of the
+    survey-design-and-monitoring spec)."""
     if mechanism.statistic_kind == "groups":
         raise InvalidInputError(
             f"{mechanism.describe()} has no per-report contribution per category; a design "

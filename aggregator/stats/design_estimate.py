@@ -1,5 +1,6 @@
 """Design-based (Hajek) estimates of a distribution from locally private reports, their
-covariance, and design effects split into clustering and weighting (survey-design spec D.2, D.4).
+covariance, and design effects split into clustering and weighting
+(survey-design-and-monitoring spec D.2, D.4).
 
 ``pi_hat_g = T_g / W_g`` per domain g, T_g the weighted sum of the reports' unbiased
 contributions and W_g the sum of their weights: R ``survey``'s ``svymean`` applied to the
@@ -27,8 +28,9 @@ class DesignEstimate:
 
     ``deff``: design variance over the variance of a with-replacement simple random sample of
     the same size, estimated from the data (R's ``deff = "replace"``); ``deff_model``: the same
-    with the mechanism's SRS covariance P0 at the estimate (spec D.2), which
-    ``weighting_effect`` (Kish's 1 + CV(w)^2) times ``clustering_effect`` makes up (spec D.4).
+    with the mechanism's SRS covariance P0 at the estimate (survey-design-and-monitoring spec
+    D.2), which ``weighting_effect`` (Kish's 1 + CV(w)^2) times ``clustering_effect`` makes up
+    (survey-design-and-monitoring spec D.4).
     ``raw_clustering_effect`` is the clustering effect the answers would have without local
     noise, ``1 + (clustering - 1) / signal_share``, ``signal_share`` the answer's share of one
     contribution's variance.

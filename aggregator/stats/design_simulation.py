@@ -1,8 +1,8 @@
-"""Stratified two-stage cluster samples for studies of the design-based statistics (survey-design
-spec D.4): strata sampled out of proportion to their population shares (unequal weights, and a
-naive estimate biased whenever the strata differ), PSUs whose answers share a Dirichlet draw
-around their stratum's distribution (intra-cluster correlation ``1 / (concentration + 1)``;
-infinite: none), and a random weight factor per PSU on top.
+"""Stratified two-stage cluster samples for studies of the design-based statistics
+(survey-design-and-monitoring spec D.4): strata sampled out of proportion to their population
+shares (unequal weights, and a naive estimate biased whenever the strata differ), PSUs whose
+answers share a Dirichlet draw around their stratum's distribution (intra-cluster correlation
+``1 / (concentration + 1)``; infinite: none), and a random weight factor per PSU on top.
 """
 
 from __future__ import annotations

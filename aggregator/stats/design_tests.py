@@ -1,5 +1,5 @@
 """Design-based chi-square tests on locally private reports: Rao-Scott first- and second-order
-corrections and the adjusted Wald test (survey-design spec D.3).
+corrections and the adjusted Wald test (survey-design-and-monitoring spec D.3).
 
 Each test is the local SRS statistic ``X2 = n h^T Sigma0^-1 h`` on a contrast vector h that
 vanishes under the null, ``Sigma0`` the SRS covariance of one report's h (the mechanism's P0).
@@ -242,7 +242,8 @@ def _table_test(
     n = cells.n
     pearson = float(n * h @ np.linalg.solve(sigma0, h))
     # The design effects: at the estimate for answers seen directly, as R's svychisq; with local
-    # noise at the null fit (spec D.3), where they do not move with the noisy estimate.
+    # noise at the null fit (survey-design-and-monitoring spec D.3), where they do not move
+    # with the noisy estimate.
     point = theta if options.mechanism is None else null
     inverse = np.divide(1.0, point, out=np.zeros_like(point), where=point > 0)
     g_point = contrasts.T * inverse

@@ -1,4 +1,5 @@
-"""Design-based covariance of smooth functions of the cell totals (survey-design spec D.2).
+"""Design-based covariance of smooth functions of the cell totals
+(survey-design-and-monitoring spec D.2).
 
 An estimate here is ``theta(S)``, S the column sums of ``DesignCells.columns()``. Two methods:
 
