@@ -20,9 +20,20 @@ from aggregator.stats import (
     design_independence,
     design_k_sample,
 )
+from aggregator.stats.channel import debiased
 from aggregator.stats.design import contributions
 from aggregator.stats.design_simulation import TwoStageSetting
-from client.mechanisms import GaussianNoise, PublicCoinBit, RandomizedResponse
+from client.mechanisms import (
+    FlipComponents,
+    GaussianNoise,
+    HadamardResponse,
+    LaplaceNoise,
+    LocalHashing,
+    OptimizedUnaryEncoding,
+    PublicCoinBit,
+    RandomizedResponse,
+    SubsetSelection,
+)
 
 RR = RandomizedResponse(k=4, epsilon=2.0)
 CLUSTERED = TwoStageSetting(
@@ -39,6 +50,31 @@ def srs_sample(mechanism, n: int, seed: int):
     rng = np.random.default_rng(seed)
     answers = rng.choice(4, size=n, p=[0.4, 0.3, 0.2, 0.1])
     return contributions(mechanism, mechanism.simulate(answers, rng)), Design.simple(n)
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        RandomizedResponse(k=4, epsilon=1.0),
+        FlipComponents(k=4, epsilon=1.0),
+        GaussianNoise(k=4, rho=0.5),
+        LaplaceNoise(k=4, epsilon=1.0),
+        OptimizedUnaryEncoding(k=4, epsilon=1.0),
+        HadamardResponse(k=4, epsilon=1.0),
+        SubsetSelection(k=4, epsilon=1.0),
+        LocalHashing(k=4, epsilon=1.0),
+    ],
+    ids=lambda m: m.name,
+)
+def test_every_mechanisms_contributions_are_unbiased_and_sum_to_its_estimate(mechanism):
+    rng = np.random.default_rng(8)
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    decoded = mechanism.simulate(rng.choice(4, size=40_000, p=p), rng)
+    x_hat = contributions(mechanism, decoded)
+    values = mechanism.statistic_values(mechanism.statistic_sums(decoded))
+    np.testing.assert_allclose(x_hat.mean(axis=0), debiased(values, len(x_hat), mechanism))
+    z = (x_hat.mean(axis=0) - p) / (x_hat.std(axis=0) / np.sqrt(len(x_hat)))
+    assert np.all(np.abs(z) < 4.5), z
 
 
 def test_simple_random_sample_gives_the_srs_mean_and_no_design_effect():
