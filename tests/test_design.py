@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.histogram import Histogram
 from aggregator.stats import (
     Design,
     design_cells,
@@ -19,6 +20,7 @@ from aggregator.stats import (
     design_goodness_of_fit,
     design_independence,
     design_k_sample,
+    goodness_of_fit,
 )
 from aggregator.stats.channel import debiased
 from aggregator.stats.design import contributions
@@ -75,6 +77,29 @@ def test_every_mechanisms_contributions_are_unbiased_and_sum_to_its_estimate(mec
     np.testing.assert_allclose(x_hat.mean(axis=0), debiased(values, len(x_hat), mechanism))
     z = (x_hat.mean(axis=0) - p) / (x_hat.std(axis=0) / np.sqrt(len(x_hat)))
     assert np.all(np.abs(z) < 4.5), z
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        RandomizedResponse(k=4, epsilon=1.0),
+        FlipComponents(k=4, epsilon=1.0),
+        GaussianNoise(k=4, rho=0.5),
+    ],
+    ids=lambda m: m.name,
+)
+def test_under_srs_the_uncorrected_statistic_is_the_local_tests(mechanism):
+    """Spec D.3: with a simple random sample the design test's quadratic form is the local
+    test's (Pearson on privatized counts, T_FC, the projected Gaussian statistic)."""
+    rng = np.random.default_rng(9)
+    decoded = mechanism.simulate(rng.choice(4, size=2000, p=[0.4, 0.3, 0.2, 0.1]), rng)
+    hist = Histogram(mechanism, 2000, mechanism.statistic_values(mechanism.statistic_sums(decoded)))
+    p0 = np.full(4, 0.25)
+    local = goodness_of_fit(hist, p0, calibration="asymptotic")
+    design = design_goodness_of_fit(
+        design_cells(contributions(mechanism, decoded), Design.simple(2000)), mechanism, p0
+    )
+    np.testing.assert_allclose(design.pearson, local.statistic, rtol=1e-10)
 
 
 def test_simple_random_sample_gives_the_srs_mean_and_no_design_effect():
