@@ -5,6 +5,7 @@ tests/test_design_validation.py."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -23,7 +24,7 @@ from aggregator.stats import (
     goodness_of_fit,
 )
 from aggregator.stats.channel import debiased
-from aggregator.stats.design import contributions
+from aggregator.stats.design import contributions, indicators
 from aggregator.stats.design_simulation import TwoStageSetting
 from client.mechanisms import (
     FlipComponents,
@@ -260,3 +261,13 @@ def test_bad_test_arguments_are_typed_errors():
         design_k_sample(cells, RR)
     with pytest.raises(InvalidInputError, match="variance method"):
         design_estimate(cells, RR, method="balanced")
+
+
+def test_a_category_never_chosen_has_no_design_effect_and_no_warning():
+    design = Design(np.repeat([0, 1], 4), np.tile([0, 0, 1, 1], 2), np.arange(1.0, 9.0))
+    x_hat = indicators(np.array([0, 1, 0, 1, 1, 0, 2, 2]), 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = design_estimate(design_cells(x_hat, design), None)
+    assert np.isnan(est.deff[0, 3]) and np.isnan(est.deff_model[0, 3])
+    assert np.all(np.isfinite(est.deff[0, :3]))

@@ -33,7 +33,8 @@ class DesignEstimate:
     (survey-design-and-monitoring spec D.4).
     ``raw_clustering_effect`` is the clustering effect the answers would have without local
     noise, ``1 + (clustering - 1) / signal_share``, ``signal_share`` the answer's share of one
-    contribution's variance.
+    contribution's variance. A design effect is NaN for a category without variance (answers
+    seen directly, a category never or always chosen): it is undefined there.
     """
 
     estimate: np.ndarray
@@ -94,15 +95,16 @@ def design_estimate(
         - 2 * estimate * cells.total.sum(axis=0)
         + estimate**2 * weight[:, None]
     ) / weight[:, None]
-    deff = variance * (counts[:, None] - 1) / spread
     fitted = project_simplex(estimate)
     p0 = np.stack([np.diag(srs_covariance(mechanism, p)) for p in fitted])
-    deff_model = variance * counts[:, None] / p0
     kish = counts * cells.weight_square.sum(axis=0) / weight**2
+    # A category without variance (seen directly and never or always chosen) has no design
+    # effect: NaN there, by definition rather than by accident.
+    deff = _ratio(variance * (counts[:, None] - 1), spread)
+    deff_model = _ratio(variance * counts[:, None], p0)
     clustering = deff_model / kish[:, None]
-    share = fitted * (1 - fitted) / p0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        raw = np.where(share > 0, 1 + (clustering - 1) / share, np.nan)
+    share = _ratio(fitted * (1 - fitted), p0)
+    raw = _ratio(clustering - 1, share) + 1
     return DesignEstimate(
         estimate,
         cov,
@@ -119,6 +121,12 @@ def design_estimate(
         share,
         raw,
     )
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, NaN where the denominator is not positive."""
+    out = np.full(np.broadcast(numerator, denominator).shape, np.nan)
+    return np.divide(numerator, denominator, out=out, where=denominator > 1e-300)
 
 
 def mean(sums: np.ndarray, k: int) -> np.ndarray:
