@@ -1,8 +1,8 @@
 """Agreement with R's ``survey`` package (survey-design spec D.5): with the privatized reports as
 data, the design-based estimates, covariances, design effects and Rao-Scott tests equal
 ``svymean``, ``svytotal``, ``svygofchisq`` and ``svychisq`` to 1e-8 on stratified cluster designs
-with unequal weights, with and without a finite population correction, and on a jackknife
-replicate design.
+with unequal weights, with and without a finite population correction, on a jackknife
+replicate design, and on our bootstrap replicates passed to R as replicate weights.
 
 Runs ``Rscript`` (Debian's ``r-base-core`` and ``r-cran-survey``, installed by ``.ci/run``).
 Skipped where R is missing, except when ``LDP_REQUIRE_R=1`` (set by CI): then a missing R fails.
@@ -26,6 +26,7 @@ from aggregator.stats.design_tests import (
     design_independence,
     design_k_sample,
 )
+from aggregator.stats.design_variance import replicate_factors
 from client.mechanisms import FlipComponents, GaussianNoise, RandomizedResponse
 
 RTOL = 1e-8
@@ -223,3 +224,35 @@ for (s in c("F", "Chisq", "adjWald")) {{
     np.testing.assert_allclose(pearson, r["hom.Chisq"][0], rtol=RTOL)
     wald = design_k_sample(private, answer, "wald", method=method)
     np.testing.assert_allclose([wald.statistic, wald.pvalue], r["hom.adjWald"], rtol=RTOL)
+
+
+def test_bootstrap_variance_equals_svrepdesign_on_the_same_replicates(rscript, tmp_path):
+    """Our Rao-Wu replicates, written out as replicate weights, give R's bootstrap variance."""
+    mechanism = RandomizedResponse(k=4, epsilon=2.0)
+    x_hat, design, columns = data(mechanism, 5)
+    cells_ = design_cells(x_hat, design)
+    replicates = 50
+    factors, _, _ = replicate_factors(cells_, "bootstrap", replicates, seed=3)
+    pairs = np.stack(
+        [
+            np.unique(design.strata, return_inverse=True)[1],
+            np.unique(design.clusters, return_inverse=True)[1],
+        ]
+    )
+    cell_of = np.unique(pairs, axis=1, return_inverse=True)[1].reshape(-1)
+    for r in range(replicates):
+        columns[f"r{r}"] = design.weights * factors[r, cell_of]
+    r = run_r(
+        rscript,
+        tmp_path,
+        columns,
+        f"""
+b <- svrepdesign(data = d, weights = ~w, repweights = "r[0-9]+", type = "bootstrap",
+                 combined.weights = TRUE)
+m <- svymean(~x1 + x2 + x3 + x4, b)
+out("cov", vcov(m)); out("scale", b$scale); out("n", {replicates})
+""",
+    )
+    est = design_estimate(cells_, mechanism, method="bootstrap", replicates=replicates, seed=3)
+    assert r["scale"][0] == pytest.approx(1 / (replicates - 1))
+    np.testing.assert_allclose(est.covariance.ravel(), r["cov"], rtol=RTOL)
