@@ -13,10 +13,16 @@ Under the design, ``X2 -> sum_j delta_j Z_j^2`` with delta the eigenvalues of
 * ``wald``: ``W = h^T Var_design(h)^-1 h``, ``(d - df + 1) W / (d df) ~ F(df, d - df + 1)``
   (Korn and Graubard 1990), unstable when d is small.
 
+Goodness of fit: h is the residual ``(T - p0 N) / sqrt(N)`` on the sum-zero contrasts, its
+covariance linearized at the estimate. Independence and homogeneity: h is the log-linear
+interaction contrast ``C^T D^-1 (theta_hat - theta_null)`` of the joint table at the product of
+its margins, its design effects evaluated at the estimate for answers seen directly and at the
+null fit with local noise (where the estimate is noisy and may leave the simplex).
+
 With answers seen directly (``mechanism`` None) these are R ``survey``'s ``svygofchisq``
 (Satterthwaite) and ``svychisq`` ("F", "Chisq", "adjWald") to rounding, and where a
-mechanism's channel is affine on one-hot reports (randomized response) the goodness-of-fit
-statistic equals R's on the privatized category.
+mechanism's channel is affine on one-hot reports (randomized response) the goodness-of-fit test
+equals R's on the privatized category (docs/designs.md).
 """
 
 from __future__ import annotations
