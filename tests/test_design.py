@@ -22,6 +22,7 @@ from aggregator.stats import (
     design_independence,
     design_k_sample,
     goodness_of_fit,
+    post_stratified_estimate,
 )
 from aggregator.stats.channel import debiased
 from aggregator.stats.design import contributions, indicators
@@ -246,6 +247,22 @@ def test_every_correction_gives_a_p_value_and_names_the_design():
 def test_bad_input_is_a_typed_error(make, error, text):
     with pytest.raises(error, match=text):
         make()
+
+
+def test_post_stratification_weights_the_post_strata_means_by_their_population_shares():
+    """Agreement with R's postStratify is tests/test_design_r.py; here the definition."""
+    rng = np.random.default_rng(10)
+    sample = CLUSTERED.sample(RR, rng)
+    by_stratum = design_cells(sample.x_hat, sample.design, sample.design.strata, 2)
+    result = post_stratified_estimate(by_stratum, np.array([600.0, 400.0]))
+    means = design_estimate(by_stratum, RR).estimate
+    np.testing.assert_allclose(result.estimate, 0.6 * means[0] + 0.4 * means[1])
+    low, high = result.intervals()
+    assert np.all(low < result.estimate) and np.all(result.estimate < high)
+    with pytest.raises(InvalidInputError, match="one per post-stratum"):
+        post_stratified_estimate(by_stratum, np.array([1.0, 2.0, 3.0]))
+    with pytest.raises(InvalidInputError, match="positive"):
+        post_stratified_estimate(by_stratum, np.array([1.0, 0.0]))
 
 
 def test_bad_test_arguments_are_typed_errors():

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from aggregator.stats.design import Design, contributions, design_cells, indicators
+from aggregator.stats.design_calibration import post_stratified_estimate
 from aggregator.stats.design_estimate import design_estimate
 from aggregator.stats.design_simulation import TwoStageSetting
 from aggregator.stats.design_tests import (
@@ -256,3 +257,30 @@ out("cov", vcov(m)); out("scale", b$scale); out("n", {replicates})
     est = design_estimate(cells_, mechanism, method="bootstrap", replicates=replicates, seed=3)
     assert r["scale"][0] == pytest.approx(1 / (replicates - 1))
     np.testing.assert_allclose(est.covariance.ravel(), r["cov"], rtol=RTOL)
+
+
+@pytest.mark.parametrize("name", ["plain", "jackknife"])
+def test_post_stratification_equals_poststratify(rscript, tmp_path, name):
+    """Post-strata from a public variable, known population counts: R's postStratify."""
+    mechanism = FlipComponents(k=4, epsilon=1.0)
+    x_hat, design, columns = data(mechanism, 6)
+    band = np.random.default_rng(7).integers(0, 3, len(x_hat))
+    population = np.array([5000.0, 3000.0, 2000.0])
+    columns["band"] = band
+    r = run_r(
+        rscript,
+        tmp_path,
+        columns,
+        f"""
+counts <- data.frame(band = 0:2, Freq = c(5000, 3000, 2000))
+ps <- postStratify(designs[["{name}"]], ~band, counts)
+m <- svymean(~x1 + x2 + x3 + x4, ps)
+out("mean", coef(m)); out("cov", vcov(m))
+""",
+    )
+    adjust, method = DESIGNS[name]
+    result = post_stratified_estimate(
+        design_cells(x_hat, adjust(design), band, 3), population, method=method
+    )
+    np.testing.assert_allclose(result.estimate, r["mean"], rtol=RTOL)
+    np.testing.assert_allclose(result.covariance.ravel(), r["cov"], rtol=RTOL)

@@ -6,6 +6,7 @@ May import ``aggregator.histogram``, ``aggregator.errors``, ``client.mechanisms`
 
 from aggregator.stats.composite import composite, independence
 from aggregator.stats.design import Design, design_cells
+from aggregator.stats.design_calibration import PostStratified, post_stratified_estimate
 from aggregator.stats.design_estimate import DesignEstimate, design_estimate
 from aggregator.stats.design_tests import (
     DesignTestResult,
@@ -32,6 +33,7 @@ __all__ = [
     "HolmResult",
     "IndependenceModel",
     "ParametricModel",
+    "PostStratified",
     "TestResult",
     "advise",
     "composite",
@@ -47,6 +49,7 @@ __all__ = [
     "k_sample",
     "k_sample_power",
     "noncentrality",
+    "post_stratified_estimate",
     "power",
     "sample_size",
     "two_sample",
