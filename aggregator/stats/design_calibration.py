@@ -4,7 +4,7 @@ The post-strata are the domains of the design cells (a public variable: age band
 the post-stratified estimate is ``sum_p (N_p / N) pi_hat_p``, the domains' Hajek means weighted
 by their known population shares: R ``survey``'s ``postStratify`` followed by ``svymean``. Its
 linearized variance is the design variance of the residuals from the post-strata's own means
-(Deville and Sarndal 1992), and replicates recompute it per replicate, which repeats the
+([Deville1992]), and replicates recompute it per replicate, which repeats the
 calibration; both come from the cells.
 """
 

@@ -29,7 +29,7 @@ class DesignEstimate:
     ``deff``: design variance over the variance of a with-replacement simple random sample of
     the same size, estimated from the data (R's ``deff = "replace"``); ``deff_model``: the same
     with the mechanism's SRS covariance P0 at the estimate (survey-design-and-monitoring spec
-    D.2), which ``weighting_effect`` (Kish's 1 + CV(w)^2) times ``clustering_effect`` makes up
+    D.2), which ``weighting_effect`` ([Kish1965]: 1 + CV(w)^2) times ``clustering_effect`` makes up
     (survey-design-and-monitoring spec D.4).
     ``raw_clustering_effect`` is the clustering effect the answers would have without local
     noise, ``1 + (clustering - 1) / signal_share``, ``signal_share`` the answer's share of one

@@ -1,5 +1,6 @@
 """Design-based chi-square tests on locally private reports: Rao-Scott first- and second-order
-corrections and the adjusted Wald test (survey-design-and-monitoring spec D.3).
+corrections ([Rao1981], [Rao1984]) and the adjusted Wald test (survey-design-and-monitoring
+spec D.3).
 
 Each test is the local SRS statistic ``X2 = n h^T Sigma0^-1 h`` on a contrast vector h that
 vanishes under the null, ``Sigma0`` the SRS covariance of one report's h (the mechanism's P0).
@@ -11,7 +12,7 @@ Under the design, ``X2 -> sum_j delta_j Z_j^2`` with delta the eigenvalues of
   delta``, ``nu = (sum delta)^2 / sum delta^2``;
 * ``F``: ``X2 / sum delta ~ F(nu, nu d)``, d the design degrees of freedom (R's default);
 * ``wald``: ``W = h^T Var_design(h)^-1 h``, ``(d - df + 1) W / (d df) ~ F(df, d - df + 1)``
-  (Korn and Graubard 1990), unstable when d is small.
+  ([Korn1990]), unstable when d is small.
 
 Goodness of fit: h is the residual ``(T - p0 N) / sqrt(N)`` on the sum-zero contrasts, its
 covariance linearized at the estimate. Independence and homogeneity: h is the log-linear

@@ -6,10 +6,11 @@ An estimate here is ``theta(S)``, S the column sums of ``DesignCells.columns()``
 * linearization: the PSU totals of the linearized values ``z_hc = J x_hc`` (J the Jacobian of
   theta at S), centred within their stratum, ``V = sum_h (1 - f_h) n_h / (n_h - 1)
   sum_c (z_hc - z_h)(z_hc - z_h)^T``: the with-replacement PSU approximation, with the finite
-  population correction where the design gives one (R ``survey``'s ``svyrecvar``);
+  population correction where the design gives one (R ``survey``'s ``svyrecvar``,
+  [Lumley2010]);
 * replicates: theta recomputed on reweighted cells, a delete-one-PSU jackknife (JKn; JK1 with one
-  stratum) or the Rao-Wu rescaled bootstrap, spread around the replicates' mean (R's default,
-  ``survey.replicates.mse = FALSE``).
+  stratum) or the Rao-Wu rescaled bootstrap ([Rao1988]), spread around the replicates' mean
+  (R's default, ``survey.replicates.mse = FALSE``).
 """
 
 from __future__ import annotations
