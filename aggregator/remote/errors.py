@@ -1,0 +1,57 @@
+"""What a refused or failed Analyst call becomes on the analyst's side: a typed error with one
+line of text, the status code kept for callers that act on it."""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+
+from aggregator.errors import LdpError
+
+#: Codes whose details are the server's own words about the request (the same sentences the
+#: command line says on a report store): shown as they are. Other codes are about the call
+#: (network, credentials, load) and are shown with the server's address and the code.
+REQUEST_CODES = frozenset(
+    {
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
+)
+#: The refusal of a read below the release threshold (docs/wire.md §8.4): its count and the
+#: threshold.
+_BELOW_THRESHOLD = re.compile(r" has (\d+) reports(?: of .+)?; results are released from (\d+)$")
+
+
+class RemoteError(LdpError):
+    """An Analyst call that did not answer: ``code`` is its gRPC status code."""
+
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NotReleasedError(RemoteError):
+    """The question (or group) has ``n`` reports, fewer than the survey's ``min_batch_size``:
+    the server releases nothing of it."""
+
+    def __init__(self, message: str, n: int, min_batch_size: int) -> None:
+        super().__init__(message, grpc.StatusCode.FAILED_PRECONDITION)
+        self.n = n
+        self.min_batch_size = min_batch_size
+
+
+def remote_error(error: grpc.RpcError, address: str) -> RemoteError:
+    """The typed error of a failed call to the server at ``address``."""
+    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = " ".join(((error.details() if isinstance(error, grpc.Call) else "") or "").split())
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        below = _BELOW_THRESHOLD.search(details)
+        if below:
+            return NotReleasedError(details, int(below[1]), int(below[2]))
+    if code in REQUEST_CODES:
+        return RemoteError(details, code)
+    if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
+        return RemoteError(f"cannot reach the server at {address}: {details}", code)
+    return RemoteError(f"server {address}: {code.name}: {details}", code)
