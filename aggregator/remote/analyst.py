@@ -250,7 +250,7 @@ class RemoteAnalyst:
         return HoldoutAnswer(answer.reject, answer.level, state)
 
 
-def _side_number(side: str | None) -> ldp_pb2.Side.ValueType:
+def _side_number(side: str | None) -> ldp_pb2.Side:
     """The wire value of a side name (SIDE_UNSPECIFIED: unset)."""
     if side is None:
         return ldp_pb2.SIDE_UNSPECIFIED

@@ -1,0 +1,570 @@
+"""``ldp-aggregator ... --server`` and ``aggregator.remote``: a running server's Analyst service
+gives what the report store gives. Every command runs twice on the same data, once on the store
+file (--db) and once over gRPC (--server, a real server on loopback over the same SQLite store),
+and must print the same bytes with the same exit status, errors included."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_runner import run_cli
+from conftest import ServerThread
+
+import aggregator.remote
+from aggregator.loader import open_survey
+from aggregator.remote import ConnectionSettingsError, NotReleasedError, RemoteError
+from aggregator.service.app import open_store
+from aggregator.stats import estimate, goodness_of_fit
+from aggregator.store import ingest
+from aggregator.survey_file.config import load_surveys
+from protos.ldp.v1 import ldp_pb2
+
+CONFIG = """
+[[survey]]
+id = "s"
+title = "remote & local"
+min_batch_size = 20
+
+[[survey.question]]
+id = "mood"
+categories = ["great", "fine", "low", "bad"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
+[[survey.question]]
+id = "mood2"
+categories = ["great", "fine", "low", "bad"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
+[[survey.question]]
+id = "fc"
+categories = ["a", "b", "c", "d", "e"]
+mechanism = "flip_components"
+epsilon = 1.0
+
+[[survey.question]]
+id = "sleep"
+categories = ["<5", "5-6", "7-8", ">8"]
+mechanism = "gaussian"
+rho = 0.5
+
+[[survey.question]]
+id = "pair"
+mechanism = "randomized_response"
+epsilon = 2.0
+attributes = [
+    { name = "x", categories = ["x0", "x1"] },
+    { name = "y", categories = ["y0", "y1", "y2"] },
+]
+
+[[survey.question]]
+id = "rare"
+categories = ["yes", "no"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
+[[survey.analysis]]
+question = "mood"
+test = "goodness_of_fit"
+p0 = [0.25, 0.25, 0.25, 0.25]
+
+[[survey.analysis]]
+question = "pair"
+test = "independence"
+
+[[survey.analysis]]
+question = "rare"
+test = "goodness_of_fit"
+p0 = [0.5, 0.5]
+
+[[survey]]
+id = "g"
+min_batch_size = 20
+group_label = "arm"
+group_values = ["control", "treatment", "pilot"]
+
+[[survey.question]]
+id = "mood"
+categories = ["great", "fine", "low", "bad"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
+[[survey.analysis]]
+question = "mood"
+test = "two_sample"
+groups = ["control", "treatment"]
+
+[[survey.analysis]]
+question = "mood"
+test = "two_sample"
+groups = ["control", "pilot"]
+
+[[survey]]
+id = "split"
+min_batch_size = 20
+exploration_fraction = 0.5
+
+[[survey.question]]
+id = "mood"
+categories = ["great", "fine", "low", "bad"]
+mechanism = "randomized_response"
+epsilon = 2.0
+
+[[survey.question]]
+id = "pair"
+mechanism = "randomized_response"
+epsilon = 2.0
+attributes = [
+    { name = "x", categories = ["x0", "x1"] },
+    { name = "y", categories = ["y0", "y1"] },
+]
+
+[[survey]]
+id = "held"
+min_batch_size = 20
+exploration_fraction = 0.5
+
+[[survey.question]]
+id = "mood"
+categories = ["great", "fine", "low", "bad"]
+mechanism = "randomized_response"
+epsilon = 2.0
+"""
+PLAN = """survey = "split"
+alpha = 0.05
+
+[[test]]
+title = "mood is not uniform"
+question = "mood"
+test = "goodness_of_fit"
+p0 = [0.25, 0.25, 0.25, 0.25]
+
+[[test]]
+title = "x and y are dependent"
+question = "pair"
+test = "independence"
+"""
+MOOD = [0.4, 0.3, 0.2, 0.1]
+EXPLORATION, CONFIRMATION = ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION
+#: ISO 8601 times (a report's "generated", a plan's registration, a seal): they differ between
+#: two runs, and nothing else may.
+TIMES = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?")
+#: The names matplotlib gives an SVG's clip paths and markers: random on every rendering.
+CLIP_IDS = re.compile(r"\b[mp][0-9a-f]{10}\b")
+
+
+def unstamped(text: str) -> str:
+    """``text`` without what differs between two renderings of the same results."""
+    return CLIP_IDS.sub("p", TIMES.sub("T", text))
+
+
+def reports(surveys, survey_id, question_id, truth, n, seed, side=0, group=""):
+    """n randomized reports of one question drawn from ``truth``."""
+    rng = np.random.default_rng(seed)
+    mech = surveys[survey_id].question(question_id).mechanism
+    values = mech.simulate(rng.choice(len(truth), size=n, p=truth), rng)
+    return [
+        ldp_pb2.Report(
+            report_id=os.urandom(16),
+            survey_id=survey_id,
+            question_id=question_id,
+            payload=mech.encode(v),
+            side=side,
+            group=group,
+        )
+        for v in values
+    ]
+
+
+def population(surveys):
+    """Every question released except s/rare (3 reports) and g's pilot group (5 reports)."""
+    uniform = {k: [1 / k] * k for k in (2, 4, 5, 6)}
+    out = reports(surveys, "s", "mood", MOOD, 400, 1)
+    out += reports(surveys, "s", "mood2", uniform[4], 300, 2)
+    out += reports(surveys, "s", "fc", uniform[5], 200, 3)
+    out += reports(surveys, "s", "sleep", MOOD, 200, 4)
+    out += reports(surveys, "s", "pair", [0.3, 0.1, 0.1, 0.1, 0.1, 0.3], 300, 5)
+    out += reports(surveys, "s", "rare", uniform[2], 3, 6)
+    for seed, (group, n) in enumerate((("control", 200), ("treatment", 150), ("pilot", 5))):
+        out += reports(surveys, "g", "mood", MOOD, n, 10 + seed, group=group)
+    for seed, side in enumerate((EXPLORATION, CONFIRMATION)):
+        out += reports(surveys, "split", "mood", MOOD, 300, 20 + seed, side)
+        out += reports(surveys, "split", "pair", [0.4, 0.1, 0.1, 0.4], 300, 22 + seed, side)
+        out += reports(surveys, "held", "mood", MOOD, 300, 24 + seed, side)
+    return out
+
+
+def fill(db: Path, surveys) -> None:
+    """Store the reports as a server would: validated, committed."""
+    store = open_store(surveys, str(db))
+    try:
+        store.submit_batches(ingest.validate_upload(population(surveys), surveys).batches).result()
+    finally:
+        store.close()
+
+
+def analyst_address(server: ServerThread) -> str:
+    """Where the server's Analyst service listens. The one place to change when the Analyst
+    service gets its own listener (``RunningServer.analyst_port``); until then it is served on
+    the device port."""
+    running = server._running
+    return f"127.0.0.1:{getattr(running, 'analyst_port', None) or server.port}"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A filled store and a server on it: (config, the store, the server, its analyst address)."""
+    root = tmp_path_factory.mktemp("remote")
+    config = root / "surveys.toml"
+    config.write_text(CONFIG)
+    db = root / "reports.sqlite"
+    fill(db, load_surveys(config))
+    pristine = root / "pristine.sqlite"
+    shutil.copyfile(db, pristine)  # for the commands that write: a copy without a server
+    server = ServerThread(config, db).start()
+    yield config, db, server, analyst_address(server)
+    server.stop()
+
+
+def both(world, *command: str, remote_config: bool = False):
+    """The command on the store and over the server: two CompletedProcess."""
+    config, db, _, address = world
+    local = run_cli("agg", *command, "--config", config, "--db", db)
+    extra = ("--config", config) if remote_config else ()
+    remote = run_cli("agg", *command, "--server", address, *extra)
+    return local, remote
+
+
+def assert_same(local, remote) -> None:
+    assert (remote.returncode, remote.stdout, remote.stderr) == (
+        local.returncode,
+        local.stdout,
+        local.stderr,
+    )
+
+
+def one_line(done) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and "Traceback" not in done.stderr, done
+    return lines[0]
+
+
+READS = [
+    ("estimate", "--survey", "s", "--question", "mood"),
+    ("estimate", "--survey", "s", "--question", "mood", "--simultaneous", "--json"),
+    ("estimate", "--survey", "s", "--question", "fc", "--confidence", "0.9"),
+    ("estimate", "--survey", "s", "--question", "sleep", "--json"),
+    ("estimate", "--survey", "s", "--question", "pair"),
+    ("estimate", "--survey", "g", "--question", "mood"),
+    ("estimate", "--survey", "g", "--question", "mood", "--group", "treatment", "--json"),
+    ("estimate", "--survey", "split", "--question", "mood"),
+    ("test", "gof", "--survey", "s", "--question", "mood", "--p0", "uniform"),
+    ("test", "gof", "--survey", "s", "--question", "fc", "--p0", "uniform", "--json"),
+    ("test", "gof", "--survey", "s", "--question", "sleep", "--p0", "0.4,0.3,0.2,0.1"),
+    (
+        "test",
+        "gof",
+        "--survey",
+        "s",
+        "--question",
+        "mood2",
+        "--p0",
+        "uniform",
+        "--calibration",
+        "monte-carlo",
+        "--seed",
+        "7",
+        "--json",
+    ),
+    ("test", "independence", "--survey", "s", "--question", "pair", "--seed", "3"),
+    ("test", "independence", "--survey", "split", "--question", "pair", "--json"),
+    ("two-sample", "--a", "s:mood", "--b", "s:mood2", "--seed", "4"),
+    (
+        "two-sample",
+        "--survey",
+        "g",
+        "--question",
+        "mood",
+        "--groups",
+        "control",
+        "treatment",
+        "--json",
+        "--seed",
+        "5",
+    ),
+]
+REFUSALS = [  # (command, exit status, a fragment of the one line)
+    (("estimate", "--survey", "s", "--question", "nope"), 2, "has no question 'nope'"),
+    (("estimate", "--survey", "nope", "--question", "mood"), 2, "unknown survey 'nope'"),
+    (
+        ("test", "gof", "--survey", "s", "--question", "nope", "--p0", "uniform", "--json"),
+        2,
+        "has no question",
+    ),
+    (("estimate", "--survey", "s", "--question", "rare"), 3, "has 3 reports"),
+    (
+        ("test", "gof", "--survey", "s", "--question", "rare", "--p0", "uniform", "--json"),
+        3,
+        "released from 20",
+    ),
+    (
+        ("estimate", "--survey", "g", "--question", "mood", "--group", "pilot"),
+        3,
+        "of arm 'pilot'",
+    ),
+    (
+        ("two-sample", "--survey", "g", "--question", "mood", "--groups", "control", "pilot"),
+        3,
+        "has 5 reports",
+    ),
+    (
+        ("estimate", "--survey", "split", "--question", "mood", "--side", "confirmation"),
+        2,
+        "cannot be read before its results are sealed",
+    ),
+    (
+        ("estimate", "--survey", "s", "--question", "mood", "--side", "confirmation"),
+        2,
+        "is not split",
+    ),
+    (
+        ("estimate", "--survey", "g", "--question", "mood", "--group", "nobody"),
+        2,
+        "unknown arm 'nobody'",
+    ),
+    (
+        ("test", "independence", "--survey", "s", "--question", "mood"),
+        2,
+        "does not have exactly 2 attributes",
+    ),
+]
+
+
+@pytest.mark.parametrize("command", READS, ids=lambda c: " ".join(c))
+def test_reads_print_the_same_over_the_server(world, command):
+    local, remote = both(world, *command)
+    assert local.returncode == 0, local.stderr
+    assert_same(local, remote)
+
+
+@pytest.mark.parametrize("command, status, fragment", REFUSALS, ids=lambda c: str(c))
+def test_refusals_are_the_same_one_line_over_the_server(world, command, status, fragment):
+    local, remote = both(world, *command)
+    assert local.returncode == status and fragment in one_line(local), local
+    assert_same(local, remote)
+
+
+def test_a_survey_file_given_with_server_is_checked_against_the_servers(world, tmp_path):
+    address = world[3]
+    local, remote = both(
+        world, "estimate", "--survey", "s", "--question", "mood", remote_config=True
+    )
+    assert_same(local, remote)
+    changed = tmp_path / "changed.toml"
+    changed.write_text(CONFIG.replace('title = "remote & local"', 'title = "renamed"'))
+    done = run_cli(
+        "agg",
+        "estimate",
+        "--config",
+        changed,
+        "--server",
+        address,
+        "--survey",
+        "s",
+        "--question",
+        "mood",
+    )
+    assert "differently from the server" in one_line(done) and done.returncode == 2
+
+
+@pytest.mark.parametrize("fmt", ["html", "md"])
+@pytest.mark.parametrize("survey", ["s", "g"])
+def test_report_is_the_same_over_the_server(world, tmp_path, fmt, survey):
+    """Released questions, a question and a group below min_batch_size (their counts shown),
+    declared tests run and not run: the same file but for the time it was generated."""
+    config, db, _, address = world
+    out_db, out_server = tmp_path / f"db.{fmt}", tmp_path / f"server.{fmt}"
+    common = ("report", "--survey", survey, "--format", fmt, "--config", config)
+    local = run_cli("agg", *common, "--db", db, "--out", out_db)
+    remote = run_cli("agg", *common, "--server", address, "--out", out_server)
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+    assert remote.stdout == local.stdout.replace(str(out_db), str(out_server))
+    text = out_db.read_text()
+    assert "Not released" in text if survey == "s" else "pilot has 5 reports" in text
+    assert unstamped(out_server.read_text()) == unstamped(text)
+
+
+def test_report_without_a_survey_file_has_no_declared_tests(world, tmp_path):
+    _, _, _, address = world
+    out = tmp_path / "r.md"
+    done = run_cli(
+        "agg", "report", "--survey", "s", "--format", "md", "--server", address, "--out", out
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Is mood" not in out.read_text() and "mood" in out.read_text()
+
+
+def test_preregister_confirm_and_holdout_print_the_same_over_the_server(world, tmp_path):
+    """The writing commands on a copy of the store (no server) and through the server: the
+    same lines but for the registration and sealing times."""
+    config, db, _, address = world
+    copy = tmp_path / "copy.sqlite"
+    shutil.copyfile(db.parent / "pristine.sqlite", copy)
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+
+    def twice(*command: str):
+        local = run_cli("agg", *command, "--config", config, "--db", copy)
+        remote = run_cli("agg", *command, "--server", address)
+        assert TIMES.sub("T", remote.stdout) == TIMES.sub("T", local.stdout)
+        assert (remote.returncode, remote.stderr) == (local.returncode, local.stderr)
+        return local
+
+    assert twice("confirm", "--survey", "split").returncode == 2  # no plan yet
+    first = twice("preregister", "--survey", "split", "--plan", str(plan))
+    assert "registered at" in first.stdout and first.returncode == 0
+    assert (
+        "already registered"
+        in twice("preregister", "--survey", "split", "--plan", str(plan)).stdout
+    )
+    assert "sealed now" in twice("confirm", "--survey", "split").stdout
+    assert twice("confirm", "--survey", "split", "--json").returncode == 0  # already sealed
+    sealed = twice("estimate", "--survey", "split", "--question", "mood", "--side", "confirmation")
+    assert sealed.returncode == 0
+    for p0 in ("uniform", "0.4,0.3,0.2,0.1"):
+        answer = twice("holdout", "gof", "--survey", "held", "--question", "mood", "--p0", p0)
+        assert "holdout query" in answer.stdout and answer.returncode == 0
+    twice("holdout", "independence", "--survey", "held", "--question", "mood")  # refused alike
+
+
+def test_options_the_server_does_not_take_are_refused_in_one_line(world, tmp_path):
+    _, _, _, address = world
+    for command in (
+        ("confirm", "--survey", "split", "--seed", "3"),
+        (
+            "holdout",
+            "gof",
+            "--survey",
+            "held",
+            "--question",
+            "mood",
+            "--p0",
+            "uniform",
+            "--alpha",
+            "0.1",
+        ),
+    ):
+        done = run_cli("agg", *command, "--server", address)
+        assert "with --db" in one_line(done) and done.returncode == 2
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ((), "give --db FILE (a report store) or --server HOST:PORT"),
+        (("--db", "x.sqlite", "--server", "127.0.0.1:1"), "not both"),
+        (("--db", "x.sqlite"), "--db needs --config"),
+        (("--server", "10.1.2.3:50051"), "plaintext is allowed to a loopback address only"),
+        (("--server", "analyst.example:443"), "plaintext is allowed to a loopback address only"),
+        (("--server", "no-port"), "expected HOST:PORT"),
+        (("--server", "127.0.0.1:1", "--tls-cert", "c.pem"), "--tls-cert and --tls-key go"),
+        (("--server", "127.0.0.1:1", "--token-file", "missing.txt"), "cannot read token file"),
+        (("--server", "127.0.0.1:1", "--tls-ca", "missing.pem"), "cannot read CA certificate"),
+        (("--config", "c.toml", "--db", "x.sqlite", "--token-file", "t"), "go with --server"),
+        (("--server", "127.0.0.1:1"), "cannot reach the server at 127.0.0.1:1"),
+    ],
+)
+def test_connection_mistakes_are_one_line(options, fragment, tmp_path):
+    done = run_cli("agg", "estimate", "--survey", "s", "--question", "mood", *options, cwd=tmp_path)
+    assert fragment in one_line(done) and done.returncode == 2
+
+
+def test_an_unreachable_server_is_one_line(tmp_path):
+    out = tmp_path / "r.html"
+    done = run_cli("agg", "report", "--survey", "s", "--server", "localhost:1", "--out", out)
+    assert "cannot reach the server" in one_line(done) and done.returncode == 2
+    assert not out.exists()
+    done = run_cli(
+        "agg", "estimate", "--survey", "s", "--question", "q", "--server", "[::1]:1", "--json"
+    )
+    error = json.loads(one_line(done))
+    assert error["status"] == 2 and "cannot reach the server at [::1]:1" in error["error"]
+
+
+def test_the_python_api_gives_the_local_results(world):
+    """aggregator.remote.connect: the same histograms, estimates and tests as open_survey on
+    the store; withheld questions carry their count; refusals are typed."""
+    config, db, _, address = world
+    local = open_survey(config, db, "s")
+    with aggregator.remote.connect(address) as analyst:
+        remote = analyst.open_survey("s")
+        assert list(remote) == list(local)
+        for question_id, item in local.items():
+            assert (remote[question_id].released, remote[question_id].n) == (item.released, item.n)
+            if item.released:
+                np.testing.assert_array_equal(
+                    remote[question_id].histogram.values, item.histogram.values
+                )
+        est = analyst.estimate("s", "mood")
+        np.testing.assert_array_equal(
+            est.frequencies, estimate(local["mood"].histogram).frequencies
+        )
+        assert est.to_dict() == estimate(local["mood"].histogram).to_dict()
+        test = analyst.goodness_of_fit("s", "mood", [0.25] * 4, calibration="asymptotic")
+        expected = goodness_of_fit(
+            local["mood"].histogram, np.full(4, 0.25), calibration="asymptotic"
+        )
+        assert test.to_dict() == expected.to_dict()
+        assert analyst.independence("s", "pair", rng=1).to_dict()["method"]
+        with pytest.raises(NotReleasedError) as below:
+            analyst.histogram("s", "rare")
+        assert (below.value.n, below.value.min_batch_size) == (3, 20)
+        with pytest.raises(RemoteError) as unknown:
+            analyst.survey("nope")
+        assert unknown.value.code.name == "NOT_FOUND"
+        group = analyst.open_survey("g", group="pilot")
+        assert not group["mood"].released and group["mood"].n == 5
+    with pytest.raises(ConnectionSettingsError, match="loopback"):
+        aggregator.remote.connect("192.0.2.1:50051")
+
+
+def test_the_token_is_sent_as_bearer_metadata(world, tmp_path):
+    """--token-file sends ``authorization: Bearer <token>`` with every call (the server's
+    check of it is the roles change's; here a server interceptor records what arrives)."""
+    from concurrent import futures
+
+    import grpc
+
+    seen: list[tuple] = []
+    survey = load_surveys(world[0])["s"].to_proto()
+
+    def get_survey(request, context):
+        seen.append(tuple(context.invocation_metadata()))
+        return survey
+
+    handler = grpc.unary_unary_rpc_method_handler(
+        get_survey,
+        request_deserializer=ldp_pb2.GetSurveyRequest.FromString,
+        response_serializer=ldp_pb2.Survey.SerializeToString,
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("ldp.v1.Analyst", {"GetSurvey": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("s3cret-token\n")
+        with aggregator.remote.connect(f"127.0.0.1:{port}", token_file=token) as analyst:
+            assert analyst.survey("s").id == "s"
+    finally:
+        server.stop(None)
+    assert ("authorization", "Bearer s3cret-token") in seen[0]
