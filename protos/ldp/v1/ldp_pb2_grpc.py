@@ -340,7 +340,7 @@ class AnalystServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Statistics(self, request, context):
-        """One question's released sufficient statistic (docs/wire.md §8.6).
+        """One question's released sufficient statistic (docs/wire.md §8.7).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
