@@ -52,6 +52,12 @@ def remote_error(error: grpc.RpcError, address: str) -> RemoteError:
             return NotReleasedError(details, int(below[1]), int(below[2]))
     if code in REQUEST_CODES:
         return RemoteError(details, code)
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return RemoteError(
+            f"server {address} does not answer this call ({details}): is it older than this "
+            "client, or is this not its analyst address?",
+            code,
+        )
     if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
         return RemoteError(f"cannot reach the server at {address}: {details}", code)
     return RemoteError(f"server {address}: {code.name}: {details}", code)
