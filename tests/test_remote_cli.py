@@ -136,6 +136,12 @@ id = "mood"
 categories = ["great", "fine", "low", "bad"]
 mechanism = "randomized_response"
 epsilon = 2.0
+
+[[survey.question]]
+id = "late"
+categories = ["yes", "no"]
+mechanism = "randomized_response"
+epsilon = 2.0
 """
 PLAN = """survey = "split"
 alpha = 0.05
@@ -184,7 +190,8 @@ def reports(surveys, survey_id, question_id, truth, n, seed, side=0, group=""):
 
 
 def population(surveys):
-    """Every question released except s/rare (3 reports) and g's pilot group (5 reports)."""
+    """Every question released except s/rare (3 reports), g's pilot group (5 reports) and
+    held/late (5 confirmation-side reports)."""
     uniform = {k: [1 / k] * k for k in (2, 4, 5, 6)}
     out = reports(surveys, "s", "mood", MOOD, 400, 1)
     out += reports(surveys, "s", "mood2", uniform[4], 300, 2)
@@ -198,6 +205,7 @@ def population(surveys):
         out += reports(surveys, "split", "mood", MOOD, 300, 20 + seed, side)
         out += reports(surveys, "split", "pair", [0.4, 0.1, 0.1, 0.4], 300, 22 + seed, side)
         out += reports(surveys, "held", "mood", MOOD, 300, 24 + seed, side)
+    out += reports(surveys, "held", "late", [0.5, 0.5], 5, 30, CONFIRMATION)
     return out
 
 
@@ -442,6 +450,8 @@ def test_preregister_confirm_and_holdout_print_the_same_over_the_server(world, t
         answer = twice("holdout", "gof", "--survey", "held", "--question", "mood", "--p0", p0)
         assert "holdout query" in answer.stdout and answer.returncode == 0
     twice("holdout", "independence", "--survey", "held", "--question", "mood")  # refused alike
+    late = twice("holdout", "gof", "--survey", "held", "--question", "late", "--p0", "uniform")
+    assert late.returncode == 3 and "no query used: held/late has 5" in one_line(late)
 
 
 def test_options_the_server_does_not_take_are_refused_in_one_line(world, tmp_path):

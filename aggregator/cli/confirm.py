@@ -25,6 +25,7 @@ from aggregator.cli.common import (
     server_surveys,
 )
 from aggregator.errors import InsufficientDataError
+from aggregator.remote import NotReleasedError
 from aggregator.store import confirmations, ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.report_store import ReportStore
@@ -144,7 +145,10 @@ def run_confirm(args: argparse.Namespace) -> int:
             raise UserError("--seed goes with --db: a server seals with seed 0")
         with connect(args) as analyst:
             _server_survey(args, analyst)
-            record, already = analyst.confirm(args.survey)
+            try:
+                record, already = analyst.confirm(args.survey)
+            except NotReleasedError as exc:
+                raise UserError(f"nothing sealed: {exc}", status=3) from None
         return _print_sealed(args, record, already)
     surveys, survey, store, lock = _open_for_writing(args)
 
@@ -229,6 +233,9 @@ def _holdout_remote(args: argparse.Namespace, test: str) -> int:
         except ReportRejectedError as exc:
             raise UserError(exc.message) from None
         p0 = null_distribution(args.p0, question) if args.p0 else None
-        answer = analyst.holdout(args.survey, question.id, test, p0)
+        try:
+            answer = analyst.holdout(args.survey, question.id, test, p0)
+        except NotReleasedError as exc:
+            raise UserError(f"no query used: {exc}", status=3) from None
     print(holdout_text(answer.state, answer.reject, answer.level, question.id, test))
     return 0

@@ -182,15 +182,18 @@ class RemoteAnalyst:
         p0: Sequence[float],
         alpha: float = 0.05,
         method: str | None = None,
-        **options: Any,
+        *,
+        calibration: str = "auto",
+        rng: int | None = None,
+        side: str | None = None,
+        group: str | None = None,
     ) -> TestResult:
-        """aggregator.stats.goodness_of_fit of the released histogram; ``options``: side,
-        group, and the test's calibration and rng."""
+        """aggregator.stats.goodness_of_fit of the question's released histogram."""
         from aggregator.stats import goodness_of_fit
 
-        side, group = options.pop("side", None), options.pop("group", None)
         hist = self.histogram(survey_id, question_id, side, group, test=True)
-        return goodness_of_fit(hist, np.asarray(p0, dtype=float), alpha, method, **options)
+        null = np.asarray(p0, dtype=float)
+        return goodness_of_fit(hist, null, alpha, method, calibration=calibration, rng=rng)
 
     def independence(
         self,
@@ -198,19 +201,20 @@ class RemoteAnalyst:
         question_id: str,
         alpha: float = 0.05,
         method: str | None = None,
-        **options: Any,
+        *,
+        calibration: str = "auto",
+        rng: int | None = None,
+        side: str | None = None,
+        group: str | None = None,
     ) -> TestResult:
-        """aggregator.stats.independence of a two-attribute question's released histogram;
-        ``options`` as for goodness_of_fit."""
+        """aggregator.stats.independence of a two-attribute question's released histogram."""
         from aggregator.stats import independence
 
-        side, group = options.pop("side", None), options.pop("group", None)
-        question = self.survey(survey_id).question(question_id)
-        shape = question.table_shape
+        shape = self.survey(survey_id).question(question_id).table_shape
         if shape is None:
             raise InvalidInputError(f"question {question_id} does not have exactly 2 attributes")
         hist = self.histogram(survey_id, question_id, side, group, test=True)
-        return independence(hist, shape, alpha, method, **options)
+        return independence(hist, shape, alpha, method, calibration=calibration, rng=rng)
 
     def preregister(self, survey_id: str, plan: str) -> Registration:
         """Register a confirmatory plan (its exact text) on the server."""

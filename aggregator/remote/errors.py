@@ -19,9 +19,11 @@ REQUEST_CODES = frozenset(
         grpc.StatusCode.FAILED_PRECONDITION,
     }
 )
-#: The refusal of a read below the release threshold (docs/wire.md §8.4): its count and the
-#: threshold.
-_BELOW_THRESHOLD = re.compile(r" has (\d+) reports(?: of .+)?; results are released from (\d+)$")
+#: The refusal of a read, a seal or a holdout query below the release threshold (docs/wire.md
+#: §8.4, §8.5, §8.6): its count and the threshold.
+_BELOW_THRESHOLD = re.compile(
+    r" has (\d+) (?:confirmation-side )?reports(?: of .+)?; results are released from (\d+)$"
+)
 
 
 class RemoteError(LdpError):
