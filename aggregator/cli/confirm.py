@@ -33,6 +33,7 @@ from aggregator.survey_file.config import load_surveys
 from client.survey import SurveySpec
 
 if TYPE_CHECKING:
+    from aggregator.confirm.plan import Plan
     from aggregator.remote import RemoteAnalyst
     from aggregator.store.lock import StoreLock
 
@@ -80,7 +81,7 @@ def _open_for_writing(
 
     surveys = load_surveys(args.config)
     survey = find_survey(surveys, args.survey, args.config)
-    if args.db is None or not args.db.exists():
+    if not args.db.exists():
         raise UserError(f"{args.db}: no such report store")
     try:
         lock = StoreLock(args.db)
@@ -103,36 +104,37 @@ def _server_survey(args: argparse.Namespace, analyst: RemoteAnalyst) -> dict[str
 
 
 def run_preregister(args: argparse.Namespace) -> int:
-    from aggregator.confirm.plan import load_plan
-
     check_source(args)
     if args.server is not None:
         with connect(args) as analyst:
             surveys = _server_survey(args, analyst)
-            survey = surveys[args.survey]
-            plan = load_plan(args.plan, surveys)
-            if plan.survey_id != survey.id:
-                raise UserError(
-                    f"{args.plan} is a plan for survey {plan.survey_id}, not {survey.id}"
-                )
-            registration = analyst.preregister(survey.id, plan.text)
-        when, already = registration.registered_at, registration.already
+            plan = _plan(args, surveys)
+            registration = analyst.preregister(args.survey, plan.text)
+        sha256, when = registration.plan_sha256, registration.registered_at
+        already = registration.already
     else:
         surveys, survey, store, lock = _open_for_writing(args)
         try:
-            plan = load_plan(args.plan, surveys)
-            if plan.survey_id != survey.id:
-                raise UserError(
-                    f"{args.plan} is a plan for survey {plan.survey_id}, not {survey.id}"
-                )
+            plan = _plan(args, surveys)
             when, already = confirmations.preregister(store, survey, plan.text, plan.sha256)
         finally:
             store.close()
             lock.release()
+        sha256 = plan.sha256
     state = "already registered at" if already else "registered at"
-    print(f"plan sha256 {plan.sha256} {state} {when} for survey {survey.id}")
+    print(f"plan sha256 {sha256} {state} {when} for survey {args.survey}")
     print(f"{len(plan.tests)} test(s), {plan.multiplicity} at family-wise alpha {plan.alpha:g}")
     return 0
+
+
+def _plan(args: argparse.Namespace, surveys: dict[str, SurveySpec]) -> Plan:
+    """The plan file --plan, which must be a plan for --survey."""
+    from aggregator.confirm.plan import load_plan
+
+    plan = load_plan(args.plan, surveys)
+    if plan.survey_id != args.survey:
+        raise UserError(f"{args.plan} is a plan for survey {plan.survey_id}, not {args.survey}")
+    return plan
 
 
 def run_confirm(args: argparse.Namespace) -> int:
