@@ -265,6 +265,8 @@ def one_line(done) -> str:
 
 
 READS = [
+    ("k-sample", "--survey", "g", "--question", "mood", "--groups", "control", "treatment"),
+    ("conditional", "--survey", "s", "--question", "pair", "--json"),
     ("estimate", "--survey", "s", "--question", "mood"),
     ("estimate", "--survey", "s", "--question", "mood", "--simultaneous", "--json"),
     ("estimate", "--survey", "s", "--question", "fc", "--confidence", "0.9"),
@@ -309,6 +311,7 @@ READS = [
     ),
 ]
 REFUSALS = [  # (command, exit status, a fragment of the one line)
+    (("k-sample", "--survey", "g", "--question", "mood"), 3, "of arm 'pilot'"),
     (("estimate", "--survey", "s", "--question", "nope"), 2, "has no question 'nope'"),
     (("estimate", "--survey", "nope", "--question", "mood"), 2, "unknown survey 'nope'"),
     (

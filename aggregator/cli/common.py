@@ -171,6 +171,16 @@ def server_surveys(
     return {survey_id: local[survey_id]}
 
 
+def survey_definitions(args: argparse.Namespace, survey_id: str) -> dict[str, SurveySpec]:
+    """The surveys a command reads: the survey file's (--db), or --survey as the server
+    defines it (--server; {} when it has none of that id)."""
+    check_source(args)
+    if args.server is None:
+        return load_surveys(args.config)
+    with connect(args) as analyst:
+        return server_surveys(args, analyst, survey_id)
+
+
 def add_calibration_option(parser: argparse.ArgumentParser, doc: str | None = None) -> None:
     """--calibration: how a test's p-value is found (aggregator/stats/calibration.py); ``doc``
     names the page that says more."""
