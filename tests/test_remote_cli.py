@@ -539,9 +539,13 @@ def test_the_python_api_gives_the_local_results(world):
         with pytest.raises(NotReleasedError) as below:
             analyst.histogram("s", "rare")
         assert (below.value.n, below.value.min_batch_size) == (3, 20)
-        with pytest.raises(RemoteError) as unknown:
-            analyst.survey("nope")
-        assert unknown.value.code.name == "NOT_FOUND"
+        for unknown_question in (
+            lambda: analyst.survey("nope"),
+            lambda: analyst.histogram("s", "x"),
+        ):
+            with pytest.raises(RemoteError) as unknown:
+                unknown_question()
+            assert unknown.value.code.name == "NOT_FOUND"
         group = analyst.open_survey("g", group="pilot")
         assert not group["mood"].released and group["mood"].n == 5
     with pytest.raises(ConnectionSettingsError, match="loopback"):

@@ -19,7 +19,7 @@ from aggregator.loader import SIDES, QuestionData, SurveyData
 from aggregator.remote.channel import AnalystCredentials, open_channel
 from aggregator.remote.errors import NotReleasedError, RemoteError, remote_error
 from aggregator.survey_file.config import ConfigError
-from client.survey import SurveyError, SurveySpec
+from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 if TYPE_CHECKING:
@@ -103,6 +103,16 @@ class RemoteAnalyst:
             self._surveys[survey_id] = SurveySpec.from_proto(message)
         return self._surveys[survey_id]
 
+    def question(self, survey_id: str, question_id: str) -> QuestionSpec:
+        """The question's definition as the server holds it (RemoteError NOT_FOUND if none)."""
+        try:
+            return self.survey(survey_id).question(question_id)
+        except KeyError:
+            raise RemoteError(
+                f"survey {survey_id!r} has no question {question_id!r}",
+                grpc.StatusCode.NOT_FOUND,
+            ) from None
+
     def histogram(
         self,
         survey_id: str,
@@ -115,7 +125,7 @@ class RemoteAnalyst:
         """The question's released histogram on ``side`` of a split survey (exploration by
         default) and of one ``group`` (None: all pooled); ``test``: read for a test (refused for
         reports clustered by household). NotReleasedError below ``min_batch_size``."""
-        question = self.survey(survey_id).question(question_id)
+        question = self.question(survey_id, question_id)
         request = ldp_pb2.StatisticsRequest(
             survey_id=survey_id,
             question_id=question_id,
@@ -210,7 +220,7 @@ class RemoteAnalyst:
         """aggregator.stats.independence of a two-attribute question's released histogram."""
         from aggregator.stats import independence
 
-        shape = self.survey(survey_id).question(question_id).table_shape
+        shape = self.question(survey_id, question_id).table_shape
         if shape is None:
             raise InvalidInputError(f"question {question_id} does not have exactly 2 attributes")
         hist = self.histogram(survey_id, question_id, side, group, test=True)
