@@ -19,6 +19,8 @@ from conftest import ServerThread
 import aggregator.remote
 from aggregator.loader import open_survey
 from aggregator.remote import ConnectionSettingsError, NotReleasedError, RemoteError
+from aggregator.service import pki
+from aggregator.service.analyst_auth import AnalystAccess
 from aggregator.service.app import open_store
 from aggregator.stats import estimate, goodness_of_fit
 from aggregator.store import ingest
@@ -218,14 +220,6 @@ def fill(db: Path, surveys) -> None:
         store.close()
 
 
-def analyst_address(server: ServerThread) -> str:
-    """Where the server's Analyst service listens. The one place to change when the Analyst
-    service gets its own listener (``RunningServer.analyst_port``); until then it is served on
-    the device port."""
-    running = server._running
-    return f"127.0.0.1:{getattr(running, 'analyst_port', None) or server.port}"
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A filled store and a server on it: (config, the store, the server, its analyst address)."""
@@ -237,7 +231,7 @@ def world(tmp_path_factory):
     pristine = root / "pristine.sqlite"
     shutil.copyfile(db, pristine)  # for the commands that write: a copy without a server
     server = ServerThread(config, db).start()
-    yield config, db, server, analyst_address(server)
+    yield config, db, server, server.analyst_target
     server.stop()
 
 
@@ -552,60 +546,51 @@ def test_the_python_api_gives_the_local_results(world):
         aggregator.remote.connect("192.0.2.1:50051")
 
 
-def test_the_token_is_sent_as_bearer_metadata(world, tmp_path):
-    """--token-file sends ``authorization: Bearer <token>`` with every call (the server's
-    check of it is the roles change's; here a server interceptor records what arrives)."""
-    from concurrent import futures
-
-    import grpc
-
-    seen: list[tuple] = []
-    survey = load_surveys(world[0])["s"].to_proto()
-
-    def get_survey(request, context):
-        seen.append(tuple(context.invocation_metadata()))
-        return survey
-
-    handler = grpc.unary_unary_rpc_method_handler(
-        get_survey,
-        request_deserializer=ldp_pb2.GetSurveyRequest.FromString,
-        response_serializer=ldp_pb2.Survey.SerializeToString,
-    )
-    server = grpc.server(futures.ThreadPoolExecutor(1))
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("ldp.v1.Analyst", {"GetSurvey": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        token = tmp_path / "token"
-        token.write_text("s3cret-token\n")
-        with aggregator.remote.connect(f"127.0.0.1:{port}", token_file=token) as analyst:
-            assert analyst.survey("s").id == "s"
-    finally:
-        server.stop(None)
-    assert ("authorization", "Bearer s3cret-token") in seen[0]
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    """A device CA (server, device-0001) and an analyst CA (analyst-0001), as gen_pki writes
+    them."""
+    root = tmp_path_factory.mktemp("remote-pki")
+    pki.write_pki(root, devices=1, days=1, analysts=1)
+    return root
 
 
-def test_over_mutual_tls_the_output_is_the_same(world, pki, tmp_path):
-    """A server that requires a client certificate: --tls-ca with --tls-cert/--tls-key reads the
-    same; without the certificate the call fails in one line. (Until analysts get their own CA,
-    the test's CA issues the client certificate.)"""
-    from aggregator.service.tls import server_credentials
-
+def test_analyst_credentials_over_tls_read_the_same(world, certs, tmp_path):
+    """An analyst listener requiring an analyst certificate and a token: --tls-ca, --tls-cert,
+    --tls-key and --token-file read what the store gives; a device certificate, a missing
+    token or a wrong CA is refused in one line."""
     config, db, _, _ = world
     copy = tmp_path / "copy.sqlite"
     shutil.copyfile(db.parent / "pristine.sqlite", copy)
-    credentials = server_credentials(pki.cert("server"), pki.key("server"), pki.cert("ca"))
-    server = ServerThread(config, copy, credentials=credentials).start()
+    tokens = tmp_path / "analysts.tokens"
+    token = run_cli("agg", "analyst-token", "add", "alice", "--tokens", tokens, check=True)
+    token_file = tmp_path / "alice.token"
+    token_file.write_text(token.stdout)
+    access = AnalystAccess(
+        tls_cert=certs / "server.pem",
+        tls_key=certs / "server.key",
+        client_ca=certs / "analyst-ca.pem",
+        device_ca=certs / "ca.pem",
+        tokens=tokens,
+    )
+    server = ServerThread(config, copy, analyst_access=access).start()
     try:
-        address = analyst_address(server).replace("127.0.0.1", "localhost")
+        address = server.analyst_target.replace("127.0.0.1", "localhost")
         command = ("estimate", "--survey", "s", "--question", "mood", "--json")
         local = run_cli("agg", *command, "--config", config, "--db", copy)
-        tls = ("--server", address, "--tls-ca", pki.cert("ca"))
-        client = ("--tls-cert", pki.cert("device"), "--tls-key", pki.key("device"))
-        assert_same(local, run_cli("agg", *command, *tls, *client))
-        refused = run_cli("agg", *command, *tls)
-        assert json.loads(one_line(refused))["status"] == 2
+        tls = ("--server", address, "--tls-ca", certs / "ca.pem")
+        analyst, device = (
+            ("--tls-cert", certs / f"{name}.pem", "--tls-key", certs / f"{name}.key")
+            for name in ("analyst-0001", "device-0001")
+        )
+        assert_same(local, run_cli("agg", *command, *tls, *analyst, "--token-file", token_file))
+        for refused, fragment in (
+            ((*tls, *analyst), "UNAUTHENTICATED"),
+            ((*tls, *device, "--token-file", token_file), "PERMISSION_DENIED"),
+            ((*tls, "--token-file", token_file), "cannot reach"),  # no certificate: handshake
+            ((*tls[:3], certs / "analyst-ca.pem", *analyst), "CERTIFICATE_VERIFY_FAILED"),
+        ):
+            error = json.loads(one_line(run_cli("agg", *command, *refused)))
+            assert error["status"] == 2 and fragment in error["error"], error
     finally:
         server.stop()
