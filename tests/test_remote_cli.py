@@ -194,7 +194,7 @@ def reports(surveys, survey_id, question_id, truth, n, seed, side=0, group=""):
 def population(surveys):
     """Every question released except s/rare (3 reports), g's pilot group (5 reports) and
     held/late (5 confirmation-side reports)."""
-    uniform = {k: [1 / k] * k for k in (2, 4, 5, 6)}
+    uniform = {k: [1 / k] * k for k in (2, 4, 5)}
     out = reports(surveys, "s", "mood", MOOD, 400, 1)
     out += reports(surveys, "s", "mood2", uniform[4], 300, 2)
     out += reports(surveys, "s", "fc", uniform[5], 200, 3)
