@@ -75,7 +75,7 @@ class GroupPlan:
             "alpha": self.alpha,
             "target_power": self.target_power,
             "allocation": list(self.allocation),
-            "distributions": self.distributions.tolist(),
+            "distributions": np.round(self.distributions, 12).tolist(),
             "rows": [row.to_dict() for row in self.rows],
         }
 

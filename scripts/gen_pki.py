@@ -22,7 +22,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from aggregator.service.pki import write_pki
+try:
+    from aggregator.service.pki import write_pki
+except ModuleNotFoundError as missing:  # run by a Python without the project installed
+    package = "ldp-survey" if (missing.name or "").startswith("aggregator") else missing.name
+    sys.exit(
+        f"gen_pki: error: this Python has no {package!r} package; run it in the project's "
+        "environment: `. .venv/bin/activate` (scripts/test.sh creates .venv) or "
+        "`pip install -e '.[aggregator]'`"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,8 @@ formula, allocations scale the groups, and mistakes are typed errors."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -63,3 +65,35 @@ def test_an_unreachable_target_says_so():
 def test_mistakes_are_typed(kwargs, fragment):
     with pytest.raises(InvalidInputError, match=fragment):
         plan_groups(**kwargs)
+
+
+def test_the_command_prints_the_plan_and_refuses_mistakes_in_one_line():
+    from cli_runner import run_cli
+
+    p, q = ",".join(map(str, P)), ",".join(map(str, Q))
+    done = run_cli(
+        "agg", "plan-groups", "--distributions", p, q, "--epsilon", "1", "--power", "0.8"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "two-sample homogeneity at alpha = 0.05: reports per group needed for power 0.8" in (
+        done.stdout
+    )
+    rr = RandomizedResponse(4, 1.0)
+    planned = plan_groups(distributions=[P, Q], mechanisms=[rr], target_power=0.8).rows[0]
+    as_json = run_cli(
+        "agg", "plan-groups", "--distributions", p, q, "--mechanism", "randomized_response",
+        "--epsilon", "1", "--power", "0.8", "--json",
+    )  # fmt: skip
+    assert json.loads(as_json.stdout)["rows"][0]["sizes"] == list(planned.sizes)
+    for args, fragment in [
+        (["--distributions", p, "--epsilon", "1", "--n", "10"], "two or more"),
+        (["--distributions", p, "0.5,x", "--epsilon", "1", "--n", "10"], "comma-separated"),
+        (["--distributions", p, q, "--n", "10"], "needs --epsilon"),
+        (
+            ["--distributions", p, q, "--epsilon", "1", "--n", "10", "--allocation", "1"],
+            "2 positive",
+        ),
+    ]:
+        wrong = run_cli("agg", "plan-groups", *args)
+        lines = wrong.stderr.strip().splitlines()
+        assert wrong.returncode == 2 and len(lines) == 1 and fragment in lines[0], wrong.stderr

@@ -218,8 +218,10 @@ def test_per_group_estimates_match_the_library(populated):
     pooled, call = analyst.Estimate.with_call(
         ldp_pb2.EstimateRequest(survey_id="trial", question_id="rr"), timeout=30
     )
-    assert pooled.n == sum(n for *_, n in TRUTH.values())
+    # The released groups summed: the pilot, below min_batch_size, contributes nothing
+    assert pooled.n == TRUTH["control"][2] + TRUTH["treatment"][2]
     assert ("ldp-groups", "pooled") in call.trailing_metadata()  # said, as on the command line
+    assert ("ldp-released-groups", '["control", "treatment"]') in call.trailing_metadata()
     test = analyst.GoodnessOfFit(
         ldp_pb2.GoodnessOfFitRequest(
             survey_id="trial", question_id="rr", p0=[0.25] * 4, group="treatment"
@@ -234,7 +236,7 @@ def test_per_group_estimates_match_the_library(populated):
     [
         ("trial", "placebo", "INVALID_ARGUMENT", "unknown arm"),
         ("plain", "control", "INVALID_ARGUMENT", "no group label"),
-        ("trial", "pilot", "FAILED_PRECONDITION", "4 reports of arm 'pilot'; results are released"),
+        ("trial", "pilot", "FAILED_PRECONDITION", "of arm 'pilot' has fewer than 20 reports"),
     ],
 )
 def test_group_reads_refused(populated, survey_id, group, code, fragment):

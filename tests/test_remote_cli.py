@@ -1,7 +1,9 @@
 """``ldp-aggregator ... --server`` and ``aggregator.remote``: a running server's Analyst service
 gives what the report store gives. Every command runs twice on the same data, once on the store
 file (--db) and once over gRPC (--server, a real server on loopback over the same SQLite store),
-and must print the same bytes with the same exit status, errors included."""
+and must print the same bytes with the same exit status, errors included; except where the
+server releases less (docs/threat-model.md, "What is released"): nothing below min_batch_size,
+not even the count, and a pooled read sums the released groups only."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from cli_runner import run_cli
 from conftest import ServerThread
 
 import aggregator.remote
+from aggregator.errors import InsufficientDataError
 from aggregator.loader import open_survey
 from aggregator.remote import ConnectionSettingsError, NotReleasedError, RemoteError
 from aggregator.service import pki
@@ -266,7 +269,6 @@ READS = [
     ("estimate", "--survey", "s", "--question", "fc", "--confidence", "0.9"),
     ("estimate", "--survey", "s", "--question", "sleep", "--json"),
     ("estimate", "--survey", "s", "--question", "pair"),
-    ("estimate", "--survey", "g", "--question", "mood"),
     ("estimate", "--survey", "g", "--question", "mood", "--group", "treatment", "--json"),
     ("estimate", "--survey", "split", "--question", "mood"),
     ("test", "gof", "--survey", "s", "--question", "mood", "--p0", "uniform"),
@@ -305,29 +307,12 @@ READS = [
     ),
 ]
 REFUSALS = [  # (command, exit status, a fragment of the one line)
-    (("k-sample", "--survey", "g", "--question", "mood"), 3, "of arm 'pilot'"),
     (("estimate", "--survey", "s", "--question", "nope"), 2, "has no question 'nope'"),
     (("estimate", "--survey", "nope", "--question", "mood"), 2, "unknown survey 'nope'"),
     (
         ("test", "gof", "--survey", "s", "--question", "nope", "--p0", "uniform", "--json"),
         2,
         "has no question",
-    ),
-    (("estimate", "--survey", "s", "--question", "rare"), 3, "has 3 reports"),
-    (
-        ("test", "gof", "--survey", "s", "--question", "rare", "--p0", "uniform", "--json"),
-        3,
-        "released from 20",
-    ),
-    (
-        ("estimate", "--survey", "g", "--question", "mood", "--group", "pilot"),
-        3,
-        "of arm 'pilot'",
-    ),
-    (
-        ("two-sample", "--survey", "g", "--question", "mood", "--groups", "control", "pilot"),
-        3,
-        "has 5 reports",
     ),
     (
         ("estimate", "--survey", "split", "--question", "mood", "--side", "confirmation"),
@@ -350,6 +335,25 @@ REFUSALS = [  # (command, exit status, a fragment of the one line)
         "does not have exactly 2 attributes",
     ),
 ]
+BELOW = [  # below min_batch_size: (command, what the store says, what the server says)
+    (("estimate", "--survey", "s", "--question", "rare"), "has 3 reports", "fewer than 20"),
+    (
+        ("test", "gof", "--survey", "s", "--question", "rare", "--p0", "uniform", "--json"),
+        "has 3 reports",
+        "fewer than 20",
+    ),
+    (
+        ("estimate", "--survey", "g", "--question", "mood", "--group", "pilot"),
+        "has 5 reports of arm 'pilot'",
+        "of arm 'pilot' has fewer than 20",
+    ),
+    (
+        ("two-sample", "--survey", "g", "--question", "mood", "--groups", "control", "pilot"),
+        "has 5 reports",
+        "fewer than 20",
+    ),
+    (("k-sample", "--survey", "g", "--question", "mood"), "has 5 reports", "fewer than 20"),
+]
 
 
 @pytest.mark.parametrize("command", READS, ids=lambda c: " ".join(c))
@@ -364,6 +368,31 @@ def test_refusals_are_the_same_one_line_over_the_server(world, command, status, 
     local, remote = both(world, *command)
     assert local.returncode == status and fragment in one_line(local), local
     assert_same(local, remote)
+
+
+@pytest.mark.parametrize("command, stored, served", BELOW, ids=lambda c: str(c))
+def test_below_the_threshold_both_exit_3_and_the_server_keeps_the_count(
+    world, command, stored, served
+):
+    local, remote = both(world, *command)
+    assert local.returncode == remote.returncode == 3
+    assert stored in one_line(local), local
+    line = one_line(remote)
+    assert served in line and "results are released from 20" in line
+    assert not any(f" {n} report" in line for n in (3, 5)), line
+
+
+def test_a_pooled_read_sums_the_released_groups_and_says_which(world):
+    """The store pools every group (pilot's 5 reports too); the server sums the groups it
+    releases, and the output names them."""
+    local, remote = both(world, "estimate", "--survey", "g", "--question", "mood")
+    assert "pooled (control, treatment, pilot)" in local.stdout and "n = 355" in local.stdout
+    assert "pooled (control, treatment);" in remote.stdout and "n = 350" in remote.stdout
+    control, treatment = (
+        both(world, "estimate", "--survey", "g", "--question", "mood", "--group", g)[1]
+        for g in ("control", "treatment")
+    )
+    assert control.returncode == treatment.returncode == 0
 
 
 def test_a_survey_file_given_with_server_is_checked_against_the_servers(world, tmp_path):
@@ -390,20 +419,34 @@ def test_a_survey_file_given_with_server_is_checked_against_the_servers(world, t
 
 
 @pytest.mark.parametrize("fmt", ["html", "md"])
-@pytest.mark.parametrize("survey", ["s", "g"])
-def test_report_is_the_same_over_the_server(world, tmp_path, fmt, survey):
-    """Released questions, a question and a group below min_batch_size (their counts shown),
-    declared tests run and not run: the same file but for the time it was generated."""
+def test_report_is_the_same_over_the_server(world, tmp_path, fmt):
+    """A split survey's report (exploration side, every question released): the same file but
+    for the time it was generated."""
     config, db, _, address = world
     out_db, out_server = tmp_path / f"db.{fmt}", tmp_path / f"server.{fmt}"
-    common = ("report", "--survey", survey, "--format", fmt, "--config", config)
+    common = ("report", "--survey", "split", "--format", fmt, "--config", config)
     local = run_cli("agg", *common, "--db", db, "--out", out_db)
     remote = run_cli("agg", *common, "--server", address, "--out", out_server)
     assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
     assert remote.stdout == local.stdout.replace(str(out_db), str(out_server))
-    text = out_db.read_text()
-    assert "Not released" in text if survey == "s" else "pilot has 5 reports" in text
-    assert unstamped(out_server.read_text()) == unstamped(text)
+    assert unstamped(out_server.read_text()) == unstamped(out_db.read_text())
+
+
+def test_a_report_over_the_server_gives_the_servers_reason_for_what_it_withholds(world, tmp_path):
+    """s/rare (3 reports) and g's pilot group (5): the store's report counts them, the server's
+    says it releases nothing below 20 and never shows their counts; the released questions
+    read the same."""
+    config, db, _, address = world
+    for survey, held in (("s", "s/rare has fewer than 20"), ("g", "of arm 'pilot' has fewer")):
+        out_db, out_server = tmp_path / f"{survey}-db.md", tmp_path / f"{survey}-server.md"
+        common = ("report", "--survey", survey, "--format", "md", "--config", config)
+        run_cli("agg", *common, "--db", db, "--out", out_db, check=True)
+        run_cli("agg", *common, "--server", address, "--out", out_server, check=True)
+        text = out_server.read_text()
+        assert held in text and "5 reports" not in text and "3 reports" not in text
+        if survey == "s":  # every other question reads the same
+            cut = [unstamped(out.read_text()).split("\n## rare")[0] for out in (out_db, out_server)]
+            assert cut[0] == cut[1]
 
 
 def test_report_without_a_survey_file_has_no_declared_tests(world, tmp_path):
@@ -443,6 +486,13 @@ def test_preregister_confirm_and_holdout_print_the_same_over_the_server(world, t
     assert twice("confirm", "--survey", "split", "--json").returncode == 0  # already sealed
     sealed = twice("estimate", "--survey", "split", "--question", "mood", "--side", "confirmation")
     assert sealed.returncode == 0
+    texts = []
+    for source in (("--config", config, "--db", copy), ("--server", address)):
+        out = tmp_path / f"sealed-{len(texts)}.md"
+        common = ("report", "--survey", "split", "--side", "confirmation", "--format", "md")
+        run_cli("agg", *common, *source, "--out", out, check=True)
+        texts.append(unstamped(out.read_text()))
+    assert texts[0] == texts[1] and "mood is not uniform" in texts[0]
     for p0 in ("uniform", "0.4,0.3,0.2,0.1"):
         answer = twice("holdout", "gof", "--survey", "held", "--question", "mood", "--p0", p0)
         assert "holdout query" in answer.stdout and answer.returncode == 0
@@ -514,7 +564,7 @@ def test_the_python_api_gives_the_local_results(world):
         remote = analyst.open_survey("s")
         assert list(remote) == list(local)
         for question_id, item in local.items():
-            assert (remote[question_id].released, remote[question_id].n) == (item.released, item.n)
+            assert remote[question_id].released == item.released
             if item.released:
                 np.testing.assert_array_equal(
                     remote[question_id].histogram.values, item.histogram.values
@@ -532,7 +582,9 @@ def test_the_python_api_gives_the_local_results(world):
         assert analyst.independence("s", "pair", rng=1).to_dict()["method"]
         with pytest.raises(NotReleasedError) as below:
             analyst.histogram("s", "rare")
-        assert (below.value.n, below.value.min_batch_size) == (3, 20)
+        assert below.value.min_batch_size == 20 and "3" not in str(below.value)
+        with pytest.raises(InsufficientDataError, match="fewer than 20"):
+            remote["rare"].histogram  # noqa: B018 (the property raises)
         for unknown_question in (
             lambda: analyst.survey("nope"),
             lambda: analyst.histogram("s", "x"),
@@ -540,8 +592,9 @@ def test_the_python_api_gives_the_local_results(world):
             with pytest.raises(RemoteError) as unknown:
                 unknown_question()
             assert unknown.value.code.name == "NOT_FOUND"
-        group = analyst.open_survey("g", group="pilot")
-        assert not group["mood"].released and group["mood"].n == 5
+        assert not analyst.open_survey("g", group="pilot")["mood"].released
+        pooled = analyst.released("g", "mood")
+        assert pooled.groups == ("control", "treatment") and pooled.histogram.n == 350
     with pytest.raises(ConnectionSettingsError, match="loopback"):
         aggregator.remote.connect("192.0.2.1:50051")
 

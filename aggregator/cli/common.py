@@ -16,6 +16,7 @@ import grpc
 import numpy as np
 
 from aggregator.histogram import Histogram
+from aggregator.loader import below_release
 from aggregator.remote import (
     AnalystCredentials,
     NotReleasedError,
@@ -267,10 +268,12 @@ def load_histogram(
         args.groups = _groups_read(survey, group)
         if analyst is not None:
             try:
-                hist = analyst.histogram(survey.id, question.id, args.side, group, test=test)
+                released = analyst.released(survey.id, question.id, args.side, group, test=test)
             except NotReleasedError as exc:
-                raise not_released(survey, question, exc.n, group) from None
-            return question, hist
+                raise UserError(str(exc), status=3) from None
+            if released.groups is not None:  # pooled: the groups the server released and summed
+                args.groups["pooled"] = ", ".join(released.groups)
+            return question, released.histogram
     finally:
         if analyst is not None:
             analyst.close()
@@ -278,19 +281,10 @@ def load_histogram(
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)
         n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side, group)
-    if n < survey.min_batch_size:
-        raise not_released(survey, question, n, group)
+    withheld = below_release(survey, question, n, group)
+    if withheld:
+        raise UserError(withheld, status=3)
     return question, ingest.histogram(question, n, sums)
-
-
-def not_released(survey: SurveySpec, question: QuestionSpec, n: int, group: str) -> UserError:
-    """Exit 3: the question (or its group) has fewer reports than the release threshold."""
-    of = f" of {survey.group_label.name} {group!r}" if survey.group_label and group else ""
-    return UserError(
-        f"{survey.id}/{question.id} has {n} reports{of}; results are released from "
-        f"{survey.min_batch_size} (min_batch_size)",
-        status=3,
-    )
 
 
 def _groups_read(survey: SurveySpec, group: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from aggregator.cli.common import (
     load_histogram,
     survey_definitions,
 )
+from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError
 from aggregator.survey_file.analyses import EXPLORATORY
 
@@ -60,12 +61,16 @@ def run_k_sample(args: argparse.Namespace) -> int:
         raise UserError(str(exc), status=3) from None
     sizes = [{"group": g, "n": h.n} for g, h in zip(groups, hists, strict=True)]
     if args.json:
-        label = {"exploratory": True} if exploratory else {}
+        label: dict[str, object] = {"exploratory": True} if exploratory else {}
+        if args.side == "confirmation":  # outside the sealed family
+            label = {"not_preregistered": True, "label": NOT_PREREGISTERED}
         where = {"survey": args.survey, "question": args.question, "groups": sizes}
         print(json.dumps({**where, **label, **result.to_dict()}))
     else:
         if exploratory:
             print(EXPLORATORY)
+        if args.side == "confirmation":
+            print(NOT_PREREGISTERED)
         listed = ", ".join(f"{s['group']} (n = {s['n']})" for s in sizes)
         print(f"{args.survey}:{args.question} across {len(groups)} groups: {listed}")
         print(result.summary())

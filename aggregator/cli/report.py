@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,6 @@ from aggregator.cli.common import (
     connect,
     server_surveys,
 )
-from aggregator.presentation.numbers import reports
 from aggregator.survey_file.analyses import load_analyses
 from aggregator.survey_file.config import load_surveys
 
@@ -52,13 +52,21 @@ def run_report(args: argparse.Namespace) -> int:
     check_source(args)
     if args.server is None:
         return _write(
-            args, lambda group: open_survey(args.config, args.db, args.survey, args.side, group)
+            args,
+            lambda group: open_survey(args.config, args.db, args.survey, args.side, group),
+            lambda survey_id: _sealed_record(args.db, survey_id),
         )
     survey_id = args.survey or _only_survey(args)
     with connect(args) as analyst:
         if not server_surveys(args, analyst, survey_id):
             raise UserError(f"unknown survey {survey_id!r} at the server {args.server}")
-        return _write(args, lambda group: analyst.open_survey(survey_id, args.side, group))
+        # The confirmation side is readable only once sealed, and Confirm then answers the
+        # sealed record unchanged: asked after the read, it never seals anything.
+        return _write(
+            args,
+            lambda group: analyst.open_survey(survey_id, args.side, group),
+            lambda survey_id: analyst.confirm(survey_id)[0],
+        )
 
 
 def _only_survey(args: argparse.Namespace) -> str:
@@ -69,10 +77,15 @@ def _only_survey(args: argparse.Namespace) -> str:
     return next(iter(surveys))
 
 
-def _write(args: argparse.Namespace, read: Callable[[str | None], SurveyData]) -> int:
+def _write(
+    args: argparse.Namespace,
+    read: Callable[[str | None], SurveyData],
+    sealed_record: Callable[[str], dict],
+) -> int:
     """Build the report from what ``read(group)`` gives (one group, or None: all pooled) and
-    write it."""
+    write it, with the full tables of large questions beside it."""
     from aggregator.report import build_report, render_html, render_markdown
+    from aggregator.report.large import csv_name, full_table_csv, is_large
 
     data = read(args.group)
     analyses = (
@@ -80,58 +93,79 @@ def _write(args: argparse.Namespace, read: Callable[[str | None], SurveyData]) -
         if args.config is not None
         else []
     )
-    histograms = {question_id: item.histogram for question_id, item in data.items()}
-    compared = {g: read(g) for g in sorted({g for a in analyses for g in a.groups or ()})}
+    compared = {g for analysis in analyses for g in analysis.groups or ()}
+    label = data.survey.group_label
+    if label is not None and not data.group:  # a pooled report: a column per group
+        compared |= set(label.values)
+    by_group = {g: read(g) for g in sorted(compared)}
     group_histograms = {
-        (question_id, g): item.histogram
-        for g, read_g in compared.items()
+        (question_id, g): item.stored
+        for g, read_g in by_group.items()
         for question_id, item in read_g.items()
+        if not item.withheld  # withheld by the server: not given, counted as empty
     }
     report = build_report(
         data.survey,
-        histograms,
+        {question_id: item.stored for question_id, item in data.items() if not item.withheld},
         analyses,
         args.confidence,
         args.seed,
         side=data.side,
         group=data.group,
         group_histograms=group_histograms,
+        sealed=sealed_record(data.survey.id) if data.side == "confirmation" else None,
     )
-    if args.server is not None:
-        counts = {
-            (question_id, g): item.n
-            for g, read_g in {"": data, **compared}.items()
-            for question_id, item in read_g.items()
-            if not item.released
-        }
-        report = _with_counts(report, counts)
-    text = render_html(report) if args.format == "html" else render_markdown(report)
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out} ({len(report.questions)} questions)")
+    report = _withheld_by_server(report, data, by_group)
+    tables = {
+        section.question.id: csv_name(args.out.stem, section)
+        for section in report.questions
+        if is_large(section)
+    }
+    for section in report.questions:
+        if section.question.id in tables:
+            path = args.out.parent / tables[section.question.id]
+            path.write_text(full_table_csv(section), encoding="utf-8")
+    render = render_html if args.format == "html" else render_markdown
+    args.out.write_text(render(report, tables), encoding="utf-8")
+    beside = f"; full tables: {', '.join(tables.values())}" if tables else ""
+    print(f"wrote {args.out} ({len(report.questions)} questions{beside})")
     return 0
 
 
-def _with_counts(report: SurveyReport, counts: Mapping[tuple[str, str], int]) -> SurveyReport:
-    """The report with the counts of questions and groups the server withheld (below
-    min_batch_size it releases their count only, so their histograms were empty) in the
-    sentences that say so, as a report read from a store says them."""
+def _withheld_by_server(
+    report: SurveyReport, data: SurveyData, by_group: Mapping[str, SurveyData]
+) -> SurveyReport:
+    """A server releases nothing below min_batch_size, not even the count: the sections of the
+    questions it withheld, and the tests of groups it withheld, say its reason instead of a
+    count of 0. A report read from a store has nothing withheld and is returned unchanged."""
     from aggregator.report.content import TestSection
 
+    why = {(qid, ""): item.withheld for qid, item in data.items() if item.withheld}
+    why |= {
+        (qid, g): item.withheld
+        for g, read_g in by_group.items()
+        for qid, item in read_g.items()
+        if item.withheld
+    }
+    if not why:
+        return report
     sections = []
     for section in report.questions:
-        qid, threshold = section.question.id, section.min_batch_size
-        n = counts.get((qid, ""), section.n)
+        qid = section.question.id
         tests = []
         for test in section.tests:
-            groups = test.analysis.groups or ()
-            small = [g for g in groups if counts.get((qid, g), threshold) < threshold]
-            if n < threshold:
-                why = f"not run: {reports(n)}, results are released from {threshold}"
-            elif small and test.result is None:
-                why = f"not run: {small[0]} has {reports(counts[(qid, small[0])])}"
-                why += f", results are released from {threshold}"
-            else:
-                why = test.sentence
-            tests.append(TestSection(test.analysis, test.result, why))
-        sections.append(dataclasses.replace(section, n=n, tests=tuple(tests)))
+            held = [why[(qid, g)] for g in ("", *(test.analysis.groups or ())) if (qid, g) in why]
+            tests.append(TestSection(test.analysis, None, f"not run: {held[0]}") if held else test)
+        reason = why.get((qid, ""), section.withheld)
+        sections.append(dataclasses.replace(section, withheld=reason, tests=tuple(tests)))
     return dataclasses.replace(report, questions=tuple(sections))
+
+
+def _sealed_record(db: Path, survey_id: str) -> dict:
+    """The confirmation side's sealed record (open_survey has checked that it is sealed)."""
+    from aggregator.store import confirmations
+
+    state = confirmations.read_state(str(db), survey_id)
+    if state is None:  # open_survey refuses an unsealed confirmation side first
+        raise UserError(f"survey {survey_id}: no sealed confirmatory results")
+    return json.loads(state.sealed_record())

@@ -19,6 +19,7 @@ from aggregator.cli.common import (
     check_source,
     load_histogram,
 )
+from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InvalidInputError
 from aggregator.presentation.numbers import fixed, interval, share
 from aggregator.survey_file.analyses import EXPLORATORY
@@ -105,7 +106,9 @@ def run_conditional(args: argparse.Namespace) -> int:
             }
             for j, value in enumerate(condition.categories)
         ]
-        label = {"exploratory": True} if args.exploratory else {}
+        label: dict[str, object] = {"exploratory": True} if args.exploratory else {}
+        if args.side == "confirmation":  # outside the sealed family
+            label = {"not_preregistered": True, "label": NOT_PREREGISTERED}
         print(
             json.dumps(
                 {
@@ -122,6 +125,8 @@ def run_conditional(args: argparse.Namespace) -> int:
         return 0
     if args.exploratory:
         print(EXPLORATORY)
+    if args.side == "confirmation":
+        print(NOT_PREREGISTERED)
     level = f"{100 * cond.confidence:g}% CI (Fieller)"
     print(f"P({outcome.name} | {given_name}) of {question.id}, n = {hist.n}")
     width = max(8, *(len(c) for c in outcome.categories))
@@ -179,6 +184,8 @@ def run_ordinal(args: argparse.Namespace) -> int:
         }
         if exploratory:
             out["exploratory"] = True
+        if args.side == "confirmation":  # outside the sealed family
+            out |= {"not_preregistered": True, "label": NOT_PREREGISTERED}
         if trend is not None:
             out["trend"] = {
                 "statistic": trend.statistic,
@@ -192,6 +199,8 @@ def run_ordinal(args: argparse.Namespace) -> int:
         return 0
     if exploratory:
         print(EXPLORATORY)
+    if args.side == "confirmation":
+        print(NOT_PREREGISTERED)
     listed = ", ".join(f"{s:g}" for s in means[0].scores)
     print(f"mean score of {args.survey}:{args.question} (scores {listed})")
     for group, m in zip(groups, means, strict=True):

@@ -12,8 +12,8 @@ from aggregator.remote.analyst import (
     DEFAULT_TIMEOUT,
     HoldoutAnswer,
     Registration,
+    Released,
     RemoteAnalyst,
-    WithheldQuestion,
 )
 from aggregator.remote.channel import AnalystCredentials, ConnectionSettingsError, read_token
 from aggregator.remote.errors import NotReleasedError, RemoteError
@@ -24,9 +24,9 @@ __all__ = [
     "HoldoutAnswer",
     "NotReleasedError",
     "Registration",
+    "Released",
     "RemoteAnalyst",
     "RemoteError",
-    "WithheldQuestion",
     "connect",
 ]
 

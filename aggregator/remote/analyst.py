@@ -28,18 +28,17 @@ if TYPE_CHECKING:
 
 #: Seconds one call may take (a seal runs every test of a plan on the server).
 DEFAULT_TIMEOUT = 300.0
+#: Trailing metadata of a pooled read: the JSON list of the groups whose releases it sums.
+RELEASED_GROUPS_KEY = "ldp-released-groups"
 
 
 @dataclass(frozen=True)
-class WithheldQuestion(QuestionData):
-    """A question below its survey's ``min_batch_size``: the server released its count only,
-    so ``histogram`` is empty and ``n`` is the count."""
+class Released:
+    """What one Statistics call released: the histogram, and for a pooled read of a survey
+    with a group label the groups the server summed (docs/wire.md §8.4; None otherwise)."""
 
-    count: int = 0
-
-    @property
-    def n(self) -> int:
-        return self.count
+    histogram: Histogram
+    groups: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,10 +89,17 @@ class RemoteAnalyst:
         self.close()
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
+        return self._call_with_trailer(method, request)[0]
+
+    def _call_with_trailer(
+        self, method: Any, request: Any
+    ) -> tuple[Any, tuple[tuple[str, str | bytes], ...]]:
+        """The answer and the call's trailing metadata."""
         try:
-            return method(request, timeout=self._timeout, metadata=self._metadata)
+            answer, call = method.with_call(request, timeout=self._timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise remote_error(exc, self.address) from None
+        return answer, tuple(call.trailing_metadata() or ())
 
     def survey(self, survey_id: str) -> SurveySpec:
         """The survey's definition as the server holds it (asked once per survey)."""
@@ -113,6 +119,40 @@ class RemoteAnalyst:
                 grpc.StatusCode.NOT_FOUND,
             ) from None
 
+    def released(
+        self,
+        survey_id: str,
+        question_id: str,
+        side: str | None = None,
+        group: str | None = None,
+        *,
+        test: bool = False,
+    ) -> Released:
+        """What the server releases of the question on ``side`` of a split survey (exploration
+        by default) and of one ``group`` (None: the released groups summed); ``test``: read
+        for a test (refused for reports clustered by household). NotReleasedError when
+        nothing is released yet."""
+        question = self.question(survey_id, question_id)
+        request = ldp_pb2.StatisticsRequest(
+            survey_id=survey_id,
+            question_id=question_id,
+            test=test,
+            side=_side_number(side),
+            group=group or "",
+        )
+        answer, trailer = self._call_with_trailer(self._stub.Statistics, request)
+        if answer.definition_digest != question.digest:
+            raise RemoteError(
+                f"{survey_id}/{question_id}: the server's definition changed while it was read; "
+                "try again",
+                grpc.StatusCode.ABORTED,
+            )
+        values = np.array(answer.values, dtype=float)
+        hist = Histogram(question.mechanism, int(answer.n), values, question)
+        summed = dict(trailer).get(RELEASED_GROUPS_KEY)
+        groups = None if summed is None else tuple(json.loads(summed))
+        return Released(hist, groups)
+
     def histogram(
         self,
         survey_id: str,
@@ -122,32 +162,16 @@ class RemoteAnalyst:
         *,
         test: bool = False,
     ) -> Histogram:
-        """The question's released histogram on ``side`` of a split survey (exploration by
-        default) and of one ``group`` (None: all pooled); ``test``: read for a test (refused for
-        reports clustered by household). NotReleasedError below ``min_batch_size``."""
-        question = self.question(survey_id, question_id)
-        request = ldp_pb2.StatisticsRequest(
-            survey_id=survey_id,
-            question_id=question_id,
-            test=test,
-            side=_side_number(side),
-            group=group or "",
-        )
-        answer = self._call(self._stub.Statistics, request)
-        if answer.definition_digest != question.digest:
-            raise RemoteError(
-                f"{survey_id}/{question_id}: the server's definition changed while it was read; "
-                "try again",
-                grpc.StatusCode.ABORTED,
-            )
-        return Histogram(question.mechanism, int(answer.n), np.array(answer.values, dtype=float))
+        """The released histogram (see ``released``)."""
+        return self.released(survey_id, question_id, side, group, test=test).histogram
 
     def open_survey(
         self, survey: str, side: str | None = None, group: str | None = None
     ) -> SurveyData:
         """Every question of ``survey`` with its released histogram, as
         aggregator.loader.open_survey gives them from a report store; a question below
-        ``min_batch_size`` is a WithheldQuestion (released False, its count only). ConfigError
+        ``min_batch_size`` is withheld (its ``histogram`` raises InsufficientDataError with the
+        server's reason; the server does not say how many reports it has). ConfigError
         for a side of a survey that is not split or a group it does not declare, as there."""
         spec = self.survey(survey)
         if side is not None and not spec.split:
@@ -163,7 +187,7 @@ class RemoteAnalyst:
                 hist = self.histogram(spec.id, question.id, side, group)
             except NotReleasedError as exc:
                 empty = Histogram.empty(question.mechanism)
-                questions[question.id] = WithheldQuestion(question, empty, False, exc.n)
+                questions[question.id] = QuestionData(question, empty, False, str(exc))
             else:
                 questions[question.id] = QuestionData(question, hist, True)
         read = (side or "exploration") if spec.split else ""

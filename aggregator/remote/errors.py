@@ -19,11 +19,8 @@ REQUEST_CODES = frozenset(
         grpc.StatusCode.FAILED_PRECONDITION,
     }
 )
-#: The refusal of a read, a seal or a holdout query below the release threshold (docs/wire.md
-#: §8.4, §8.5, §8.6): its count and the threshold.
-_BELOW_THRESHOLD = re.compile(
-    r" has (\d+) (?:confirmation-side )?reports(?: of .+)?; results are released from (\d+)$"
-)
+#: A refusal because nothing is released yet (docs/wire.md §8.4, §8.5, §8.7): its threshold.
+_BELOW_THRESHOLD = re.compile(r"; results are released from (\d+)\b")
 
 
 class RemoteError(LdpError):
@@ -35,12 +32,11 @@ class RemoteError(LdpError):
 
 
 class NotReleasedError(RemoteError):
-    """The question (or group) has ``n`` reports, fewer than the survey's ``min_batch_size``:
-    the server releases nothing of it."""
+    """Nothing of the question (or group) is released yet: fewer reports than the survey's
+    ``min_batch_size``, how many the server does not say."""
 
-    def __init__(self, message: str, n: int, min_batch_size: int) -> None:
+    def __init__(self, message: str, min_batch_size: int) -> None:
         super().__init__(message, grpc.StatusCode.FAILED_PRECONDITION)
-        self.n = n
         self.min_batch_size = min_batch_size
 
 
@@ -51,7 +47,7 @@ def remote_error(error: grpc.RpcError, address: str) -> RemoteError:
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         below = _BELOW_THRESHOLD.search(details)
         if below:
-            return NotReleasedError(details, int(below[1]), int(below[2]))
+            return NotReleasedError(details, int(below[1]))
     if code in REQUEST_CODES:
         return RemoteError(details, code)
     if code == grpc.StatusCode.UNIMPLEMENTED:
