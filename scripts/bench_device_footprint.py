@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "scripts" / "demo_survey.toml"
@@ -182,7 +183,7 @@ class Aggregator:
         self.process.wait(timeout=30)
 
 
-def machine() -> dict[str, object]:
+def machine() -> dict[str, Any]:
     cpu = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -199,7 +200,7 @@ def machine() -> dict[str, object]:
     }
 
 
-def bench(ref: str | None, runs: int, keep: Path | None) -> dict[str, object]:
+def bench(ref: str | None, runs: int, keep: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ldp-footprint-") as tmp:
         work = Path(tmp)
         venv = keep or work / "device"
