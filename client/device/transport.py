@@ -13,7 +13,6 @@ talks to the aggregator (docs/performance.md, "Device footprint")."""
 from __future__ import annotations
 
 import os
-import random
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -124,6 +123,8 @@ class Transport:
                 code = exc.code()
                 if code.name not in RETRYABLE or attempt == self._max_attempts:
                     raise TransportError(code, exc.details() or "", retry_after(exc)) from None
+            import random  # only a retry needs jitter (one answer's memory, module docstring)
+
             time.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._max_backoff)
         raise AssertionError("unreachable")
