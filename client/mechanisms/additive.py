@@ -13,8 +13,8 @@ import math
 import struct
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from client.mechanisms.base import (
     Mechanism,
@@ -34,6 +34,9 @@ from client.mechanisms.discrete_noise import (
 )
 from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 DEFAULT_GRANULARITY_BITS = 10
 #: The probability that an honest report falls outside the accepted range (``accepted_bound``),
@@ -288,6 +291,8 @@ class GaussianNoise(_AdditiveNoise):
 
     @cached_property
     def _sigma2_grid(self) -> Fraction:
+        from fractions import Fraction  # lazily: only a randomized answer needs it
+
         return Fraction(self.scale**2) / Fraction(self.rho)
 
     @cached_property
@@ -385,6 +390,8 @@ class LaplaceNoise(_AdditiveNoise):
 
     @cached_property
     def _scale_grid(self) -> Fraction:
+        from fractions import Fraction  # lazily: only a randomized answer needs it
+
         return Fraction(2 * self.scale) / Fraction(self.epsilon)
 
     @cached_property
