@@ -232,12 +232,12 @@ def test_additive_noise_law(mech, edges):
 
 # --- a device never loads numpy ------------------------------------------------------------------
 
-NO_NUMPY = "\nassert 'numpy' not in sys.modules, sorted(m for m in sys.modules if 'numpy' in m)\n"
 
-
-def _run(code: str) -> None:
+def _run(code: str, absent: tuple[str, ...] = ("numpy",)) -> None:
+    """Run ``code`` in a fresh interpreter, then check it loaded none of ``absent``."""
+    check = f"\nloaded = sorted(set({absent!r}) & set(sys.modules))\nassert not loaded, loaded\n"
     done = subprocess.run(
-        [sys.executable, "-c", "import sys\n" + code + NO_NUMPY],
+        [sys.executable, "-c", "import sys\n" + code + check],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -260,7 +260,8 @@ def test_every_mechanism_randomizes_without_numpy():
 
 def test_a_device_answers_and_uploads_without_numpy(server, tmp_path):
     """Through the library (every mechanism of the test survey) and through ``ldp-client
-    submit``: each report accepted by a real aggregator, numpy never imported."""
+    submit``: each report accepted by a real aggregator, numpy never imported (nor, by the
+    command line, shutil with its bz2 and lzma)."""
     _run(
         "from client.device.ledger import Budget\n"
         "from client.device.reporter import Reporter\n"
@@ -295,5 +296,6 @@ def test_a_device_answers_and_uploads_without_numpy(server, tmp_path):
         "from client.cli import main\n"
         "out = io.StringIO()\n"
         f"with contextlib.redirect_stdout(out):\n    assert main({argv!r}) == 0\n"
-        "assert json.loads(out.getvalue())['flush']['accepted'] == 1\n"
+        "assert json.loads(out.getvalue())['flush']['accepted'] == 1\n",
+        absent=("numpy", "shutil", "bz2", "lzma"),
     )
