@@ -5,7 +5,6 @@ always comes from the numbers it will actually randomize with."""
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import struct
@@ -465,7 +464,9 @@ SURVEY_FILE_FORMAT = "ldp-survey-definition/1"
 def survey_to_json(survey: SurveySpec) -> str:
     """A survey definition as a file a device can install (``ldp-client install-survey``):
     JSON with a format marker and the wire message's fields (protobuf JSON mapping)."""
-    from google.protobuf import json_format  # lazily: only survey files need it
+    import json  # lazily, as json_format: only survey files need them
+
+    from google.protobuf import json_format
 
     message = json_format.MessageToDict(survey.to_proto(), preserving_proto_field_name=True)
     return json.dumps({"format": SURVEY_FILE_FORMAT, "survey": message}, indent=2) + "\n"
@@ -473,6 +474,8 @@ def survey_to_json(survey: SurveySpec) -> str:
 
 def survey_from_json(text: str) -> SurveySpec:
     """Parse and validate a survey definition file; SurveyError if it is not one."""
+    import json  # lazily: only survey files need it
+
     try:
         document = json.loads(text)
     except ValueError as exc:

@@ -216,7 +216,7 @@ class Reporter:
             household.charge(survey_id, question_id, mech.cost)
         if group:
             self.groups.fix(survey_id, group)
-        payload = mech.encode(mech.randomize(index))
+        payload = mech.randomize_payload(index)  # pure Python: no numpy on a device
         self.outbox.add(
             report_id, survey_id, question_id, payload, memo_key=key, definition_digest=digest
         )

@@ -12,7 +12,7 @@ talks to the aggregator (docs/performance.md, "Device footprint")."""
 
 from __future__ import annotations
 
-import random
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -90,6 +90,11 @@ class Transport:
         initial_backoff: float = 0.1,
         max_backoff: float = 2.0,
     ) -> None:
+        # The system resolver (getaddrinfo), gRPC's own default on Android and iOS, rather than
+        # c-ares: it honours the device's resolver settings and spares ~1 MB of peak memory
+        # (docs/performance.md, "Device footprint"). gRPC reads it when it starts; a value set
+        # in the environment wins.
+        os.environ.setdefault("GRPC_DNS_RESOLVER", "native")
         import grpc  # lazily (module docstring)
 
         from protos.ldp.v1 import ldp_pb2_grpc
@@ -121,6 +126,8 @@ class Transport:
                 if code.name not in RETRYABLE or attempt == self._max_attempts:
                     details = tls_errors.explain(code.name, exc.details() or "", self._tls)
                     raise TransportError(code, details, retry_after(exc)) from None
+            import random  # only a retry needs jitter (one answer's memory, module docstring)
+
             time.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._max_backoff)
         raise AssertionError("unreachable")
