@@ -168,6 +168,13 @@ class Outbox:
             ).fetchone():
                 raise KeyError(report_id.hex())
 
+    def dead(self, report_id: bytes) -> bool:
+        """Whether the report was refused for good (it is in the dead-letter table)."""
+        row = self._conn.execute(
+            "SELECT 1 FROM rejected WHERE report_id = ?", (_check_report_id(report_id),)
+        ).fetchone()
+        return row is not None
+
     def rejected(self) -> list[tuple[OutboxItem, str, str]]:
         """Dead letters as ``(item, code, reason)``, in the order they were rejected."""
         rows = self._conn.execute(

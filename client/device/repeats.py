@@ -8,6 +8,10 @@ answer is: the aggregator counts it once (DUPLICATE), the ledger charges nothing
 resend does not depend on the answer it tells the aggregator nothing about whether the answer
 changed. The price is that a changed answer is not counted: the first answer stands.
 
+One exception: a first report randomized under a definition the aggregator has since changed,
+and refused by it for good (dead-lettered as stale), was never counted; the question may then be
+answered again under the new definition (client/device/reporter.py).
+
 The table holds the randomized report only (what the aggregator receives anyway), never the
 true answer. A row is claimed in one transaction, with the table's key as the arbiter, so two
 racing answers on one device cannot both be queued.
@@ -78,21 +82,32 @@ class Repeats:
         ).fetchone()
         return None if row is None else FirstReport(*row)
 
-    def claim(self, survey_id: str, question_id: str, report: FirstReport) -> None:
-        """Record ``report`` as the question's first; AnsweredBefore if another answer got there
-        first (a racing answer of the same device)."""
+    def claim(
+        self,
+        survey_id: str,
+        question_id: str,
+        report: FirstReport,
+        replacing: FirstReport | None = None,
+    ) -> None:
+        """Record ``report`` as the question's first (in place of ``replacing``, a first report
+        that was never counted); AnsweredBefore if another answer got there first (a racing
+        answer of the same device)."""
+        row = (report.report_id, report.payload, report.definition_digest)
         try:
             with immediate(self._conn):
-                self._conn.execute(
-                    "INSERT INTO answered VALUES (?, ?, ?, ?, ?)",
-                    (
-                        survey_id,
-                        question_id,
-                        report.report_id,
-                        report.payload,
-                        report.definition_digest,
-                    ),
-                )
+                if replacing is None:
+                    self._conn.execute(
+                        "INSERT INTO answered VALUES (?, ?, ?, ?, ?)",
+                        (survey_id, question_id, *row),
+                    )
+                    return
+                updated = self._conn.execute(
+                    "UPDATE answered SET report_id = ?, payload = ?, definition_digest = ?"
+                    " WHERE survey_id = ? AND question_id = ? AND report_id = ?",
+                    (*row, survey_id, question_id, replacing.report_id),
+                ).rowcount
+                if updated != 1:
+                    raise refusal(survey_id, question_id)
         except sqlite3.IntegrityError:
             raise refusal(survey_id, question_id) from None
 

@@ -191,7 +191,8 @@ class Reporter:
         group = self.groups.resolve(self.survey(survey_id), group)
         question_id, digest = question.id, question.digest
         first = self.repeats.first(survey_id, question_id)
-        if first is not None:
+        stale = first is not None and self._never_counted(first, digest)
+        if first is not None and not stale:
             if not (self._memoize or question.repeat == MEMOIZE):
                 raise refusal(survey_id, question_id)
             self.outbox.add(  # a no-op while it is pending or dead-lettered
@@ -222,9 +223,15 @@ class Reporter:
         if group:
             self.groups.fix(survey_id, group)
         payload = mech.encode(mech.randomize(index))
-        self.repeats.claim(survey_id, question_id, FirstReport(report_id, payload, digest))
+        report = FirstReport(report_id, payload, digest)
+        self.repeats.claim(survey_id, question_id, report, replacing=first if stale else None)
         self.outbox.add(report_id, survey_id, question_id, payload, definition_digest=digest)
         return report_id
+
+    def _never_counted(self, first: FirstReport, digest: bytes) -> bool:
+        """Whether a first report was randomized under another definition than the current one
+        and refused for good: the aggregator never counted it, so a new answer counts once."""
+        return first.definition_digest != digest and self.outbox.dead(first.report_id)
 
     def _household(self, survey_id: str, question: QuestionSpec) -> Household:
         """The device's household, needed for a household_shared question (privacy-accounting
