@@ -162,12 +162,13 @@ class Reporter:
         Raises ``SurveyError`` for an unknown label (the message lists the valid ones) and
         ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
         question's privacy cost; for a household_shared question, ``HouseholdError`` without a
-        household, ``AlreadyAnswered`` for a second answer and ``HouseholdBudgetExceeded`` over
-        the household cap. A group that does not fit the survey is a ``SurveyError``, another
-        group than the device reported before a ``GroupChangedError``: both before anything is
-        charged or randomized. A question answered before raises ``AnsweredBefore`` (nothing
-        charged or queued), or with memoization re-queues the first report and returns its id,
-        at no new cost: the first answer stands.
+        household, ``AlreadyAnswered`` for a second answer racing the first and
+        ``HouseholdBudgetExceeded`` over the household cap. A group that does not fit the
+        survey is a ``SurveyError``, another group than the device reported before a
+        ``GroupChangedError``: both before anything is charged or randomized. A question
+        answered before raises ``AnsweredBefore`` (nothing charged or queued), or with
+        memoization re-queues the first report and returns its id, at no new cost: the first
+        answer stands.
         """
         question = self._question(survey_id, question_id)
         return self._queue(survey_id, question, question.index(answer), group)
