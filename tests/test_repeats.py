@@ -5,13 +5,16 @@ over a real gRPC server on loopback, with nothing at rest linking a report to a 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import sqlite3
 from pathlib import Path
 
 import grpc
 import pytest
+from aggregator_process import spawn_serve
 from cli_runner import run_cli
 from conftest import ServerThread
 
@@ -327,3 +330,40 @@ def test_nothing_at_rest_links_a_report_to_a_device(clinic):
     assert rows == [(pseudonym, "clinic", "insured", 1), (pseudonym, "clinic", "mood", 1)]
     counts = caps.read_bytes()
     assert not any(r.report_id in counts for r in reports)
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def test_check_config_shows_the_policy(tmp_path):
+    text = '[[survey]]\nid = "s"\n' + QUESTIONS.replace(
+        'id = "mood"', 'id = "mood"\nrepeat = "memoize"'
+    )
+    path = write(tmp_path, text)
+    done = run_cli("agg", "check-config", path)
+    assert done.returncode == 0
+    assert "mood: randomized_response, epsilon = 1, k = 3, repeat = memoize" in done.stdout
+    assert "insured: randomized_response, epsilon = 1, k = 2\n" in done.stdout
+    rows = json.loads(run_cli("agg", "check-config", path, "--json").stdout)["surveys"]
+    assert [q["repeat"] for q in rows[0]["questions"]] == [REFUSE, MEMOIZE]
+
+
+def test_workers_serve_a_signed_survey_and_say_the_aggregator_does_not_check(tmp_path):
+    """Several worker processes cannot share the counts: the server says so and serves (the
+    devices still answer once); a declared cap is still refused with --workers."""
+    clinic = Clinic(tmp_path)
+    registry = tmp_path / "devices.sqlite"
+    args = ["--config", str(clinic.config), "--db", str(clinic.db), "--devices", str(registry)]
+    process, _ = spawn_serve(tmp_path / "port", *args, "--insecure", "--workers", "2")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert "the aggregator does not check one answer per device" in stderr
+    capped = write(
+        tmp_path,
+        SIGNED_TOML.replace("epsilon = 1.0", "epsilon = 1.0\nmax_reports_per_device = 1", 1),
+        "capped.toml",
+    )
+    args[1] = str(capped)
+    done = run_cli("agg", "serve", *args, "--insecure", "--workers", "2", "--port", "0")
+    assert done.returncode == 2 and "serve them with --workers 1" in done.stderr

@@ -110,6 +110,11 @@ class SurveyLimits:
     def cap(self, question_id: str) -> int | None:
         return 1 if self.one_answer else self.max_reports_per_device.get(question_id)
 
+    @property
+    def declared(self) -> bool:
+        """Whether the survey file sets a rate or a cap (beyond the one-answer rule)."""
+        return self.rate_per_minute is not None or bool(self.max_reports_per_device)
+
 
 class ConfigError(ValueError):
     """The survey file is missing, unreadable or invalid (the message names the place)."""
