@@ -17,10 +17,15 @@ if TYPE_CHECKING:
 __all__ = ["open_survey"]
 
 
-def open_survey(config, db, survey: str | None = None, side: str | None = None) -> SurveyData:
+def open_survey(
+    config, db, survey: str | None = None, side: str | None = None, group: str | None = None
+) -> SurveyData:
     """Per question of a survey, its histogram and labels, read only from a report store:
     ``aggregator.open_survey("surveys.toml", "reports.sqlite")["mood"].histogram``; a split
-    survey on one ``side``. See :func:`aggregator.loader.open_survey`."""
+    survey on one ``side``, a survey with a group label for one ``group`` (ConfigError for an
+    unknown one). As on the command line, nothing is released below min_batch_size: such a
+    question's ``histogram`` raises InsufficientDataError. See
+    :func:`aggregator.loader.open_survey`."""
     from aggregator.loader import open_survey as load  # lazily: keeps `import aggregator` light
 
-    return load(config, db, survey, side)
+    return load(config, db, survey, side, group, withhold=True)

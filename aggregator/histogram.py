@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from aggregator.errors import IncompatibleHistogramsError, InvalidInputError
 from client.mechanisms import Mechanism
+from client.survey import QuestionSpec
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +31,9 @@ class Histogram:
     values : array_like of float, shape (mechanism.statistic_size,)
         The sufficient statistic; integers in 0..n for the counting mechanisms, summing to n for
         randomized response.
+    question : QuestionSpec, optional
+        The survey question the reports answer (``aggregator.open_survey`` sets it): estimates
+        then name their categories by its labels, and ``independence`` reads its table shape.
 
     Raises
     ------
@@ -69,10 +73,16 @@ class Histogram:
     mechanism: Mechanism
     n: int
     values: np.ndarray
+    question: QuestionSpec | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.mechanism, Mechanism):
             raise InvalidInputError("mechanism must be a client.mechanisms.Mechanism")
+        if self.question is not None and self.question.mechanism != self.mechanism:
+            raise InvalidInputError(
+                f"question {self.question.id} is randomized with "
+                f"{self.question.mechanism.describe()}, not {self.mechanism.describe()}"
+            )
         if isinstance(self.n, bool) or not isinstance(self.n, numbers.Integral) or self.n < 0:
             raise InvalidInputError(f"n must be a non-negative integer, got {self.n!r}")
         object.__setattr__(self, "n", int(self.n))
@@ -117,6 +127,11 @@ class Histogram:
         return self.mechanism.k
 
     @property
+    def labels(self) -> tuple[str, ...] | None:
+        """The question's category labels in histogram order, if the histogram knows it."""
+        return None if self.question is None else tuple(self.question.labels)
+
+    @property
     def mean(self) -> np.ndarray:
         """Average report vector values / n (requires n > 0)."""
         if self.n == 0:
@@ -130,7 +145,8 @@ class Histogram:
             raise IncompatibleHistogramsError(
                 f"cannot merge {self.mechanism.describe()} with {other.mechanism.describe()}"
             )
-        return Histogram(self.mechanism, self.n + other.n, self.values + other.values)
+        question = self.question if self.question == other.question else None
+        return Histogram(self.mechanism, self.n + other.n, self.values + other.values, question)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Histogram):

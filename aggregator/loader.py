@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
 from aggregator.store import confirmations, ingest
 from aggregator.store.reader import StoreReader
@@ -17,13 +18,32 @@ from client.survey import QuestionSpec, SurveyError, SurveySpec
 SIDES = {"exploration": 1, "confirmation": 2}  # ldp.v1.Side
 
 
+def below_release(survey: SurveySpec, question: QuestionSpec, n: int, group: str) -> str:
+    """Why a question with ``n`` reports (of ``group``) is not released, or '' if it is."""
+    if n >= survey.min_batch_size:
+        return ""
+    of = f" of {survey.group_label.name} {group!r}" if survey.group_label and group else ""
+    return (
+        f"{survey.id}/{question.id} has {n} reports{of}; results are released from "
+        f"{survey.min_batch_size} (min_batch_size)"
+    )
+
+
 @dataclass(frozen=True)
 class QuestionData:
     """One question's stored data: its definition, histogram, labels and release state."""
 
     question: QuestionSpec
-    histogram: Histogram
+    stored: Histogram  # whatever its size: for callers that apply the release rule themselves
     released: bool  # n >= the survey's min_batch_size (what the CLI and the service release)
+    withheld: str = ""  # set when reading for the analyst: why ``histogram`` is refused
+
+    @property
+    def histogram(self) -> Histogram:
+        """The histogram (it knows its question), or InsufficientDataError when ``withheld``."""
+        if self.withheld:
+            raise InsufficientDataError(self.withheld)
+        return self.stored
 
     @property
     def labels(self) -> list[str]:
@@ -32,7 +52,7 @@ class QuestionData:
 
     @property
     def n(self) -> int:
-        return self.histogram.n
+        return self.stored.n
 
 
 @dataclass(frozen=True)
@@ -71,6 +91,8 @@ def open_survey(
     survey: str | None = None,
     side: str | None = None,
     group: str | None = None,
+    *,
+    withhold: bool = False,
 ) -> SurveyData:
     """Every question of ``survey`` (optional when the file defines one survey) with its
     histogram, read only from the store ``db``. Raises ConfigError for an invalid file or an
@@ -79,7 +101,9 @@ def open_survey(
     A split survey is read on one ``side`` ("exploration", the default, or "confirmation",
     which raises ConfirmationError until its confirmatory results are sealed). A survey with a
     group label is read for one ``group`` (each question released from min_batch_size reports
-    of that group), or with every group pooled (None)."""
+    of that group; ConfigError for a value the label does not list), or with every group pooled
+    (None). With ``withhold``, the histogram of a question below min_batch_size raises
+    InsufficientDataError with the command line's message."""
     surveys = load_surveys(config)
     if survey is None:
         if len(surveys) != 1:
@@ -108,6 +132,8 @@ def open_survey(
             n, sums = reader.statistics(
                 spec.id, question.id, question.statistic_size, number, group or ""
             )
-            hist = ingest.histogram(question, n, sums)
-            questions[question.id] = QuestionData(question, hist, n >= spec.min_batch_size)
+            stored = ingest.histogram(question, n, sums)
+            hist = Histogram(stored.mechanism, n, stored.values, question)
+            why = below_release(spec, question, n, group or "")
+            questions[question.id] = QuestionData(question, hist, not why, why if withhold else "")
     return SurveyData(spec, questions, side, group or "")

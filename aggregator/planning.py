@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from aggregator.stats import advise, power, sample_size
 from aggregator.stats.gof import GOF_METHODS
 from aggregator.stats.validate import check_distribution
 from client.mechanisms import Mechanism, PublicCoinBit
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ADVISOR_N = 1_000  # any n: the advisor is only asked which mechanisms to compare
 BOOTSTRAP_CURVE_POINTS = 6
@@ -196,10 +200,27 @@ def _default_method(advised, mechanism: Mechanism, gof: bool) -> str:
 
 
 def plot_power_curves(plan: StudyPlan, path: Path) -> None:
-    """Power against n (log scale) for every mechanism of ``plan``, written to ``path`` (the
-    format follows its suffix: .png, .svg or .pdf). Needs the ``[plot]`` extra. A support-count
-    mechanism's independence test is bootstrapped, so its power is simulated report by report:
-    its curve has ``BOOTSTRAP_CURVE_POINTS`` points, up to its own planned n."""
+    """:func:`power_figure` written to ``path`` (the format follows its suffix: .png, .svg or
+    .pdf), the legend included."""
+    power_figure(plan).savefig(path, bbox_inches="tight")
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def curve_styles(count: int) -> list[tuple[str, str]]:
+    """(colour, line style) of ``count`` curves, no two alike (up to 40): the ten colours of
+    matplotlib's cycle solid, then dashed, dotted, dash-dotted."""
+    colours = [f"C{j}" for j in range(10)]
+    return [(colours[j % 10], LINE_STYLES[(j // 10) % len(LINE_STYLES)]) for j in range(count)]
+
+
+def power_figure(plan: StudyPlan) -> Figure:
+    """Power against n (log scale) for every mechanism of ``plan``, each curve its own colour
+    and line style, the legend beside the axes (it never covers a curve). Needs the ``[plot]``
+    extra. A support-count mechanism's independence test is bootstrapped, so its power is
+    simulated report by report: its curve has ``BOOTSTRAP_CURVE_POINTS`` points, up to its own
+    planned n."""
     from matplotlib.figure import Figure
 
     reference = [row.n for row in plan.rows]
@@ -207,7 +228,7 @@ def plot_power_curves(plan: StudyPlan, path: Path) -> None:
     full = np.unique(np.geomspace(low, max(reference) * 10, 60).astype(int))
     fig = Figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot()
-    for row in plan.rows:
+    for row, (colour, line) in zip(plan.rows, curve_styles(len(plan.rows)), strict=True):
         grid = full
         if plan.shape is not None and row.mechanism.statistic_kind == "support":
             top = max(row.n, low + 1)
@@ -224,7 +245,13 @@ def plot_power_curves(plan: StudyPlan, path: Path) -> None:
             )
             for m in grid
         ]
-        ax.plot(grid, curve, label=f"{row.mechanism.describe()} {row.method}")
+        ax.plot(
+            grid,
+            curve,
+            label=f"{row.mechanism.describe()} {row.method}",
+            color=colour,
+            linestyle=line,
+        )
     if plan.target_power is not None:
         ax.axhline(plan.target_power, color="#999999", linestyle="--", linewidth=0.8)
     else:
@@ -235,6 +262,5 @@ def plot_power_curves(plan: StudyPlan, path: Path) -> None:
     ax.set_ylabel("power")
     ax.set_title(f"{plan.test}, alpha = {plan.alpha:g}", fontsize=10)
     ax.grid(color="#e0e0e0", linewidth=0.6)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    return fig

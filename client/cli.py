@@ -229,8 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--truth",
         action="append",
         default=[],
-        metavar="QUESTION=P1,P2,...",
-        help="true answer distribution of a question (default uniform); repeatable",
+        metavar="QUESTION=P1,P2,... | @FILE",
+        help="true answer distribution of a question (default uniform); repeatable. @FILE: a "
+        "JSON object {question: [P1, ...] or {label: P}} or one QUESTION=P1,... per line",
     )
     sim.add_argument(
         "--group-share",
@@ -245,10 +246,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GROUP:QUESTION=P1,P2,...",
         help="true answer distribution of a question in one group (default: --truth); repeatable",
     )
-    sim.add_argument("--batch", type=int, default=1000, help="reports per upload")
+    sim.add_argument("--batch", type=int, default=1000, help="reports per upload (unsigned)")
+    sim.add_argument(
+        "--keys",
+        type=Path,
+        metavar="DIR",
+        help="enrolled keys of the simulated devices (simulate-keys): each device signs its "
+        "own upload",
+    )
     sim.add_argument("--seed", type=int, help="seed for drawing the true answers")
     _json(sim)
     sim.set_defaults(run=run_simulate)
+
+    sim_keys = _command(sub, "simulate-keys", "write signing keys for simulated devices")
+    sim_keys.add_argument("--out", type=Path, required=True, help="key folder (created 0700)")
+    sim_keys.add_argument("--devices", type=int, required=True, help="number of devices")
+    sim_keys.set_defaults(run=run_simulate_keys)
     return parser
 
 
@@ -605,6 +618,13 @@ def run_simulate(args: argparse.Namespace) -> int:
     from client.simulate import run_simulate as simulate
 
     return simulate(args, lambda: _transport(args))
+
+
+def run_simulate_keys(args: argparse.Namespace) -> int:
+    """``ldp-client simulate-keys``: keys for ``simulate --keys`` (client/simulate_keys.py)."""
+    from client.simulate import run_simulate_keys as make
+
+    return make(args)
 
 
 if __name__ == "__main__":

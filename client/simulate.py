@@ -1,10 +1,12 @@
 """``ldp-client simulate``: play a population of devices against a server (a load generator for
 demos, studies and benchmarks; no device runs it).
 
-Each simulated device draws its true answers from the given distributions, randomizes them with
-the question's mechanism (the same code a device runs) and uploads in batches. Kept out of
-client/cli.py so that a device's commands never load it (docs/architecture.md, "Packaging by
-role").
+Each simulated device draws its true answers from the given distributions (``--truth``, also
+from a file: client/simulate_truths.py), randomizes them with the question's mechanism (the same
+code a device runs) and uploads in batches. With ``--keys DIR`` (client/simulate_keys.py) each
+device signs its own upload with its enrolled key, as surveys with ``require_device_auth``
+demand. Kept out of client/cli.py so that a device's commands never load it
+(docs/architecture.md, "Packaging by role").
 """
 
 from __future__ import annotations
@@ -13,19 +15,26 @@ import argparse
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from client.budgeting import survey_cost
 from client.device.split import split_side
 from client.progress import bar
+from client.simulate_truths import TruthError, read_truths
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 if TYPE_CHECKING:
+    from client.device.keys import DeviceKey
     from client.device.transport import Transport
+
+
+SIGNED_IN_FLIGHT = 8  # signed uploads (one simulated device each) sent at once
 
 
 class SimulationError(ValueError):
@@ -36,13 +45,18 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
     """Run the command; ``connect`` opens the transport the command line's flags describe."""
     if args.devices < 1 or args.batch < 1:
         raise SimulationError("--devices and --batch must be positive")
+    keys = _keys(args)
     with connect() as transport:
         survey = transport.get_survey(args.survey)
-        if survey.require_device_auth:
+        if survey.require_device_auth and keys is None:
             raise SimulationError(
-                f"survey {survey.id} requires signed uploads; simulated devices have no keys"
+                f"survey {survey.id} requires signed uploads: give the simulated devices "
+                "enrolled keys with --keys DIR (see ldp-client simulate-keys)"
             )
-        truths = _truths(survey, args.truth)
+        try:
+            truths = read_truths(survey, args.truth)
+        except TruthError as exc:
+            raise SimulationError(str(exc)) from None
         values, shares = _group_shares(survey, args.group_share)
         by_group = _group_truths(survey, values, truths, args.truth_for)
         rng = np.random.default_rng(args.seed)
@@ -53,10 +67,13 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
             for q in survey.questions:
                 answers[q.id][members] = rng.choice(q.k, size=members.size, p=by_group[value][q.id])
         total = args.devices * len(survey.questions)
-        counts = {"accepted": 0, "duplicate": 0}
         batch: list[ldp_pb2.Report] = []
         started = time.perf_counter()
-        with bar(total, "simulate", unit="reports", quiet=args.json) as progress:
+        in_flight = 1 if keys is None else SIGNED_IN_FLIGHT
+        with (
+            bar(total, "simulate", unit="reports", quiet=args.json) as progress,
+            _Uploads(transport, progress, in_flight) as uploads,
+        ):
             for device in range(args.devices):
                 # A split survey: each simulated device has its own split secret (wire.md §3.10).
                 side = split_side(os.urandom(32), survey.id, survey.exploration_fraction)
@@ -74,12 +91,12 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
                             group=values[groups[device]],
                         )
                     )
-                if len(batch) >= args.batch or device == args.devices - 1:
-                    for result in transport.upload(batch):
-                        accepted = result.status == ldp_pb2.ACCEPTED
-                        counts["accepted" if accepted else "duplicate"] += 1
-                    progress.update(len(batch))
+                # A signed upload carries one device's reports; unsigned ones fill --batch.
+                signer = None if keys is None else keys[device]
+                if signer is not None or len(batch) >= args.batch or device == args.devices - 1:
+                    uploads.send(batch, signer)
                     batch = []
+        counts = uploads.counts
     elapsed = time.perf_counter() - started
     cost = survey_cost(survey.questions)
     devices_per_group = (
@@ -107,6 +124,49 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
             counted = ", ".join(f"{v} {n:,}" for v, n in devices_per_group.items())
             print(f"devices per {survey.group_label.name}: {counted}")
     return 0
+
+
+class _Uploads:
+    """Sends the batches and counts the answers. Signed batches (one device each) keep up to
+    ``in_flight`` uploads going at once, so one server commit serves several devices."""
+
+    def __init__(self, transport: Transport, progress: Any, in_flight: int) -> None:
+        self._transport = transport
+        self._progress = progress
+        self._in_flight = in_flight
+        self._pool = ThreadPoolExecutor(in_flight) if in_flight > 1 else None
+        self._pending: deque[tuple[Future, int]] = deque()
+        self.counts = {"accepted": 0, "duplicate": 0}
+
+    def send(self, batch: list[ldp_pb2.Report], signer: DeviceKey | None) -> None:
+        if self._pool is None:
+            self._count(self._transport.upload(batch, signer), len(batch))
+            return
+        self._pending.append((self._pool.submit(self._transport.upload, batch, signer), len(batch)))
+        while len(self._pending) >= 2 * self._in_flight:
+            self._settle()
+
+    def _settle(self) -> None:
+        future, size = self._pending.popleft()
+        self._count(future.result(), size)
+
+    def _count(self, results: list[ldp_pb2.ReportResult], size: int) -> None:
+        for result in results:
+            self.counts["accepted" if result.status == ldp_pb2.ACCEPTED else "duplicate"] += 1
+        self._progress.update(size)
+
+    def __enter__(self) -> _Uploads:
+        return self
+
+    def __exit__(self, error: object, *rest: object) -> None:
+        """Wait for the uploads still going (after a failure: cancel those not started)."""
+        if self._pool is None:
+            return
+        try:
+            while self._pending and error is None:
+                self._settle()
+        finally:
+            self._pool.shutdown(cancel_futures=True)
 
 
 def _group_shares(survey: SurveySpec, spec: str | None) -> tuple[list[str], np.ndarray]:
@@ -152,24 +212,38 @@ def _group_truths(
                 f"--truth-for {spec!r}: expected GROUP:QUESTION=P1,... with GROUP one of the "
                 f"simulated groups ({', '.join(v for v in values if v) or 'none'})"
             )
+        if rest.startswith("@"):
+            raise SimulationError(f"--truth-for {spec!r}: give QUESTION=P1,... (files: --truth)")
         question = rest.partition("=")[0]
-        out[value][question] = _truths(survey, [rest])[question]
+        try:
+            out[value][question] = read_truths(survey, [rest])[question]
+        except TruthError as exc:
+            raise SimulationError(f"--truth-for {spec!r}: {exc}") from None
     return out
 
 
-def _truths(survey: SurveySpec, specs: list[str]) -> dict[str, np.ndarray]:
-    truths = {q.id: np.full(q.k, 1.0 / q.k) for q in survey.questions}
-    for spec in specs:
-        name, _, values = spec.partition("=")
-        if name not in truths:
-            raise SimulationError(f"--truth names unknown question {name!r}")
-        try:
-            p = np.array([float(v) for v in values.split(",")])
-        except ValueError:
-            raise SimulationError(f"--truth {spec!r}: probabilities must be numbers") from None
-        if p.size != truths[name].size or (p < 0).any() or not np.isclose(p.sum(), 1.0):
-            raise SimulationError(
-                f"--truth {name}: need {truths[name].size} non-negative probabilities summing to 1"
-            )
-        truths[name] = p / p.sum()
-    return truths
+def _keys(args: argparse.Namespace) -> list[DeviceKey] | None:
+    """The simulated devices' signing keys from --keys, or None to upload unsigned."""
+    if args.keys is None:
+        return None
+    from client.simulate_keys import KeyFolderError, load_keys  # lazily: cryptography
+
+    try:
+        return load_keys(args.keys, args.devices)
+    except KeyFolderError as exc:
+        raise SimulationError(str(exc)) from None
+
+
+def run_simulate_keys(args: argparse.Namespace) -> int:
+    """``ldp-client simulate-keys``: write the key folder ``simulate --keys`` reads."""
+    from client.simulate_keys import KeyFolderError, make_keys  # lazily: cryptography
+
+    try:
+        new = make_keys(args.out, args.devices)
+    except KeyFolderError as exc:
+        raise SimulationError(str(exc)) from None
+    print(
+        f"{new} new simulated device keys ({args.devices} in all) in {args.out}; enroll them: "
+        f"ldp-aggregator enroll --devices REGISTRY --public-key {args.out}"
+    )
+    return 0

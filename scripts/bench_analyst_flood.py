@@ -103,10 +103,12 @@ def write_files(workdir: Path, keys: list[DeviceKey]) -> tuple[Path, Path]:
 
 
 def start(workdir: Path, config: Path, devices: Path, workers: int):
-    """``serve`` (bench_ingest's, with this benchmark's survey file: the last --config wins)."""
+    """``serve`` (bench_ingest's, with this benchmark's survey file: the last --config wins);
+    the process, its device target and its analyst target."""
     options = ("--config", str(config), "--devices", str(devices), "--workers", str(workers))
     process, target, _ = start_server(workdir, *options)
-    return process, target
+    analyst_port = (workdir / "port.analyst").read_text().strip()
+    return process, target, f"127.0.0.1:{analyst_port}"
 
 
 def randomized(surveys, survey_id, question_id, truth, n, side=0, seed=0):
@@ -228,7 +230,10 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def honest_phase(target, surveys, keys, seconds, attack: bool, server_pid: int) -> dict:
+def honest_phase(targets, surveys, keys, seconds, attack: bool, server_pid: int) -> dict:
+    """Honest devices upload to the device target, the attacker (with ``attack``) floods the
+    analyst target; ``targets`` is (device target, analyst target)."""
+    target, analyst_target = targets
     stop = threading.Event()
     seen: set[int] = set()
 
@@ -250,7 +255,7 @@ def honest_phase(target, surveys, keys, seconds, attack: bool, server_pid: int) 
     for device in devices:
         device.start()
     attack_stop = threading.Event()
-    flood = threading.Thread(target=attacker, args=(target, attack_stop, outcomes))
+    flood = threading.Thread(target=attacker, args=(analyst_target, attack_stop, outcomes))
     if attack:
         time.sleep(1.0)
         flood.start()
@@ -323,12 +328,13 @@ def run(workers: int, seconds: float, big_n: int) -> dict:
         ]
         config, devices = write_files(workdir, keys)
         surveys = load_surveys(config)
-        process, target = start(workdir, config, devices, workers)
+        process, target, analyst_target = start(workdir, config, devices, workers)
+        targets = (target, analyst_target)
         try:
             prefill(target, surveys, big_n)
-            baseline = honest_phase(target, surveys, keys, seconds, False, process.pid)
-            flood = honest_phase(target, surveys, keys, seconds, True, process.pid)
-            idle = idle_after_deadline(target, process.pid)
+            baseline = honest_phase(targets, surveys, keys, seconds, False, process.pid)
+            flood = honest_phase(targets, surveys, keys, seconds, True, process.pid)
+            idle = idle_after_deadline(analyst_target, process.pid)
         finally:
             process.terminate()
             process.wait(30)

@@ -105,7 +105,7 @@ class GeneratorResult:
 
 def start_server(workdir: Path, *serve_options: str) -> tuple[subprocess.Popen, str, Path]:
     """An aggregator subprocess (``serve`` with ``serve_options``) on a free loopback port;
-    returns (process, target, db path)."""
+    returns (process, target, db path). The Analyst's port is in ``workdir/port.analyst``."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "survey.toml"
     config.write_text(SURVEY)
@@ -113,6 +113,7 @@ def start_server(workdir: Path, *serve_options: str) -> tuple[subprocess.Popen, 
     db = workdir / "bench.sqlite"
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--config", str(config)]
     command += ["--db", str(db), "--port", "0", "--port-file", str(port_file), "--insecure"]
+    command += ["--analyst-port-file", f"{port_file}.analyst"]
     command += serve_options
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     deadline = time.time() + 60

@@ -21,12 +21,14 @@ def spawn_serve(
     port_file: Path, *args: str, timeout: float = 60.0, output: int | None = subprocess.PIPE
 ) -> tuple[subprocess.Popen, int]:
     """Start ``python -m aggregator.cli serve --port 0 --port-file PORT_FILE *args`` and wait
-    until it has written the port it listens on; the process and the port. ``output`` is where
-    its stdout and stderr go (text pipes by default, so a failed start shows its stderr; None
-    inherits them). A server that exits, or has not started within ``timeout`` seconds, is
-    killed and fails the test."""
+    until it has written the port it listens on; the process and the port. The Analyst's port
+    is in ``PORT_FILE.analyst`` (:func:`analyst_port`), written before the port file.
+    ``output`` is where its stdout and stderr go (text pipes by default, so a failed start
+    shows its stderr; None inherits them). A server that exits, or has not started within
+    ``timeout`` seconds, is killed and fails the test."""
     port_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--port", "0"]
+    command += ["--analyst-port-file", f"{port_file}.analyst"]
     process = subprocess.Popen(
         [*command, "--port-file", str(port_file), *args], stdout=output, stderr=output, text=True
     )
@@ -38,6 +40,11 @@ def spawn_serve(
             pytest.fail(f"the aggregator did not start: {stderr}")
         time.sleep(0.05)
     return process, int(port_file.read_text())
+
+
+def analyst_port(port_file: Path) -> int:
+    """The Analyst port of a server started by :func:`spawn_serve` with ``port_file``."""
+    return int(Path(f"{port_file}.analyst").read_text())
 
 
 def free_port() -> int:
@@ -107,6 +114,8 @@ class AggregatorProcess:
                     str(self.db),
                     "--port",
                     str(self.port),
+                    "--analyst-port",  # a free one: the default (port + 1) may be taken
+                    "0",
                     *self.options,
                 ],
                 stdout=log,

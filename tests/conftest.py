@@ -80,6 +80,7 @@ class ServerThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: RunningServer | None = None
         self.port = 0
+        self.analyst_port = 0  # the Analyst's own listener (loopback)
 
     def start(self, port: int = 0) -> ServerThread:
         ready = threading.Event()
@@ -97,11 +98,16 @@ class ServerThread:
         self._thread.start()
         assert ready.wait(10), "server did not start"
         self.port = self._running.port
+        self.analyst_port = self._running.analyst_port
         return self
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def analyst_target(self) -> str:
+        return f"127.0.0.1:{self.analyst_port}"
 
     def stop(self, grace: float = 2.0) -> None:
         if self._running is None:

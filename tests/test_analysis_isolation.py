@@ -388,7 +388,7 @@ def test_over_grpc_a_costly_test_and_a_flood_are_refused(filled, config):
     server = ServerThread(config, db).start()
     try:
         executor = server._running.analysis
-        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.target))
+        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
         request = ldp_pb2.GoodnessOfFitRequest(survey_id="split", question_id="mood", p0=[0.25] * 4)
         assert analyst.GoodnessOfFit(request, timeout=WAIT).n == 100
         executor.limits = AnalysisLimits(max_cost=1.0)

@@ -151,7 +151,7 @@ def test_the_flow_over_grpc(tmp_path, config, capsys):
     try:
         channel = grpc.insecure_channel(server.target)
         collector = ldp_pb2_grpc.CollectorStub(channel)
-        analyst = ldp_pb2_grpc.AnalystStub(channel)
+        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
         collector.Upload(ldp_pb2.UploadRequest(reports=population(server.surveys)))
 
         request = ldp_pb2.EstimateRequest(survey_id="split", question_id="mood")
@@ -255,7 +255,7 @@ def test_the_flow_over_grpc(tmp_path, config, capsys):
         server = ServerThread(config, db).start()
         channel = grpc.insecure_channel(server.target)
         collector = ldp_pb2_grpc.CollectorStub(channel)
-        analyst = ldp_pb2_grpc.AnalystStub(channel)
+        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
         code, _ = code_of(collector.Upload, ldp_pb2.UploadRequest(reports=late))
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         after = analyst.Confirm(confirm)
@@ -269,7 +269,7 @@ def test_the_side_must_fit_the_survey(tmp_path, config):
     try:
         channel = grpc.insecure_channel(server.target)
         collector = ldp_pb2_grpc.CollectorStub(channel)
-        analyst = ldp_pb2_grpc.AnalystStub(channel)
+        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
         mood = server.surveys["split"].question("mood")
         plain = server.surveys["plain"].question("q")
         for bad, fragment in (
@@ -530,7 +530,7 @@ def test_holdout_over_grpc(tmp_path, config):
     fill(db, surveys, reports(surveys["split"].question("mood"), MOOD, 600, CONFIRMATION, 9))
     server = ServerThread(config, db).start()
     try:
-        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.target))
+        analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
         request = ldp_pb2.HoldoutRequest(
             survey_id="split", question_id="mood", test="goodness_of_fit", p0=[0.25] * 4
         )
@@ -612,20 +612,20 @@ def test_a_closed_side_fails_only_its_own_upload_through_a_worker_link(tmp_path)
 
 @pytest.mark.slow
 def test_the_flow_on_a_workers_server(tmp_path, config):
-    """serve --workers 2: Preregister and Confirm seal through a worker's own transaction, the
-    writer process refuses confirmation-side uploads from then on (whichever worker takes them),
-    and the sealed results read back through every worker."""
+    """serve --workers 2: Preregister and Confirm seal through the analyst worker's own
+    transaction, the writer process refuses confirmation-side uploads from then on (whichever
+    worker takes them), and the sealed results read back on the analyst listener."""
     from test_workers import connection, start, stop
 
     db = tmp_path / "reports.sqlite"
     surveys = load_surveys(config)
-    process, target = start(config, db, tmp_path, workers=2)
+    process, target, analyst_target = start(config, db, tmp_path, workers=2)
     try:
         channels = [connection(target) for _ in range(4)]  # TCP connections spread over workers
         ldp_pb2_grpc.CollectorStub(channels[0]).Upload(
             ldp_pb2.UploadRequest(reports=population(surveys)), timeout=30
         )
-        analyst = ldp_pb2_grpc.AnalystStub(channels[1])
+        analyst = ldp_pb2_grpc.AnalystStub(connection(analyst_target))
         registered = analyst.Preregister(
             ldp_pb2.PreregisterRequest(survey_id="split", plan=PLAN), timeout=30
         )
@@ -634,7 +634,7 @@ def test_the_flow_on_a_workers_server(tmp_path, config):
         assert not sealed.already
         assert [r["n"] for r in json.loads(sealed.results_json)["results"]] == [800, 800]
         for channel in channels:
-            again = ldp_pb2_grpc.AnalystStub(channel).Confirm(
+            again = ldp_pb2_grpc.AnalystStub(connection(analyst_target)).Confirm(
                 ldp_pb2.ConfirmRequest(survey_id="split"), timeout=30
             )
             assert again.already and again.results_json == sealed.results_json
@@ -645,7 +645,7 @@ def test_the_flow_on_a_workers_server(tmp_path, config):
                 timeout=30,
             )
             assert code == grpc.StatusCode.FAILED_PRECONDITION and "closed" in details
-            estimate = ldp_pb2_grpc.AnalystStub(channel).Estimate(
+            estimate = ldp_pb2_grpc.AnalystStub(connection(analyst_target)).Estimate(
                 ldp_pb2.EstimateRequest(survey_id="split", question_id="mood", side=CONFIRMATION),
                 timeout=30,
             )

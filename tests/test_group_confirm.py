@@ -110,6 +110,9 @@ def test_a_preregistered_two_sample_by_group_runs_once_on_the_confirmation_side(
     expected = two_sample(sides["control"].histogram, sides["treatment"].histogram, rng=0)
     assert record[0]["pvalue"] == pytest.approx(expected.pvalue)
     assert record[0]["n"] == 1800 and record[0]["reject"]
+    # the pooled test sums the groups released (the pilot, below min_batch_size, is left out:
+    # pooled minus control and treatment would be its counts)
+    assert record[1]["n"] == 1800
     status, text, _ = cli(capsys, "confirm", *common)
     assert "two sample: mood, control vs treatment" in text and text.count("reject H0") >= 1
 

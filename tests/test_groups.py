@@ -94,8 +94,8 @@ def reports(survey, question_id: str, p, n: int, group: str, rng) -> tuple[list,
 
 @pytest.fixture(scope="module")
 def populated(tmp_path_factory):
-    """A server with both questions of every group uploaded; (server, channel, local histograms
-    by (question, group), config)."""
+    """A server with both questions of every group uploaded; (server, a channel to its device
+    listener, one to its analyst listener, local histograms by (question, group), config)."""
     root = tmp_path_factory.mktemp("groups")
     config = survey_file(root / "surveys.toml")
     server = ServerThread(config, root / "store.sqlite").start()
@@ -108,7 +108,9 @@ def populated(tmp_path_factory):
         for question_id, p in (("rr", p_rr), ("hr", p_hr)):
             messages, local[(question_id, group)] = reports(survey, question_id, p, n, group, rng)
             collector.Upload(ldp_pb2.UploadRequest(reports=messages), timeout=30)
-    yield server, channel, local, config
+    analyst = grpc.insecure_channel(server.analyst_target)
+    yield server, channel, analyst, local, config
+    analyst.close()
     channel.close()
     server.stop()
 
@@ -183,7 +185,7 @@ def counts(server: ServerThread) -> dict:
 def test_ingest_refuses_a_missing_unknown_or_unexpected_group(
     populated, survey_id, group, fragment
 ):
-    server, channel, _, _ = populated
+    server, channel, _, _, _ = populated
     collector = ldp_pb2_grpc.CollectorStub(channel)
     before = counts(server)
     good = one("trial", "control")
@@ -204,7 +206,7 @@ def test_ingest_refuses_a_missing_unknown_or_unexpected_group(
 
 
 def test_per_group_estimates_match_the_library(populated):
-    _, channel, local, _ = populated
+    _, _, channel, local, _ = populated
     analyst = ldp_pb2_grpc.AnalystStub(channel)
     for group in ("control", "treatment"):
         remote = analyst.Estimate(
@@ -216,8 +218,10 @@ def test_per_group_estimates_match_the_library(populated):
     pooled, call = analyst.Estimate.with_call(
         ldp_pb2.EstimateRequest(survey_id="trial", question_id="rr"), timeout=30
     )
-    assert pooled.n == sum(n for *_, n in TRUTH.values())
+    # The released groups summed: the pilot, below min_batch_size, contributes nothing
+    assert pooled.n == TRUTH["control"][2] + TRUTH["treatment"][2]
     assert ("ldp-groups", "pooled") in call.trailing_metadata()  # said, as on the command line
+    assert ("ldp-released-groups", '["control", "treatment"]') in call.trailing_metadata()
     test = analyst.GoodnessOfFit(
         ldp_pb2.GoodnessOfFitRequest(
             survey_id="trial", question_id="rr", p0=[0.25] * 4, group="treatment"
@@ -232,11 +236,11 @@ def test_per_group_estimates_match_the_library(populated):
     [
         ("trial", "placebo", "INVALID_ARGUMENT", "unknown arm"),
         ("plain", "control", "INVALID_ARGUMENT", "no group label"),
-        ("trial", "pilot", "FAILED_PRECONDITION", "4 reports of arm 'pilot'; results are released"),
+        ("trial", "pilot", "FAILED_PRECONDITION", "of arm 'pilot' has fewer than 20 reports"),
     ],
 )
 def test_group_reads_refused(populated, survey_id, group, code, fragment):
-    _, channel, _, _ = populated
+    _, _, channel, _, _ = populated
     analyst = ldp_pb2_grpc.AnalystStub(channel)
     with pytest.raises(grpc.RpcError) as refused:
         analyst.Estimate(
@@ -256,7 +260,7 @@ def by_groups(question: str, a: str, b: str, **options) -> ldp_pb2.TwoSampleRequ
 def test_two_sample_by_group_rejects_a_real_difference_and_matches_the_library(
     populated, question, seed
 ):
-    _, channel, local, _ = populated
+    _, _, channel, local, _ = populated
     analyst = ldp_pb2_grpc.AnalystStub(channel)
     options = {} if seed is None else {"seed": seed}
     remote = analyst.TwoSample(by_groups(question, "control", "treatment", **options), timeout=60)
@@ -303,7 +307,7 @@ def test_two_sample_by_group_rejects_a_real_difference_and_matches_the_library(
     ],
 )
 def test_two_sample_by_group_refusals(populated, request_, code, fragment):
-    _, channel, _, _ = populated
+    _, _, channel, _, _ = populated
     with pytest.raises(grpc.RpcError) as refused:
         ldp_pb2_grpc.AnalystStub(channel).TwoSample(request_, timeout=30)
     assert refused.value.code() == getattr(grpc.StatusCode, code)
@@ -318,7 +322,7 @@ def aggregator_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_reads_one_group_or_says_it_pools_them(populated):
-    server, _, local, config = populated
+    server, _, _, local, config = populated
     where = ("--config", str(config), "--db", str(server.db))
     done = aggregator_cli(
         "estimate",
@@ -345,7 +349,7 @@ def test_cli_reads_one_group_or_says_it_pools_them(populated):
 
 
 def test_cli_two_sample_by_group_matches_the_library(populated):
-    server, _, local, config = populated
+    server, _, _, local, config = populated
     done = aggregator_cli(
         "two-sample",
         *("--config", str(config), "--db", str(server.db)),
@@ -372,7 +376,7 @@ def test_cli_two_sample_by_group_matches_the_library(populated):
     ],
 )
 def test_cli_two_sample_mistakes_are_one_line(populated, args, status, fragment):
-    server, _, _, config = populated
+    server, _, _, _, config = populated
     done = aggregator_cli("two-sample", "--config", str(config), "--db", str(server.db), *args)
     assert done.returncode == status, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -380,7 +384,7 @@ def test_cli_two_sample_mistakes_are_one_line(populated, args, status, fragment)
 
 
 def test_cli_unknown_group_is_one_line(populated):
-    server, _, _, config = populated
+    server, _, _, _, config = populated
     done = aggregator_cli(
         "estimate",
         *("--config", str(config), "--db", str(server.db)),
@@ -395,7 +399,7 @@ def test_cli_unknown_group_is_one_line(populated):
 
 
 def test_a_device_keeps_its_group_and_refuses_another_before_charging(populated, tmp_path):
-    server, _, _, _ = populated
+    server, _, _, _, _ = populated
     state = tmp_path / "device.sqlite"
     reporter = Reporter(Transport(server.target), state, Budget(20.0))
     try:
@@ -431,7 +435,7 @@ def test_a_device_keeps_its_group_and_refuses_another_before_charging(populated,
 
 
 def test_ldp_client_submit_group_mistake_is_one_line(populated, tmp_path):
-    server, _, _, _ = populated
+    server, _, _, _, _ = populated
     state = tmp_path / "cli-device.sqlite"
     base = ["submit", "--server", server.target]
     base += ["--state", str(state), "--survey", "trial", "--question", "rr", "--answer", "a"]
@@ -609,13 +613,13 @@ def test_the_beam_job_gives_each_group_and_all_pooled(tmp_path, dedup):
 
 @pytest.mark.slow
 def test_groups_on_a_workers_server(tmp_path):
-    """serve --workers 2: grouped uploads, per-group reads and two-sample by group through
-    every worker (the pattern of test_the_flow_on_a_workers_server)."""
+    """serve --workers 2: grouped uploads through every worker, per-group reads and two-sample
+    by group on the analyst listener (the pattern of test_the_flow_on_a_workers_server)."""
     from test_workers import connection, start, stop
 
     config = survey_file(tmp_path / "s.toml", '"control", "treatment"')
     surveys = load_surveys(config)
-    process, target = start(config, tmp_path / "store.sqlite", tmp_path, workers=2)
+    process, target, analyst_target = start(config, tmp_path / "store.sqlite", tmp_path, 2)
     try:
         channels = [connection(target) for _ in range(3)]
         rng = np.random.default_rng(9)
@@ -627,7 +631,7 @@ def test_groups_on_a_workers_server(tmp_path):
             )
         library = two_sample(local["control"], local["treatment"])
         for channel in channels:
-            analyst = ldp_pb2_grpc.AnalystStub(channel)
+            analyst = ldp_pb2_grpc.AnalystStub(connection(analyst_target))
             remote = analyst.TwoSample(by_groups("rr", "control", "treatment"), timeout=30)
             assert remote.pvalue == library.pvalue and remote.n == 1600
             read = analyst.Estimate(
@@ -648,7 +652,7 @@ def test_groups_on_a_workers_server(tmp_path):
 def test_the_report_and_the_loader_read_one_group_or_all(populated, tmp_path):
     from aggregator.loader import open_survey
 
-    server, _, _, config = populated
+    server, _, _, _, config = populated
     one = open_survey(config, server.db, "trial", group="treatment")
     assert one.group == "treatment" and one["rr"].n == 700 and one["rr"].released
     assert not open_survey(config, server.db, "trial", group="pilot")["rr"].released

@@ -308,7 +308,7 @@ def test_guard_over_grpc_and_the_command_line(tmp_path, config):
         ]
         with Transport(server.target) as transport:
             assert all(r.status == ldp_pb2.ACCEPTED for r in transport.upload(reports))
-        with grpc.insecure_channel(server.target) as channel:
+        with grpc.insecure_channel(server.analyst_target) as channel:
             analyst = ldp_pb2_grpc.AnalystStub(channel)
             with pytest.raises(grpc.RpcError) as refused:
                 analyst.GoodnessOfFit(

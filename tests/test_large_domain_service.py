@@ -91,7 +91,7 @@ def test_devices_to_estimate_and_test(server, tmp_path, question_id: str) -> Non
             assert reporter.flush().accepted == 1
             reporter.close()
     local = Histogram.from_reports(mech, np.array([mech.decode(p) for p in payloads]))
-    channel = grpc.insecure_channel(server.target)
+    channel = grpc.insecure_channel(server.analyst_target)
     analyst = ldp_pb2_grpc.AnalystStub(channel)
     response = analyst.Estimate(ldp_pb2.EstimateRequest(survey_id="big", question_id=question_id))
     assert response.n == 30

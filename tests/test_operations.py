@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from aggregator_process import free_port, spawn_serve
+from aggregator_process import analyst_port, free_port, spawn_serve
 
 from client.device.transport import Transport, TransportError
 from client.survey import SurveySpec
@@ -100,7 +100,7 @@ def test_metrics_and_access_log_during_real_uploads(tmp_path, config, workers):
         assert metric(page, "ldp_uploads_total", 'code="OK",rpc="Upload"') == uploads
         assert metric(page, "ldp_reports_total", 'outcome="accepted"') == 65
         assert metric(page, "ldp_reports_total", 'outcome="duplicate"') == 40 * (uploads - 2)
-        assert metric(page, "ldp_reports_stored_total", 'question="q",survey="ops"') == 65
+        assert "ldp_reports_stored_total{" not in page  # published every 60 s, in steps of 100
         assert metric(page, "ldp_commit_group_reports_sum") == 40 * (uploads - 1) + 25
         assert metric(page, "ldp_upload_duration_seconds_count", 'rpc="Upload"') == uploads
     finally:
@@ -111,9 +111,10 @@ def test_metrics_and_access_log_during_real_uploads(tmp_path, config, workers):
     assert lines[0] == {**lines[0], "event": "upload", "rpc": "Upload", "code": "OK"}
     assert sum(line.get("accepted", 0) for line in lines) == 65
     text = log.read_text()
-    assert "127.0.0.1:" not in text.replace(f"127.0.0.1:{port}", "").replace(
-        f"127.0.0.1:{metrics_port}", ""
-    )  # no peer address in the access log
+    listening = (port, metrics_port, analyst_port(tmp_path / "port"))
+    for bound in listening:
+        text = text.replace(f"127.0.0.1:{bound}", "")
+    assert "127.0.0.1:" not in text  # no peer address in the access log
     assert (0).to_bytes(16, "big").hex() not in text  # no report id
 
 
@@ -176,14 +177,32 @@ def test_deployment_files_use_existing_serve_flags(where, args):
     parsed = build_parser().parse_args(args)
     assert parsed.metrics_port == 9464 and parsed.workers == 2, where
     assert parsed.tls_cert is not None and parsed.host == "0.0.0.0", where
+    assert parsed.metrics_host == "127.0.0.1", where  # operators only
+
+
+@pytest.mark.parametrize(("where", "args"), deployment_serve_flags())
+def test_deployment_files_keep_the_analyst_to_analysts(where, args):
+    """The Analyst listens on loopback, or elsewhere only with an analyst CA that is not the
+    device CA (docs/threat-model.md "Roles")."""
+    from aggregator.cli import build_parser
+    from aggregator.service.analyst_auth import is_loopback
+
+    parsed = build_parser().parse_args(args)
+    assert parsed.analyst_port == 50052 and parsed.analyst_port != parsed.port, where
+    if not is_loopback(parsed.analyst_host):
+        assert parsed.analyst_client_ca is not None, where
+        assert parsed.analyst_client_ca != parsed.client_ca, where
 
 
 def test_compose_and_prometheus_files_parse():
     yaml = pytest.importorskip("yaml")
     compose = yaml.safe_load((REPO / "scripts/deploy/compose.yaml").read_text())
     assert set(compose["services"]) == {"aggregator", "prometheus"}
+    published = compose["services"]["aggregator"]["ports"]
+    assert published == ["50051:50051", "127.0.0.1:50052:50052", "127.0.0.1:9090:9090"]
+    assert compose["services"]["prometheus"]["network_mode"] == "service:aggregator"
     scrape_config = yaml.safe_load((REPO / "scripts/deploy/prometheus.yml").read_text())
     (job,) = scrape_config["scrape_configs"]
-    assert job["static_configs"][0]["targets"] == ["aggregator:9464"]
+    assert job["static_configs"][0]["targets"] == ["127.0.0.1:9464"]  # the exporter's loopback
     healthcheck = (REPO / "scripts/deploy/Dockerfile").read_text()
     assert "aggregator.service.healthcheck" in healthcheck

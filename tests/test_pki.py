@@ -44,7 +44,7 @@ def generated(tmp_path_factory) -> Path:
 
 def test_script_writes_every_file_with_private_keys(generated):
     names = {p.name for p in generated.iterdir()}
-    stems = ["ca", "server", "device-0001", "device-0002"]
+    stems = ["ca", "server", "device-0001", "device-0002", "analyst-ca", "analyst-0001"]
     assert names == {f"{s}.{ext}" for s in stems for ext in ("pem", "key")}
     for path in generated.iterdir():
         mode = stat.S_IMODE(path.stat().st_mode)

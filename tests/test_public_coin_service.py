@@ -109,7 +109,7 @@ def test_devices_to_t3_over_grpc(server, tmp_path: Path) -> None:
             reporter.close()
     local = Histogram.from_reports(mech, np.array([mech.decode(p) for p in payloads]))
     assert local.values[:4].sum() == 24
-    analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.target))
+    analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
     for calibration in ("auto", "monte-carlo"):
         remote = analyst.GoodnessOfFit(
             ldp_pb2.GoodnessOfFitRequest(

@@ -39,8 +39,9 @@ def report(survey: str, question: str, payload: bytes, report_id: bytes | None =
 
 
 def stubs(server: ServerThread):
-    channel = grpc.insecure_channel(server.target)
-    return ldp_pb2_grpc.CollectorStub(channel), ldp_pb2_grpc.AnalystStub(channel)
+    """The Collector on the device listener, the Analyst on its own (loopback) listener."""
+    analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
+    return ldp_pb2_grpc.CollectorStub(grpc.insecure_channel(server.target)), analyst
 
 
 @pytest.mark.parametrize(  # the fast tier keeps rr and joint; test_mechanisms covers the others
@@ -378,8 +379,12 @@ def test_health_and_graceful_shutdown(tmp_path, survey_file):
     running = ServerThread(survey_file, tmp_path / "g.sqlite").start()
     channel = grpc.insecure_channel(running.target)
     health = health_pb2_grpc.HealthStub(channel)
-    for name in ("", "ldp.v1.Collector", "ldp.v1.Analyst"):
+    for name in ("", "ldp.v1.Collector"):
         status = health.Check(health_pb2.HealthCheckRequest(service=name)).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
+    analyst_health = health_pb2_grpc.HealthStub(grpc.insecure_channel(running.analyst_target))
+    for name in ("", "ldp.v1.Analyst"):
+        status = analyst_health.Check(health_pb2.HealthCheckRequest(service=name)).status
         assert status == health_pb2.HealthCheckResponse.SERVING
     collector = ldp_pb2_grpc.CollectorStub(channel)
     mech = running.surveys["big"].question("rr64").mechanism

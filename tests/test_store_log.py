@@ -136,6 +136,35 @@ def test_duplicates_are_found_after_a_clean_close_and_after_a_crash(tmp_path):
         assert store.count_reports() == 800 and store.statistics("s", "q")[0] == 800
 
 
+def test_the_index_is_saved_as_the_log_grows_so_a_crash_costs_little(tmp_path, monkeypatch):
+    """Without a clean close, the start indexes only the rows after the last periodic save:
+    each save appends the entries of the rows that became final since the one before."""
+    monkeypatch.setattr(report_store, "BLOCK", 8)
+    monkeypatch.setattr(report_store, "INDEX_SAVE_ROWS", 64)
+    db = tmp_path / "s.sqlite"
+    reports = [rr(os.urandom(16), i % 4) for i in range(500)]
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    with ReportStore(db) as store:
+        store.register_question("s", "q", 4)
+        for start in range(0, 500, 20):
+            store.put(reports[start : start + 20])
+        assert store.put(reports[:1]) == [DUPLICATE]  # a call through the writer: saves done
+        for suffix in ("", "-wal"):  # the files as a kill would leave them
+            shutil.copy(f"{db}{suffix}", crashed / f"s.sqlite{suffix}")
+    with closing(sqlite3.connect(crashed / "s.sqlite")) as conn:
+        index, saved = report_store._open_index(conn)
+        parts = conn.execute("SELECT count(*) FROM id_index WHERE part > 0").fetchone()[0]
+        saved_entries = sum(
+            len(h) // 8 for (h,) in conn.execute("SELECT hashes FROM id_index WHERE part > 0")
+        )
+    assert 500 - 64 - 8 <= saved <= 500 and saved % 8 == 0 and parts >= 5
+    assert saved_entries == saved and len(index) == 500
+    with ReportStore(crashed / "s.sqlite") as store:
+        assert set(store.put(reports)) == {DUPLICATE}
+        assert store.count_reports() == 500 and store.statistics("s", "q")[0] == 500
+
+
 def test_a_saved_index_that_does_not_fit_the_log_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setattr(report_store, "BLOCK", 8)
     db = tmp_path / "s.sqlite"

@@ -192,7 +192,9 @@ def populated(tmp_path_factory):
         for start in range(0, n, 1000):
             collector.Upload(ldp_pb2.UploadRequest(reports=messages[start : start + 1000]))
         local[(survey, question_id)] = Histogram.from_reports(mech, reports)
-    yield server, ldp_pb2_grpc.AnalystStub(channel), local, config
+    analyst = grpc.insecure_channel(server.analyst_target)
+    yield server, ldp_pb2_grpc.AnalystStub(analyst), local, config
+    analyst.close()
     channel.close()
     server.stop()
 

@@ -33,7 +33,7 @@ def test_encoding_equals_protobuf():
 def test_mixed_questions_and_resends_in_request_order(server):
     channel = grpc.insecure_channel(server.target)
     collector = ldp_pb2_grpc.CollectorStub(channel)
-    analyst = ldp_pb2_grpc.AnalystStub(channel)
+    analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(server.analyst_target))
     rr = server.surveys["s1"].question("rr").mechanism
     rr64 = server.surveys["big"].question("rr64").mechanism
 

@@ -79,7 +79,8 @@ def aggregator(tmp_path, key):
         config, tmp_path / "reports.sqlite", device_keys={key.device_id: key._key.public_key()}
     ).start()
     channel = grpc.insecure_channel(running.target)
-    yield running, ldp_pb2_grpc.CollectorStub(channel), ldp_pb2_grpc.AnalystStub(channel)
+    analyst = ldp_pb2_grpc.AnalystStub(grpc.insecure_channel(running.analyst_target))
+    yield running, ldp_pb2_grpc.CollectorStub(channel), analyst
     channel.close()
     running.stop()
 
@@ -260,7 +261,8 @@ NOT_A_MESSAGE = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, length 2**32 - 1: trunca
 @pytest.mark.parametrize("method", METHODS)
 def test_unparseable_unary_request_is_invalid_argument(aggregator, method):
     running, _, _ = aggregator
-    with grpc.insecure_channel(running.target) as channel:
+    target = running.analyst_target if "/ldp.v1.Analyst/" in method else running.target
+    with grpc.insecure_channel(target) as channel:
         call = channel.unary_unary(method, request_serializer=bytes, response_deserializer=bytes)
         with pytest.raises(grpc.RpcError) as refused:
             call(NOT_A_MESSAGE, timeout=10)

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from aggregator_process import spawn_serve
+from aggregator_process import analyst_port, spawn_serve
 from cli_runner import run_cli
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -35,13 +35,15 @@ START_SECONDS = 90  # spawning two workers that import numpy/scipy/grpc is slow 
 
 
 def start(survey_file: Path, db: Path, tmp_path: Path, workers: int = 2):
+    """The server process, its device target and its analyst target."""
+    port_file = tmp_path / f"port-{time.monotonic_ns()}"
     process, port = spawn_serve(
-        tmp_path / f"port-{time.monotonic_ns()}",
+        port_file,
         *("--config", str(survey_file), "--db", str(db), "--insecure"),
         *("--workers", str(workers)),
         timeout=START_SECONDS,
     )
-    return process, f"127.0.0.1:{port}"
+    return process, f"127.0.0.1:{port}", f"127.0.0.1:{analyst_port(port_file)}"
 
 
 def stop(process: subprocess.Popen) -> tuple[int, str]:
@@ -92,7 +94,7 @@ def children(pid: int) -> list[int]:
 @pytest.mark.slow
 def test_many_connections_store_each_report_once_and_restart_keeps_them(survey_file, tmp_path):
     db = tmp_path / "w.sqlite"
-    process, target = start(survey_file, db, tmp_path)
+    process, target, analyst = start(survey_file, db, tmp_path)
     assert len(children(process.pid)) == 2
     sent = [reports(40) for _ in range(48)]  # 48 uploads over 12 connections
     statuses: list[list[int]] = [[] for _ in sent]
@@ -112,17 +114,17 @@ def test_many_connections_store_each_report_once_and_restart_keeps_them(survey_f
     for thread in threads:
         thread.join()
     assert all(s == [ldp_pb2.ACCEPTED] * 40 + [ldp_pb2.DUPLICATE] * 5 for s in statuses)
-    assert estimate_n(target) == 48 * 40
+    assert estimate_n(analyst) == 48 * 40
     returncode, stderr = stop(process)
     assert returncode == 0, stderr
 
-    process, target = start(survey_file, db, tmp_path)
+    process, target, analyst = start(survey_file, db, tmp_path)
     try:
         with connection(target) as channel:
             collector = ldp_pb2_grpc.CollectorStub(channel)
             again = collector.Upload(ldp_pb2.UploadRequest(reports=sent[0]), timeout=60)
         assert {r.status for r in again.results} == {ldp_pb2.DUPLICATE}
-        assert estimate_n(target) == 48 * 40
+        assert estimate_n(analyst) == 48 * 40
     finally:
         stop(process)
 
@@ -130,7 +132,7 @@ def test_many_connections_store_each_report_once_and_restart_keeps_them(survey_f
 @pytest.mark.slow
 def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
     db = tmp_path / "d.sqlite"
-    process, target = start(survey_file, db, tmp_path)
+    process, target, analyst = start(survey_file, db, tmp_path)
     acked: list[bytes] = []
     errors: list[grpc.StatusCode] = []
     lock = threading.Lock()
@@ -164,9 +166,9 @@ def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
     # CANCELLED (as in test_service.py); devices retry both. Such a call never ran, so the count
     # below must still be exactly the acknowledged reports.
     assert set(errors) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
-    process, target = start(survey_file, db, tmp_path)
+    process, target, analyst = start(survey_file, db, tmp_path)
     try:
-        assert estimate_n(target) == len(acked)  # every acknowledged report, nothing more
+        assert estimate_n(analyst) == len(acked)  # every acknowledged report, nothing more
         with connection(target) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             check = health.Check(health_pb2.HealthCheckRequest(service="ldp.v1.Collector"))
@@ -178,7 +180,7 @@ def test_sigterm_drains_in_flight_uploads(survey_file, tmp_path):
 @pytest.mark.slow
 def test_a_dead_worker_stops_the_service_with_an_error(survey_file, tmp_path):
     db = tmp_path / "k.sqlite"
-    process, target = start(survey_file, db, tmp_path)
+    process, target, analyst = start(survey_file, db, tmp_path)
     batch = reports(100)
     with connection(target) as channel:
         collector = ldp_pb2_grpc.CollectorStub(channel)
@@ -189,9 +191,9 @@ def test_a_dead_worker_stops_the_service_with_an_error(survey_file, tmp_path):
     lines = stderr.strip().splitlines()
     assert lines[-1].startswith("ldp-aggregator: error: worker process ldp-worker-")
     assert "Traceback" not in stderr
-    process, target = start(survey_file, db, tmp_path, workers=1)
+    process, target, analyst = start(survey_file, db, tmp_path, workers=1)
     try:
-        assert estimate_n(target) == 100
+        assert estimate_n(analyst) == 100
     finally:
         stop(process)
 
@@ -296,7 +298,7 @@ def test_uploads_given_up_by_their_clients_do_not_break_the_link(survey_file, tm
     worker; the writer's late answers must not take the worker's store link (and with it the
     service) down. Every report the store then holds was either acknowledged or given up."""
     db = tmp_path / "w.sqlite"
-    process, target = start(survey_file, db, tmp_path)
+    process, target, _analyst = start(survey_file, db, tmp_path)
     given_up = 0
     try:
         with connection(target) as channel:

@@ -1,6 +1,6 @@
 """``ldp-aggregator``: serve, estimate, test, export, import, rebuild, job (Beam); enroll, revoke
-and list device keys; check-config, cost and export-survey for the survey file; report, plan,
-backup and restore; two-sample.
+and list device keys; analyst-token add/list/revoke; check-config, cost and export-survey for the
+survey file; report, plan, backup and restore; two-sample.
 
 User mistakes end with a one-line message on stderr (a JSON object with ``--json``) and a
 non-zero exit status (2: bad input, 3: not enough reports to release), never a traceback. Every
@@ -9,11 +9,11 @@ it (aggregator/store/definitions.py); the read-only ones (estimate, test, export
 read-only and never create or change it.
 
 One module per command group owns its commands' options and handlers: serving, devices,
-analysis (estimate, test), data (export, import, rebuild), surveys (check-config, cost,
-export-survey), job, report, confirm (preregister, confirm, holdout), plan, backup (backup,
-restore), two_sample; common holds what they share. The package may import every other
-aggregator package, ``aggregator.jobs`` only lazily (for ``ldp-aggregator job``); nothing
-outside it imports it.
+analyst_tokens, analysis (estimate, test), data (export, import, rebuild), surveys
+(check-config, cost, export-survey), job, report, confirm (preregister, confirm, holdout), plan,
+backup (backup, restore), two_sample, k_sample, summaries (conditional, ordinal); common holds
+what they share. The package may import every other aggregator package, ``aggregator.jobs``
+only lazily (for ``ldp-aggregator job``); nothing outside it imports it.
 """
 
 from __future__ import annotations
@@ -33,14 +33,17 @@ from collections.abc import Sequence
 
 from aggregator.cli import (
     analysis,
+    analyst_tokens,
     backup,
     confirm,
     data,
     devices,
     job,
+    k_sample,
     plan,
     report,
     serving,
+    summaries,
     surveys,
     two_sample,
 )
@@ -55,6 +58,7 @@ from client.cli_parsing import DefaultsFormatter, OneLineParser, reader_went_awa
 COMMAND_GROUPS = (
     serving,
     devices,
+    analyst_tokens,
     analysis,
     data,
     surveys,
@@ -64,6 +68,8 @@ COMMAND_GROUPS = (
     plan,
     backup,
     two_sample,
+    k_sample,
+    summaries,
 )
 
 

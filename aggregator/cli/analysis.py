@@ -20,6 +20,7 @@ from aggregator.cli.common import (
     load_histogram,
     null_distribution,
 )
+from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError
 from aggregator.presentation.numbers import interval, share
 from aggregator.survey_file.analyses import EXPLORATORY
@@ -164,15 +165,20 @@ def run_test(args: argparse.Namespace) -> int:
 
 
 def _what_was_read(args: argparse.Namespace) -> dict:
-    """For the JSON output: the exploration side of a split survey, and the group(s) read."""
-    side = {"exploratory": True} if args.exploratory else {}
+    """For the JSON output: the side of a split survey (exploratory, or not preregistered on
+    the confirmation side), and the group(s) read."""
+    side: dict[str, object] = {"exploratory": True} if args.exploratory else {}
+    if args.side == "confirmation":  # sealed (load_histogram checked): outside its family
+        side = {"not_preregistered": True, "label": NOT_PREREGISTERED}
     return {**side, **args.groups}
 
 
 def _print_what_was_read(args: argparse.Namespace) -> None:
-    """The lines above a text result: the exploration label, and which group(s) were read."""
+    """The lines above a text result: the side's label, and which group(s) were read."""
     if args.exploratory:
         print(EXPLORATORY)
+    if args.side == "confirmation":
+        print(NOT_PREREGISTERED)
     groups = args.groups
     if not groups:
         return

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from aggregator.histogram import Histogram
+from aggregator.loader import below_release
 from aggregator.store import confirmations, definitions, ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.reader import StoreReader
@@ -164,13 +165,9 @@ def load_histogram(
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)
         n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side, group)
-    if n < survey.min_batch_size:
-        of = f" of {survey.group_label.name} {group!r}" if survey.group_label and group else ""
-        raise UserError(
-            f"{survey.id}/{question.id} has {n} reports{of}; results are released from "
-            f"{survey.min_batch_size} (min_batch_size)",
-            status=3,
-        )
+    withheld = below_release(survey, question, n, group)
+    if withheld:
+        raise UserError(withheld, status=3)
     return question, ingest.histogram(question, n, sums)
 
 

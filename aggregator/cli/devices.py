@@ -8,13 +8,18 @@ import json
 from pathlib import Path
 
 from aggregator.cli.common import Subcommands, UserError, add_command
-from aggregator.service.devices import DeviceRegistry
+from aggregator.service.devices import DeviceRegistry, DeviceRegistryError
 
 
 def add_commands(subparsers: Subcommands) -> None:
     enroll = add_command(subparsers, "enroll", "enroll a device's Ed25519 public key")
     _add_registry_option(enroll)
-    enroll.add_argument("--public-key", type=Path, required=True, help="device public key PEM")
+    enroll.add_argument(
+        "--public-key",
+        type=Path,
+        required=True,
+        help="device public key PEM, or a folder: every *.pub in it (ldp-client simulate-keys)",
+    )
     enroll.add_argument("--device-id", help="the id the device printed (checked against the key)")
     enroll.set_defaults(run=run_enroll)
 
@@ -34,6 +39,8 @@ def _add_registry_option(parser: argparse.ArgumentParser) -> None:
 
 
 def run_enroll(args: argparse.Namespace) -> int:
+    if args.public_key.is_dir():
+        return _enroll_folder(args)
     try:
         pem = args.public_key.read_bytes()
     except OSError as exc:
@@ -45,10 +52,32 @@ def run_enroll(args: argparse.Namespace) -> int:
     return 0
 
 
+def _enroll_folder(args: argparse.Namespace) -> int:
+    """Every ``*.pub`` of a folder, in one transaction (a running server accepts them at once)."""
+    if args.device_id is not None:
+        raise UserError("--device-id names one key; --public-key is a folder")
+    paths = sorted(args.public_key.glob("*.pub"))
+    if not paths:
+        raise UserError(f"folder {args.public_key} holds no *.pub public keys")
+    pems = []
+    for path in paths:
+        try:
+            pems.append((str(path), path.read_bytes()))
+        except OSError as exc:
+            raise UserError(f"cannot read public key {path}: {exc.strerror}") from None
+    with DeviceRegistry(args.devices, create=True) as registry:
+        try:
+            new = registry.enroll_all(pems)
+        except DeviceRegistryError as exc:
+            raise UserError(f"nothing enrolled: {exc}") from None
+    print(f"enrolled {new} new devices ({len(pems)} keys in {args.public_key}) in {args.devices}")
+    return 0
+
+
 def run_revoke(args: argparse.Namespace) -> int:
     with DeviceRegistry(args.devices) as registry:
         device = registry.revoke(args.device_id)
-    print(f"revoked device {device.device_id} (a running server refuses it within seconds)")
+    print(f"revoked device {device.device_id} (a running server refuses its next upload)")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +59,44 @@ def add_commands(subparsers: Subcommands) -> None:
     add_json_option(plan)
     plan.set_defaults(run=run_plan)
 
+    groups = add_command(
+        subparsers,
+        "plan-groups",
+        "planning a comparison of groups: power with n reports per group, or the n per group "
+        "a target power needs, for a two- or k-sample homogeneity test",
+        epilog="Each --distributions entry is one group's expected answer distribution "
+        "(comma-separated, same categories). docs/planning.md, 'Comparing groups'.",
+    )
+    groups.add_argument(
+        "--distributions",
+        nargs="+",
+        required=True,
+        metavar="P",
+        help="two or more groups' distributions, e.g. 0.5,0.3,0.2 0.4,0.3,0.3",
+    )
+    groups.add_argument(
+        "--allocation",
+        help="relative group sizes, e.g. 1,2 (default equal): group g gets n x its share",
+    )
+    groups.add_argument(
+        "--mechanism", choices=PLAN_MECHANISMS, default="all", help="one mechanism, or rank all"
+    )
+    groups.add_argument("--epsilon", type=float, help="epsilon of the epsilon-LDP mechanisms")
+    groups.add_argument("--rho", type=float, help="rho of --mechanism gaussian (zCDP)")
+    groups.add_argument(
+        "--public-groups",
+        dest="groups",
+        type=positive,
+        default=10,
+        help="public groups L of --mechanism public_coin_bit (default 10)",
+    )
+    goal = groups.add_mutually_exclusive_group(required=True)
+    goal.add_argument("--n", type=positive, help="reports per group (per unit of --allocation)")
+    goal.add_argument("--power", type=float, help="target power: give the reports per group")
+    groups.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    add_json_option(groups)
+    groups.set_defaults(run=run_plan_groups)
+
 
 def run_plan(args: argparse.Namespace) -> int:
     from aggregator.planning import (
@@ -101,6 +140,29 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     if args.plot is not None:
         plot_power_curves(plan, args.plot)
+    print(json.dumps(plan.to_dict()) if args.json else plan.summary())
+    if args.plot is not None:  # on stderr: stdout stays the plan (and valid JSON with --json)
+        print(f"power curves written to {args.plot.resolve()}", file=sys.stderr)
+    return 0
+
+
+def run_plan_groups(args: argparse.Namespace) -> int:
+    from aggregator.group_planning import plan_groups
+
+    distributions = [_numbers("--distributions", text).tolist() for text in args.distributions]
+    allocation = (
+        None if args.allocation is None else _numbers("--allocation", args.allocation).tolist()
+    )
+    epsilon, mechanisms = _plan_mechanisms(args, len(distributions[0]))
+    plan = plan_groups(
+        distributions=distributions,
+        epsilon=epsilon,
+        mechanisms=mechanisms,
+        n=args.n,
+        target_power=args.power,
+        allocation=allocation,
+        alpha=args.alpha,
+    )
     print(json.dumps(plan.to_dict()) if args.json else plan.summary())
     return 0
 

@@ -1,6 +1,7 @@
 """``serve``: the gRPC aggregator, in one process or as worker processes sharing the port, with
-TLS or mTLS (or an explicit --insecure), device authentication, upload limits and, on request,
-a Prometheus endpoint."""
+TLS or mTLS (or an explicit --insecure), device authentication, upload limits, the Analyst on a
+listener of its own (loopback by default; analyst credentials elsewhere) and, on request, a
+Prometheus endpoint."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from aggregator.survey_file.config import SurveyLimits, load_limits, load_survey
 from client.survey import SurveySpec
 
 if TYPE_CHECKING:
+    from aggregator.service.analyst_auth import AnalystAccess
     from aggregator.service.streams import ConnectionLimits, StreamLimits
 
 DEFAULT_PORT = 50051
@@ -52,6 +54,7 @@ def add_commands(subparsers: Subcommands) -> None:
         "--port", type=_tcp_port, default=DEFAULT_PORT, help="TCP port 1-65535; 0 picks a free one"
     )
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    _add_analyst_options(serve)
     serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
     serve.add_argument(
         "--insecure", action="store_true", help="serve plaintext (development and loopback only)"
@@ -95,6 +98,40 @@ def add_commands(subparsers: Subcommands) -> None:
         "--access-log", action="store_true", help="one JSON line per upload on stderr"
     )
     serve.set_defaults(run=run_serve)
+
+
+def _add_analyst_options(serve: argparse.ArgumentParser) -> None:
+    """The Analyst's own listener, its credentials and its audit log (docs/operations.md)."""
+    serve.add_argument(
+        "--analyst-host",
+        default="127.0.0.1",
+        help="address of the Analyst listener; anything but loopback needs --analyst-client-ca "
+        "or --analyst-tokens",
+    )
+    serve.add_argument(
+        "--analyst-port",
+        type=_tcp_port,
+        help=f"port of the Analyst listener (default: --port + 1, {DEFAULT_PORT + 1}; 0 with "
+        "--port 0: a free one)",
+    )
+    serve.add_argument(
+        "--analyst-port-file", type=Path, help="write the bound analyst port here once serving"
+    )
+    serve.add_argument(
+        "--analyst-client-ca",
+        type=Path,
+        help="CA of analyst certificates (PEM, not the device CA): require analyst mTLS",
+    )
+    serve.add_argument(
+        "--analyst-tokens",
+        type=Path,
+        help="hashed analyst tokens (see analyst-token add): require 'authorization: Bearer'",
+    )
+    serve.add_argument(
+        "--audit-log",
+        type=Path,
+        help="append-only log of state-changing analyst calls (default: <db>.audit.jsonl)",
+    )
 
 
 def _tcp_port(text: str) -> int:
@@ -161,6 +198,7 @@ def _limits_of(args: argparse.Namespace) -> tuple[StreamLimits, ConnectionLimits
 
 def run_serve(args: argparse.Namespace) -> int:
     credentials = _server_credentials(args)
+    args.analyst = _analyst_listener(args)
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
     surveys = load_surveys(args.config)
@@ -234,8 +272,9 @@ def _run_server(
         return 0
     from aggregator.service.workers import WorkerSecurity, serve_workers
 
-    def serving(port: int) -> None:
-        _announce(args, port, f"{len(surveys)} survey(s) with {args.workers} worker processes")
+    def serving(port: int, analyst_port: int) -> None:
+        what = f"{len(surveys)} survey(s) with {args.workers} worker processes"
+        _announce(args, port, analyst_port, what)
 
     serve_workers(
         args.config,
@@ -253,16 +292,48 @@ def _run_server(
         on_serving=serving,
         metrics=args.metrics_port is not None,
         access_log=args.access_log,
+        analyst=args.analyst,
     )
     print(f"{PROG}: stopped", flush=True)
     return 0
 
 
-def _announce(args: argparse.Namespace, port: int, what: str) -> None:
-    """Write the port file (if asked) and say what is served where."""
+def _announce(args: argparse.Namespace, port: int, analyst_port: int, what: str) -> None:
+    """Write the port files (if asked) and say what is served where."""
+    if args.analyst_port_file:
+        args.analyst_port_file.write_text(f"{analyst_port}\n")
     if args.port_file:
         args.port_file.write_text(f"{port}\n")
+    print(f"{PROG}: serving the Analyst on {args.analyst_host}:{analyst_port}", flush=True)
     print(f"{PROG}: serving {what} on {args.host}:{port}", flush=True)
+
+
+def _analyst_listener(args: argparse.Namespace) -> tuple[str, AnalystAccess, Path]:
+    """(address, access, audit log) of the Analyst's listener, checked: a non-loopback address
+    without analyst credentials, tokens in plaintext off loopback, or an audit log that cannot
+    be written are one-line errors before anything is bound."""
+    from aggregator.service.analyst_auth import AnalystAccess, AnalystAccessError
+    from aggregator.service.audit import AuditLog, AuditLogError, default_path
+
+    if args.analyst_port is None:
+        args.analyst_port = args.port + 1 if args.port else 0
+    if args.port and args.analyst_port == args.port and args.analyst_host == args.host:
+        raise UserError("--analyst-port must differ from --port: the Analyst has its own listener")
+    access = AnalystAccess(
+        tls_cert=None if args.insecure else args.tls_cert,
+        tls_key=None if args.insecure else args.tls_key,
+        client_ca=args.analyst_client_ca,
+        device_ca=args.client_ca,
+        tokens=args.analyst_tokens,
+    )
+    audit_log = args.audit_log or default_path(args.db)
+    try:
+        access.check(args.analyst_host)
+        access.gate()  # the CA and token files are readable
+        AuditLog(audit_log).check()
+    except (AnalystAccessError, AuditLogError) as exc:
+        raise UserError(str(exc)) from None
+    return f"{args.analyst_host}:{args.analyst_port}", access, audit_log
 
 
 def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
@@ -311,8 +382,11 @@ async def _serve(
         streams=args.streams,
         connections=args.connections,
         observer=Observer(recorder, access_log_stream(args.access_log)),
+        analyst_address=args.analyst[0],
+        analyst_access=args.analyst[1],
+        audit_log=args.analyst[2],
     )
-    _announce(args, running.port, f"{len(surveys)} survey(s)")
+    _announce(args, running.port, running.analyst_port, f"{len(surveys)} survey(s)")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

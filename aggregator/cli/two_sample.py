@@ -16,6 +16,7 @@ from aggregator.cli.common import (
     add_store_options,
     load_histogram,
 )
+from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError
 from aggregator.survey_file.analyses import EXPLORATORY
 
@@ -66,11 +67,15 @@ def run_two_sample(args: argparse.Namespace) -> int:
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     if args.json:
-        label = {"exploratory": True} if exploratory else {}
+        label: dict[str, object] = {"exploratory": True} if exploratory else {}
+        if args.side == "confirmation":  # outside the sealed family
+            label = {"not_preregistered": True, "label": NOT_PREREGISTERED}
         print(json.dumps({"a": names[0], "b": names[1], **label, **result.to_dict()}))
     else:
         if exploratory:
             print(EXPLORATORY)
+        if args.side == "confirmation":
+            print(NOT_PREREGISTERED)
         print(f"A = {names[0]} (n = {hist_a.n}), B = {names[1]} (n = {hist_b.n})")
         print(result.summary())
     return 0

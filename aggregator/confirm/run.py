@@ -42,10 +42,29 @@ def sealed_record(
 ) -> dict:
     """The record to seal: the family run once on the confirmation side (every tested
     question, and every compared group, must have reached the survey's minimum batch size)."""
+    histograms = pooled_as_released(survey, histograms)
     for analysis in plan.tests:
         for group in analysis.groups or ("",):
             _released(survey, analysis.question_id, histograms[analysis.question_id, group], group)
     return run_family(plan, survey, histograms, seed)
+
+
+def pooled_as_released(
+    survey: SurveySpec, histograms: Mapping[tuple[str, str], Histogram]
+) -> Mapping[tuple[str, str], Histogram]:
+    """``histograms`` with each pooled histogram of a survey with a group label replaced by
+    the sum of its groups that reach ``min_batch_size``, as the Analyst service releases it
+    (docs/threat-model.md, "What is released"): pooled minus the groups released beside it
+    never isolates a group below the threshold."""
+    label = survey.group_label
+    if label is None:
+        return histograms
+    out = dict(histograms)
+    for question in survey.questions:
+        parts = [histograms[question.id, group] for group in label.values]
+        released = [hist for hist in parts if hist.n >= survey.min_batch_size]
+        out[question.id, ""] = sum(released, Histogram.empty(question.mechanism))
+    return out
 
 
 def holdout_answer(
@@ -67,7 +86,7 @@ def holdout_answer(
         question = survey.question(question_id)
     except KeyError:
         raise InvalidInputError(f"survey {survey.id!r} has no question {question_id!r}") from None
-    hist = histograms[question_id, ""]
+    hist = pooled_as_released(survey, histograms)[question_id, ""]
     _released(survey, question_id, hist)
     if test not in HOLDOUT_TESTS:
         raise InvalidInputError(f"test must be one of {', '.join(HOLDOUT_TESTS)}, got {test!r}")

@@ -1,10 +1,12 @@
 """The survey report: every question's release status, estimates with intervals (as plots and
-tables), marginals of multi-attribute questions, the per-device privacy cost and the tests the
-survey file declares, each with a plain-language sentence; rendered as one self-contained HTML
-page or as Markdown.
+tables; the top categories of a large domain, its full table as CSV), a column per public group,
+marginals of multi-attribute questions, the per-device privacy cost and the tests the survey
+file declares, each with a plain-language sentence; on a sealed confirmation side the sealed
+family first (docs/reports.md). Rendered as one self-contained HTML page or as Markdown.
 
-May import ``aggregator.stats``, ``aggregator.histogram``, ``aggregator.survey_file.config``,
-``aggregator.errors`` and ``client``; matplotlib (the ``[plot]`` extra) only in ``plots``. Never
+May import ``aggregator.stats``, ``aggregator.histogram``, ``aggregator.survey_file``,
+``aggregator.presentation``, ``aggregator.confirm.labels``, ``aggregator.errors`` and
+``client``; matplotlib (the ``[plot]`` extra) only in ``plots``. Never
 ``aggregator.service``, ``aggregator.store`` or ``aggregator.jobs``: the caller loads histograms.
 """
 

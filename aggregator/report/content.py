@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
 from scipy import stats as scipy_stats
 
+from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.presentation.numbers import reports
+from aggregator.report.groups import GroupColumn, group_columns
+from aggregator.report.sealed import SealedFamily
 from aggregator.report.sentences import result_sentence
 from aggregator.stats import (
     Estimate,
@@ -57,6 +60,7 @@ class QuestionSection:
     marginals: tuple[Marginal, ...]
     tests: tuple[TestSection, ...]
     withheld: str = ""  # released, but the mechanism has no per-category estimate: why
+    groups: tuple[GroupColumn, ...] = ()  # a pooled report's columns, one per public group
 
     @property
     def released(self) -> bool:
@@ -72,6 +76,7 @@ class SurveyReport:
     generated: str  # ISO 8601 UTC
     side: str = ""  # a split survey's side: "exploration" (labelled exploratory), "confirmation"
     group: str = ""  # the one group reported of a survey with a group label ('': all pooled)
+    sealed: SealedFamily | None = None  # the confirmation side's sealed family, shown first
 
     @property
     def side_note(self) -> str:
@@ -79,8 +84,18 @@ class SurveyReport:
         if self.side == "exploration":
             return EXPLORATORY
         if self.side == "confirmation":
-            return "confirmation side of a split survey, read after its results were sealed"
+            return (
+                "confirmation side of a split survey, read after its results were sealed: the "
+                "sealed confirmatory family comes first; every other estimate and test is "
+                "labelled not preregistered"
+            )
         return ""
+
+    @property
+    def result_label(self) -> str:
+        """The label of every estimate and test the report shows outside the sealed family
+        (empty unless the report reads the confirmation side)."""
+        return NOT_PREREGISTERED if self.side == "confirmation" else ""
 
     @property
     def group_note(self) -> str:
@@ -103,12 +118,17 @@ def build_report(
     side: str = "",
     group: str = "",
     group_histograms: Mapping[tuple[str, str], Histogram] | None = None,
+    sealed: Mapping | SealedFamily | None = None,
 ) -> SurveyReport:
     """Estimate every question of ``survey`` from its histogram (a question without one has no
     reports yet) and run the declared ``analyses``; nothing is released below the survey's
     ``min_batch_size``. A two-sample analysis reads its two groups' histograms from
-    ``group_histograms`` ((question id, group) -> histogram). ``seed`` fixes Monte Carlo and
-    bootstrap draws, so a report is reproducible."""
+    ``group_histograms`` ((question id, group) -> histogram); a pooled report of a survey with a
+    group label also shows a column per group for every question with any of them given (a
+    group not given counts as empty). ``sealed`` is the confirmation side's sealed record
+    (``confirm``'s JSON), shown as it was sealed. ``seed`` fixes Monte Carlo and bootstrap
+    draws, so a report is reproducible."""
+    family = SealedFamily.from_record(sealed) if isinstance(sealed, Mapping) else sealed
     sections = []
     for question in survey.questions:
         hist = histograms.get(question.id, Histogram.empty(question.mechanism))
@@ -118,10 +138,16 @@ def build_report(
             for a in declared
             for g in a.groups or ()
         }
-        sections.append(_section(survey, question, hist, declared, confidence, seed, groups))
+        section = _section(survey, question, hist, declared, confidence, seed, groups)
+        if section.estimate is not None and survey.group_label is not None and not group:
+            given = group_histograms or {}
+            if any((question.id, g) in given for g in survey.group_label.values):
+                columns = group_columns(survey, question, given, section.min_batch_size, confidence)
+                section = replace(section, groups=columns)
+        sections.append(section)
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     cost = survey_cost(survey.questions)
-    return SurveyReport(survey, tuple(sections), cost, confidence, stamp, side, group)
+    return SurveyReport(survey, tuple(sections), cost, confidence, stamp, side, group, family)
 
 
 def _section(

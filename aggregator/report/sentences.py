@@ -12,6 +12,11 @@ def format_p(pvalue: float) -> str:
     return f"p = {pvalue:.4f}" if pvalue < 0.01 else f"p = {pvalue:.3f}"
 
 
+def p_text(pvalue: float) -> str:
+    """A p-value in a table cell: :func:`format_p` without its "p =" (never 0)."""
+    return format_p(pvalue).removeprefix("p = ").replace("p < ", "< ")
+
+
 def result_p(result: TestResult) -> str:
     """The p-value of a result: a Monte Carlo p-value at its floor reads p <= 1/(m+1)."""
     if result.at_floor and result.n_draws is not None:  # at_floor: a Monte Carlo p-value

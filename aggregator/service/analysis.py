@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from aggregator.errors import LdpError
+from aggregator.service.analyst_auth import CALLER
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,12 @@ def analysis_cost(function: str, k: int, n: int, calibration: str) -> float:
 
 
 def caller_of(context: Any) -> str:
-    """Whom a call is counted against: its TLS peer identity (certificate SAN, else CN) when it
-    presented one, else its peer address without the port (every loopback caller is one)."""
+    """Whom a call is counted against: the analyst the gate identified (token name, certificate
+    CN or ``loopback``: aggregator/service/analyst_auth.py); outside the gate, its TLS peer
+    identity (certificate SAN, else CN), else its peer address without the port."""
+    identity = CALLER.get()
+    if identity is not None:
+        return identity
     auth = context.auth_context() or {}
     for key in ("x509_subject_alternative_name", "x509_common_name"):
         names = auth.get(key)

@@ -20,7 +20,7 @@ from aggregator.errors import (
     InsufficientDataError,
     InvalidInputError,
 )
-from aggregator.service import confirm_rpcs
+from aggregator.service import confirm_rpcs, release
 from aggregator.service.analysis import (
     AnalysisExecutor,
     AnalysisRefusedError,
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 #: Trailing metadata of a read of a survey with a group label that pools every group.
 POOLED_METADATA = ("ldp-groups", "pooled")
+#: Trailing metadata of a read of the confirmation side (after sealing): not in the sealed family.
+NOT_PREREGISTERED_METADATA = ("ldp-label", "not preregistered")
 
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
@@ -74,9 +76,10 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         *,
         test: bool = False,
     ):
-        """The question's histogram on the requested side (confirm_rpcs.read_side) and of one
-        public ``group`` ('': all groups pooled), if the survey's minimum batch size is reached
-        (by the group); for a ``test``, FAILED_PRECONDITION if its reports may be clustered by
+        """The question's released histogram (aggregator/service/release.py) on the requested
+        side (confirm_rpcs.read_side) and of one public ``group`` ('': all groups pooled: the
+        sum of the groups released), once the survey's minimum batch size is reached (by the
+        group); for a ``test``, FAILED_PRECONDITION if its reports may be clustered by
         household (privacy-accounting spec §D.3). A group the survey does not declare is
         INVALID_ARGUMENT."""
         try:
@@ -91,25 +94,21 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             except ClusteredReportsError as exc:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
         side = await confirm_rpcs.read_side(context, self._store, survey, side, self.executor)
-        if survey.group_label is not None and not group:  # every group pooled: say so
-            labels = [POOLED_METADATA]
+        work = self.executor.in_thread(
+            context, release.release, self._store, survey, question_id, side, group
+        )
+        released = await confirm_rpcs.answered(context, work)
+        labels = [NOT_PREREGISTERED_METADATA] if side == ldp_pb2.CONFIRMATION else []
+        if released.groups is not None:  # every group pooled: say so, and which were summed
+            labels += [POOLED_METADATA, released.groups_metadata()]
             if side == ldp_pb2.EXPLORATION:
                 labels.append(confirm_rpcs.EXPLORATORY_METADATA)
+        if labels:
             context.set_trailing_metadata(tuple(labels))
-        n, sums = await analysed(
-            context,
-            self.executor.in_thread(
-                context, self._store.statistics, survey_id, question_id, side, group
-            ),
-        )
-        if n < survey.min_batch_size:
-            of = f" of {survey.group_label.name} {group!r}" if survey.group_label and group else ""
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"{survey_id}/{question_id} has {n} reports{of}; results are released from "
-                f"{survey.min_batch_size}",
-            )
-        return question, ingest.histogram(question, n, sums)
+        if released.n < survey.min_batch_size:
+            refusal = release.too_few(survey, question_id, group)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
+        return question, ingest.histogram(question, released.n, released.sums)
 
     async def Estimate(self, request, context):
         question, hist = await self._released(

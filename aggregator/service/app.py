@@ -1,6 +1,8 @@
 """The aggregator's gRPC server (grpc.aio) from start to stop: it opens the store (one server per
-store), serves the Collector, the Analyst and the standard health service, turns health
-NOT_SERVING when the store stops making reports durable, and drains before it closes.
+store), serves the Collector and the standard health service on the device listener and the
+Analyst (behind its gate and audit log, aggregator/service/analyst_auth.py and audit.py) on a
+listener of its own, turns health NOT_SERVING when the store stops making reports durable, and
+drains before it closes. The Analyst is never served on the device listener.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -17,6 +20,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aggregator.service.analysis import AnalysisExecutor
 from aggregator.service.analyst import Analyst
+from aggregator.service.analyst_auth import AnalystAccess
+from aggregator.service.audit import AuditInterceptor, AuditLog, default_path
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.cap_file import CapFile, CapPersistence
 from aggregator.service.collector import Collector
@@ -51,8 +56,26 @@ STORE_PROBE_SECONDS = 1.0
 
 
 @dataclass
+class AnalystServer:
+    """The Analyst's own listener: its server, port, health, executor and audit log."""
+
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+    analysis: AnalysisExecutor  # the Analyst's threads and worker processes
+    audit: AuditLog
+
+    async def stop(self, grace: float) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await asyncio.to_thread(self.analysis.close)
+        await asyncio.to_thread(self.audit.close)
+
+
+@dataclass
 class RunningServer:
-    """A started aggregator: its port, and how to stop it gracefully."""
+    """A started aggregator: its device port, its analyst port (0: no analyst listener in this
+    process), and how to stop it gracefully."""
 
     server: grpc.aio.Server
     port: int
@@ -62,15 +85,25 @@ class RunningServer:
     caps: CapPersistence | None = None
     registry: RegistryWatch | None = None
     watchdog: asyncio.Task | None = None
-    analysis: AnalysisExecutor | None = None  # the Analyst's threads and worker processes
+    analyst: AnalystServer | None = None
+
+    @property
+    def analyst_port(self) -> int:
+        return 0 if self.analyst is None else self.analyst.port
+
+    @property
+    def analysis(self) -> AnalysisExecutor | None:
+        return None if self.analyst is None else self.analyst.analysis
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Report NOT_SERVING, drain in-flight calls for up to ``grace`` seconds, close the store
-        (which commits everything already queued), release the store's lock."""
+        """Report NOT_SERVING, drain in-flight calls on both listeners for up to ``grace``
+        seconds, close the store (which commits everything already queued), release the
+        store's lock."""
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
-        if self.analysis is not None:
-            await asyncio.to_thread(self.analysis.close)
+        stopping = [self.server.stop(grace)]
+        if self.analyst is not None:
+            stopping.append(self.analyst.stop(grace))
+        await asyncio.gather(*stopping)
         if self.watchdog is not None:
             self.watchdog.cancel()
             await asyncio.gather(self.watchdog, return_exceptions=True)
@@ -121,8 +154,12 @@ async def start_server(
     connections: ConnectionLimits | None = None,
     observer: Observer | None = None,
     devices: str | os.PathLike[str] | None = None,
+    analyst_address: str = "127.0.0.1:0",
+    analyst_access: AnalystAccess | None = None,
+    audit_log: str | os.PathLike[str] | None = None,
 ) -> RunningServer:
-    """Open the store, register every question, and start serving on ``address``.
+    """Open the store, register every question, and start serving devices on ``address`` and
+    analysts on ``analyst_address``.
 
     ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
@@ -133,7 +170,10 @@ async def start_server(
     client stream and each HTTP/2 connection (defaults: :mod:`.streams`, docs/limits.md).
     ``observer`` records uploads and commits (metrics, access log; default: nothing).
     ``devices`` is the device registry file: its keys replace ``device_keys``, and are reloaded
-    when it changes (revocation without a restart).
+    when it changes (revocation without a restart). ``analyst_access`` are the analyst
+    listener's TLS files and credentials (default: plaintext, loopback callers only);
+    ``audit_log`` is where state-changing Analyst calls are recorded (default
+    ``<db>.audit.jsonl``).
     """
     observer = observer or Observer()
     lock = StoreLock(db_path)  # before anything is opened: one server per store
@@ -169,6 +209,11 @@ async def start_server(
             pseudonym=KeyPseudonyms.beside(db_path),
             streams=streams,
             connections=connections,
+            analyst=(
+                analyst_address,
+                analyst_access or AnalystAccess(),
+                Path(audit_log) if audit_log is not None else default_path(db_path),
+            ),
         )
     except BaseException:
         store.close()
@@ -197,12 +242,14 @@ async def serve(
     observer: Observer | None = None,
     streams: StreamLimits | None = None,
     connections: ConnectionLimits | None = None,
+    analyst: tuple[str, AnalystAccess, Path] | None = None,
 ) -> RunningServer:
     """Start serving on ``address`` from an open store (see :func:`start_server` for the
     security and limit arguments; ``guard`` defaults to load shedding only). ``share_port`` lets
     several processes listen on one port (SO_REUSEPORT; the kernel spreads connections over
     them); otherwise it is off, so a second server on a busy port fails instead of silently
-    taking half its traffic."""
+    taking half its traffic. ``analyst`` is (address, access, audit log) of the Analyst's
+    listener (:func:`serve_analyst`); None serves no Analyst in this process."""
     guard = guard or UploadGuard({}, CapCounter())
     connections = connections or ConnectionLimits()
     server = grpc.aio.server(
@@ -218,23 +265,93 @@ async def serve(
     health_servicer = health.aio.HealthServicer()
     loop = asyncio.get_running_loop()
 
-    turning: list[asyncio.Task] = []  # the one task that turns health NOT_SERVING
+    turning: list[asyncio.Task] = []  # the tasks that turn health NOT_SERVING
+    analyst_server: AnalystServer | None = None
 
     def store_failed(reason: str) -> None:
         if not turning:
             log.error("the report store stopped acknowledging: %s", reason)
             turning.append(loop.create_task(health_servicer.enter_graceful_shutdown()))
+            if analyst_server is not None:
+                turning.append(loop.create_task(analyst_server.health.enter_graceful_shutdown()))
 
     collector = Collector(surveys, store, guard, auth, pseudonym, store_failed, observer)
     add_collector_to_server(collector, server, streams)
-    analyst = Analyst(surveys, store)
-    add_analyst_to_server(analyst, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection:
         from grpc_reflection.v1alpha import reflection as grpc_reflection
 
-        names = (*SERVICE_NAMES, grpc_reflection.SERVICE_NAME, health.SERVICE_NAME)
+        names = (SERVICE_NAMES[0], grpc_reflection.SERVICE_NAME, health.SERVICE_NAME)
         grpc_reflection.enable_server_reflection(names, server)
+    if analyst is not None:  # first: a refused analyst listener leaves nothing bound
+        analyst_server = await serve_analyst(surveys, store, *analyst, connections=connections)
+    try:
+        port = _bind(server, address, credentials, share_port)
+        await server.start()
+    except BaseException:
+        if analyst_server is not None:
+            await analyst_server.stop(0)
+        raise
+    for name in ("", SERVICE_NAMES[0]):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("aggregator listening on port %d", port)
+    running = RunningServer(server, port, store, health_servicer, analyst=analyst_server)
+    running.watchdog = loop.create_task(_probe_store(store, store_failed))
+    return running
+
+
+async def serve_analyst(
+    surveys: dict[str, SurveySpec],
+    store: Store,
+    address: str,
+    access: AnalystAccess,
+    audit_log: Path,
+    *,
+    connections: ConnectionLimits | None = None,
+) -> AnalystServer:
+    """Serve the Analyst (and health) on ``address``, behind the gate of ``access``, recording
+    state-changing calls in ``audit_log``, with the device listener's per-connection limits.
+    Raises AnalystAccessError for settings that would expose it, AuditLogError for a log that
+    cannot be written."""
+    host, _, _ = address.rpartition(":")
+    access.check(host.strip("[]"))
+    audit = AuditLog(audit_log)
+    audit.check()
+    gate = access.gate()
+    server = grpc.aio.server(
+        # The gate runs first and sets the caller's identity the audit log then records.
+        interceptors=[gate, AuditInterceptor(audit)],
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+            *(connections or ConnectionLimits()).options(),
+        ],
+    )
+    analyst = Analyst(surveys, store)
+    add_analyst_to_server(analyst, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        port = _bind(server, address, access.credentials(), False)
+        await server.start()
+    except BaseException:
+        await asyncio.to_thread(analyst.executor.close)
+        audit.close()
+        raise
+    for name in ("", SERVICE_NAMES[1]):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("analyst listening on port %d", port)
+    return AnalystServer(server, port, health_servicer, analyst.executor, audit)
+
+
+def _bind(
+    server: grpc.aio.Server,
+    address: str,
+    credentials: grpc.ServerCredentials | None,
+    share_port: bool,
+) -> int:
+    """Add ``address`` to ``server``; the bound port (OSError if it cannot be bound)."""
     host, _, port_text = address.rpartition(":")
     if not share_port and port_text.isdigit():
         ensure_port_free(host.strip("[]"), int(port_text))
@@ -244,13 +361,7 @@ async def serve(
         port = server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError(f"cannot bind {address}")
-    await server.start()
-    for name in ("", *SERVICE_NAMES):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("aggregator listening on port %d", port)
-    running = RunningServer(server, port, store, health_servicer, analysis=analyst.executor)
-    running.watchdog = loop.create_task(_probe_store(store, store_failed))
-    return running
+    return port
 
 
 async def _probe_store(store: Store, failed: Callable[[str], None]) -> None:

@@ -111,13 +111,14 @@ class DeviceAuthenticator:
         if window <= 0:
             raise ValueError("the timestamp window must be positive")
         self._required = frozenset(s.id for s in surveys.values() if s.require_device_auth)
-        self._keys = dict(keys)
+        self._keys: Mapping[str, Ed25519PublicKey] = dict(keys)
         self._window = window
         self._clock = clock
 
     def replace_keys(self, keys: Mapping[str, Ed25519PublicKey]) -> None:
-        """Verify with these enrolled keys from now on (a revoked device's next call fails)."""
-        self._keys = dict(keys)
+        """Verify with these enrolled keys from now on, kept as given: a live mapping
+        (:class:`~aggregator.service.devices.LiveKeys`) answers from the registry file itself."""
+        self._keys = keys
 
     def required(self, reports: Iterable[ldp_pb2.Report]) -> bool:
         """Whether any of the reports belongs to a survey that requires device auth."""

@@ -2,9 +2,10 @@
 
 Keeping identities apart from reports is the point: the report store holds randomized values and
 random report ids only, so nothing in it links a report to a device. The server reads the active
-keys at start (``ldp-aggregator serve --devices FILE``) and again whenever the file changes
-(:class:`RegistryWatch`, polled every second): enrolling or revoking takes effect on a running
-server within about a second.
+keys at start (``ldp-aggregator serve --devices FILE``) and checks the file on every signed
+call (:class:`LiveKeys`): once ``enroll`` or ``revoke`` has returned, the very next upload is
+judged by it, in every ``--workers`` process, with no restart. The loaded keys catch up within
+a second (:class:`RegistryWatch`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,8 +123,25 @@ class DeviceRegistry:
         )
         return device, True
 
+    def enroll_all(self, pems: Sequence[tuple[str, bytes]]) -> int:
+        """Enroll many (name, PEM) keys (a folder of simulated devices) in one transaction, all
+        or none; returns how many were new. An error names the key's ``name``."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            new = 0
+            for name, pem in pems:
+                try:
+                    new += self.enroll(pem)[1]
+                except DeviceRegistryError as exc:
+                    raise DeviceRegistryError(f"{name}: {exc}") from None
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+        return new
+
     def revoke(self, device_id: str) -> Device:
-        """Revoke a device for good (a running server refuses its key within about a second)."""
+        """Revoke a device for good (a running server refuses its next upload)."""
         device = self.get(device_id)
         if device is None:
             raise DeviceRegistryError(f"unknown device {device_id!r}")
@@ -174,52 +192,103 @@ class DeviceRegistry:
         self.close()
 
 
+class LiveKeys(Mapping[str, Ed25519PublicKey]):
+    """The enrolled keys as a server sees them: a snapshot of the registry, checked against the
+    file on every look-up. While the file has commits the snapshot lacks (SQLite's
+    ``data_version``, a few microseconds to read), a device's key is read from its own row, so
+    an ``enroll`` or ``revoke`` that has returned governs the very next upload."""
+
+    def __init__(self, path: str, load: Callable[[], dict[str, Ed25519PublicKey]]) -> None:
+        """Watch ``path`` from a snapshot ``load`` reads (after noting the version, so a commit
+        in between is not missed)."""
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._applied = self.version()
+        self._snapshot = load()
+
+    def version(self) -> int:
+        """The file's ``data_version`` as this connection sees it (it moves on every commit by
+        another connection)."""
+        return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def replace(self, snapshot: dict[str, Ed25519PublicKey], version: int) -> None:
+        """Adopt a snapshot read after the file was at ``version``."""
+        self._snapshot = snapshot
+        self._applied = version
+
+    def changed(self) -> int | None:
+        """The file's version if it has commits the snapshot lacks, else None."""
+        version = self.version()
+        return None if version == self._applied else version
+
+    def __getitem__(self, device_id: str) -> Ed25519PublicKey:
+        try:
+            if self.changed() is None:
+                return self._snapshot[device_id]
+            with closing(
+                self._conn.execute(
+                    "SELECT public_key FROM devices WHERE device_id = ? AND revoked_at IS NULL",
+                    (device_id,),
+                )
+            ) as rows:
+                row = rows.fetchone()
+        except sqlite3.Error as exc:  # the file is unreadable now: keep to the snapshot
+            log.error("cannot read the device registry (using the loaded keys): %s", exc)
+            return self._snapshot[device_id]
+        if row is None:
+            raise KeyError(device_id)
+        return Ed25519PublicKey.from_public_bytes(row[0])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._snapshot)
+
+    def __len__(self) -> int:
+        return len(self._snapshot)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 class RegistryWatch:
-    """Calls ``on_change(active keys)`` when the registry file changes (another connection
-    committed: SQLite's ``data_version``), checked every ``interval`` seconds."""
+    """Keeps a server's enrolled keys current with the registry file: :meth:`start` hands
+    ``on_change`` a :class:`LiveKeys` (so enrollment and revocation count from the next upload),
+    and its snapshot is reloaded off the event loop within ``interval`` seconds of a change."""
 
     def __init__(
         self,
         path: str | os.PathLike[str],
-        on_change: Callable[[dict[str, Ed25519PublicKey]], None],
+        on_change: Callable[[Mapping[str, Ed25519PublicKey]], None],
         interval: float = 1.0,
     ) -> None:
         self._path = os.fspath(path)
         self._on_change = on_change
         self._interval = interval
-        self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        self._version = self._data_version()
+        self._keys = LiveKeys(self._path, self._load)
         self._task: asyncio.Task | None = None
 
-    def _data_version(self) -> int:
-        return self._conn.execute("PRAGMA data_version").fetchone()[0]
-
-    def _reload(self) -> dict[str, Ed25519PublicKey] | None:
-        """The active keys if the registry changed since the last look, else None."""
-        version = self._data_version()
-        if version == self._version:
-            return None
-        self._version = version
+    def _load(self) -> dict[str, Ed25519PublicKey]:
         with DeviceRegistry(self._path) as registry:
             return registry.active_keys()
 
     def start(self) -> None:
+        self._on_change(self._keys)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
             try:
-                keys = await asyncio.to_thread(self._reload)
+                version = self._keys.changed()
+                if version is None:
+                    continue
+                keys = await asyncio.to_thread(self._load)
             except (sqlite3.Error, DeviceRegistryError) as exc:
                 log.error("cannot reload the device registry (keeping the keys): %s", exc)
                 continue
-            if keys is not None:
-                self._on_change(keys)
-                log.info("device registry reloaded: %d active devices", len(keys))
+            self._keys.replace(keys, version)
+            log.info("device registry reloaded: %d active devices", len(keys))
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._conn.close()
+        self._keys.close()

@@ -2,6 +2,10 @@
 --metrics-port``): uploads and reports by outcome, RPC latency, commit latency and group size, and
 reports stored per question. Counts and durations only: no device identity, no report content.
 
+Reports stored per question are tallied on each upload but published only on a timer
+(every PUBLISH_SECONDS) and in whole steps of STORED_STEP reports, so a scrape right after one
+upload does not show which questions it answered (docs/operations.md).
+
 With ``--workers N`` every process records into prometheus-client's multiprocess directory
 (``PROMETHEUS_MULTIPROC_DIR``, set by the parent before any worker starts) and the parent's
 exporter sums them.
@@ -11,6 +15,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -18,6 +24,11 @@ EXTRA_HINT = "metrics need prometheus-client: pip install 'ldp-survey[metrics]'"
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 GROUP_BUCKETS = (1, 10, 100, 1_000, 5_000, 10_000, 50_000, 100_000)
+#: ldp_reports_stored moves in whole steps of this many reports of a question (the default
+#: min_batch_size), per process ...
+STORED_STEP = 100
+#: ... and only this often (seconds), never on the upload path.
+PUBLISH_SECONDS = 60.0
 
 
 class MetricsUnavailableError(RuntimeError):
@@ -54,9 +65,10 @@ class NoMetrics:
 
 class PrometheusMetrics:
     """The service's metrics on prometheus-client (its default registry, so the multiprocess
-    collector of the exporter sees them)."""
+    collector of the exporter sees them). Reports stored per question are published by a
+    daemon thread every ``publish_every`` seconds, in whole steps of ``step`` reports."""
 
-    def __init__(self) -> None:
+    def __init__(self, publish_every: float = PUBLISH_SECONDS, step: int = STORED_STEP) -> None:
         try:
             from prometheus_client import Counter, Histogram
         except ImportError:
@@ -83,8 +95,18 @@ class PrometheusMetrics:
             "ldp_commit_group_reports", "Reports written by one transaction", buckets=GROUP_BUCKETS
         )
         self._stored = Counter(
-            "ldp_reports_stored", "New reports stored, per question", ["survey", "question"]
+            "ldp_reports_stored",
+            f"New reports stored per question, in steps of {step}, published every "
+            f"{publish_every:g} s",
+            ["survey", "question"],
         )
+        self._step = step
+        self._tally: dict[tuple[str, str], int] = {}  # since start, exact
+        self._published: dict[tuple[str, str], int] = {}  # what the counter shows
+        self._lock = threading.Lock()  # uploads tally while the publisher reads
+        threading.Thread(
+            target=self._publish_every, args=(publish_every,), name="metrics-stored", daemon=True
+        ).start()
 
     def upload(self, rpc: str, code: str, seconds: float) -> None:
         self._uploads.labels(rpc, code).inc()
@@ -99,8 +121,27 @@ class PrometheusMetrics:
         self._group.observe(reports)
 
     def stored(self, survey_id: str, question_id: str, count: int) -> None:
+        """Tally only: :meth:`publish` moves the exported counter."""
         if count:
-            self._stored.labels(survey_id, question_id).inc(count)
+            with self._lock:
+                key = (survey_id, question_id)
+                self._tally[key] = self._tally.get(key, 0) + count
+
+    def publish(self) -> None:
+        """Move each question's ``ldp_reports_stored`` to its tally rounded down to a whole
+        step."""
+        with self._lock:
+            tally = dict(self._tally)
+        for key, count in tally.items():
+            coarse, shown = count // self._step * self._step, self._published.get(key, 0)
+            if coarse > shown:
+                self._stored.labels(*key).inc(coarse - shown)
+                self._published[key] = coarse
+
+    def _publish_every(self, seconds: float) -> None:
+        while True:
+            time.sleep(seconds)
+            self.publish()
 
 
 def prepare_multiprocess() -> Path:

@@ -70,7 +70,8 @@ class Observer:
 
     def stored(self, batches: Sequence[ReportBatch], flags: Sequence[int]) -> None:
         """New reports per question, from a committed call's batches and the store's flags
-        (STORED, DUPLICATE, CONFLICT; in the batches' order)."""
+        (STORED, DUPLICATE, CONFLICT; in the batches' order): tallied by the recorder, which
+        publishes them on a timer in coarse steps, never per upload (metrics.py)."""
         start = 0
         for batch in batches:
             end = start + len(batch)

@@ -1,7 +1,10 @@
-"""Certificates for TLS and mTLS between devices and the aggregator, built with ``cryptography``.
+"""Certificates for TLS and mTLS between devices, analysts and the aggregator, built with
+``cryptography``.
 
 One EC P-256 certificate authority signs a server certificate (EKU serverAuth, SAN ``localhost``
-and ``127.0.0.1``) and one certificate per device (EKU clientAuth, SAN DNS ``<device id>``). The
+and ``127.0.0.1``) and one certificate per device (EKU clientAuth, SAN DNS ``<device id>``). A
+second CA, for analysts only, signs analyst client certificates (EKU clientAuth, CN the
+analyst's name): the analyst listener trusts it and refuses the device CA's certificates. The
 functions are importable so tests build a fresh PKI in temporary directories at run time (no key
 is ever committed); ``scripts/gen_pki.py`` writes one to disk for manual and operational use.
 """
@@ -23,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CLOCK_SKEW = dt.timedelta(minutes=5)  # certificates start this long before "now"
 SERVER_HOSTS = ("localhost",)
 SERVER_IPS = ("127.0.0.1",)
+ANALYST_CA_NAME = "ldp-survey analyst CA"
 
 
 @dataclass(frozen=True)
@@ -181,24 +185,42 @@ def issue_device(
     return _leaf(ca, device_id, [x509.DNSName(device_id)], usages, days, not_before)
 
 
+def issue_analyst(analyst_ca: Issued, name: str, *, days: float = 365) -> Issued:
+    """An analyst's client certificate (EKU clientAuth, CN and SAN DNS ``name``), from the
+    analyst CA: its CN is the identity the audit log records."""
+    return issue_device(analyst_ca, name, days=days)
+
+
+def analyst_ids(count: int) -> list[str]:
+    """The analyst names ``gen_pki`` assigns: analyst-0001, analyst-0002, ..."""
+    return [f"analyst-{i:04d}" for i in range(1, count + 1)]
+
+
 def device_ids(count: int) -> list[str]:
     """The device ids ``gen_pki`` assigns: device-0001, device-0002, ..."""
     return [f"device-{i:04d}" for i in range(1, count + 1)]
 
 
-def write_pki(out: Path, devices: int = 1, days: float = 365) -> list[Path]:
-    """Create a CA, a server certificate and ``devices`` device certificates in ``out``.
+def write_pki(out: Path, devices: int = 1, days: float = 365, analysts: int = 0) -> list[Path]:
+    """Create a CA, a server certificate and ``devices`` device certificates in ``out``, and
+    with ``analysts`` an analyst CA and that many analyst certificates.
 
-    Files: ``ca.pem``/``ca.key``, ``server.pem``/``server.key``, ``<device id>.pem``/``.key``.
-    Keys are unencrypted with mode 0600; existing files are never overwritten (FileExistsError).
+    Files: ``ca.pem``/``ca.key``, ``server.pem``/``server.key``, ``<device id>.pem``/``.key``,
+    ``analyst-ca.pem``/``.key``, ``<analyst name>.pem``/``.key``. Keys are unencrypted with mode
+    0600; existing files are never overwritten (FileExistsError).
     """
-    if devices < 0 or days <= 0:
-        raise ValueError("devices must be >= 0 and days > 0")
+    if devices < 0 or analysts < 0 or days <= 0:
+        raise ValueError("devices and analysts must be >= 0 and days > 0")
     out.mkdir(parents=True, exist_ok=True)
     ca = new_ca(days=days)
     issued = {"ca": ca, "server": issue_server(ca, days=days)}
     for device_id in device_ids(devices):
         issued[device_id] = issue_device(ca, device_id, days=days)
+    if analysts:
+        analyst_ca = new_ca(ANALYST_CA_NAME, days=days)
+        issued["analyst-ca"] = analyst_ca
+        for name in analyst_ids(analysts):
+            issued[name] = issue_analyst(analyst_ca, name, days=days)
     paths = {stem: (out / f"{stem}.pem", out / f"{stem}.key") for stem in issued}
     existing = [str(p) for pair in paths.values() for p in pair if p.exists()]
     if existing:

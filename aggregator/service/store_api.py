@@ -1,13 +1,13 @@
 """The report store as the servicers see it: one type for the in-process store and a worker's
-link to the writer process's store, so the servicers and the server need not know which."""
+link to the writer process's store, so the servicers and the server need not know which. It has
+no read of the live statistics: the Analyst releases snapshots (aggregator/service/release.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Protocol
-
-import numpy as np
+from typing import Any, Protocol
 
 from aggregator.store.report_store import ReportBatch
 
@@ -23,8 +23,6 @@ class Store(Protocol):
     @property
     def path(self) -> str: ...
 
-    def statistics(
-        self, survey_id: str, question_id: str, side: int = 0, group: str = ""
-    ) -> tuple[int, np.ndarray]: ...
+    def run_in_writer(self, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
 
     def close(self) -> None: ...

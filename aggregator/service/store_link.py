@@ -2,10 +2,11 @@
 
 SQLite allows one writer, so the process that owns the :class:`ReportStore` (the writer) serves
 every worker process through its own duplex pipe. A worker's :class:`RemoteStore` has the part
-of the store's interface the gRPC servicers use (``submit_batches``, ``statistics``,
-``stored_ids``, ``close``). Uploads cross in bulk form, and the writer answers only after the
-transaction holding them committed, so an acknowledgement still means "durable". Statistics
-are read straight from the SQLite file (WAL readers never wait for the writer).
+of the store's interface the gRPC servicers use (``submit_batches``, ``stored_ids``,
+``run_in_writer``, ``close``). Uploads cross in bulk form, and the writer answers only after the
+transaction holding them committed, so an acknowledgement still means "durable". Reads go
+straight to the SQLite file (WAL readers never wait for the writer); the Analyst reads released
+snapshots only (aggregator/service/release.py).
 
 Why the worker's side lives on its event loop: per upload, a receiving thread cost a GIL
 hand-off and a wake-up of the loop, which at one report per upload was a large share of a
@@ -41,8 +42,6 @@ from concurrent.futures import Future
 from functools import partial
 from multiprocessing.connection import Connection
 
-import numpy as np
-
 from aggregator.store.report_store import (
     ConfirmationClosedError,
     ReportBatch,
@@ -51,7 +50,6 @@ from aggregator.store.report_store import (
     StoreError,
     StoreFailedError,
     StoreUnavailableError,
-    read_statistics,
     read_stored_ids,
     run_in_transaction,
 )
@@ -201,12 +199,6 @@ class RemoteStore(asyncio.Protocol):
     def path(self) -> str:
         """The database file."""
         return os.fspath(self._db_path)
-
-    def statistics(
-        self, survey_id: str, question_id: str, side: int = 0, group: str = ""
-    ) -> tuple[int, np.ndarray]:
-        """The question's committed (n, int64 sums) on ``side`` and of ``group`` ('': pooled)."""
-        return read_statistics(self._db_path, survey_id, question_id, side, group)
 
     def stored_ids(self, report_ids: Sequence[bytes]) -> set[bytes]:
         """Which of ``report_ids`` the log holds (committed)."""

@@ -7,7 +7,9 @@ writer; group commit makes one enough) and starts N worker processes. Each worke
 gRPC server on the same port with SO_REUSEPORT, so the kernel spreads incoming connections over
 the workers, and reaches the store through :mod:`aggregator.service.store_link`: an upload is
 acknowledged only after the parent's transaction holding it committed, exactly as in one
-process. Workers are spawned, not forked (gRPC does not survive a fork).
+process. Workers are spawned, not forked (gRPC does not survive a fork). The Analyst's own
+listener is served by the first worker only (one analysis executor, one audit log writer, global
+analysis limits that are global), through the same store link.
 
 Shutdown: on SIGTERM or SIGINT the parent forwards SIGTERM to the workers; each drains its
 in-flight calls (their submits are still answered, the writer is alive) and exits; only then
@@ -34,7 +36,9 @@ from pathlib import Path
 import grpc
 
 from aggregator.errors import LdpError
+from aggregator.service.analyst_auth import AnalystAccess
 from aggregator.service.app import open_store, serve
+from aggregator.service.audit import AuditLog
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS, DeviceAuthenticator
 from aggregator.service.devices import DeviceRegistry, RegistryWatch
 from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS, CapCounter, UploadGuard
@@ -96,6 +100,7 @@ class WorkerSettings:
     connections: ConnectionLimits
     metrics: bool = False  # record Prometheus metrics (the parent exports them)
     access_log: bool = False  # one JSON line per upload on stderr
+    analyst: tuple[str, AnalystAccess, Path] | None = None  # served by the first worker
 
 
 def serve_workers(
@@ -109,18 +114,25 @@ def serve_workers(
     security: WorkerSecurity | None = None,
     max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
     grace: float = 5.0,
-    on_serving: Callable[[int], None] = lambda port: None,
+    on_serving: Callable[[int, int], None] = lambda port, analyst_port: None,
     streams: StreamLimits | None = None,
     connections: ConnectionLimits | None = None,
     metrics: bool = False,
     access_log: bool = False,
+    analyst: tuple[str, AnalystAccess, Path] | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT with ``workers`` processes (see the module docstring).
-    ``on_serving(port)`` runs once every worker listens. Raises WorkerError if a worker fails.
-    With ``metrics``, every process records into prometheus-client's multiprocess directory
-    (:func:`aggregator.service.metrics.prepare_multiprocess`, called before this)."""
+    ``on_serving(port, analyst_port)`` runs once every worker listens. Raises WorkerError if a
+    worker fails. With ``metrics``, every process records into prometheus-client's
+    multiprocess directory (:func:`aggregator.service.metrics.prepare_multiprocess`, called
+    before this). ``analyst`` is (address, access, audit log) of the Analyst's listener, which
+    the first worker serves (its settings are checked here first)."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
+    if analyst is not None:
+        address, access, audit_log = analyst
+        access.check(address.rpartition(":")[0].strip("[]"))
+        AuditLog(audit_log).check()
     settings = WorkerSettings(
         config,
         db,
@@ -134,6 +146,7 @@ def serve_workers(
         connections or ConnectionLimits(),
         metrics,
         access_log,
+        analyst,
     )
     with StoreLock(db):
         _serve_locked(settings, host, port, workers, on_serving)
@@ -144,7 +157,7 @@ def _serve_locked(
     host: str,
     port: int,
     workers: int,
-    on_serving: Callable[[int], None],
+    on_serving: Callable[[int, int], None],
 ) -> None:
     """:func:`serve_workers` while holding the store's lock."""
     recorder = PrometheusMetrics() if settings.metrics else NoMetrics()
@@ -155,14 +168,15 @@ def _serve_locked(
         with _reserved_port(host, port) as bound:
             settings = dataclasses.replace(settings, address=f"{host}:{bound}")
             pending = [_spawn_worker(settings, i, procs) for i in range(workers)]
-            links = [_wait_until_ready(i, *pipes) for i, pipes in enumerate(pending)]
+            ready = [_wait_until_ready(i, *pipes) for i, pipes in enumerate(pending)]
+        links = [link for link, _ in ready]
         threads = [
             threading.Thread(target=serve_link, args=(store, conn), name=f"link-{i}", daemon=True)
             for i, conn in enumerate(links)
         ]
         for thread in threads:
             thread.start()
-        on_serving(bound)
+        on_serving(bound, ready[0][1])
         dead = _wait_for_stop_or_death(procs)
         _stop_workers(procs, grace)
         for thread in threads:
@@ -177,14 +191,15 @@ def _serve_locked(
 def _spawn_worker(
     settings: WorkerSettings, index: int, procs: list[multiprocessing.process.BaseProcess]
 ) -> tuple[Connection, Connection]:
-    """Spawn worker ``index`` (appended to ``procs``); the parent's ends of its store pipe and
-    of its one-way start-up status pipe."""
+    """Spawn worker ``index`` (appended to ``procs``; the first serves the Analyst too); the
+    parent's ends of its store pipe and of its one-way start-up status pipe."""
     ctx = multiprocessing.get_context("spawn")
+    own = settings if index == 0 else dataclasses.replace(settings, analyst=None)
     store_parent, store_child = ctx.Pipe()
     status_parent, status_child = ctx.Pipe(duplex=False)
     proc = ctx.Process(
         target=_worker_main,
-        args=(settings, store_child, status_child),
+        args=(own, store_child, status_child),
         name=f"ldp-worker-{index}",
     )
     proc.start()
@@ -194,8 +209,8 @@ def _spawn_worker(
     return store_parent, status_parent
 
 
-def _wait_until_ready(index: int, store: Connection, status: Connection) -> Connection:
-    """Wait until worker ``index`` listens; its store pipe."""
+def _wait_until_ready(index: int, store: Connection, status: Connection) -> tuple[Connection, int]:
+    """Wait until worker ``index`` listens; its store pipe and its analyst port (0: none)."""
     with status:
         if not status.poll(START_TIMEOUT):
             raise WorkerError(f"worker {index} did not start within {START_TIMEOUT:.0f} s")
@@ -205,7 +220,7 @@ def _wait_until_ready(index: int, store: Connection, status: Connection) -> Conn
             raise WorkerError(f"worker {index} exited during start-up") from None
     if state != "ready":
         raise WorkerError(f"worker {index} could not start: {detail}")
-    return store
+    return store, detail
 
 
 @contextlib.contextmanager
@@ -284,6 +299,7 @@ async def _worker(settings: WorkerSettings, store_conn: Connection, status: Conn
             guard=UploadGuard({}, CapCounter(), max_inflight_reports=settings.max_inflight_reports),
             auth=auth,
             share_port=True,
+            analyst=settings.analyst,
             streams=settings.streams,
             connections=settings.connections,
             observer=Observer(
@@ -297,7 +313,7 @@ async def _worker(settings: WorkerSettings, store_conn: Connection, status: Conn
         return
     try:
         with status:
-            status.send(("ready", running.port))
+            status.send(("ready", running.analyst_port))
     except OSError:  # the parent is gone
         stop.set()
     if security.devices is not None:

@@ -7,6 +7,7 @@ May import ``aggregator.histogram``, ``aggregator.errors``, ``client.mechanisms`
 from aggregator.stats.composite import composite, independence
 from aggregator.stats.estimate import Estimate, estimate
 from aggregator.stats.gof import goodness_of_fit
+from aggregator.stats.k_sample import k_sample, k_sample_power
 from aggregator.stats.models import FunctionModel, IndependenceModel, ParametricModel
 from aggregator.stats.multiple import HolmResult, holm
 from aggregator.stats.power import Advice, advise, noncentrality, power, sample_size
@@ -27,6 +28,8 @@ __all__ = [
     "goodness_of_fit",
     "holm",
     "independence",
+    "k_sample",
+    "k_sample_power",
     "noncentrality",
     "power",
     "sample_size",

@@ -244,7 +244,7 @@ def _check_model_output(p: np.ndarray) -> None:
 
 def independence(
     hist: Histogram,
-    shape: tuple[int, int],
+    shape: tuple[int, int] | None = None,
     alpha: float = 0.05,
     method: str | None = None,
     *,
@@ -264,8 +264,9 @@ def independence(
     ----------
     hist : Histogram
         The sufficient statistic of the reports on the r * c joint categories.
-    shape : tuple of int
-        ``(r, c)``, with r * c equal to the question's k.
+    shape : tuple of int, optional
+        ``(r, c)``, with r * c equal to the question's k; by default the table shape of the
+        histogram's question (a histogram from ``aggregator.open_survey`` knows it).
     alpha : float, default 0.05
         Level of the test, in (0, 1).
     method : str, optional
@@ -285,7 +286,8 @@ def independence(
     Raises
     ------
     InvalidInputError
-        A ``shape`` that is not a pair of integers or does not match k, public-coin one-bit
+        A ``shape`` that is not a pair of integers or does not match k, no ``shape`` for a
+        histogram whose question is unknown or not of two attributes, public-coin one-bit
         reports, or any input ``composite`` refuses.
     InsufficientDataError
         A histogram of zero reports.
@@ -312,6 +314,8 @@ def independence(
     (1, True)
     """
     hist = check_per_category(check_histogram(hist), "independence test")
+    if shape is None:
+        shape = _table_shape(hist)
     try:
         r, c = shape
         if int(r) != r or int(c) != c:
@@ -331,3 +335,19 @@ def independence(
         n_draws=n_draws,
         title="independence",
     )
+
+
+def _table_shape(hist: Histogram) -> tuple[int, int]:
+    """The (rows, columns) of the histogram's question, or InvalidInputError saying why not."""
+    question = hist.question
+    if question is None:
+        raise InvalidInputError(
+            "independence needs shape=(r, c): this histogram does not carry its question "
+            "(histograms from aggregator.open_survey do)"
+        )
+    if question.table_shape is None:
+        raise InvalidInputError(
+            f"question {question.id} has {len(question.attributes)} attribute(s); an "
+            "independence test needs a question of two"
+        )
+    return question.table_shape

@@ -276,6 +276,7 @@ def estimate(hist: Histogram, confidence: float = 0.95, *, simultaneous: bool = 
         interval_method=interval_method(hist),
         simultaneous_low=both[0],
         simultaneous_high=both[1],
+        labels=hist.labels,
     )
 
 

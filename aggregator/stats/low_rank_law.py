@@ -26,16 +26,19 @@ from client.mechanisms import ExchangeableSupport
 @dataclass(frozen=True)
 class LowRankLaw:
     """The law of sum_j lambda_j chi2_1, lambda the eigenvalues of
-    ``Diag(diagonal) + sum_m signs[m] vectors[:, m] vectors[:, m]^T``."""
+    ``Diag(diagonal) + sum_m signs[m] vectors[:, m] vectors[:, m]^T``, each taken ``copies``
+    times (the sum of that many independent copies: a k-sample statistic's law)."""
 
     diagonal: np.ndarray  # (k,)
     vectors: np.ndarray  # (k, r)
     signs: np.ndarray  # (r,) of +1 / -1
+    copies: int = 1
 
     @property
     def trace(self) -> float:
         """The sum of the weights (the statistic's null mean)."""
-        return float(self.diagonal.sum() + self.signs @ np.sum(self.vectors**2, axis=0))
+        single = self.diagonal.sum() + self.signs @ np.sum(self.vectors**2, axis=0)
+        return float(self.copies * single)
 
     @property
     def top(self) -> float:
@@ -53,7 +56,7 @@ class LowRankLaw:
             factor = 1 - 1j * u * sign * gram[m, m]
             total += complex(np.log(factor))
             gram = gram + 1j * u * sign * np.outer(gram[:, m], gram[m, :]) / factor
-        return total
+        return self.copies * total
 
 
 def exchangeable_null_law(mech: ExchangeableSupport, p0: np.ndarray) -> LowRankLaw:

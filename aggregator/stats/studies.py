@@ -7,7 +7,7 @@ through the per-user randomizers when ``per_user=True``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +17,7 @@ from aggregator.histogram import Histogram
 from aggregator.stats.composite import independence
 from aggregator.stats.gof import goodness_of_fit
 from aggregator.stats.identity import raptor_test
+from aggregator.stats.k_sample import k_sample
 from aggregator.stats.result import TestResult
 from aggregator.stats.two_sample import two_sample
 from client.mechanisms import (
@@ -171,6 +172,28 @@ def two_sample_rate(
         hist_a = draw_histogram(mechanism, p_a, sizes[0], rng)
         hist_b = draw_histogram(mechanism, p_b, sizes[1], rng)
         result = two_sample(hist_a, hist_b, calibration=calibration, rng=rng, n_draws=n_draws)
+        rejections += bool(result.reject)
+    return RejectionRate(rejections, trials)
+
+
+def k_sample_rate(
+    mechanism: Mechanism,
+    distributions: Sequence[np.ndarray],
+    sizes: Sequence[int],
+    trials: int,
+    seed: int,
+    calibration: str = "auto",
+    n_draws: int = 199,
+) -> RejectionRate:
+    """Rejections of ``k_sample`` over ``trials`` studies: group g of ``sizes[g]`` answers from
+    ``distributions[g]`` (all equal for Type I)."""
+    rng = np.random.default_rng(seed)
+    rejections = 0
+    for _ in range(trials):
+        hists = [
+            draw_histogram(mechanism, p, n, rng) for p, n in zip(distributions, sizes, strict=True)
+        ]
+        result = k_sample(hists, calibration=calibration, rng=rng, n_draws=n_draws)
         rejections += bool(result.reject)
     return RejectionRate(rejections, trials)
 

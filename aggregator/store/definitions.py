@@ -261,30 +261,76 @@ def _changed(
 ) -> DefinitionChangedError:
     field, old, new = difference(stored, question.definition())
     return DefinitionChangedError(
-        f"survey {survey_id}, question {question.id}: {field} is {new!r} in "
+        f"survey {survey_id}, question {question.id}: {field} is {new} in "
         f"{where or 'the configuration'} but the store holds reports randomized with "
-        f"{field} = {old!r}; give the changed question a new id (docs/config.md)"
+        f"{field} = {old}; give the changed question a new id (docs/config.md)"
     )
 
 
-def difference(stored: Mapping, given: Mapping) -> tuple[str, object, object]:
-    """The first field in which two question definitions differ: (field, stored, given)."""
+SHOWN = 3  # differing labels named in a message; the rest are counted
+_LONGEST = 40  # characters of one label or value in a message
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= _LONGEST else text[: _LONGEST - 3] + "..."
+
+
+def difference(stored: Mapping, given: Mapping) -> tuple[str, str, str]:
+    """The first field in which two question definitions differ, as (field, stored, given)
+    texts for a one-line message: of category labels, only the ones that differ (a few, the
+    rest counted), so renaming one of 2,000 labels names that one."""
     for key in ("mechanism", "epsilon", "rho", "granularity_bits", "public_seed", "groups"):
         if stored.get(key) != given.get(key):
-            return key, stored.get(key), given.get(key)
+            return key, _short(stored.get(key)), _short(given.get(key))
     shared = bool(stored.get("household_shared")), bool(given.get("household_shared"))
     if shared[0] != shared[1]:
-        return "household_shared", *shared
+        return "household_shared", repr(shared[0]), repr(shared[1])
     old, new = stored["attributes"], given["attributes"]
     if len(old) != len(new):
-        return "number of attributes", len(old), len(new)
+        return "number of attributes", str(len(old)), str(len(new))
     for i, (a, b) in enumerate(zip(old, new, strict=True)):
-        name = "categories" if len(old) == 1 else f"attribute {i + 1}"
+        name = "" if len(old) == 1 else f"attribute {i + 1} "
         if a["name"] != b["name"]:
-            return f"{name} name", a["name"], b["name"]
+            return f"{name or 'attribute '}name", _short(a["name"]), _short(b["name"])
         if a["categories"] != b["categories"]:
-            return name, ",".join(a["categories"]), ",".join(b["categories"])
-    return "definition", stored, given
+            return _labels_change(name, a["categories"], b["categories"])
+    keys = sorted(k for k in stored.keys() | given.keys() if stored.get(k) != given.get(k))
+    return (
+        ", ".join(keys[:SHOWN]) or "definition",
+        ", ".join(_short(stored.get(k)) for k in keys[:SHOWN]),
+        ", ".join(_short(given.get(k)) for k in keys[:SHOWN]),
+    )
+
+
+def _labels_change(name: str, old: list[str], new: list[str]) -> tuple[str, str, str]:
+    """(field, stored, given) naming the first few labels that differ: by position when the
+    count is the same (renamed or reordered), else those removed and added."""
+    if len(old) == len(new):
+        at = [j for j, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+        shown = at[:SHOWN]
+        more = f" (and {len(at) - SHOWN:,} more of {len(old):,})" if len(at) > SHOWN else ""
+        what = "category" if len(at) == 1 else "categories"
+        field = f"{name}{what} {', '.join(str(j + 1) for j in shown)}{more}"
+        return (
+            field,
+            ", ".join(_short(old[j]) for j in shown),
+            ", ".join(_short(new[j]) for j in shown),
+        )
+    kept, given = set(old), set(new)
+    removed = [label for label in old if label not in given]
+    added = [label for label in new if label not in kept]
+    stored_text = _some_labels(len(old), removed, "only")
+    return f"{name}categories", stored_text, _some_labels(len(new), added, "new")
+
+
+def _some_labels(total: int, labels: list[str], kind: str) -> str:
+    """'2,001 labels, new: 'x' (and 3 more)' for a message."""
+    if not labels:
+        return f"{total:,} labels"
+    more = f" (and {len(labels) - SHOWN:,} more)" if len(labels) > SHOWN else ""
+    return f"{total:,} labels, {kind}: {', '.join(_short(x) for x in labels[:SHOWN])}{more}"
 
 
 def reads_as(stored: SurveySpec, given: SurveySpec | None) -> bool:
@@ -314,8 +360,8 @@ def survey_change(stored: SurveySpec, given: SurveySpec | None, where: object = 
         if new.digest != question.digest:
             field, old, value = difference(question.definition(), new.definition())
             return (
-                f"survey {stored.id}, question {question.id}: {field} is {value!r} in {place} "
-                f"but the reports were randomized with {field} = {old!r}"
+                f"survey {stored.id}, question {question.id}: {field} is {value} in {place} "
+                f"but the reports were randomized with {field} = {old}"
             )
     keys = ("title", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label")
     for key in keys:

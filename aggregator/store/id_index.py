@@ -101,6 +101,18 @@ class IdIndex:
         """The sorted runs (hashes, rows), to save; :meth:`load` takes them back."""
         return list(self._runs)
 
+    def entries_between(self, after: int, through: int) -> tuple[np.ndarray, np.ndarray]:
+        """The entries of log rows ``after < row <= through``, sorted by hash (one run)."""
+        picked = [
+            (keys[mask], rows[mask])
+            for keys, rows in list(self._runs)
+            for mask in [(rows > after) & (rows <= through)]
+        ]
+        keys = np.concatenate([k for k, _ in picked] or [np.empty(0, _U64)])
+        rows = np.concatenate([r for _, r in picked] or [np.empty(0, np.int64)])
+        order = np.argsort(keys, kind="stable")
+        return keys[order], rows[order]
+
     def load(self, runs: list[tuple[np.ndarray, np.ndarray]], high_water: int) -> None:
         """Start from saved runs (each sorted by hash), made with this index's key."""
         with self._lock:

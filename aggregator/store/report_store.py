@@ -48,6 +48,7 @@ per database file (it caches the registered questions).
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
 import os
 import queue
@@ -73,6 +74,8 @@ from aggregator.store.file_kind import (
 from aggregator.store.id_index import SECRET_BYTES, IdIndex
 from aggregator.store.integrity import FileWatch, failure_message
 
+log = logging.getLogger(__name__)
+
 #: 2: received_at keeps the arrival day only; 3: reports.side, side_statistics;
 #: 4: reports.group_value, group_statistics; 5: the log is appended in ``seq`` order (no longer
 #: a B-tree keyed by report_id), its ids indexed in memory (aggregator/store/id_index.py)
@@ -86,6 +89,9 @@ _WAL_AUTOCHECKPOINT_PAGES = 40_000  # about 160 MB of WAL between checkpoints (d
 RECEIVED_RESOLUTION = 86_400  # received_at keeps the UTC day only: arrival seconds group uploads
 _BUSY_TIMEOUT_MS = 5000
 _CHECKPOINT_BUSY_MS = 200  # a timed checkpoint waits this long for readers, then tries later
+#: The id index's new entries are saved once this many log rows past the last save are final, so
+#: a start after a crash indexes at most about this many rows from the log (docs/performance.md).
+INDEX_SAVE_ROWS = 1 << 20
 
 _SIDE_STATISTICS = """CREATE TABLE IF NOT EXISTS side_statistics (
     survey_id TEXT NOT NULL,
@@ -360,7 +366,7 @@ class ReportStore:
             self._k = {(s, q): k for s, q, k in rows}
             self._closed_sides = closed_confirmations(conn)
             self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
-            self._index = _open_index(conn)
+            self._index, self._index_saved = _open_index(conn)
             self._blocks = _Blocks.read(conn)
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
@@ -662,6 +668,7 @@ class ReportStore:
                 group.append(nxt)
                 size += nxt.size
             self._commit([s for s in group if s.future.set_running_or_notify_cancel()])
+            self._save_new_index_entries()
             if checkpoint_at is None:
                 checkpoint_at = time.monotonic() + self._wal_window
             elif time.monotonic() >= checkpoint_at:  # never idle: checkpoint between groups
@@ -673,6 +680,20 @@ class ReportStore:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             self._conn.close()
+
+    def _save_new_index_entries(self) -> None:
+        """Between commits, once INDEX_SAVE_ROWS more log rows are final (their block is full),
+        append their index entries to the saved index: a crash then costs a start-up that
+        indexes only the rows after them, not the whole log since the last clean close."""
+        covered = self._blocks.start - 1
+        if self._failure is not None or covered - self._index_saved < INDEX_SAVE_ROWS:
+            return
+        try:
+            _save_index_entries(self._conn, self._index, self._index_saved, covered)
+        except sqlite3.Error as exc:  # only start-up time after a crash is lost: retried later
+            log.warning("cannot save the report id index (retried): %s", exc)
+            return
+        self._index_saved = covered
 
     def _empty_wal(self) -> bool:
         """Copy the WAL into the database file and truncate it to zero bytes, waiting briefly
@@ -1020,10 +1041,11 @@ def _append_only_log(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def _open_index(conn: sqlite3.Connection) -> IdIndex:
-    """The id index of the log: the one saved at the last clean close (``id_index``: part 0 its
-    key and the last ``seq`` it covers, parts 1... its runs), plus the log's rows appended
-    after it (all of them after a crash that followed a first start); else built from the log."""
+def _open_index(conn: sqlite3.Connection) -> tuple[IdIndex, int]:
+    """The id index of the log and the last ``seq`` its saved part covers: the index saved at
+    the last clean close or periodic save (``id_index``: part 0 its key and the last ``seq`` it
+    covers, parts 1... its runs), plus the log's rows appended after it; else built from the
+    whole log (covering nothing saved yet)."""
     header = None
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'id_index'").fetchone():
         header = conn.execute("SELECT secret, high_water FROM id_index WHERE part = 0").fetchone()
@@ -1031,13 +1053,13 @@ def _open_index(conn: sqlite3.Connection) -> IdIndex:
     if header is None or len(header[0] or b"") != SECRET_BYTES or header[1] > last:
         index = IdIndex()
         _index_log(conn, index)
-        return index
+        return index, 0
     index = IdIndex(header[0])
     parts = conn.execute("SELECT hashes, seqs FROM id_index WHERE part > 0 ORDER BY part")
     runs = [(np.frombuffer(h, dtype="<u8"), np.frombuffer(s, dtype="<i8")) for h, s in parts]
     index.load(runs, header[1])
     _index_log(conn, index, header[1])
-    return index
+    return index, header[1]
 
 
 def _save_index(conn: sqlite3.Connection, index: IdIndex, covered: int) -> None:
@@ -1062,6 +1084,25 @@ def _save_index(conn: sqlite3.Connection, index: IdIndex, covered: int) -> None:
                 for part, (hashes, seqs) in enumerate(index.export(), start=1)
             ),
         )
+
+
+def _save_index_entries(conn: sqlite3.Connection, index: IdIndex, saved: int, covered: int) -> None:
+    """Append ``index``'s entries of the log rows ``saved < seq <= covered`` to the saved index
+    as one more sorted part (the saved parts cover ``seq <= saved``), in one transaction."""
+    hashes, seqs = index.entries_between(saved, covered)
+    with _transaction(conn):
+        conn.execute(_ID_INDEX)
+        if saved == 0:  # nothing saved yet, or a save from an older start: begin afresh
+            conn.execute("DELETE FROM id_index")
+            conn.execute(
+                "INSERT INTO id_index (part, secret, high_water) VALUES (0, ?, 0)", (index.secret,)
+            )
+        conn.execute(
+            "INSERT INTO id_index (part, hashes, seqs) "
+            "SELECT coalesce(max(part), 0) + 1, ?, ? FROM id_index",
+            (hashes.astype("<u8").tobytes(), seqs.astype("<i8").tobytes()),
+        )
+        conn.execute("UPDATE id_index SET high_water = ? WHERE part = 0", (covered,))
 
 
 def _index_log(conn: sqlite3.Connection, index: IdIndex, after: int = 0) -> None:

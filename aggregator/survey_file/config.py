@@ -72,6 +72,8 @@ _QUESTION_KEYS = {
     "household_shared",
     "public_seed",
     "groups",
+    "ordinal",
+    "scores",
     "repeat",
 }
 
@@ -144,6 +146,57 @@ def load_limits(path: str | os.PathLike[str]) -> dict[str, SurveyLimits]:
         if survey_limits != SurveyLimits():
             limits[str(entry.get("id"))] = survey_limits
     return limits
+
+
+def load_scores(path: str | os.PathLike[str]) -> dict[tuple[str, str], tuple[float, ...]]:
+    """The scores of every question declared ordinal (``ordinal = true``: 1..k, or ``scores``),
+    keyed by (survey id, question id): aggregator side only, not part of a definition."""
+    scores = {}
+    for raw in _read(path).get("survey", []):
+        try:
+            survey = _with_category_files(raw, Path(path).parent)
+        except SurveyError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        for entry in survey.get("question", []):
+            where = f"{path}: survey {survey.get('id')}, question {entry.get('id')}"
+            try:
+                values = _scores(entry, where)
+            except SurveyError as exc:
+                raise ConfigError(str(exc)) from None
+            if values is not None:
+                scores[(str(survey.get("id")), str(entry.get("id")))] = values
+    return scores
+
+
+def _scores(entry: Mapping, where: str) -> tuple[float, ...] | None:
+    """An ordinal question's category scores: ``scores`` (one finite number per category, not
+    all equal), or 1..k for ``ordinal = true``; None for a question not declared ordinal. Only a
+    question of one attribute can be ordinal."""
+    ordinal, scores = entry.get("ordinal"), entry.get("scores")
+    if ordinal is None and scores is None:
+        return None
+    if ordinal is not None and not isinstance(ordinal, bool):
+        raise SurveyError(f"{where}: ordinal must be true or false")
+    if ordinal is False:
+        if scores is not None:
+            raise SurveyError(f"{where}: scores are given but ordinal = false")
+        return None
+    categories = entry.get("categories")
+    if not isinstance(categories, list):
+        raise SurveyError(f"{where}: only a question with 'categories' (one attribute) is ordinal")
+    k = len(categories)
+    if scores is None:
+        return tuple(float(j) for j in range(1, k + 1))
+    if (
+        not isinstance(scores, list)
+        or len(scores) != k
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in scores)
+        or not all(math.isfinite(v) for v in scores)
+    ):
+        raise SurveyError(f"{where}: scores must be {k} finite numbers, one per category")
+    if len(set(scores)) == 1:
+        raise SurveyError(f"{where}: scores must not all be equal")
+    return tuple(float(v) for v in scores)
 
 
 def _read(path: str | os.PathLike[str]) -> dict:
@@ -279,6 +332,7 @@ def _question(entry: dict, survey_id: object, repeat: object) -> QuestionSpec:
             Attribute(str(a.get("name", "")), _labels(a.get("categories"), where))
             for a in entry["attributes"]
         ]
+    _scores(entry, where)
     mechanism = entry.get("mechanism")
     key = "rho" if mechanism == "gaussian" else "epsilon"
     if key not in entry:

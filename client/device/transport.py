@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from client.device import tls_errors
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -104,6 +105,7 @@ class Transport:
         self._max_attempts = max_attempts
         self._initial_backoff = initial_backoff
         self._max_backoff = max_backoff
+        self._tls = tls
 
     def _call(self, method, request, metadata: Callable[[], Metadata] | None = None):
         delay = self._initial_backoff
@@ -117,7 +119,8 @@ class Transport:
             except self._rpc_error as exc:
                 code = exc.code()
                 if code.name not in RETRYABLE or attempt == self._max_attempts:
-                    raise TransportError(code, exc.details() or "", retry_after(exc)) from None
+                    details = tls_errors.explain(code.name, exc.details() or "", self._tls)
+                    raise TransportError(code, details, retry_after(exc)) from None
             time.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._max_backoff)
         raise AssertionError("unreachable")

@@ -1,0 +1,216 @@
+"""``conditional`` and ``ordinal``: the summaries beside a distribution (read only) —
+P(one attribute | the other) of a two-attribute question, and the mean score of a question
+declared ordinal with a trend test across groups (aggregator/stats/summaries.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from aggregator.cli.common import (
+    Subcommands,
+    UserError,
+    add_command,
+    add_group_option,
+    add_json_option,
+    add_question_options,
+    add_side_option,
+    add_store_options,
+    load_histogram,
+)
+from aggregator.confirm.labels import NOT_PREREGISTERED
+from aggregator.errors import InvalidInputError
+from aggregator.presentation.numbers import fixed, interval, share
+from aggregator.survey_file.analyses import EXPLORATORY
+from aggregator.survey_file.config import load_scores, load_surveys
+
+
+def add_commands(subparsers: Subcommands) -> None:
+    cond = add_command(
+        subparsers,
+        "conditional",
+        "P(one attribute | the other) of a two-attribute question, with intervals (read only)",
+    )
+    add_store_options(cond)
+    add_question_options(cond)
+    add_side_option(cond)
+    add_group_option(cond)
+    cond.add_argument(
+        "--given",
+        metavar="ATTRIBUTE",
+        help="the attribute conditioned on (default: the question's second attribute)",
+    )
+    cond.add_argument("--confidence", type=float, default=0.95, help="confidence level")
+    add_json_option(cond)
+    cond.set_defaults(run=run_conditional)
+
+    ordinal = add_command(
+        subparsers,
+        "ordinal",
+        "mean score of an ordinal question, and a trend test across groups (read only)",
+    )
+    add_store_options(ordinal)
+    add_question_options(ordinal)
+    add_side_option(ordinal)
+    where = ordinal.add_mutually_exclusive_group()
+    where.add_argument("--group", help="one value of the survey's group label (default: pooled)")
+    where.add_argument(
+        "--groups",
+        nargs="+",
+        metavar="GROUP",
+        help="mean score per group and the trend test of equal mean scores across them",
+    )
+    ordinal.add_argument("--confidence", type=float, default=0.95, help="confidence level")
+    ordinal.add_argument("--alpha", type=float, default=0.05, help="level of the trend test")
+    add_json_option(ordinal)
+    ordinal.set_defaults(run=run_ordinal)
+
+
+def run_conditional(args: argparse.Namespace) -> int:
+    from aggregator.stats import estimate
+    from aggregator.stats.summaries import conditional
+
+    question, hist = load_histogram(args)
+    if len(question.attributes) != 2:
+        raise UserError(
+            f"question {question.id} has {len(question.attributes)} attribute(s); conditional "
+            "distributions need a question of two attributes"
+        )
+    names = [a.name for a in question.attributes]
+    given_name = args.given or names[1]
+    if given_name not in names:
+        raise UserError(f"--given {given_name!r}: question {question.id} has {', '.join(names)}")
+    given = names.index(given_name)
+    outcome = question.attributes[1 - given]
+    condition = question.attributes[given]
+    try:
+        size_rows, size_columns = question.shape
+        cond = conditional(estimate(hist, args.confidence), (size_rows, size_columns), given=given)
+    except InvalidInputError as exc:
+        raise UserError(str(exc)) from None
+    if args.json:
+        rows = [
+            {
+                given_name: value,
+                "bounded": bool(cond.bounded[j]),
+                "condition_share": float(cond.condition_shares[j]),
+                "shares": {
+                    category: {
+                        "share": float(cond.shares[i, j]),
+                        "ci_low": float(cond.low[i, j]),
+                        "ci_high": float(cond.high[i, j]),
+                    }
+                    for i, category in enumerate(outcome.categories)
+                },
+            }
+            for j, value in enumerate(condition.categories)
+        ]
+        label: dict[str, object] = {"exploratory": True} if args.exploratory else {}
+        if args.side == "confirmation":  # outside the sealed family
+            label = {"not_preregistered": True, "label": NOT_PREREGISTERED}
+        print(
+            json.dumps(
+                {
+                    "question": question.id,
+                    "outcome": outcome.name,
+                    "given": given_name,
+                    "n": hist.n,
+                    "confidence": cond.confidence,
+                    **label,
+                    "conditional": rows,
+                }
+            )
+        )
+        return 0
+    if args.exploratory:
+        print(EXPLORATORY)
+    if args.side == "confirmation":
+        print(NOT_PREREGISTERED)
+    level = f"{100 * cond.confidence:g}% CI (Fieller)"
+    print(f"P({outcome.name} | {given_name}) of {question.id}, n = {hist.n}")
+    width = max(8, *(len(c) for c in outcome.categories))
+    for j, value in enumerate(condition.categories):
+        note = "" if cond.bounded[j] else "  (not estimable: too few reports in this condition)"
+        print(f"{given_name} = {value} (share {share(cond.condition_shares[j])}){note}")
+        print(f"  {outcome.name:<{width}}  share     {level}")
+        for i, category in enumerate(outcome.categories):
+            ci = interval(cond.low[i, j], cond.high[i, j])
+            print(f"  {category:<{width}}  {share(cond.shares[i, j]):>8}  {ci}")
+    return 0
+
+
+def run_ordinal(args: argparse.Namespace) -> int:
+    from aggregator.stats import estimate
+    from aggregator.stats.summaries import mean_score, score_trend
+
+    scores = load_scores(args.config).get((args.survey, args.question))
+    if scores is None and args.question in _questions(args):
+        raise UserError(
+            f"question {args.question} is not declared ordinal: add 'ordinal = true' (scores "
+            "1..k) or 'scores = [...]' to it in the survey file"
+        )
+    groups = args.groups or [args.group or ""]
+    estimates = []
+    for group in groups:
+        one = argparse.Namespace(**{**vars(args), "group": group})
+        estimates.append(estimate(load_histogram(one)[1], args.confidence))
+        exploratory = one.exploratory
+    try:
+        means = [mean_score(e, scores) for e in estimates]
+        trend = score_trend(estimates, scores, args.alpha) if len(groups) > 1 else None
+    except InvalidInputError as exc:
+        raise UserError(str(exc)) from None
+    if args.json:
+        rows = [
+            {
+                "group": g,
+                "n": m.n,
+                "mean": m.mean,
+                "standard_error": m.standard_error,
+                "ci_low": m.low,
+                "ci_high": m.high,
+            }
+            for g, m in zip(groups, means, strict=True)
+        ]
+        out = {
+            "question": args.question,
+            "scores": list(means[0].scores),
+            "confidence": means[0].confidence,
+            "mean_scores": rows,
+        }
+        if exploratory:
+            out["exploratory"] = True
+        if args.side == "confirmation":  # outside the sealed family
+            out |= {"not_preregistered": True, "label": NOT_PREREGISTERED}
+        if trend is not None:
+            out["trend"] = {
+                "statistic": trend.statistic,
+                "pvalue": trend.pvalue,
+                "dof": trend.dof,
+                "reject": trend.reject,
+                "alpha": trend.alpha,
+                "method": trend.method,
+            }
+        print(json.dumps(out))
+        return 0
+    if exploratory:
+        print(EXPLORATORY)
+    if args.side == "confirmation":
+        print(NOT_PREREGISTERED)
+    listed = ", ".join(f"{s:g}" for s in means[0].scores)
+    print(f"mean score of {args.survey}:{args.question} (scores {listed})")
+    for group, m in zip(groups, means, strict=True):
+        name = group or "all reports"
+        ci = interval(m.low, m.high)
+        print(
+            f"  {name}: {fixed(m.mean)} (s.e. {fixed(m.standard_error)}), "
+            f"{100 * m.confidence:g}% CI {ci}, n = {m.n}"
+        )
+    if trend is not None:
+        print(trend.summary())
+    return 0
+
+
+def _questions(args: argparse.Namespace) -> set[str]:
+    survey = load_surveys(args.config).get(args.survey)
+    return {q.id for q in survey.questions} if survey else set()
