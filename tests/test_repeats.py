@@ -367,3 +367,27 @@ def test_workers_serve_a_signed_survey_and_say_the_aggregator_does_not_check(tmp
     args[1] = str(capped)
     done = run_cli("agg", "serve", *args, "--insecure", "--workers", "2", "--port", "0")
     assert done.returncode == 2 and "serve them with --workers 1" in done.stderr
+
+
+def test_a_second_simulation_with_the_same_keys_is_refused_in_one_line(tmp_path):
+    """Simulated devices are devices: each key answers each question once."""
+    keys = tmp_path / "sim-keys"
+    assert run_cli("client", "simulate-keys", "--out", keys, "--devices", "3").returncode == 0
+    registry = tmp_path / "devices.sqlite"
+    enrolled = run_cli("agg", "enroll", "--devices", registry, "--public-key", keys)
+    assert enrolled.returncode == 0, enrolled.stderr
+    with DeviceRegistry(registry, read_only=True) as devices:
+        active = devices.active_keys()
+    running = ServerThread(write(tmp_path, SIGNED_TOML), tmp_path / "r.db", device_keys=active)
+    running.start()
+    try:
+        command = ["simulate", "--server", running.target, "--insecure", "--survey", "clinic"]
+        command += ["--devices", "3", "--keys", keys, "--json"]
+        first = run_cli("client", *command)
+        assert first.returncode == 0 and json.loads(first.stdout)["accepted"] == 6
+        again = run_cli("client", *command)
+    finally:
+        running.stop()
+    assert again.returncode == 2 and "answered before" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+    assert stored(running.db) and len(stored(running.db)) == 6
