@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
     from aggregator.service.streams import ConnectionLimits, StreamLimits
 
 DEFAULT_PORT = 50051
+#: Why a multi-process server does not hold a signed survey's devices to one answer per question.
+ONE_ANSWER_UNCHECKED = (
+    f"{PROG}: warning: with --workers above 1 the aggregator does not check one answer per "
+    "device and question of surveys with device authentication (the counts live in one "
+    "process; --workers 1 checks them); devices still refuse or memoize a second answer"
+)
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -205,11 +212,13 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("--auth-window must be positive")
     limits = load_limits(args.config)
     args.streams, args.connections = _limits_of(args)
-    if args.workers > 1 and limits:
+    if args.workers > 1 and any(limit.declared for limit in limits.values()):
         raise UserError(
             "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
             "in one process: serve them with --workers 1"
         )
+    if args.workers > 1 and limits:  # only the one-answer rule of signed surveys
+        print(ONE_ANSWER_UNCHECKED, file=sys.stderr, flush=True)
     if args.db.is_file() and args.db.stat().st_size:  # kind and pins, before binding
         with StoreReader(args.db) as reader:
             reader.check_definitions(surveys, args.config)
