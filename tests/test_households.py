@@ -193,7 +193,7 @@ def test_tag_is_in_the_digest_the_wire_and_the_survey_file(config):
     assert QuestionSpec.from_proto(shared.to_proto()) == shared
     assert survey_from_json(survey_to_json(surveys["home"])).question("dwelling") == shared
     field = difference(untagged.definition(), shared.definition())
-    assert field == ("household_shared", False, True)
+    assert field == ("household_shared", "False", "True")
     assert "household_shared" not in untagged.definition()  # untagged definitions unchanged
 
 

@@ -104,10 +104,10 @@ class Reporter:
                 if cached is None:
                     raise TransportError(
                         exc.code,
-                        f"{exc.details or 'server unreachable'}; survey {survey_id!r} is not "
+                        f"{exc.reason or 'server unreachable'}; survey {survey_id!r} is not "
                         "cached on this device (ldp-client install-survey FILE installs it)",
                     ) from None
-                survey, self.offline = cached.survey, exc.details or exc.code.name
+                survey, self.offline = cached.survey, exc.reason or exc.code.name
             else:
                 self.cache.put(survey, "server")
             self._surveys[survey_id] = survey

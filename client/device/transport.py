@@ -44,12 +44,22 @@ class TransportError(Exception):
     """A call failed for good (or ran out of retries); ``code`` is the gRPC status."""
 
     def __init__(
-        self, code: grpc.StatusCode, details: str, retry_after: float | None = None
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        retry_after: float | None = None,
+        hint: str = "",
     ) -> None:
-        super().__init__(f"{code.name}: {details}")
         self.code = code
-        self.details = details
+        self.details = details  # as gRPC said it
+        self.hint = hint  # the likely cause, for the user (client/device/tls_errors.py)
         self.retry_after = retry_after  # seconds, from the server's hint
+        super().__init__(f"{code.name}: {self.reason}")
+
+    @property
+    def reason(self) -> str:
+        """The details for the user: the likely cause first when there is one."""
+        return f"{self.hint}; gRPC: {self.details}" if self.hint else self.details
 
     @property
     def retryable(self) -> bool:
@@ -124,8 +134,9 @@ class Transport:
             except self._rpc_error as exc:
                 code = exc.code()
                 if code.name not in RETRYABLE or attempt == self._max_attempts:
-                    details = tls_errors.explain(code.name, exc.details() or "", self._tls)
-                    raise TransportError(code, details, retry_after(exc)) from None
+                    details = exc.details() or ""
+                    hint = tls_errors.likely_cause(code.name, details, self._tls)
+                    raise TransportError(code, details, retry_after(exc), hint) from None
             import random  # only a retry needs jitter (one answer's memory, module docstring)
 
             time.sleep(delay * random.uniform(0.5, 1.0))
