@@ -198,6 +198,9 @@ def _limits_of(args: argparse.Namespace) -> tuple[StreamLimits, ConnectionLimits
 
 def run_serve(args: argparse.Namespace) -> int:
     credentials = _server_credentials(args)
+    folder = args.db.absolute().parent
+    if not folder.is_dir():  # before the audit log beside it is checked: say the real mistake
+        raise UserError(f"cannot create report store {args.db}: folder {folder} does not exist")
     args.analyst = _analyst_listener(args)
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
