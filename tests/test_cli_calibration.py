@@ -63,7 +63,7 @@ def test_estimate_flags_and_simultaneous_intervals(db_args):
     assert est["estimator"] == "unbiased" and est["frequencies"] == est["unbiased"]
     assert any(est["outside_unit_interval"]) and len(est["simultaneous_low"]) == 4
     assert all(hi > lo for lo, hi in zip(est["ci_low"], est["ci_high"], strict=True))
-    assert all(0 <= lo and hi <= 1 for lo, hi in zip(est["ci_low"], est["ci_high"], strict=True))
+    assert all(lo >= 0 and hi <= 1 for lo, hi in zip(est["ci_low"], est["ci_high"], strict=True))
 
 
 def test_estimate_shows_the_simplex_estimate_by_default(db_args):
@@ -81,6 +81,6 @@ def test_estimate_shows_the_simplex_estimate_by_default(db_args):
     np.testing.assert_allclose(freqs, est["projected"])
     for low, high in (("ci_low", "ci_high"), ("simultaneous_low", "simultaneous_high")):
         lo, hi = np.array(est[low]), np.array(est[high])
-        assert ((0 <= lo) & (lo <= freqs) & (freqs <= hi) & (hi <= 1) & (lo < hi)).all()
+        assert ((lo >= 0) & (lo <= freqs) & (freqs <= hi) & (hi <= 1) & (lo < hi)).all()
     bad = run("estimate", *db_args, "--estimator", "mle")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--estimator" in bad.stderr

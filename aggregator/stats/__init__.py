@@ -17,15 +17,66 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from aggregator.stats.composite import composite, independence
-    from aggregator.stats.estimate import Estimate, estimate
-    from aggregator.stats.gof import goodness_of_fit
-    from aggregator.stats.k_sample import k_sample, k_sample_power
-    from aggregator.stats.models import FunctionModel, IndependenceModel, ParametricModel
-    from aggregator.stats.multiple import HolmResult, holm
-    from aggregator.stats.power import Advice, advise, noncentrality, power, sample_size
-    from aggregator.stats.result import TestResult
-    from aggregator.stats.two_sample import two_sample, two_sample_power
+    from aggregator.stats.composite import (
+        composite as composite,
+    )
+    from aggregator.stats.composite import (
+        independence as independence,
+    )
+    from aggregator.stats.estimate import (
+        Estimate as Estimate,
+    )
+    from aggregator.stats.estimate import (
+        estimate as estimate,
+    )
+    from aggregator.stats.gof import (
+        goodness_of_fit as goodness_of_fit,
+    )
+    from aggregator.stats.k_sample import (
+        k_sample as k_sample,
+    )
+    from aggregator.stats.k_sample import (
+        k_sample_power as k_sample_power,
+    )
+    from aggregator.stats.models import (
+        FunctionModel as FunctionModel,
+    )
+    from aggregator.stats.models import (
+        IndependenceModel as IndependenceModel,
+    )
+    from aggregator.stats.models import (
+        ParametricModel as ParametricModel,
+    )
+    from aggregator.stats.multiple import (
+        HolmResult as HolmResult,
+    )
+    from aggregator.stats.multiple import (
+        holm as holm,
+    )
+    from aggregator.stats.power import (
+        Advice as Advice,
+    )
+    from aggregator.stats.power import (
+        advise as advise,
+    )
+    from aggregator.stats.power import (
+        noncentrality as noncentrality,
+    )
+    from aggregator.stats.power import (
+        power as power,
+    )
+    from aggregator.stats.power import (
+        sample_size as sample_size,
+    )
+    from aggregator.stats.result import (
+        TestResult as TestResult,
+    )
+    from aggregator.stats.two_sample import (
+        two_sample as two_sample,
+    )
+    from aggregator.stats.two_sample import (
+        two_sample_power as two_sample_power,
+    )
 
 #: Each public name and the module that defines it.
 _HOMES = {
@@ -69,8 +120,8 @@ def __dir__() -> list[str]:
 
 class _Package(ModuleType):
     """The package's module type: five public functions share their module's name (estimate,
-    composite, power, two_sample, k_sample), and the import system binds a submodule to the package once
-    it is loaded; the public name keeps meaning the function, as with eager imports."""
+    composite, power, two_sample, k_sample), and the import system binds a submodule to the
+    package once it is loaded; the public name keeps meaning the function, as with eager imports."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _HOMES and isinstance(value, ModuleType):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from html import escape
 
 import numpy as np
@@ -61,7 +62,7 @@ class Estimate:
     ci_high: np.ndarray
     confidence: float
     n: int
-    covariance: np.ndarray = field(repr=False)
+    source: Histogram = field(repr=False, compare=False)  # for ``covariance``, on demand
     mechanism: str = ""
     interval_method: str = ""
     simultaneous_low: np.ndarray | None = None
@@ -78,6 +79,12 @@ class Estimate:
                 f"got {len(labels)}"
             )
         return replace(self, labels=tuple(str(label) for label in labels))
+
+    @cached_property
+    def covariance(self) -> np.ndarray:
+        """The unbiased estimate's k x k covariance (``estimate_covariance``), computed when first
+        asked for: at k = 2,000 it is 32 MB and most of the cost of an estimate."""
+        return estimate_covariance(self.source)
 
     @property
     def unbiased_frequencies(self) -> np.ndarray:
@@ -233,6 +240,21 @@ SIMPLEX_NOTE = (
 )
 
 
+def estimate_variances(hist: Histogram) -> np.ndarray:
+    """The diagonal of ``estimate_covariance`` in O(k): each cell's count is binomial (variance
+    m (1 - m) per report, m its mean) or a count plus noise (p (1 - p) + b)."""
+    mech, n = hist.mechanism, hist.n
+    if is_randomized_response(mech):
+        q = hist.values / n
+        return q * (1 - q) / (n * mech.slope**2)
+    p = np.clip(debiased_histogram(hist), 0.0, 1.0)
+    if is_support(mech):
+        p = p / p.sum() if p.sum() > 0 else np.full(mech.k, 1 / mech.k)
+        m = mech.report_mean(p)
+        return m * (1 - m) / (n * mech.slope**2)
+    return (p * (1 - p) + extra_variance(mech)) / n
+
+
 def estimate_covariance(hist: Histogram) -> np.ndarray:
     """Closed-form covariance of the de-biased estimate, with plug-in probabilities.
 
@@ -341,8 +363,7 @@ def estimate(
     estimator = check_estimator(estimator)
     freqs = debiased_histogram(hist)
     check_finite_statistic(float(np.sum(freqs * freqs)))
-    cov = estimate_covariance(hist)
-    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    se = np.sqrt(np.clip(estimate_variances(hist), 0.0, None))
     low, high = confidence_intervals(hist, confidence)
     both = simultaneous_intervals(hist, confidence) if simultaneous else (None, None)
     shown = freqs
@@ -358,7 +379,7 @@ def estimate(
         ci_high=high,
         confidence=float(confidence),
         n=hist.n,
-        covariance=cov,
+        source=hist,
         mechanism=hist.mechanism.describe(),
         interval_method=interval_method(hist),
         simultaneous_low=both[0],
