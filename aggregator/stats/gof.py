@@ -7,7 +7,7 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
@@ -221,7 +221,7 @@ def goodness_of_fit(
         pvalue = weighted_chi2_sf(statistic, support_null_law(mech, p0))
         return TestResult(statistic, pvalue, None, reject=pvalue <= alpha, **common)
     dof = mech.k if method == "nonprojected" else mech.k - 1
-    pvalue = float(stats.chi2.sf(statistic, dof))
+    pvalue = float(special.chdtrc(dof, statistic))
     return TestResult(statistic, pvalue, dof, reject=pvalue <= alpha, **common)
 
 
