@@ -1,9 +1,10 @@
 """The confirmation side's plan and seal in the PostgreSQL store, consistent across nodes: the
 rules of aggregator/store/confirmations.py (one plan per survey, final once registered; a seal
 computed from a snapshot and committed by compare-and-set), with locks in place of SQLite's
-single writer. A seal holds the survey's confirmation-side lock exclusively while it checks the
-confirmation-side counts and writes; every node's commit of confirmation-side reports holds it
-shared (engine.py), so no node acknowledges a report the seal did not count.
+single writer. A seal first closes the confirmation side holding the survey's
+confirmation-side lock exclusively; every node's commit of confirmation-side reports holds it
+shared and checks the side is open (engine.py), so no node acknowledges a report the seal did
+not count.
 (The reusable holdout is not served on PostgreSQL in this version.)"""
 
 from __future__ import annotations
@@ -123,18 +124,47 @@ def commit_seal(
     return replace(current, sealed=text, sealed_at=record["sealed_at"]), False
 
 
+def close_side(store: PostgresStore, survey: SurveySpec) -> None:
+    """Close the survey's confirmation side to new reports on every node (idempotent): the
+    first step of a seal. It holds the confirmation-side lock exclusively, so it waits for the
+    commits of confirmation-side reports under way, and every later one sees it closed."""
+    with store.transaction() as conn:
+        lock_confirmation_side(conn, survey.id, exclusive=True)
+        current = state(conn, survey.id, "FOR UPDATE")
+        if current is None or current.mode != "plan":
+            what = "no plan is registered" if current is None else "it is a reusable holdout"
+            raise ConfirmationError(f"survey {survey.id}: nothing to confirm: {what}")
+        conn.execute(
+            "UPDATE confirmations SET closed_at = coalesce(closed_at, %s) WHERE survey_id = %s",
+            (datetime.now(UTC).isoformat(timespec="seconds"), survey.id),
+        )
+
+
 def seal(
     store: PostgresStore, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
 ) -> tuple[Confirmation, bool]:
-    """Run the registered plan once and seal its results; see confirmations.seal."""
+    """Run the registered plan once and seal its results; see confirmations.seal. Unlike the
+    single-writer SQLite store, it first closes the confirmation side (:func:`close_side`), so
+    that uploads going on at many nodes cannot keep changing the counts the plan runs on:
+    the snapshot after the close is final, and reports refused from then on would have been
+    refused after the seal anyway."""
     if not survey.split:
         raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
+    closed = False
     for attempt in range(1, ATTEMPTS + 1):
         snap = snapshot(store, survey)
         plan = seal_plan(snap, survey)
         if plan is None:
             assert snap.state is not None
             return snap.state, True
+        if not closed:
+            close_side(store, survey)
+            closed = True
+            snap = snapshot(store, survey)
+            plan = seal_plan(snap, survey)
+            if plan is None:
+                assert snap.state is not None
+                return snap.state, True
         try:
             return commit_seal(store, survey, snap, compute(plan, snap.histograms))
         except StateChangedError:

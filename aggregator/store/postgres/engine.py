@@ -12,10 +12,10 @@ aggregator/service/store_api.py) on a PostgreSQL database that any number of nod
 * No hot row: each transaction adds its reports' contributions to one randomly chosen shard of
   each question's statistics (schema.py); reads sum the shards.
 * A sealed confirmation side is refused on every node: a commit with confirmation-side reports
-  holds the survey's confirmation-side lock shared and reads the seal in its own transaction; a
-  seal holds that lock exclusively while it checks the counts and writes
-  (aggregator/store/postgres/confirm.py). So a report is either committed before the seal's
-  check of the counts (and the seal computes again) or sees the seal and is refused.
+  holds the survey's confirmation-side lock shared and reads whether the side is closed in its
+  own transaction; a seal closes it holding that lock exclusively
+  (aggregator/store/postgres/confirm.py). So a report is either committed before the side
+  closed (and counted by the seal) or sees it closed and is refused.
 """
 
 from __future__ import annotations
@@ -466,13 +466,14 @@ def lock_confirmation_side(conn: psycopg.Connection, survey_id: str, exclusive: 
 
 def _refuse_closed_sides(conn: psycopg.Connection, batches: list[ReportBatch]) -> None:
     """Inside the write transaction: take the confirmation-side lock (shared) of the surveys
-    with confirmation-side reports, then refuse the commit if one of them is sealed."""
+    with confirmation-side reports, then refuse the commit if one of them is closed (sealed,
+    or being sealed)."""
     surveys = sorted({b.survey_id for b in batches if b.side == CONFIRMATION and len(b)})
     if not surveys:
         return
     for survey_id in surveys:
         lock_confirmation_side(conn, survey_id, exclusive=False)
-    sql = "SELECT survey_id FROM confirmations WHERE survey_id = ANY(%s) AND sealed IS NOT NULL"
+    sql = "SELECT survey_id FROM confirmations WHERE survey_id = ANY(%s) AND closed_at IS NOT NULL"
     sealed = sorted(row[0] for row in conn.execute(sql, (surveys,)))
     if sealed:
         raise ConfirmationClosedError(

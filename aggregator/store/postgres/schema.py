@@ -5,7 +5,9 @@ The tables mirror the SQLite store's, with two differences. The log is keyed by 
 (the unique constraint every node's insert checks: exact DUPLICATE and CONFLICT answers across
 nodes). The statistics are sharded: ``statistic_shards`` holds, per (survey, question, side,
 group, shard), the sums of the reports that transactions choosing that shard stored, so
-concurrent commits seldom wait on one row; a read sums the shards. Group '' pools all groups."""
+concurrent commits seldom wait on one row; a read sums the shards. Group '' pools all groups.
+``confirmations.closed_at`` is set when a seal closes the confirmation side, before its
+results are computed (aggregator/store/postgres/confirm.py)."""
 
 from __future__ import annotations
 
@@ -71,7 +73,8 @@ _TABLES = (
     registered_at text NOT NULL,
     sealed text,
     sealed_at text,
-    holdout text
+    holdout text,
+    closed_at text
 )""",
 )
 
