@@ -27,6 +27,7 @@ import grpc
 import numpy as np
 import pytest
 from aggregator_process import spawn_serve
+from cli_runner import run_cli
 
 from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
@@ -252,3 +253,45 @@ def test_a_seal_racing_uploads_on_two_nodes(nodes, postgres_url: str, config: Pa
     assert n == sealed_n == len(acknowledged)  # nothing acknowledged past the seal
     assert sums.tolist() == expected(acknowledged, ldp_pb2.CONFIRMATION)[1]
     assert len(refused) == 2  # both nodes refused confirmation-side uploads after the seal
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--store", "mysql://x/y"), "--store takes a PostgreSQL URL"),
+        (("--store", "postgresql://x/y", "--workers", "2"), "one process per node"),
+    ],
+)
+def test_serve_store_refuses_bad_flags_in_one_line(tmp_path, config, extra, message) -> None:
+    done = run_cli("agg", "serve", "--config", config, "--db", tmp_path / "n", "--insecure", *extra)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("ldp-aggregator: error:") and message in done.stderr
+
+
+def test_serve_store_with_no_server_is_one_line(tmp_path, config, postgres) -> None:
+    """A URL nobody answers: one line, exit 2, nothing bound."""
+    url = f"postgresql:///nothing?host={tmp_path}"  # a socket directory with no server
+    done = run_cli(
+        "agg", "serve", "--config", config, "--db", tmp_path / "n", "--store", url,
+        "--insecure", "--port", "0",
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "cannot reach the PostgreSQL store" in done.stderr
+
+
+def test_compose_file_runs_two_nodes_with_existing_serve_flags() -> None:
+    """scripts/deploy/compose-postgres.yaml: PostgreSQL and two nodes whose serve command lines
+    parse, name a PostgreSQL --store, and keep the password off the command line."""
+    yaml = pytest.importorskip("yaml")
+    from aggregator.cli import build_parser
+
+    path = Path(__file__).resolve().parents[1] / "scripts/deploy/compose-postgres.yaml"
+    services = yaml.safe_load(path.read_text())["services"]
+    assert set(services) == {"postgres", "node-a", "node-b"}
+    assert "ports" not in services["postgres"]  # the database is not published
+    for name in ("node-a", "node-b"):
+        parsed = build_parser().parse_args(services[name]["command"])
+        assert parsed.store.startswith("postgresql://") and "@" in parsed.store
+        assert ":" not in parsed.store.split("//")[1].split("@")[0]  # no password in the URL
+        assert "PGPASSWORD" in services[name]["environment"]
+        assert parsed.metrics_host == "127.0.0.1" and parsed.tls_cert is not None
