@@ -117,6 +117,7 @@ def upload(stub, chunk: list[ldp_pb2.Report]) -> list[int]:
     return [result.status for result in response.results]
 
 
+@pytest.mark.slow  # serve processes, SIGKILL (docs/testing.md)
 def test_two_nodes_store_each_resent_report_once(nodes, postgres_url: str, config: Path) -> None:
     rng = random.Random(5)
     sent = reports(3000, rng)
@@ -150,6 +151,7 @@ def test_two_nodes_store_each_resent_report_once(nodes, postgres_url: str, confi
         assert stored(postgres_url, side) == expected(sent, side)
 
 
+@pytest.mark.slow  # serve processes, SIGKILL (docs/testing.md)
 def test_sigkill_of_a_node_mid_upload_loses_and_doubles_nothing(
     nodes, postgres_url: str, config: Path
 ) -> None:
@@ -198,6 +200,7 @@ def test_sigkill_of_a_node_mid_upload_loses_and_doubles_nothing(
         assert stored(postgres_url, side) == expected(sent, side)
 
 
+@pytest.mark.slow  # serve processes, SIGKILL (docs/testing.md)
 def test_a_seal_racing_uploads_on_two_nodes(nodes, postgres_url: str, config: Path) -> None:
     from aggregator.store.postgres import confirm, pins
 
