@@ -309,3 +309,30 @@ def test_two_postgres_nodes_store_each_resent_report_once(postgres_url: str, tmp
         assert one.count_reports() == two.count_reports() == 3000
         _assert_statistics_equal(one, unique)
         _assert_statistics_equal(two, unique)
+
+
+def test_postgres_store_rides_out_a_lost_connection(postgres_url: str, tmp_path) -> None:
+    """Every session ended by the server (a restart, a failover, an administrator): the next
+    commit runs on a new connection and is answered as if nothing happened; a database that
+    is gone is StoreUnavailableError (UNAVAILABLE to devices), and nothing is half-written."""
+    import psycopg
+
+    from aggregator.store.postgres import pins
+    from aggregator.store.postgres.engine import PostgresStore
+    from aggregator.store.report_store import StoreUnavailableError
+
+    with PostgresStore(postgres_url) as store:
+        pins.register(store, surveys(tmp_path))
+        assert store.put([report(1)]) == [STORED]
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        assert store.put([report(2), report(1)]) == [STORED, DUPLICATE]
+        assert store.statistics("s", "q", side=1)[0] == 2
+        name = postgres_url.split("///", 1)[1].split("?", 1)[0]
+        with psycopg.connect(postgres_url.replace(name, "postgres"), autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        with pytest.raises(StoreUnavailableError, match="cannot reach"):
+            store.put([report(3)])

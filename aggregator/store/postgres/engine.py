@@ -366,11 +366,14 @@ class PostgresStore:
             submit.future.set_exception(exc)
 
     def _write(self, batches: list[ReportBatch]) -> list[int]:
-        """One transaction (run again after a deadlock or serialization failure): the flags.
-        A lost connection is StoreUnavailableError: the outcome is unknown to this node, and a
-        resend is answered DUPLICATE if it was committed."""
+        """One transaction, run again after a deadlock or serialization failure, and once on a
+        new connection after the connection was lost (a database restart or failover, an
+        administrator ending sessions). Running it again is safe even if the lost transaction
+        committed: its reports are then found stored, DUPLICATE, and counted once. The
+        connection lost again: StoreUnavailableError, nothing acknowledged, the device resends."""
         if not any(len(b) for b in batches):
             return []
+        reconnected = False
         for attempt in range(1, RETRIES + 1):
             try:
                 if self._conn is None or self._conn.closed:
@@ -384,10 +387,14 @@ class PostgresStore:
                 raise StoreError("the statistics' sums would overflow int64") from None
             except psycopg.OperationalError as exc:
                 self._drop_connection()
-                raise StoreUnavailableError(f"the PostgreSQL store is unreachable: {exc}") from None
+                if reconnected:
+                    raise StoreUnavailableError(
+                        f"the PostgreSQL store is unreachable: {exc}"
+                    ) from None
+                reconnected = True
             except psycopg.Error as exc:
                 raise StoreError(f"commit failed: {exc}") from None
-        raise AssertionError("unreachable")
+        raise StoreUnavailableError("the PostgreSQL store is unreachable, try again")
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
