@@ -246,7 +246,7 @@ def main() -> None:
     if bindir is None:
         raise SystemExit("no PostgreSQL server binaries: apt-get install postgresql")
     load = Path("/proc/loadavg").read_text().split()[0]
-    server = PostgresServer(bindir)
+    server = PostgresServer(bindir, fsync=True)
     server.start()
     results = []
     try:
