@@ -272,14 +272,18 @@ def test_serve_store_refuses_bad_flags_in_one_line(tmp_path, config, extra, mess
 
 
 def test_serve_store_with_no_server_is_one_line(tmp_path, config, postgres) -> None:
-    """A URL nobody answers: one line, exit 2, nothing bound."""
+    """A URL nobody answers: one line, exit 2, nothing bound. Per-device limits are announced
+    as counted per node first."""
+    config.write_text(SURVEYS.replace("epsilon = 1.0", "epsilon = 1.0\nmax_reports_per_device = 3"))
     url = f"postgresql:///nothing?host={tmp_path}"  # a socket directory with no server
     done = run_cli(
         "agg", "serve", "--config", config, "--db", tmp_path / "n", "--store", url,
         "--insecure", "--port", "0",
     )  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "cannot reach the PostgreSQL store" in done.stderr
+    warning, error = done.stderr.strip().splitlines()
+    assert "per-device limits are counted on this node only" in warning
+    assert error.startswith("ldp-aggregator: error: cannot reach the PostgreSQL store")
 
 
 def test_compose_file_runs_two_nodes_with_existing_serve_flags() -> None:

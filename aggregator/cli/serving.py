@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -218,6 +219,13 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(
             "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
             "in one process: serve them with --workers 1"
+        )
+    if args.store is not None and limits:
+        print(
+            f"{PROG}: warning: per-device limits are counted on this node only: a device that "
+            "reaches N nodes gets up to N times its cap (docs/operations.md)",
+            file=sys.stderr,
+            flush=True,
         )
     if args.store is None and args.db.is_file() and args.db.stat().st_size:  # before binding
         with StoreReader(args.db) as reader:
