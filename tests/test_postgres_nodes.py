@@ -185,7 +185,9 @@ def test_sigkill_of_a_node_mid_upload_loses_and_doubles_nothing(
     ]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 120
     while len(acknowledged) < len(sent) // 4:
+        assert time.monotonic() < deadline and any(t.is_alive() for t in threads)
         time.sleep(0.005)
     nodes[0][0].send_signal(signal.SIGKILL)  # mid-upload: the devices are still sending
     nodes[0][0].wait()
@@ -233,7 +235,9 @@ def test_a_seal_racing_uploads_on_two_nodes(nodes, postgres_url: str, config: Pa
         ]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 120
         while len(acknowledged) < 2000:
+            assert time.monotonic() < deadline and any(t.is_alive() for t in threads)
             time.sleep(0.01)
 
         def compute(plan: str, histograms: dict) -> dict:
