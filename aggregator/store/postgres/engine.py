@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 #: Shards of each question's statistics: concurrent commits pick one at random each.
 DEFAULT_SHARDS = 16
+#: Readers' connections kept open between calls (stored_ids runs on every capped upload).
+IDLE_READERS = 4
 #: Times a transaction is run again after a deadlock or serialization failure.
 RETRIES = 5
 #: The first key of the confirmation-side advisory locks (the second: the survey id's hash).
@@ -139,8 +141,9 @@ class PostgresStore:
             self._conn.close()
             raise
         self._queue: queue.SimpleQueue[_Submit | _Stop] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # orders "closed" against enqueueing; guards _idle
         self._closed = False
+        self._idle: list[psycopg.Connection] = []
         self._writer = threading.Thread(target=self._run, name="postgres-store-writer", daemon=True)
         self._writer.start()
 
@@ -219,20 +222,45 @@ class PostgresStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
-    # -- reads (a connection of their own) -----------------------------------------------------
+    # -- reads (connections of their own, never the writer's) -----------------------------
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection]:
-        """A connection of its own inside one transaction (READ COMMITTED), closed after."""
+        """A reader's connection (not the writer's) inside one transaction (READ COMMITTED):
+        an idle one kept from an earlier call (if it still answers), or a new one. A lost
+        connection or an unreachable database is StoreUnavailableError, and that connection is
+        not kept."""
         if self._closed:
             raise StoreError("store is closed")
-        conn = connect(self._url)
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is not None:
+            try:
+                conn.execute("SELECT 1")  # kept idle: the server may have ended its session
+            except psycopg.Error:
+                conn.close()
+                conn = None
+        if conn is None:
+            conn = connect(self._url)
         try:
             with conn.transaction():
                 yield conn
-        finally:
+        except psycopg.OperationalError as exc:
             conn.close()
+            raise StoreUnavailableError(f"the PostgreSQL store is unreachable: {exc}") from None
+        except BaseException:
+            conn.close()
+            raise
+        with self._lock:
+            if self._closed or len(self._idle) >= IDLE_READERS:
+                conn.close()
+            else:
+                self._idle.append(conn)
 
     def statistics(
         self, survey_id: str, question_id: str, side: int = 0, group: str = ""
