@@ -16,7 +16,7 @@ from aggregator.cli.common import (
     add_json_option,
     add_question_options,
     add_side_option,
-    add_store_options,
+    add_source_options,
     load_histogram,
     null_distribution,
 )
@@ -45,7 +45,7 @@ def add_commands(subparsers: Subcommands) -> None:
     est = add_command(
         subparsers, "estimate", "unbiased frequencies with confidence intervals (read only)"
     )
-    add_store_options(est)
+    add_source_options(est)
     add_question_options(est)
     add_side_option(est)
     add_group_option(est)
@@ -57,7 +57,7 @@ def add_commands(subparsers: Subcommands) -> None:
     est.set_defaults(run=run_estimate)
 
     test = add_command(subparsers, "test", "goodness of fit or independence test (read only)")
-    add_store_options(test)
+    add_source_options(test)
     add_question_options(test)
     test.add_argument("kind", choices=["gof", "independence"], help="which test")
     add_side_option(test)

@@ -38,6 +38,18 @@ if TYPE_CHECKING:
     from aggregator.service.streams import ConnectionLimits, StreamLimits
 
 DEFAULT_PORT = 50051
+#: Why a multi-process server does not hold a signed survey's devices to one answer per question.
+ONE_ANSWER_UNCHECKED = (
+    f"{PROG}: warning: with --workers above 1 the aggregator does not check one answer per "
+    "device and question of surveys with device authentication (the counts live in one "
+    "process; --workers 1 checks them); devices still refuse or memoize a second answer"
+)
+
+PER_NODE_LIMITS = (
+    f"{PROG}: warning: with --store, per-device limits and the one-answer check of signed "
+    "surveys are counted on this node only: a device that reaches N nodes gets up to N times "
+    "its cap (docs/operations.md, 'Several ingest nodes')"
+)
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -199,6 +211,9 @@ def _limits_of(args: argparse.Namespace) -> tuple[StreamLimits, ConnectionLimits
 
 def run_serve(args: argparse.Namespace) -> int:
     credentials = _server_credentials(args)
+    folder = args.db.absolute().parent
+    if not folder.is_dir():  # before the audit log beside it is checked: say the real mistake
+        raise UserError(f"cannot create report store {args.db}: folder {folder} does not exist")
     if args.store is not None:
         _check_shared_store(args)
     args.analyst = None if args.store is not None else _analyst_listener(args)
@@ -215,18 +230,15 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("--auth-window must be positive")
     limits = load_limits(args.config)
     args.streams, args.connections = _limits_of(args)
-    if args.workers > 1 and limits:
+    if args.workers > 1 and any(limit.declared for limit in limits.values()):
         raise UserError(
             "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
             "in one process: serve them with --workers 1"
         )
+    if args.workers > 1 and limits:  # only the one-answer rule of signed surveys
+        print(ONE_ANSWER_UNCHECKED, file=sys.stderr, flush=True)
     if args.store is not None and limits:
-        print(
-            f"{PROG}: warning: per-device limits are counted on this node only: a device that "
-            "reaches N nodes gets up to N times its cap (docs/operations.md)",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(PER_NODE_LIMITS, file=sys.stderr, flush=True)
     if args.store is None and args.db.is_file() and args.db.stat().st_size:  # before binding
         with StoreReader(args.db) as reader:
             reader.check_definitions(surveys, args.config)
