@@ -128,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--memoize",
         action="store_true",
-        help="replay the stored report when the same answer is given again (saves budget; the "
-        "server then sees whether the answer changed)",
+        help="a question answered before: resend this device's first report instead of refusing "
+        "(no new cost, counted once; the first answer stands, even if this one differs)",
     )
     _json(submit)
     submit.set_defaults(run=run_submit)

@@ -36,7 +36,7 @@ def read_truths(survey: SurveySpec, specs: Sequence[str]) -> dict[str, np.ndarra
 
 
 def _entries(specs: Sequence[str]) -> Iterator[tuple[str, str, object]]:
-    """(where, question id, probabilities as given) of each spec, files read."""
+    """(where, question id, probabilities as given) of each --truth value, files read."""
     for spec in specs:
         if spec.startswith("@"):
             yield from _file_entries(Path(spec[1:]))

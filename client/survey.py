@@ -5,7 +5,6 @@ always comes from the numbers it will actually randomize with."""
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import struct
@@ -49,6 +48,17 @@ _EPSILON_ONLY: dict[str, Callable[[int, float], Mechanism]] = {
     "local_hashing": LocalHashing,
 }
 DIGEST_FORMAT = "ldp-question-definition/1"
+#: What a device does when asked a question it answered before (docs/config.md, "Repeat
+#: answers"): refuse it (the default), or resend its first report unchanged (memoize). Either
+#: way a device is counted once per question.
+REFUSE, MEMOIZE = "refuse", "memoize"
+REPEAT_POLICIES = (REFUSE, MEMOIZE)
+_NO_REPLACE = (
+    "repeat = 'replace' is not supported: the aggregator could un-count the first report only "
+    "by linking it to the device's second one, and nothing at rest may tie reports to a device; "
+    "use 'refuse' (the default) or 'memoize', and a separate question per wave of a panel "
+    '(docs/config.md, "Repeat answers")'
+)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -68,6 +78,8 @@ class QuestionSpec:
 
     ``household_shared``: the answer belongs to the household (its members share it), so one
     respondent per household answers, charged to the household ledger (docs/households.md).
+    ``repeat``: what a device does with a second answer, REFUSE or MEMOIZE (not part of the
+    definition digest: it changes no report, only whether a device sends a second one).
     """
 
     id: str
@@ -75,6 +87,7 @@ class QuestionSpec:
     attributes: tuple[Attribute, ...]
     mechanism: Mechanism
     household_shared: bool = False
+    repeat: str = REFUSE
 
     @property
     def k(self) -> int:
@@ -259,11 +272,20 @@ def build_question(
     household_shared: bool = False,
     public_seed: int | None = None,
     groups: int | None = None,
+    repeat: object = REFUSE,
 ) -> QuestionSpec:
     """Validate a question definition and build its mechanism (``mechanism``: one of
     MECHANISM_NAMES, from a parsed file, checked; ``public_seed`` and ``groups``: the public
-    subsets of ``public_coin_bit``, required there and refused elsewhere)."""
+    subsets of ``public_coin_bit``, required there and refused elsewhere; ``repeat``: one of
+    REPEAT_POLICIES)."""
     check_id("question", question_id)
+    if repeat == "replace":
+        raise SurveyError(f"question {question_id}: {_NO_REPLACE}")
+    if not isinstance(repeat, str) or repeat not in REPEAT_POLICIES:
+        raise SurveyError(
+            f"question {question_id}: repeat must be one of {', '.join(REPEAT_POLICIES)}, "
+            f"got {repeat!r}"
+        )
     if not isinstance(household_shared, bool):
         raise SurveyError(
             f"question {question_id}: household_shared must be true or false, "
@@ -307,7 +329,7 @@ def build_question(
             mech = LaplaceNoise(k, parameter, granularity_bits=granularity_bits)
     except ValueError as exc:
         raise SurveyError(f"question {question_id}: {exc}") from exc
-    return QuestionSpec(question_id, text, tuple(attributes), mech, household_shared)
+    return QuestionSpec(question_id, text, tuple(attributes), mech, household_shared, repeat)
 
 
 def check_id(kind: str, value: object) -> str:
@@ -465,7 +487,9 @@ SURVEY_FILE_FORMAT = "ldp-survey-definition/1"
 def survey_to_json(survey: SurveySpec) -> str:
     """A survey definition as a file a device can install (``ldp-client install-survey``):
     JSON with a format marker and the wire message's fields (protobuf JSON mapping)."""
-    from google.protobuf import json_format  # lazily: only survey files need it
+    import json  # lazily, as json_format: only survey files need them
+
+    from google.protobuf import json_format
 
     message = json_format.MessageToDict(survey.to_proto(), preserving_proto_field_name=True)
     return json.dumps({"format": SURVEY_FILE_FORMAT, "survey": message}, indent=2) + "\n"
@@ -473,6 +497,8 @@ def survey_to_json(survey: SurveySpec) -> str:
 
 def survey_from_json(text: str) -> SurveySpec:
     """Parse and validate a survey definition file; SurveyError if it is not one."""
+    import json  # lazily: only survey files need it
+
     try:
         document = json.loads(text)
     except ValueError as exc:

@@ -21,7 +21,7 @@ stamp="$venv/.ldp-survey-installed"
 wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
     "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null
-    "$venv/bin/python" -m pip install --quiet -e ".[aggregator,dev,beam,plot,metrics,frame]"
+    "$venv/bin/python" -m pip install --quiet -e ".[aggregator,dev,beam,plot,metrics,frame,postgres]"
     echo "$wanted" >"$stamp"
 fi
 tier=()

@@ -173,3 +173,20 @@ def pki(tmp_path_factory) -> PkiFiles:
     for name, item in issued.items():
         item.write(files.cert(name), files.key(name))
     return files
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL server for the session (tests/postgres_server.py): skipped where
+    PostgreSQL is missing, a failure instead when LDP_REQUIRE_POSTGRES=1 (CI)."""
+    from postgres_server import start_postgres
+
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL server."""
+    return postgres.new_database()

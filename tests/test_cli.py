@@ -95,12 +95,12 @@ def test_full_flow_through_the_cli(live_server, tmp_path, survey_file):
         "--survey",
         "s1",
         "--question",
-        "rr",
+        "fc",
         "--answer",
         "a",
         check=False,
     )
-    assert_user_error(refused, 2, "refused")
+    assert_user_error(refused, 2, "refused")  # the budget of 3 is spent
 
     sim = json.loads(
         run(

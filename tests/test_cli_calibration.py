@@ -50,12 +50,37 @@ def test_calibration_is_chosen_and_printed(db_args):
 
 
 def test_estimate_flags_and_simultaneous_intervals(db_args):
-    done = run("estimate", *db_args, "--simultaneous")
+    done = run("estimate", *db_args, "--simultaneous", "--estimator", "unbiased")
     assert done.returncode == 0, done.stderr
+    assert "estimator: unbiased" in done.stdout.splitlines()[0]
     header = done.stdout.splitlines()[1]
     assert "projected" in header and "simultaneous" in header
     assert "'projected' is the nearest distribution" in done.stdout
     assert "all 4 intervals cover at once with probability at least 95%" in done.stdout
-    est = json.loads(run("estimate", *db_args, "--simultaneous", "--json").stdout)
+    est = json.loads(
+        run("estimate", *db_args, "--simultaneous", "--estimator", "unbiased", "--json").stdout
+    )
+    assert est["estimator"] == "unbiased" and est["frequencies"] == est["unbiased"]
     assert any(est["outside_unit_interval"]) and len(est["simultaneous_low"]) == 4
     assert all(hi > lo for lo, hi in zip(est["ci_low"], est["ci_high"], strict=True))
+    assert all(lo >= 0 and hi <= 1 for lo, hi in zip(est["ci_low"], est["ci_high"], strict=True))
+
+
+def test_estimate_shows_the_simplex_estimate_by_default(db_args):
+    """40 reports all in category 0: unbiased values below 0, shown as shares with the unbiased
+    values beside them, every interval inside [0, 1] and holding its estimate."""
+    done = run("estimate", *db_args)
+    assert done.returncode == 0, done.stderr
+    assert "estimator: simplex" in done.stdout.splitlines()[0]
+    assert "unbiased" in done.stdout.splitlines()[1]
+    assert "simplex: the unbiased estimate shifted by" in done.stdout
+    est = json.loads(run("estimate", *db_args, "--simultaneous", "--json").stdout)
+    freqs = np.array(est["frequencies"])
+    assert est["estimator"] == "simplex" and any(est["outside_unit_interval"])
+    assert (freqs >= 0).all() and abs(freqs.sum() - 1) < 1e-12
+    np.testing.assert_allclose(freqs, est["projected"])
+    for low, high in (("ci_low", "ci_high"), ("simultaneous_low", "simultaneous_high")):
+        lo, hi = np.array(est[low]), np.array(est[high])
+        assert ((lo >= 0) & (lo <= freqs) & (freqs <= hi) & (hi <= 1) & (lo < hi)).all()
+    bad = run("estimate", *db_args, "--estimator", "mle")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--estimator" in bad.stderr

@@ -21,7 +21,8 @@ from faultproxy import FaultPlan, FaultProxy
 from client.device.ledger import Ledger
 from client.device.outbox import Outbox
 
-ANSWERS = ("c1", "c4", "c6")
+# One answer per question (a device answers a question once): three questions of survey s1.
+ANSWERS = (("rr", "b"), ("fc", "d"), ("joint", "x1|y2"))
 
 
 def client(*args: str) -> subprocess.CompletedProcess:
@@ -35,10 +36,10 @@ def client(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_device_killed_after_the_server_committed_resends_the_same_reports(server, tmp_path):
     state = tmp_path / "device.sqlite"
-    for answer in ANSWERS:
+    for question, answer in ANSWERS:
         client(
             "submit", "--server", server.target, "--insecure", "--state", str(state),
-            "--budget", "500", "--survey", "big", "--question", "rr64", "--answer", answer,
+            "--budget", "500", "--survey", "s1", "--question", question, "--answer", answer,
             "--no-flush",
         )  # fmt: skip
     with Outbox(state) as outbox:
@@ -72,8 +73,9 @@ def test_device_killed_after_the_server_committed_resends_the_same_reports(serve
     assert (result["accepted"], result["duplicate"], result["pending"]) == (0, len(ANSWERS), 0)
     stored = storecheck.stored_reports(server.db)
     assert {rid: payload for rid, (_, _, payload) in stored.items()} == queued
-    stats = storecheck.statistics(server.db)[("big", "rr64")]
-    assert stats == storecheck.recount(stored, server.surveys)[("big", "rr64")]
-    assert stats[0] == len(ANSWERS)
+    recounted = storecheck.recount(stored, server.surveys)
+    for question, _ in ANSWERS:
+        stats = storecheck.statistics(server.db)[("s1", question)]
+        assert stats == recounted[("s1", question)] and stats[0] == 1
     with Ledger(state) as ledger:
         assert len(ledger.charges()) == len(ANSWERS)  # nothing randomized or charged again

@@ -3,10 +3,11 @@
 Real parts only: `ldp-aggregator serve` as a subprocess with its SQLite file on disk, and 100
 devices, each a real `Reporter` with its own ledger and outbox, answering 500 questions each
 (50,000 reports) and flushing with retries while the test kills the server at 22 seeded random
-points of the ingestion and restarts it on the same port. The same with `--workers 2` (40
-devices, 8 kills): there the SIGKILL hits the process that owns the store, and its two gRPC
-worker processes, left without a writer, must answer UNAVAILABLE and exit on their own while
-the restarted service shares the port with them.
+points of the ingestion and restarts it on the same port (a device answers a question once, so
+the survey has 500 questions of one definition, each device answering all). The same with
+`--workers 2` (40 devices, 8 kills): there the SIGKILL hits the process that owns the store,
+and its two gRPC worker processes, left without a writer, must answer UNAVAILABLE and exit on
+their own while the restarted service shares the port with them.
 
 The question is randomized response at epsilon = 50, which keeps the true answer with
 probability 1 - 7e-22, so the store must equal both the devices' own randomized reports and the
@@ -15,6 +16,7 @@ answers the test chose (the Janus oracle: a double count would show, not hide in
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -42,8 +44,20 @@ ANSWERS_PER_FLUSH = 100
 MIN_PROGRESS_BETWEEN_KILLS = 200  # reports stored after a restart before the next kill
 RUN_LIMIT_SECONDS = 400.0
 ORPHAN_EXIT_SECONDS = 30.0
-SURVEY, QUESTION = "big", "rr64"  # randomized response, k = 8, epsilon = 50
+SURVEY = "big"
 EPSILON = 50.0
+QUESTIONS = [f"q{i}" for i in range(REPORTS_PER_DEVICE)]  # randomized response, k = 8, epsilon 50
+_CATEGORIES = ", ".join(f'"c{c}"' for c in range(8))
+_QUESTION = """
+[[survey.question]]
+id = "{}"
+categories = [{}]
+mechanism = "randomized_response"
+epsilon = {}
+"""
+SURVEY_TOML = f'[[survey]]\nid = "{SURVEY}"\nmin_batch_size = 1\n' + "".join(
+    _QUESTION.format(question, _CATEGORIES, EPSILON) for question in QUESTIONS
+)
 
 
 @dataclass(frozen=True)
@@ -101,9 +115,10 @@ def run_devices(
                 memoize=False,
             )
             try:
+                questions = iter(QUESTIONS)
                 for _ in range(REPORTS_PER_DEVICE // ANSWERS_PER_FLUSH):
-                    for _ in range(ANSWERS_PER_FLUSH):
-                        answer_with_retries(reporter, rng.randrange(8), log, deadline)
+                    for question in itertools.islice(questions, ANSWERS_PER_FLUSH):
+                        answer_with_retries(reporter, question, rng.randrange(8), log, deadline)
                     for item in reporter.outbox.pending(REPORTS_PER_DEVICE):
                         log.payloads[item.report_id] = item.payload
                     flush_with_retries(reporter, log, deadline)
@@ -115,12 +130,14 @@ def run_devices(
         transport.close()
 
 
-def answer_with_retries(reporter: Reporter, category: int, log: DeviceLog, deadline: float):
+def answer_with_retries(
+    reporter: Reporter, question: str, category: int, log: DeviceLog, deadline: float
+):
     """Answer one question; the first answer of a device fetches the survey, which may meet a
     dead server."""
     while True:
         try:
-            report_id = reporter.answer(SURVEY, QUESTION, f"c{category}")
+            report_id = reporter.answer(SURVEY, question, f"c{category}")
         except TransportError:
             assert time.monotonic() < deadline, "devices could not fetch the survey in time"
             time.sleep(0.05)
@@ -142,14 +159,14 @@ def flush_with_retries(reporter: Reporter, log: DeviceLog, deadline: float) -> N
 
 
 def stored_count(db: Path) -> int:
-    return storecheck.statistics(db).get((SURVEY, QUESTION), (0, []))[0]
+    return sum(n for (survey, _), (n, _) in storecheck.statistics(db).items() if survey == SURVEY)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", [ONE_PROCESS, WITH_WORKERS], ids=["one-process", "workers"])
-def test_sigkilled_aggregator_loses_and_doubles_nothing(
-    tmp_path, survey_file, device_dir, scenario: Scenario
-):
+def test_sigkilled_aggregator_loses_and_doubles_nothing(tmp_path, device_dir, scenario: Scenario):
+    survey_file = tmp_path / "crash.toml"
+    survey_file.write_text(SURVEY_TOML)
     surveys = load_surveys(survey_file)
     db = tmp_path / "store.sqlite"
     log_file = tmp_path / "aggregator.log"
@@ -211,8 +228,10 @@ def test_sigkilled_aggregator_loses_and_doubles_nothing(
     assert {rid: p for rid, (_, _, p) in stored.items()} == payloads
     # 0 double-counted: n and every category count equal an exact recount of the devices' own
     # randomized reports, and (epsilon = 50) the answers the test chose.
-    n, sums = storecheck.statistics(db)[(SURVEY, QUESTION)]
-    mech = surveys[SURVEY].question(QUESTION).mechanism
+    per_question = storecheck.statistics(db)
+    n = sum(per_question[(SURVEY, question)][0] for question in QUESTIONS)
+    sums = [sum(c) for c in zip(*(per_question[(SURVEY, q)][1] for q in QUESTIONS), strict=True)]
+    mech = surveys[SURVEY].question(QUESTIONS[0]).mechanism
     from_devices = [0] * mech.k
     for payload in payloads.values():
         from_devices[mech.decode(payload)] += 1

@@ -6,6 +6,7 @@ report store never learns which device sent what."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 import sqlite3
@@ -32,17 +33,25 @@ from client.device.signature import DOMAIN, canonical_upload
 from client.device.transport import Transport
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
-SURVEYS_TOML = """
-[[survey]]
-id = "secure"
-require_device_auth = true
-
+QUESTION = """
 [[survey.question]]
-id = "q"
+id = "{}"
 categories = ["a", "b", "c", "d"]
 mechanism = "randomized_response"
 epsilon = 1.0
-
+"""
+# A signed survey counts one answer per device and question (docs/config.md, "Repeat answers"):
+# the raw uploads below give each report of the secure survey a question of its own.
+SECURE_QUESTIONS = 1000
+SURVEYS_TOML = (
+    """
+[[survey]]
+id = "secure"
+require_device_auth = true
+"""
+    + QUESTION.format("q")
+    + "".join(QUESTION.format(f"q{i}") for i in range(SECURE_QUESTIONS))
+    + """
 [[survey]]
 id = "open"
 
@@ -52,15 +61,21 @@ categories = ["a", "b", "c", "d"]
 mechanism = "randomized_response"
 epsilon = 1.0
 """
+)
 WINDOW = 300
 BUDGET = Budget(5.0)
 
 
+_NEXT_QUESTION = itertools.count()
+
+
 def report(survey: str = "secure", value: int = 1) -> ldp_pb2.Report:
+    """A report of question q of the open survey, or of the next question of the secure one."""
+    secure = survey == "secure"
     return ldp_pb2.Report(
         report_id=os.urandom(16),
         survey_id=survey,
-        question_id="q",
+        question_id=f"q{next(_NEXT_QUESTION) % SECURE_QUESTIONS}" if secure else "q",
         payload=value.to_bytes(4, "little"),
     )
 

@@ -415,10 +415,11 @@ def test_a_device_keeps_its_group_and_refuses_another_before_charging(populated,
         with pytest.raises(GroupChangedError, match="reports in arm 'pilot', not 'control'"):
             reporter.answer("trial", "rr", "b", group="control")
         assert reporter.ledger.spent() == spent  # refused before the ledger was charged
-        reporter.answer("trial", "rr", "b")  # the fixed group
+        reporter.answer("trial", "hr", "b")  # the fixed group
         reporter.answer("plain", "rr", "c")
         with ReportStore(server.db) as store:
             before = store.statistics("trial", "rr", group="pilot")[0]
+            before_hr = store.statistics("trial", "hr", group="pilot")[0]
         assert reporter.flush().accepted == 3
     finally:
         reporter.close()
@@ -429,7 +430,8 @@ def test_a_device_keeps_its_group_and_refuses_another_before_charging(populated,
     finally:
         again.close()
     with ReportStore(server.db) as store:
-        assert store.statistics("trial", "rr", group="pilot")[0] == before + 2
+        assert store.statistics("trial", "rr", group="pilot")[0] == before + 1
+        assert store.statistics("trial", "hr", group="pilot")[0] == before_hr + 1
 
 
 def test_ldp_client_submit_group_mistake_is_one_line(populated, tmp_path):

@@ -36,6 +36,7 @@ from client.device.household import (
     household_secret,
 )
 from client.device.ledger import Budget
+from client.device.repeats import AnsweredBefore
 from client.device.reporter import Reporter
 from client.device.split import split_secret, split_side
 from client.device.transport import Transport
@@ -192,7 +193,7 @@ def test_tag_is_in_the_digest_the_wire_and_the_survey_file(config):
     assert QuestionSpec.from_proto(shared.to_proto()) == shared
     assert survey_from_json(survey_to_json(surveys["home"])).question("dwelling") == shared
     field = difference(untagged.definition(), shared.definition())
-    assert field == ("household_shared", False, True)
+    assert field == ("household_shared", "False", "True")
     assert "household_shared" not in untagged.definition()  # untagged definitions unchanged
 
 
@@ -219,11 +220,12 @@ def test_one_respondent_per_household_on_a_real_aggregator(tmp_path, config):
                 Household.enrol(path, HouseholdTerms.from_code(terms.code()), source).close()
                 devices[path] = Reporter(transport, path, Budget(30.0))
             first = devices[tablet].answer("home", "dwelling", "house")
-            with pytest.raises(AlreadyAnswered):  # a second respondent on the same tablet
+            with pytest.raises(AnsweredBefore):  # a second answer on the same tablet
                 devices[tablet].answer("home", "dwelling", "flat")
-            devices[tablet].answer("home", "mood", "good")  # not shared: every member answers
-            devices[tablet].answer("home", "mood", "bad")
-            assert devices[tablet].flush().accepted == 3
+            devices[tablet].answer("home", "mood", "good")  # not shared: every member answers,
+            with pytest.raises(AnsweredBefore):  # each on a device (a state file) of their own
+                devices[tablet].answer("home", "mood", "bad")
+            assert devices[tablet].flush().accepted == 2
 
             second = devices[phone].answer("home", "dwelling", "flat")
             assert second == first  # derived from the household secret
@@ -234,7 +236,7 @@ def test_one_respondent_per_household_on_a_real_aggregator(tmp_path, config):
             if result.rejected:
                 [(item, code, _)] = devices[phone].outbox.rejected()  # dead-lettered, final
                 assert (item.report_id, code) == (first, "CONFLICT")
-            assert devices[tablet].ledger.spent()[0] == pytest.approx(3.0)
+            assert devices[tablet].ledger.spent()[0] == pytest.approx(2.0)
             status = Household.open(phone).status()
             assert status["spent_epsilon"] == pytest.approx(2.0)  # group cost: 2 x 1
 
@@ -246,6 +248,9 @@ def test_one_respondent_per_household_on_a_real_aggregator(tmp_path, config):
             assert (result.accepted, result.duplicate, result.rejected) == (0, 0, 1), result
             [*_, (item, code, _)] = devices[phone].outbox.rejected()  # dead-lettered, final
             assert (item.report_id, code) == (own, "CONFLICT")
+
+            devices[phone].answer("home", "mood", "bad")
+            assert devices[phone].flush().accepted == 1
 
             alone = Reporter(transport, stranger, Budget(10.0))
             with pytest.raises(HouseholdError, match="enrol this device in a household"):
@@ -368,7 +373,7 @@ def test_command_line_household_flow(tmp_path, config):
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["flush"]["accepted"] == 1
         again = client("submit", *submit, "--answer", "house")
-        assert again.returncode == 2 and "one respondent per household" in again.stderr
+        assert again.returncode == 2 and "answered home/dwelling already" in again.stderr
         info = json.loads(client("budget", "--state", str(state), "--json").stdout)
         assert info["policy"] == "best-of" and info["charges"] == 1
         assert info["household"]["spent_epsilon"] == 1.0

@@ -30,6 +30,7 @@ ABOVE_THE_CORE = (
     "aggregator.confirm",
     "aggregator.planning",
     "aggregator.loader",
+    "aggregator.remote",
 )
 
 # (modules a rule applies to, import prefixes they must never use, why)
@@ -105,6 +106,11 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         ("aggregator.confirm",),
         ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
         "confirmation logic works on histograms its caller loaded",
+    ),
+    (
+        ("aggregator.remote",),
+        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
+        "a running server's analyst client knows the wire, not the server's insides",
     ),
     (
         ("aggregator.planning",),

@@ -86,7 +86,8 @@ def test_likert_answers_are_recorded_as_labels(tmp_path):
             run("client", "submit", *common, *answer, "--answer", "2", "--budget", "200").returncode
             == 0
         )
-        assert run("client", "submit", *common, *answer, "--index", "2").returncode == 0
+        other = [*common[:-1], str(tmp_path / "device2.sqlite"), "--budget", "200"]
+        assert run("client", "submit", *other, *answer, "--index", "2").returncode == 0
         bad = run("client", "submit", *common, *answer, "--answer", "7")
         assert bad.returncode == 2 and "valid labels: '1', '2', '3', '4', '5'" in bad.stderr
         both = run("client", "submit", *common, *answer, "--answer", "2", "--index", "1")

@@ -42,6 +42,30 @@ categories = ["a", "b", "c", "d"]
 mechanism = "randomized_response"
 epsilon = 1.0
 
+[[survey.question]]
+id = "q2"
+categories = ["a", "b", "c", "d"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
+[[survey.question]]
+id = "q3"
+categories = ["a", "b", "c", "d"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
+[[survey.question]]
+id = "q4"
+categories = ["a", "b", "c", "d"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
+[[survey.question]]
+id = "q5"
+categories = ["a", "b", "c", "d"]
+mechanism = "randomized_response"
+epsilon = 1.0
+
 [[survey]]
 id = "capped"
 max_reports_per_device = 2
@@ -69,6 +93,7 @@ mechanism = "randomized_response"
 epsilon = 1.0
 """
 RETRY_AFTER = "retry-after-ms"
+LIMITED_QUESTIONS = ("q", "q2", "q3", "q4", "q5")
 
 
 @pytest.fixture
@@ -256,31 +281,37 @@ def test_each_client_certificate_has_its_own_bucket(tmp_path, limited_file):
 
 def test_reporter_keeps_rate_limited_reports_and_dead_letters_capped_ones(limited, tmp_path):
     transport = Transport(limited.target)
-    reporter = Reporter(transport, tmp_path / "device.sqlite", Budget(100.0), memoize=False)
-    for _ in range(5):
-        reporter.answer("limited", "q", "a")
+    reporter = Reporter(transport, tmp_path / "device.sqlite", Budget(100.0))
+    for question in LIMITED_QUESTIONS:  # one answer per question: a device answers once
+        reporter.answer("limited", question, "a")
     result = reporter.flush(batch_size=2)
     assert (result.accepted, result.rejected, result.pending) == (2, 0, 3)
     assert "RESOURCE_EXHAUSTED" in result.error and 0 < result.retry_after <= 1.0
     time.sleep(3.0)  # the bucket refills 3 tokens
     result = reporter.flush(batch_size=3)
     assert (result.accepted, result.pending, result.error) == (3, 0, "")
-
-    for _ in range(3):
-        reporter.answer("capped", "q", "b")
-    result = reporter.flush()
-    assert (result.accepted, result.rejected, result.pending, result.error) == (2, 1, 0, "")
-    [(_, code, reason)] = reporter.outbox.rejected()
-    assert code == "RESOURCE_EXHAUSTED" and "cap reached" in reason
     reporter.close()
+
+    # Unsigned devices are capped by their host: three behind one address, a cap of 2
+    outcomes = []
+    for name in ("a", "b", "c"):
+        device = Reporter(transport, tmp_path / f"{name}.sqlite", Budget(100.0))
+        device.answer("capped", "q", "b")
+        result = device.flush()
+        outcomes.append((result.accepted, result.rejected, result.pending, result.error))
+        rejected = device.outbox.rejected()
+        device.close()
+    assert outcomes == [(1, 0, 0, "")] * 2 + [(0, 1, 0, "")]
+    [(_, code, reason)] = rejected
+    assert code == "RESOURCE_EXHAUSTED" and "cap reached" in reason
     transport.close()
 
 
 def test_client_cli_flush_says_when_to_retry(limited, tmp_path):
     state = tmp_path / "device.sqlite"
-    reporter = Reporter(Transport(limited.target), state, Budget(100.0), memoize=False)
-    for _ in range(4):
-        reporter.answer("limited", "q", "c")
+    reporter = Reporter(Transport(limited.target), state, Budget(100.0))
+    for question in LIMITED_QUESTIONS[:4]:
+        reporter.answer("limited", question, "c")
     reporter.close()
     command = ["flush", "--server", limited.target, "--insecure"]
     done = run_cli("client", *command, "--state", str(state))

@@ -17,6 +17,7 @@ from conftest import ServerThread
 
 from aggregator.store.reader import StoreReader
 from client.device.ledger import Budget
+from client.device.repeats import AnsweredBefore
 from client.device.reporter import Reporter
 from client.device.transport import Transport, TransportError
 
@@ -37,37 +38,49 @@ def quick(target: str) -> Transport:
 
 
 def test_answers_offline_then_flushes_exactly(tmp_path, survey_file):
-    db, state = tmp_path / "reports.sqlite", tmp_path / "device.sqlite"
+    """Forty devices fetch the definition while online, answer once each without signal, and
+    are counted exactly once when the aggregator is back (a device answers a question once)."""
+    db = tmp_path / "reports.sqlite"
+    states = [tmp_path / f"device{i}.sqlite" for i in range(41)]
     port = free_port()
     server = ServerThread(survey_file, db).start(port)
     target = server.target
     with quick(target) as transport:
-        device = Reporter(transport, state, BUDGET)
-        device.answer("big", "rr64", "c3")  # online: fetches and caches the definition
-        assert device.flush().accepted == 1 and not device.offline
-        device.close()
+        for i, state in enumerate(states):
+            device = Reporter(transport, state, BUDGET)
+            if i == 0:
+                device.answer("big", "rr64", "c3")  # online: fetches and caches the definition
+                assert device.flush().accepted == 1 and not device.offline
+            else:
+                device.survey("big")  # fetched and cached; no answer yet
+            device.close()
     server.stop()
 
     rng = np.random.default_rng(7)
     answers = rng.integers(0, 8, size=40)
+    spent = 0.0
     with quick(target) as transport:
-        device = Reporter(transport, state)
-        for answer in answers:
+        for state, answer in zip(states[1:], answers, strict=True):
+            device = Reporter(transport, state)
             device.answer("big", "rr64", LABELS[int(answer)])
-        assert device.offline  # answered from the cache
-        result = device.flush()
-        assert result.pending == 40 and "UNAVAILABLE" in result.error
-        spent = device.ledger.spent()[0]
-        device.close()
-    assert spent == pytest.approx(41 * 50.0)  # every offline answer was charged
+            assert device.offline  # answered from the cache
+            result = device.flush()
+            assert result.pending == 1 and "UNAVAILABLE" in result.error
+            spent += device.ledger.spent()[0]
+            device.close()
+    assert spent == pytest.approx(40 * 50.0)  # every offline answer was charged
 
     server = ServerThread(survey_file, db).start(port)
     try:
+        accepted = 0
         with quick(target) as transport:
-            device = Reporter(transport, state)
-            result = device.flush()
-            device.close()
-        assert (result.accepted, result.pending, result.rejected) == (40, 0, 0)
+            for state in states[1:]:
+                device = Reporter(transport, state)
+                result = device.flush()
+                device.close()
+                assert (result.pending, result.rejected) == (0, 0)
+                accepted += result.accepted
+        assert accepted == 40
         expected = np.bincount(answers, minlength=8)
         expected[3] += 1
         assert counts(db) == expected.tolist()  # epsilon 50: each report is its answer
@@ -76,20 +89,27 @@ def test_answers_offline_then_flushes_exactly(tmp_path, survey_file):
 
 
 def test_definition_changed_while_offline_is_refused_not_miscounted(tmp_path, survey_file):
-    db, state = tmp_path / "reports.sqlite", tmp_path / "device.sqlite"
+    """Five devices answer offline under a definition changed on the server meanwhile: each
+    report is refused for good, never miscounted, and, never counted, it does not stop the
+    device from answering again under the new definition."""
+    db = tmp_path / "reports.sqlite"
+    states = [tmp_path / f"device{i}.sqlite" for i in range(5)]
     port = free_port()
     server = ServerThread(survey_file, db).start(port)
     with quick(server.target) as transport:
-        device = Reporter(transport, state, BUDGET)
-        device.survey("big")  # fetched and cached; no report yet
-        device.close()
+        for state in states:
+            device = Reporter(transport, state, BUDGET)
+            device.survey("big")  # fetched and cached; no report yet
+            device.close()
     server.stop()
 
+    stale = []
     with quick(server.target) as transport:
-        device = Reporter(transport, state)
-        stale = [device.answer("big", "rr64", "c1") for _ in range(5)]
-        assert device.offline
-        device.close()
+        for state in states:
+            device = Reporter(transport, state)
+            stale.append(device.answer("big", "rr64", "c1"))
+            assert device.offline
+            device.close()
 
     # meanwhile the question's categories were reordered on the server (no data pinned it yet)
     edited = tmp_path / "edited.toml"
@@ -97,17 +117,23 @@ def test_definition_changed_while_offline_is_refused_not_miscounted(tmp_path, su
     server = ServerThread(edited, db).start(port)
     try:
         with quick(server.target) as transport:
-            device = Reporter(transport, state)
-            result = device.flush()
-            assert (result.accepted, result.rejected, result.pending) == (0, 5, 0)
-            assert len(result.refusals) == 1  # five reports, one reason
-            assert result.refusals[0].startswith("FAILED_PRECONDITION: question 'rr64' was")
-            dead = device.outbox.rejected()
+            dead = []
+            for state in states:
+                device = Reporter(transport, state)
+                result = device.flush()
+                assert (result.accepted, result.rejected, result.pending) == (0, 1, 0)
+                [refusal] = result.refusals
+                assert refusal.startswith("FAILED_PRECONDITION: question 'rr64' was")
+                dead += device.outbox.rejected()
+                device.close()
             assert {item.report_id for item, _, _ in dead} == set(stale)
             assert {code for _, code, _ in dead} == {"FAILED_PRECONDITION"}
             assert counts(db) == [0] * 8  # nothing was counted under the new order
+            device = Reporter(transport, states[0])
             device.answer("big", "rr64", "c1")  # online again: the new definition is fetched
             assert device.flush().accepted == 1
+            with pytest.raises(AnsweredBefore):  # counted now: one answer
+                device.answer("big", "rr64", "c2")
             device.close()
         assert counts(db) == [1, 0, 0, 0, 0, 0, 0, 0]  # "c1" is index 0 in the new order
     finally:
@@ -139,12 +165,16 @@ def test_installed_survey_answers_without_ever_being_online(tmp_path, survey_fil
     assert nothing.returncode == 2 and "install-survey" in nothing.stderr
     assert len(nothing.stderr.strip().splitlines()) == 1 and "Traceback" not in nothing.stderr
 
-    done = cli("client", "install-survey", str(definition), "--state", str(state))
-    assert done.returncode == 0 and "installed survey big" in done.stdout, done.stderr
-    listed = json.loads(cli("client", "surveys", "--state", str(state), "--json").stdout)
-    assert [row["survey"] for row in listed] == ["big"] and listed[0]["source"] == str(definition)
-    for label in ("c2", "c2", "c5"):
-        done = cli("client", "submit", *common, *answer, "--answer", label)
+    tablets = [state, tmp_path / "tablet2.sqlite", tmp_path / "tablet3.sqlite"]
+    for tablet, label in zip(tablets, ("c2", "c2", "c5"), strict=True):
+        done = cli("client", "install-survey", str(definition), "--state", str(tablet))
+        assert done.returncode == 0 and "installed survey big" in done.stdout, done.stderr
+        listed = json.loads(cli("client", "surveys", "--state", str(tablet), "--json").stdout)
+        assert [row["survey"] for row in listed] == ["big"]
+        assert listed[0]["source"] == str(definition)
+        own = [*common[:-1], str(tablet)]
+        budget = [] if tablet == state else ["--budget", "1000"]
+        done = cli("client", "submit", *own, *answer, "--answer", label, *budget)
         assert done.returncode == 0, done.stderr
         assert "queued" in done.stdout and "unreachable" in done.stdout
 
@@ -152,9 +182,10 @@ def test_installed_survey_answers_without_ever_being_online(tmp_path, survey_fil
         tmp_path / "port", "--config", str(survey_file), "--db", str(db), "--insecure"
     )
     try:
-        flush = ["flush", "--server", f"127.0.0.1:{served}", "--insecure", "--state", str(state)]
-        done = cli("client", *flush)
-        assert done.returncode == 0 and "accepted 3" in done.stdout, done.stdout + done.stderr
+        flush = ["flush", "--server", f"127.0.0.1:{served}", "--insecure", "--state"]
+        for tablet in tablets:
+            done = cli("client", *flush, str(tablet))
+            assert done.returncode == 0 and "accepted 1" in done.stdout, done.stdout + done.stderr
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)

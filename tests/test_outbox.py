@@ -1,8 +1,7 @@
-"""The device outbox: durable reports, dead letters and memoization on a real SQLite file."""
+"""The device outbox: durable reports and dead letters on a real SQLite file."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -12,7 +11,7 @@ import textwrap
 import pytest
 
 from client.device.ledger import Budget, Ledger
-from client.device.outbox import Outbox, OutboxError, load_or_create_secret, memo_key
+from client.device.outbox import Outbox, OutboxError
 from client.mechanisms.base import PrivacyCost
 
 
@@ -98,78 +97,9 @@ def test_report_id_must_be_16_bytes(outbox, bad):
     assert len(outbox) == 0
 
 
-# --- memoization (§A.4 rule 4) ------------------------------------------------------------------
-
-
-def test_memo_hit_miss_and_persistence(db):
-    secret = load_or_create_secret(db)
-    key = memo_key(secret, "s", "q", "rr(k=3, epsilon=1)", 2)
-    with Outbox(db) as box:
-        assert box.memo_lookup(key) is None
-        box.add(rid(1), "s", "q", b"\x01", memo_key=key)
-        assert box.memo_lookup(key) == (rid(1), b"\x01")
-        assert box.memo_lookup(memo_key(secret, "s", "q", "rr(k=3, epsilon=1)", 1)) is None
-        box.add(rid(1), "s", "q", b"\x01", memo_key=key)  # idempotent re-add
-        with pytest.raises(OutboxError):  # the key is bound to the first report
-            box.add(rid(2), "s", "q", b"\x00", memo_key=key)
-        assert len(box) == 1
-        box.acknowledge([rid(1)])
-        assert box.memo_lookup(key) == (rid(1), b"\x01")
-    with Outbox(db) as box:
-        assert box.memo_lookup(key) == (rid(1), b"\x01")
-
-
-def test_memo_entry_is_written_with_the_report_or_not_at_all(outbox):
-    key = memo_key(b"k" * 32, "s", "q", "rr", 0)
-    outbox.add(rid(1), "s", "q", b"a")
-    with pytest.raises(OutboxError):
-        outbox.add(rid(1), "s", "q", b"b", memo_key=key)
-    assert outbox.memo_lookup(key) is None
-
-
-def test_memo_key_separates_every_field():
-    secret = os.urandom(32)
-    base = ("s", "q", "rr(k=3)", 1)
-    keys = {
-        memo_key(secret, *base),
-        memo_key(secret, "s", "q", "rr(k=3)", 2),
-        memo_key(secret, "s", "q2", "rr(k=3)", 1),
-        memo_key(secret, "s2", "q", "rr(k=3)", 1),
-        memo_key(secret, "s", "q", "rr(k=4)", 1),
-        memo_key(secret, "sq", "", "rr(k=3)", 1),  # no ambiguity from concatenation
-        memo_key(os.urandom(32), *base),
-    }
-    assert len(keys) == 7
-    assert memo_key(secret, *base) == memo_key(secret, *base)
-    assert all(len(key) == 32 for key in keys)
-    with pytest.raises(ValueError):
-        memo_key(secret, "s", "q", "rr", True)
-    with pytest.raises(ValueError):
-        memo_key(b"short", "s", "q", "rr", 1)
-
-
-def test_true_answer_is_not_stored(db):
-    secret = load_or_create_secret(db)
-    question, answer = "favourite-colour-question", 31337
-    key = memo_key(secret, "s", question, "rr(k=40000)", answer)
-    with Outbox(db) as box:
-        box.add(rid(1), "s", question, b"\x00\x01", memo_key=key)
-    conn = sqlite3.connect(db)
-    columns = [row[1] for row in conn.execute("PRAGMA table_info(memo)")]
-    assert columns == ["memo_key", "report_id", "payload"]
-    assert conn.execute("SELECT * FROM memo").fetchall() == [(key, rid(1), b"\x00\x01")]
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    assert str(answer).encode() not in db.read_bytes()
-
-
-def test_secret_is_created_once_and_shares_the_ledger_file(tmp_path):
+def test_outbox_shares_the_ledger_file(tmp_path):
     db = tmp_path / "device.db"
     with Ledger(db, Budget(4)) as ledger, Outbox(db) as box:
-        secret = load_or_create_secret(db)
-        assert len(secret) == 32
-        assert load_or_create_secret(db) == secret
-        assert load_or_create_secret(tmp_path / "other.db") != secret
         ledger.charge(
             PrivacyCost("pure", 1.0), request_id="r", survey_id="s", question_id="q", mechanism="rr"
         )
@@ -177,7 +107,6 @@ def test_secret_is_created_once_and_shares_the_ledger_file(tmp_path):
     with Ledger(db) as ledger, Outbox(db) as box:
         assert ledger.spent() == (1.0, 0.0)
         assert len(box) == 1
-        assert load_or_create_secret(db) == secret
 
 
 # --- crash safety ------------------------------------------------------------------------------

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ServerThread
 from scipy import stats
 
 from client.device.ledger import Budget, BudgetExceeded
+from client.device.repeats import AnsweredBefore
 from client.device.reporter import Reporter
 from client.device.transport import Transport
 from client.mechanisms import (
@@ -361,6 +363,24 @@ def test_report_length_does_not_depend_on_the_answer(mech: Mechanism) -> None:
 
 # --- the ledger's refusals -------------------------------------------------------------------
 
+#: One question per wave (a device answers each question once): the spending history of the
+#: refusal tests is answers to earlier waves, and the decision is on the last wave.
+WAVES = 4
+_WAVE = """
+[[survey.question]]
+id = "{name}{wave}"
+categories = ["a", "b", "c", "d"]
+mechanism = "{mechanism}"
+{parameter}
+"""
+WAVES_TOML = '[[survey]]\nid = "s1"\n' + "".join(
+    _WAVE.format(name=name, wave=wave, mechanism=mechanism, parameter=parameter)
+    for name, mechanism, parameter in (
+        ("rr", "randomized_response", "epsilon = 1.0"),
+        ("gauss", "gaussian", "rho = 0.5"),
+    )
+    for wave in range(WAVES)
+)
 REFUSAL_CASES = {
     # question, budget, admitted reports: pure epsilon = 1 reports against epsilon_g = 2.5, and
     # rho = 0.5 Gaussian reports against the zCDP cap 1.35 of (10, 1e-6) with no pure bucket.
@@ -369,26 +389,36 @@ REFUSAL_CASES = {
 }
 
 
+@pytest.fixture
+def waves_server(tmp_path: Path):
+    config = tmp_path / "waves.toml"
+    config.write_text(WAVES_TOML)
+    running = ServerThread(config, tmp_path / "waves.sqlite").start()
+    yield running
+    running.stop()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(REFUSAL_CASES))
-def test_refusal_depends_only_on_the_ledger_state(server, tmp_path: Path, case: str) -> None:
+def test_refusal_depends_only_on_the_ledger_state(waves_server, tmp_path: Path, case: str) -> None:
     """Devices with the same spending history decide the same for every answer (and whatever
     they answered before); the refused report leaves no charge and nothing in the outbox."""
-    question_id, budget, admitted = REFUSAL_CASES[case]
-    labels = server.surveys["s1"].question(question_id).labels
+    name, budget, admitted = REFUSAL_CASES[case]
+    last = f"{name}{WAVES - 1}"
+    labels = waves_server.surveys["s1"].question(last).labels
     histories = [labels[:1] * 3, list(reversed(labels))[:3]]
-    with Transport(server.target) as transport:
+    with Transport(waves_server.target) as transport:
         for spent in range(admitted + 2):
             decisions = set()
             for h, history in enumerate(histories):
                 for answer in labels:
                     path = tmp_path / f"{spent}-{h}-{answer}.sqlite"
-                    device = Reporter(transport, path, budget, memoize=False)
+                    device = Reporter(transport, path, budget)
                     try:
-                        for past in history[:spent]:
+                        for wave, past in enumerate(history[:spent]):
                             with contextlib.suppress(BudgetExceeded):
-                                device.answer("s1", question_id, past)
-                        decisions.add(answer_or_refuse(device, question_id, answer))
+                                device.answer("s1", f"{name}{wave}", past)
+                        decisions.add(answer_or_refuse(device, last, answer))
                     finally:
                         device.close()
             assert decisions == {spent < admitted}, (spent, decisions)
@@ -406,35 +436,33 @@ def answer_or_refuse(device: Reporter, question_id: str, answer: str) -> bool:
     return True
 
 
-def test_repeated_question_refusal_depends_only_on_the_ledger_state(server, tmp_path: Path) -> None:
-    """The default device (no memoization) refuses a repeated question at an exhausted budget
-    whatever the answer. With memoization on (opt-in, documented), an unchanged answer would be
-    replayed instead: that is the bit memoization gives away (see the next test)."""
+def test_repeated_question_refusal_does_not_depend_on_the_answer(server, tmp_path: Path) -> None:
+    """The default device refuses a second answer to a question whatever it is (changed or not),
+    charging and queueing nothing: the server never receives a second report."""
     with Transport(server.target) as transport:
-        decisions = set()
         for answer in ("a", "b"):
-            device = Reporter(transport, tmp_path / f"{answer}.sqlite", Budget(1.0))
+            device = Reporter(transport, tmp_path / f"{answer}.sqlite", Budget(5.0))
             try:
-                device.answer("s1", "rr", "a")  # spends the whole budget
-                try:
-                    device.answer("s1", "rr", answer)  # "a": a free replay of the stored report
-                    decisions.add("admitted")
-                except BudgetExceeded:
-                    decisions.add("refused")
+                device.answer("s1", "rr", "a")
+                charges, queued = len(device.ledger.charges()), len(device.outbox)
+                with pytest.raises(AnsweredBefore):
+                    device.answer("s1", "rr", answer)
+                assert (len(device.ledger.charges()), len(device.outbox)) == (charges, queued)
             finally:
                 device.close()
-    assert len(decisions) == 1, decisions
 
 
-def test_memoization_reveals_only_whether_the_answer_changed(server, tmp_path: Path) -> None:
-    """Opt-in memoization: the server sees the same report id again exactly when the answer did not
-    change; this is the documented cost of saving budget (privacy-accounting §A.4 rule 4)."""
+def test_memoization_resends_the_first_report_whatever_the_answer(server, tmp_path: Path) -> None:
+    """Memoization resends the first report for a changed answer as for an unchanged one: the
+    server sees the same report id again either way, so the resend says nothing about the
+    answer (the cost: a changed answer is not counted)."""
     with Transport(server.target) as transport:
         ids = {}
         for answer in ("a", "b"):
             device = Reporter(transport, tmp_path / f"m{answer}.sqlite", Budget(5.0), memoize=True)
             try:
                 ids[answer] = (device.answer("s1", "rr", "a"), device.answer("s1", "rr", answer))
+                assert len(device.ledger.charges()) == 1
             finally:
                 device.close()
-    assert ids["a"][0] == ids["a"][1] and ids["b"][0] != ids["b"][1]
+    assert ids["a"][0] == ids["a"][1] and ids["b"][0] == ids["b"][1]

@@ -80,6 +80,9 @@ def test_readme_run_a_survey_commands_work_as_written(tmp_path):
         wrapper = bin_dir / name
         wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {module} "$@"\n')
         wrapper.chmod(0o755)
+    venv = tmp_path / ".venv" / "bin"  # the block activates the venv: here it adds the wrappers
+    venv.mkdir(parents=True)
+    (venv / "activate").write_text(f'PATH="{bin_dir}:$PATH"\n')
     (tmp_path / "scripts").mkdir()
     shutil.copy(REPO / "scripts" / "demo_survey.toml", tmp_path / "scripts")
     script = "\n".join(["set -e", *(line.replace("50051", port) for line in lines)])

@@ -27,6 +27,7 @@ DOCUMENTED_AS = {
     Rejection.OUT_OF_RANGE: "a value the mechanism cannot produce",
     Rejection.TOO_MANY_CELLS: "reports of one support-count question",
     Rejection.UNSIGNED: "§7",
+    Rejection.ANSWERED_BEFORE: "a second report (another id) of a device for a question",
 }
 
 

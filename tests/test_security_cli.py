@@ -27,6 +27,12 @@ id = "q"
 categories = ["a", "b", "c", "d"]
 mechanism = "randomized_response"
 epsilon = 1.0
+
+[[survey.question]]
+id = "q2"
+categories = ["a", "b", "c", "d"]
+mechanism = "randomized_response"
+epsilon = 1.0
 """
 
 
@@ -133,7 +139,8 @@ def test_mtls_and_signed_uploads_end_to_end(setup, tmp_path):
         assert json.loads(first.stdout)["flush"]["accepted"] == 1
         # Without its certificate the device cannot tell a refused handshake from a missing
         # signal: it answers offline from its cached definition, and the flush says why it fails.
-        no_cert = run("client", "submit", *common, "--timeout", "2", *answer)
+        second = [*answer[:3], "q2", *answer[4:]]  # one answer per question and device
+        no_cert = run("client", "submit", *common, "--timeout", "2", *second)
         assert json.loads(no_cert.stdout)["offline"] is True
         flush = ["flush", *common, "--timeout", "2"]
         refused = run("client", *flush, check=False)

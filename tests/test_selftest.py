@@ -35,11 +35,11 @@ def test_the_shipped_vectors_are_reproduced_here():
 def test_a_wrong_bit_order_is_caught_by_the_self_check(monkeypatch):
     """OUE at k = 64 with the bits of each byte reversed: valid bytes, so the aggregator accepts
     them (below); the self-check names every OUE vector it breaks and nothing else."""
-    right = OptimizedUnaryEncoding.encode
+    right = OptimizedUnaryEncoding.randomize_payload  # the path a device's answer takes
     monkeypatch.setattr(
         OptimizedUnaryEncoding,
-        "encode",
-        lambda self, report: _reverse_bits_in_each_byte(right(self, report)),
+        "randomize_payload",
+        lambda self, value, source: _reverse_bits_in_each_byte(right(self, value, source)),
     )
     result = selftest.run()
     assert not result.ok

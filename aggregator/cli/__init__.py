@@ -6,7 +6,9 @@ User mistakes end with a one-line message on stderr (a JSON object with ``--json
 non-zero exit status (2: bad input, 3: not enough reports to release), never a traceback. Every
 command that reads the store checks the survey file against the question definitions pinned in
 it (aggregator/store/definitions.py); the read-only ones (estimate, test, export) open the file
-read-only and never create or change it.
+read-only and never create or change it. The analysis commands (estimate, test, two-sample,
+k-sample, conditional, ordinal, report, preregister, confirm, holdout) read a running server's
+Analyst service instead with ``--server`` (aggregator.remote): the same output and exit codes.
 
 One module per command group owns its commands' options and handlers: serving, devices,
 analyst_tokens, analysis (estimate, test), data (export, import, rebuild), surveys

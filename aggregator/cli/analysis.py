@@ -16,7 +16,7 @@ from aggregator.cli.common import (
     add_json_option,
     add_question_options,
     add_side_option,
-    add_store_options,
+    add_source_options,
     load_histogram,
     null_distribution,
 )
@@ -42,10 +42,8 @@ METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics
 
 
 def add_commands(subparsers: Subcommands) -> None:
-    est = add_command(
-        subparsers, "estimate", "unbiased frequencies with confidence intervals (read only)"
-    )
-    add_store_options(est)
+    est = add_command(subparsers, "estimate", "frequencies with confidence intervals (read only)")
+    add_source_options(est)
     add_question_options(est)
     add_side_option(est)
     add_group_option(est)
@@ -53,11 +51,19 @@ def add_commands(subparsers: Subcommands) -> None:
     est.add_argument(
         "--simultaneous", action="store_true", help="also intervals covering all categories at once"
     )
+    est.add_argument(
+        "--estimator",
+        choices=["simplex", "unbiased"],
+        default="simplex",
+        help="simplex: shares (non-negative, summing to 1; the unbiased estimate projected onto "
+        "the simplex, printed beside it); unbiased: the de-biased reports, which may fall "
+        "outside [0, 1] (docs/calibration.md)",
+    )
     add_json_option(est)
     est.set_defaults(run=run_estimate)
 
     test = add_command(subparsers, "test", "goodness of fit or independence test (read only)")
-    add_store_options(test)
+    add_source_options(test)
     add_question_options(test)
     test.add_argument("kind", choices=["gof", "independence"], help="which test")
     add_side_option(test)
@@ -77,10 +83,11 @@ def add_commands(subparsers: Subcommands) -> None:
 
 
 def run_estimate(args: argparse.Namespace) -> int:
-    from aggregator.stats import estimate  # SciPy: imported only by the commands that need it
+    # its own module, not aggregator.stats: the start-up stays under a second (docs/performance.md)
+    from aggregator.stats.estimate import estimate
 
     question, hist = load_histogram(args)
-    est = estimate(hist, args.confidence, simultaneous=args.simultaneous)
+    est = estimate(hist, args.confidence, simultaneous=args.simultaneous, estimator=args.estimator)
     if args.json:
         labels = {"question": question.id, "labels": question.labels}
         print(json.dumps({**labels, **_what_was_read(args), **est.to_dict()}))
@@ -91,11 +98,12 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 
 def estimate_table(est: Estimate, labels: list[str]) -> str:
-    """The estimate as a table with its interval method; simultaneous intervals when computed;
-    when an unbiased value falls outside [0, 1], the projected distribution is shown beside it,
-    with what it means."""
-    projected = est.projected()
-    outside = bool(((est.frequencies < 0) | (est.frequencies > 1)).any())
+    """The estimate as a table with its estimator and interval method; simultaneous intervals
+    when computed; beside a simplex estimate its unbiased values, and beside an unbiased one,
+    when a value falls outside [0, 1], the projected distribution, with what it means."""
+    simplex = est.estimator == "simplex"
+    beside = est.unbiased_frequencies if simplex else est.projected()
+    outside = simplex or bool(est.outside.any())
     joint_low, joint_high = est.simultaneous_low, est.simultaneous_high
     joint = joint_low is not None and joint_high is not None
     width = max(8, *(len(label) for label in labels))
@@ -105,8 +113,8 @@ def estimate_table(est: Estimate, labels: list[str]) -> str:
         header += f"  {'simultaneous':<18}"
     method = f", intervals: {est.interval_method}" if est.interval_method else ""
     lines = [
-        f"estimate [{est.mechanism}], n = {est.n}{method}",
-        header + ("  projected" if outside else ""),
+        f"estimate [{est.mechanism}], n = {est.n}, estimator: {est.estimator_label}{method}",
+        header + (f"  {'unbiased' if simplex else 'projected':>9}" if outside else ""),
     ]
     for j, label in enumerate(labels):
         ci = interval(est.ci_low[j], est.ci_high[j])
@@ -115,13 +123,15 @@ def estimate_table(est: Estimate, labels: list[str]) -> str:
         if joint_low is not None and joint_high is not None:
             both = interval(joint_low[j], joint_high[j])
             line += f"  {both:<18}"
-        lines.append(line + (f"  {share(projected[j]):>9}" if outside else ""))
+        lines.append(line + (f"  {share(beside[j]):>9}" if outside else ""))
     if joint:
         lines.append(
             f"  'simultaneous': all {len(labels)} intervals cover at once with probability at "
             f"least {100 * est.confidence:g}%"
         )
-    if outside:
+    if simplex:
+        lines.append(f"  {est.simplex_note()}")
+    elif outside:
         lines.append(
             "  An unbiased estimate can fall outside [0, 1] by noise; 'projected' is the nearest "
             "distribution (non-negative, sums to 1; biased), for reading off shares."
@@ -130,7 +140,7 @@ def estimate_table(est: Estimate, labels: list[str]) -> str:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from aggregator.stats import goodness_of_fit, independence
+    from aggregator.stats.gof import goodness_of_fit  # not the composite tests' imports
 
     if args.kind == "independence" and args.p0:
         raise UserError("--p0 is for gof; an independence test takes no null distribution")
@@ -146,6 +156,8 @@ def run_test(args: argparse.Namespace) -> int:
         else:
             if len(question.shape) != 2:
                 raise UserError(f"question {question.id} does not have exactly 2 attributes")
+            from aggregator.stats.composite import independence
+
             result = independence(
                 hist,
                 question.shape,

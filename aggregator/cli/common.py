@@ -1,6 +1,8 @@
 """What the commands of ``ldp-aggregator`` share: the user mistake and its one-line report, the
 subcommand factory and the options several commands take, and reading a question's histogram
-(or opening the store for writing) after the survey file is checked against the store."""
+(or opening the store for writing) after the survey file is checked against the store. The
+analysis commands read either a report store (--db) or a running server's Analyst service
+(--server, aggregator.remote): the same checks, the same histogram, the same output."""
 
 from __future__ import annotations
 
@@ -10,10 +12,18 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import grpc
 import numpy as np
 
 from aggregator.histogram import Histogram
 from aggregator.loader import below_release
+from aggregator.remote import (
+    AnalystCredentials,
+    NotReleasedError,
+    RemoteAnalyst,
+    RemoteError,
+    read_token,
+)
 from aggregator.store import confirmations, definitions, ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.reader import StoreReader
@@ -85,6 +95,93 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """Where an analysis command reads: --config and --db (a report store), or --server and the
+    analyst's credentials (a running server's Analyst service; --config then optional)."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="survey definitions (TOML); required with --db, optional with --server (then "
+        "checked against the server's definitions)",
+    )
+    parser.add_argument("--db", type=Path, help="SQLite report store (or --server)")
+    remote = parser.add_argument_group("a running server's Analyst service instead of --db")
+    remote.add_argument("--server", metavar="HOST:PORT", help="the server's analyst address")
+    remote.add_argument(
+        "--tls-ca",
+        type=Path,
+        metavar="FILE",
+        help="CA of the server's certificate (absent: plaintext, to a loopback address only)",
+    )
+    remote.add_argument("--tls-cert", type=Path, metavar="FILE", help="analyst certificate")
+    remote.add_argument("--tls-key", type=Path, metavar="FILE", help="analyst key")
+    remote.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="analyst token, one line (sent as 'authorization: Bearer <token>')",
+    )
+
+
+def check_source(args: argparse.Namespace) -> None:
+    """Exactly one of --db (with --config) and --server; the credentials only with --server."""
+    if args.db is not None and args.server is not None:
+        raise UserError("give --db (a report store) or --server (a running server), not both")
+    if args.db is None and args.server is None:
+        raise UserError("give --db FILE (a report store) or --server HOST:PORT (a running server)")
+    if args.db is not None and args.config is None:
+        raise UserError("--db needs --config (the survey file)")
+    given = [args.tls_ca, args.tls_cert, args.tls_key, args.token_file]
+    if args.server is None and any(value is not None for value in given):
+        raise UserError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
+
+
+def connect(args: argparse.Namespace) -> RemoteAnalyst:
+    """The Analyst service --server names, with the credentials given (checked before any
+    call: one line for a missing file or plaintext to a remote host)."""
+    token = read_token(args.token_file) if args.token_file is not None else None
+    credentials = AnalystCredentials(args.tls_ca, args.tls_cert, args.tls_key, token)
+    return RemoteAnalyst(args.server, credentials)
+
+
+def server_surveys(
+    args: argparse.Namespace, analyst: RemoteAnalyst, survey_id: str
+) -> dict[str, SurveySpec]:
+    """The survey as the server defines it ({} if the server has none of that id, so the caller
+    says "unknown survey" as on a store); with --config, the file's survey, which must define
+    it exactly as the server does (as a store's pinned definitions are checked)."""
+    try:
+        served = analyst.survey(survey_id)
+    except RemoteError as exc:
+        if exc.code != grpc.StatusCode.NOT_FOUND:
+            raise
+        return {}
+    if args.config is None:
+        return {survey_id: served}
+    local = load_surveys(args.config)
+    if survey_id not in local:
+        raise UserError(
+            f"{args.config} does not define survey {survey_id!r}, which the server at "
+            f"{args.server} serves"
+        )
+    if local[survey_id].to_proto() != served.to_proto():
+        raise UserError(
+            f"{args.config} defines survey {survey_id!r} differently from the server at "
+            f"{args.server}; read it with the survey file the server runs (or without --config)"
+        )
+    return {survey_id: local[survey_id]}
+
+
+def survey_definitions(args: argparse.Namespace, survey_id: str) -> dict[str, SurveySpec]:
+    """The surveys a command reads: the survey file's (--db), or --survey as the server
+    defines it (--server; {} when it has none of that id)."""
+    check_source(args)
+    if args.server is None:
+        return load_surveys(args.config)
+    with connect(args) as analyst:
+        return server_surveys(args, analyst, survey_id)
+
+
 def add_calibration_option(parser: argparse.ArgumentParser, doc: str | None = None) -> None:
     """--calibration: how a test's p-value is found (aggregator/stats/calibration.py); ``doc``
     names the page that says more."""
@@ -140,27 +237,46 @@ def load_histogram(
     args: argparse.Namespace, *, test: bool = False
 ) -> tuple[QuestionSpec, Histogram]:
     """The question and its histogram, read only, after the survey file is checked against the
-    store's pinned definitions; exit 3 below the survey's release threshold. For a ``test``,
-    a question whose reports may be clustered by household is refused (ClusteredReportsError).
+    store's pinned definitions (or, with --server, the released histogram of the server's
+    Analyst service); exit 3 below the survey's release threshold. For a ``test``, a question
+    whose reports may be clustered by household is refused (ClusteredReportsError).
     A split survey is read on one side (``--side``, exploration by default; the confirmation
     side only once its results are sealed: ConfirmationError otherwise). Sets
     ``args.exploratory`` and ``args.groups`` (what was read) for the output."""
-    surveys = load_surveys(args.config)
+    check_source(args)
+    analyst = connect(args) if args.server is not None else None
     try:
-        survey, question = ingest.find_question(surveys, args.survey, args.question)
-    except ReportRejectedError as exc:
-        raise UserError(exc.message) from None
-    if test:
-        check_independent(survey, question)
-    side = side_of(survey, args.side)
-    args.exploratory = side == ldp_pb2.EXPLORATION
-    group = getattr(args, "group", None) or ""
-    try:
-        if group:
-            survey.check_group(group)
-    except SurveyError as exc:
-        raise UserError(str(exc)) from None
-    args.groups = _groups_read(survey, group)
+        surveys = (
+            load_surveys(args.config)
+            if analyst is None
+            else server_surveys(args, analyst, args.survey)
+        )
+        try:
+            survey, question = ingest.find_question(surveys, args.survey, args.question)
+        except ReportRejectedError as exc:
+            raise UserError(exc.message) from None
+        if test:
+            check_independent(survey, question)
+        side = side_of(survey, args.side)
+        args.exploratory = side == ldp_pb2.EXPLORATION
+        group = getattr(args, "group", None) or ""
+        try:
+            if group:
+                survey.check_group(group)
+        except SurveyError as exc:
+            raise UserError(str(exc)) from None
+        args.groups = _groups_read(survey, group)
+        if analyst is not None:
+            try:
+                released = analyst.released(survey.id, question.id, args.side, group, test=test)
+            except NotReleasedError as exc:
+                raise UserError(str(exc), status=3) from None
+            if released.groups is not None:  # pooled: the groups the server released and summed
+                args.groups["pooled"] = ", ".join(released.groups)
+            return question, released.histogram
+    finally:
+        if analyst is not None:
+            analyst.close()
     with StoreReader(args.db) as reader:
         reader.check_definitions(surveys, args.config)
         confirmations.check_readable(reader.connection, survey, side)

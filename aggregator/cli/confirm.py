@@ -1,5 +1,6 @@
 """``preregister``, ``confirm``, ``holdout``: explore, then confirm (docs/adaptive-analysis.md).
-Each writes the confirmation state into the store, so each refuses a store a server holds."""
+Each writes the confirmation state into the store, so each refuses a store a server holds: with
+--server it asks that server's Analyst service to do it instead, and prints the same."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from aggregator.cli.common import (
     add_command,
     add_json_option,
     add_question_options,
-    add_store_options,
+    add_source_options,
+    check_source,
+    connect,
     find_survey,
     null_distribution,
     open_store,
     positive,
+    server_surveys,
 )
 from aggregator.errors import InsufficientDataError
+from aggregator.remote import NotReleasedError
 from aggregator.store import confirmations, ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.report_store import ReportStore
@@ -28,6 +33,8 @@ from aggregator.survey_file.config import load_surveys
 from client.survey import SurveySpec
 
 if TYPE_CHECKING:
+    from aggregator.confirm.plan import Plan
+    from aggregator.remote import RemoteAnalyst
     from aggregator.store.lock import StoreLock
 
 
@@ -37,14 +44,14 @@ def add_commands(subparsers: Subcommands) -> None:
         "preregister",
         "register a split survey's confirmatory plan (hashed, timestamped)",
     )
-    add_store_options(prereg)
+    add_source_options(prereg)
     prereg.add_argument("--survey", required=True, help="survey id")
     prereg.add_argument("--plan", type=Path, required=True, help="plan file (TOML)")
     prereg.set_defaults(run=run_preregister)
     confirm = add_command(
         subparsers, "confirm", "run the registered plan once on the confirmation side and seal it"
     )
-    add_store_options(confirm)
+    add_source_options(confirm)
     confirm.add_argument("--survey", required=True, help="survey id")
     confirm.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
     add_json_option(confirm)
@@ -52,7 +59,7 @@ def add_commands(subparsers: Subcommands) -> None:
     holdout = add_command(
         subparsers, "holdout", "one test on the confirmation side as a reusable holdout (one bit)"
     )
-    add_store_options(holdout)
+    add_source_options(holdout)
     add_question_options(holdout)
     holdout.add_argument("kind", choices=["gof", "independence"], help="which test")
     holdout.add_argument("--p0", help="gof only: null distribution, as for `test --p0`")
@@ -88,29 +95,63 @@ def _open_for_writing(
     return surveys, survey, store, lock
 
 
-def run_preregister(args: argparse.Namespace) -> int:
-    from aggregator.confirm.plan import load_plan
+def _server_survey(args: argparse.Namespace, analyst: RemoteAnalyst) -> dict[str, SurveySpec]:
+    """--survey as the server defines it (checked against --config if given)."""
+    surveys = server_surveys(args, analyst, args.survey)
+    if not surveys:
+        raise UserError(f"unknown survey {args.survey!r} at the server {args.server}")
+    return surveys
 
-    surveys, survey, store, lock = _open_for_writing(args)
-    try:
-        plan = load_plan(args.plan, surveys)
-        if plan.survey_id != survey.id:
-            raise UserError(f"{args.plan} is a plan for survey {plan.survey_id}, not {survey.id}")
-        when, already = confirmations.preregister(store, survey, plan.text, plan.sha256)
-    finally:
-        store.close()
-        lock.release()
+
+def run_preregister(args: argparse.Namespace) -> int:
+    check_source(args)
+    if args.server is not None:
+        with connect(args) as analyst:
+            surveys = _server_survey(args, analyst)
+            plan = _plan(args, surveys)
+            registration = analyst.preregister(args.survey, plan.text)
+        sha256, when = registration.plan_sha256, registration.registered_at
+        already = registration.already
+    else:
+        surveys, survey, store, lock = _open_for_writing(args)
+        try:
+            plan = _plan(args, surveys)
+            when, already = confirmations.preregister(store, survey, plan.text, plan.sha256)
+        finally:
+            store.close()
+            lock.release()
+        sha256 = plan.sha256
     state = "already registered at" if already else "registered at"
-    print(f"plan sha256 {plan.sha256} {state} {when} for survey {survey.id}")
+    print(f"plan sha256 {sha256} {state} {when} for survey {args.survey}")
     print(f"{len(plan.tests)} test(s), {plan.multiplicity} at family-wise alpha {plan.alpha:g}")
     return 0
 
 
+def _plan(args: argparse.Namespace, surveys: dict[str, SurveySpec]) -> Plan:
+    """The plan file --plan, which must be a plan for --survey."""
+    from aggregator.confirm.plan import load_plan
+
+    plan = load_plan(args.plan, surveys)
+    if plan.survey_id != args.survey:
+        raise UserError(f"{args.plan} is a plan for survey {plan.survey_id}, not {args.survey}")
+    return plan
+
+
 def run_confirm(args: argparse.Namespace) -> int:
-    from aggregator.confirm.display import sealed_text
     from aggregator.confirm.plan import parse_plan
     from aggregator.confirm.run import sealed_record
 
+    check_source(args)
+    if args.server is not None:
+        if args.seed != 0:
+            raise UserError("--seed goes with --db: a server seals with seed 0")
+        with connect(args) as analyst:
+            _server_survey(args, analyst)
+            try:
+                record, already = analyst.confirm(args.survey)
+            except NotReleasedError as exc:
+                raise UserError(f"nothing sealed: {exc}", status=3) from None
+        return _print_sealed(args, record, already)
     surveys, survey, store, lock = _open_for_writing(args)
 
     def compute(plan: str, histograms) -> dict:
@@ -123,7 +164,12 @@ def run_confirm(args: argparse.Namespace) -> int:
     finally:
         store.close()
         lock.release()
-    record = json.loads(sealed.sealed_record())
+    return _print_sealed(args, json.loads(sealed.sealed_record()), already)
+
+
+def _print_sealed(args: argparse.Namespace, record: dict, already: bool) -> int:
+    from aggregator.confirm.display import sealed_text
+
     if args.json:
         print(json.dumps({"already": already, **record}))
     else:
@@ -143,6 +189,9 @@ def run_holdout(args: argparse.Namespace) -> int:
     if parameters is not None:
         for key, value in zip(("alpha", "m", "budget"), given, strict=True):
             parameters[key] = parameters[key] if value is None else value
+    check_source(args)
+    if args.server is not None:
+        return _holdout_remote(args, test)
     surveys = load_surveys(args.config)
     try:
         _, question = ingest.find_question(surveys, args.survey, args.question)
@@ -165,4 +214,30 @@ def run_holdout(args: argparse.Namespace) -> int:
         lock.release()
     _, reject, level = answer[0]
     print(holdout_text(state, reject, level, question.id, test))
+    return 0
+
+
+def _holdout_remote(args: argparse.Namespace, test: str) -> int:
+    """One holdout query on the server; it opens a holdout with the default alpha, m and B and
+    runs it with seed 0, so those options go with --db only."""
+    from aggregator.confirm.display import holdout_text
+
+    given = (args.alpha, args.max_queries, args.max_rejections)
+    if given != (None,) * 3 or args.seed != 0:
+        raise UserError(
+            "--alpha, --max-queries, --max-rejections and --seed go with --db: a server opens "
+            "a holdout with alpha 0.05, m 20, B 3 and runs it with seed 0"
+        )
+    with connect(args) as analyst:
+        surveys = _server_survey(args, analyst)
+        try:
+            _, question = ingest.find_question(surveys, args.survey, args.question)
+        except ReportRejectedError as exc:
+            raise UserError(exc.message) from None
+        p0 = null_distribution(args.p0, question) if args.p0 else None
+        try:
+            answer = analyst.holdout(args.survey, question.id, test, p0)
+        except NotReleasedError as exc:
+            raise UserError(f"no query used: {exc}", status=3) from None
+    print(holdout_text(answer.state, answer.reject, answer.level, question.id, test))
     return 0

@@ -13,13 +13,13 @@ from aggregator.cli.common import (
     add_command,
     add_json_option,
     add_side_option,
-    add_store_options,
+    add_source_options,
     load_histogram,
+    survey_definitions,
 )
 from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError
 from aggregator.survey_file.analyses import EXPLORATORY
-from aggregator.survey_file.config import load_surveys
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -29,7 +29,7 @@ def add_commands(subparsers: Subcommands) -> None:
         "did several groups answer alike? homogeneity of one question across its group label "
         "(read only)",
     )
-    add_store_options(cmd)
+    add_source_options(cmd)
     cmd.add_argument("--survey", required=True, help="the survey (it declares a group label)")
     cmd.add_argument("--question", required=True, help="the question")
     cmd.add_argument(
@@ -81,7 +81,7 @@ def _groups(args: argparse.Namespace) -> list[str]:
     """The groups to compare: --groups, or every value of the survey's group label; one line
     (exit 2) for a survey without a group label, fewer than two groups, an undeclared group or
     one named twice."""
-    survey = load_surveys(args.config).get(args.survey)
+    survey = survey_definitions(args, args.survey).get(args.survey)
     if survey is None:
         raise UserError(f"unknown survey {args.survey!r}")
     label = survey.group_label

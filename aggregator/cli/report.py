@@ -1,11 +1,14 @@
 """``report``: a survey's report (every question, plots, the tests its survey file declares) as
-self-contained HTML or Markdown."""
+self-contained HTML or Markdown, from a report store (--db) or a running server (--server)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aggregator.cli.common import (
     Subcommands,
@@ -13,16 +16,24 @@ from aggregator.cli.common import (
     add_command,
     add_group_option,
     add_side_option,
-    add_store_options,
+    add_source_options,
+    check_source,
+    connect,
+    server_surveys,
 )
 from aggregator.survey_file.analyses import load_analyses
+from aggregator.survey_file.config import load_surveys
+
+if TYPE_CHECKING:
+    from aggregator.loader import SurveyData
+    from aggregator.report.content import SurveyReport
 
 
 def add_commands(subparsers: Subcommands) -> None:
     report = add_command(
         subparsers, "report", "a survey report: every question, plots, declared tests"
     )
-    add_store_options(report)
+    add_source_options(report)
     report.add_argument("--survey", help="survey id (optional when the file defines one)")
     report.add_argument("--out", type=Path, required=True, help="file to write")
     report.add_argument(
@@ -37,34 +48,74 @@ def add_commands(subparsers: Subcommands) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     from aggregator.loader import open_survey
+
+    check_source(args)
+    if args.server is None:
+        return _write(
+            args,
+            lambda group: open_survey(args.config, args.db, args.survey, args.side, group),
+            lambda survey_id: _sealed_record(args.db, survey_id),
+        )
+    survey_id = args.survey or _only_survey(args)
+    with connect(args) as analyst:
+        if not server_surveys(args, analyst, survey_id):
+            raise UserError(f"unknown survey {survey_id!r} at the server {args.server}")
+        # The confirmation side is readable only once sealed, and Confirm then answers the
+        # sealed record unchanged: asked after the read, it never seals anything.
+        return _write(
+            args,
+            lambda group: analyst.open_survey(survey_id, args.side, group),
+            lambda survey_id: analyst.confirm(survey_id)[0],
+        )
+
+
+def _only_survey(args: argparse.Namespace) -> str:
+    """With --server and no --survey: the one survey --config defines."""
+    surveys = load_surveys(args.config) if args.config is not None else {}
+    if len(surveys) != 1:
+        raise UserError("--survey is needed with --server (unless --config defines one survey)")
+    return next(iter(surveys))
+
+
+def _write(
+    args: argparse.Namespace,
+    read: Callable[[str | None], SurveyData],
+    sealed_record: Callable[[str], dict],
+) -> int:
+    """Build the report from what ``read(group)`` gives (one group, or None: all pooled) and
+    write it, with the full tables of large questions beside it."""
     from aggregator.report import build_report, render_html, render_markdown
     from aggregator.report.large import csv_name, full_table_csv, is_large
 
-    data = open_survey(args.config, args.db, args.survey, args.side, args.group)
-    analyses = load_analyses(args.config, {data.survey.id: data.survey})[data.survey.id]
-    histograms = {question_id: item.histogram for question_id, item in data.items()}
+    data = read(args.group)
+    analyses = (
+        load_analyses(args.config, {data.survey.id: data.survey})[data.survey.id]
+        if args.config is not None
+        else []
+    )
     compared = {g for analysis in analyses for g in analysis.groups or ()}
     label = data.survey.group_label
     if label is not None and not data.group:  # a pooled report: a column per group
         compared |= set(label.values)
+    by_group = {g: read(g) for g in sorted(compared)}
     group_histograms = {
-        (question_id, g): item.histogram
-        for g in sorted(compared)
-        for question_id, item in open_survey(
-            args.config, args.db, args.survey, args.side, g
-        ).items()
+        (question_id, g): item.stored
+        for g, read_g in by_group.items()
+        for question_id, item in read_g.items()
+        if not item.withheld  # withheld by the server: not given, counted as empty
     }
     report = build_report(
         data.survey,
-        histograms,
+        {question_id: item.stored for question_id, item in data.items() if not item.withheld},
         analyses,
         args.confidence,
         args.seed,
         side=data.side,
         group=data.group,
         group_histograms=group_histograms,
-        sealed=_sealed_record(args.db, data.survey.id) if data.side == "confirmation" else None,
+        sealed=sealed_record(data.survey.id) if data.side == "confirmation" else None,
     )
+    report = _withheld_by_server(report, data, by_group)
     tables = {
         section.question.id: csv_name(args.out.stem, section)
         for section in report.questions
@@ -79,6 +130,35 @@ def run_report(args: argparse.Namespace) -> int:
     beside = f"; full tables: {', '.join(tables.values())}" if tables else ""
     print(f"wrote {args.out} ({len(report.questions)} questions{beside})")
     return 0
+
+
+def _withheld_by_server(
+    report: SurveyReport, data: SurveyData, by_group: Mapping[str, SurveyData]
+) -> SurveyReport:
+    """A server releases nothing below min_batch_size, not even the count: the sections of the
+    questions it withheld, and the tests of groups it withheld, say its reason instead of a
+    count of 0. A report read from a store has nothing withheld and is returned unchanged."""
+    from aggregator.report.content import TestSection
+
+    why = {(qid, ""): item.withheld for qid, item in data.items() if item.withheld}
+    why |= {
+        (qid, g): item.withheld
+        for g, read_g in by_group.items()
+        for qid, item in read_g.items()
+        if item.withheld
+    }
+    if not why:
+        return report
+    sections = []
+    for section in report.questions:
+        qid = section.question.id
+        tests = []
+        for test in section.tests:
+            held = [why[(qid, g)] for g in ("", *(test.analysis.groups or ())) if (qid, g) in why]
+            tests.append(TestSection(test.analysis, None, f"not run: {held[0]}") if held else test)
+        reason = why.get((qid, ""), section.withheld)
+        sections.append(dataclasses.replace(section, withheld=reason, tests=tuple(tests)))
+    return dataclasses.replace(report, questions=tuple(sections))
 
 
 def _sealed_record(db: Path, survey_id: str) -> dict:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +38,18 @@ if TYPE_CHECKING:
     from aggregator.service.streams import ConnectionLimits, StreamLimits
 
 DEFAULT_PORT = 50051
+#: Why a multi-process server does not hold a signed survey's devices to one answer per question.
+ONE_ANSWER_UNCHECKED = (
+    f"{PROG}: warning: with --workers above 1 the aggregator does not check one answer per "
+    "device and question of surveys with device authentication (the counts live in one "
+    "process; --workers 1 checks them); devices still refuse or memoize a second answer"
+)
+
+PER_NODE_LIMITS = (
+    f"{PROG}: warning: with --store, per-device limits and the one-answer check of signed "
+    "surveys are counted on this node only: a device that reaches N nodes gets up to N times "
+    "its cap (docs/operations.md, 'Several ingest nodes')"
+)
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -47,6 +60,13 @@ def add_commands(subparsers: Subcommands) -> None:
         "--port", type=_tcp_port, default=DEFAULT_PORT, help="TCP port 1-65535; 0 picks a free one"
     )
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    serve.add_argument(
+        "--store",
+        metavar="URL",
+        help="a shared PostgreSQL store (postgresql://...; extra [postgres]): this process is one "
+        "of several ingest nodes, serves devices only, and --db names its own files "
+        "(docs/operations.md, 'Several ingest nodes')",
+    )
     _add_analyst_options(serve)
     serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
     serve.add_argument(
@@ -191,7 +211,12 @@ def _limits_of(args: argparse.Namespace) -> tuple[StreamLimits, ConnectionLimits
 
 def run_serve(args: argparse.Namespace) -> int:
     credentials = _server_credentials(args)
-    args.analyst = _analyst_listener(args)
+    folder = args.db.absolute().parent
+    if not folder.is_dir():  # before the audit log beside it is checked: say the real mistake
+        raise UserError(f"cannot create report store {args.db}: folder {folder} does not exist")
+    if args.store is not None:
+        _check_shared_store(args)
+    args.analyst = None if args.store is not None else _analyst_listener(args)
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
     surveys = load_surveys(args.config)
@@ -205,12 +230,16 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("--auth-window must be positive")
     limits = load_limits(args.config)
     args.streams, args.connections = _limits_of(args)
-    if args.workers > 1 and limits:
+    if args.workers > 1 and any(limit.declared for limit in limits.values()):
         raise UserError(
             "per-device limits (rate_per_minute, burst, max_reports_per_device) keep their state "
             "in one process: serve them with --workers 1"
         )
-    if args.db.is_file() and args.db.stat().st_size:  # kind and pins, before binding
+    if args.workers > 1 and limits:  # only the one-answer rule of signed surveys
+        print(ONE_ANSWER_UNCHECKED, file=sys.stderr, flush=True)
+    if args.store is not None and limits:
+        print(PER_NODE_LIMITS, file=sys.stderr, flush=True)
+    if args.store is None and args.db.is_file() and args.db.stat().st_size:  # before binding
         with StoreReader(args.db) as reader:
             reader.check_definitions(surveys, args.config)
     with _metrics_endpoint(args):
@@ -289,13 +318,31 @@ def _run_server(
     return 0
 
 
+def _check_shared_store(args: argparse.Namespace) -> None:
+    """--store: a PostgreSQL URL, one process per node, and the [postgres] extra installed."""
+    if not args.store.startswith(("postgresql://", "postgres://")):
+        raise UserError("--store takes a PostgreSQL URL: postgresql://USER@HOST/DATABASE")
+    if args.workers != 1:
+        raise UserError("--store runs one process per node: start more nodes, not --workers")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "--store needs the PostgreSQL driver: pip install 'ldp-survey[postgres]'"
+        ) from None
+
+
 def _announce(args: argparse.Namespace, port: int, analyst_port: int, what: str) -> None:
-    """Write the port files (if asked) and say what is served where."""
+    """Write the port files (if asked) and say what is served where (analyst port 0: no
+    Analyst in this process, an ingest node of a shared store)."""
     if args.analyst_port_file:
         args.analyst_port_file.write_text(f"{analyst_port}\n")
     if args.port_file:
         args.port_file.write_text(f"{port}\n")
-    print(f"{PROG}: serving the Analyst on {args.analyst_host}:{analyst_port}", flush=True)
+    if analyst_port:
+        print(f"{PROG}: serving the Analyst on {args.analyst_host}:{analyst_port}", flush=True)
+    else:
+        print(f"{PROG}: an ingest node of the shared store: no Analyst here", flush=True)
     print(f"{PROG}: serving {what} on {args.host}:{port}", flush=True)
 
 
@@ -325,6 +372,14 @@ def _analyst_listener(args: argparse.Namespace) -> tuple[str, AnalystAccess, Pat
     except (AnalystAccessError, AuditLogError) as exc:
         raise UserError(str(exc)) from None
     return f"{args.analyst_host}:{args.analyst_port}", access, audit_log
+
+
+def _analyst_arguments(analyst: tuple[str, AnalystAccess, Path] | None) -> dict:
+    """start_server's Analyst arguments (none for an ingest node of a shared store)."""
+    if analyst is None:
+        return {}
+    address, access, audit_log = analyst
+    return {"analyst_address": address, "analyst_access": access, "audit_log": audit_log}
 
 
 def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
@@ -373,9 +428,8 @@ async def _serve(
         streams=args.streams,
         connections=args.connections,
         observer=Observer(recorder, access_log_stream(args.access_log)),
-        analyst_address=args.analyst[0],
-        analyst_access=args.analyst[1],
-        audit_log=args.analyst[2],
+        **_analyst_arguments(args.analyst),
+        store_url=args.store,
     )
     _announce(args, running.port, running.analyst_port, f"{len(surveys)} survey(s)")
     stop = asyncio.Event()

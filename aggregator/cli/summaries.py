@@ -15,7 +15,8 @@ from aggregator.cli.common import (
     add_json_option,
     add_question_options,
     add_side_option,
-    add_store_options,
+    add_source_options,
+    check_source,
     load_histogram,
 )
 from aggregator.confirm.labels import NOT_PREREGISTERED
@@ -31,7 +32,7 @@ def add_commands(subparsers: Subcommands) -> None:
         "conditional",
         "P(one attribute | the other) of a two-attribute question, with intervals (read only)",
     )
-    add_store_options(cond)
+    add_source_options(cond)
     add_question_options(cond)
     add_side_option(cond)
     add_group_option(cond)
@@ -49,7 +50,7 @@ def add_commands(subparsers: Subcommands) -> None:
         "ordinal",
         "mean score of an ordinal question, and a trend test across groups (read only)",
     )
-    add_store_options(ordinal)
+    add_source_options(ordinal)
     add_question_options(ordinal)
     add_side_option(ordinal)
     where = ordinal.add_mutually_exclusive_group()
@@ -143,6 +144,9 @@ def run_ordinal(args: argparse.Namespace) -> int:
     from aggregator.stats import estimate
     from aggregator.stats.summaries import mean_score, score_trend
 
+    check_source(args)
+    if args.config is None:  # --server: the scores are declared in the survey file only
+        raise UserError("ordinal reads the question's scores from the survey file: give --config")
     scores = load_scores(args.config).get((args.survey, args.question))
     if scores is None and args.question in _questions(args):
         raise UserError(

@@ -14,7 +14,7 @@ from aggregator.store.reader import StoreReader
 from aggregator.survey_file.analyses import load_analyses
 from aggregator.survey_file.config import load_limits, load_surveys
 from client.budgeting import DEFAULT_DELTA, survey_cost
-from client.survey import survey_to_json
+from client.survey import REFUSE, survey_to_json
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -70,10 +70,16 @@ def run_check_config(args: argparse.Namespace) -> int:
                 "group_label": None
                 if survey.group_label is None
                 else {"name": survey.group_label.name, "values": list(survey.group_label.values)},
-                "limits": survey.id in limits,
+                "limits": survey.id in limits and limits[survey.id].declared,
                 "cost": cost.to_dict(),
                 "questions": [
-                    {"id": q.id, "k": q.k, "digest": q.digest.hex(), **q.definition()}
+                    {
+                        "id": q.id,
+                        "k": q.k,
+                        "digest": q.digest.hex(),
+                        "repeat": q.repeat,
+                        **q.definition(),
+                    }
                     for q in survey.questions
                 ],
             }
@@ -102,7 +108,8 @@ def run_check_config(args: argparse.Namespace) -> int:
         for q in row["questions"]:
             parameter = f"rho = {q['rho']:g}" if "rho" in q else f"epsilon = {q['epsilon']:g}"
             shared = ", household_shared" if q.get("household_shared") else ""
-            print(f"  {q['id']}: {q['mechanism']}, {parameter}, k = {q['k']}{shared}")
+            repeat = f", repeat = {q['repeat']}" if q["repeat"] != REFUSE else ""
+            print(f"  {q['id']}: {q['mechanism']}, {parameter}, k = {q['k']}{shared}{repeat}")
     if args.db is not None:
         print(f"matches the definitions pinned in {args.db}")
     return 0

@@ -13,7 +13,7 @@ from aggregator.cli.common import (
     add_command,
     add_json_option,
     add_side_option,
-    add_store_options,
+    add_source_options,
     load_histogram,
 )
 from aggregator.confirm.labels import NOT_PREREGISTERED
@@ -27,7 +27,7 @@ def add_commands(subparsers: Subcommands) -> None:
         "two-sample",
         "did two groups answer alike? homogeneity of two questions (read only)",
     )
-    add_store_options(two)
+    add_source_options(two)
     two.add_argument("--a", metavar="SURVEY:QUESTION", help="group A: a question")
     two.add_argument("--b", metavar="SURVEY:QUESTION", help="group B: a question")
     two.add_argument("--survey", help="with --groups: the survey (it declares a group label)")

@@ -105,7 +105,7 @@ def _estimated(hist, confidence: float) -> dict:
     """The estimate's dict, or {"error": ...} for public-coin one-bit reports, which carry no
     per-category estimate (their goodness of fit still runs)."""
     try:
-        return estimate(hist, confidence).to_dict()
+        return estimate(hist, confidence, estimator="simplex").to_dict()  # the CLI's default
     except InvalidInputError as exc:
         if hist.mechanism.statistic_kind != "groups":
             raise

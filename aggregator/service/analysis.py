@@ -395,7 +395,9 @@ def _worker_main(conn: Connection, running: Any, stop: Any) -> None:
 
     signal.signal(signal.SIGUSR1, interrupted)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # blocked by the server
-    from aggregator import stats  # noqa: F401  (SciPy: imported once, before the first task)
+    from aggregator import stats  # SciPy: imported once, before the first task
+
+    stats.preload()
 
     while True:
         try:

@@ -30,7 +30,7 @@ from aggregator.service.analysis import (
     caller_of,
 )
 from aggregator.service.answers import shortened
-from aggregator.service.rejections import status_of
+from aggregator.service.rejections import abort, status_of
 from aggregator.service.store_api import Store
 from aggregator.store import ingest
 from aggregator.store.ingest import ReportRejectedError
@@ -195,6 +195,29 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         args = (hist_a, hist_b, request.alpha or 0.05)
         result = await self._analyse(context, "two_sample", args, _calibration(request))
         return test_response(result)
+
+    async def GetSurvey(self, request, context):
+        """The survey's definition, for an analyst client that rebuilds histograms itself."""
+        survey = self._surveys.get(request.survey_id)
+        if survey is None:
+            unknown = shortened(f"unknown survey {request.survey_id!r}")
+            await abort(context, grpc.StatusCode.NOT_FOUND, unknown)
+        return survey.to_proto()
+
+    async def Statistics(self, request, context):
+        """The question's released sufficient statistic (through ``_released``, exactly as
+        Estimate reads it): the client computes the same estimates and tests from it."""
+        question, hist = await self._released(
+            context,
+            request.survey_id,
+            request.question_id,
+            request.side,
+            request.group,
+            test=request.test,
+        )
+        return ldp_pb2.StatisticsResponse(
+            n=hist.n, values=hist.values, definition_digest=question.digest
+        )
 
     async def _analyse(self, context, function: str, args: tuple, kwargs=None, *, heavy=True):
         """``aggregator.stats.<function>(*args, **kwargs)`` on the analysis executor, admitted

@@ -138,6 +138,27 @@ def open_store(
     return store
 
 
+def open_shared_store(
+    surveys: dict[str, SurveySpec],
+    url: str,
+    *,
+    max_delay: float = 0.002,
+    on_commit: Callable[[float, int], None] | None = None,
+) -> Store:
+    """Open the shared PostgreSQL store at ``url`` (extra [postgres]), check every question of
+    the surveys against its pinned definition and register it: one ingest node of several."""
+    from aggregator.store.postgres import pins
+    from aggregator.store.postgres.engine import PostgresStore
+
+    store = PostgresStore(url, max_delay=max_delay, on_commit=on_commit)
+    try:
+        pins.register(store, surveys)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
 async def start_server(
     surveys: dict[str, SurveySpec],
     db_path: str,
@@ -157,9 +178,14 @@ async def start_server(
     analyst_address: str = "127.0.0.1:0",
     analyst_access: AnalystAccess | None = None,
     audit_log: str | os.PathLike[str] | None = None,
+    store_url: str | None = None,
 ) -> RunningServer:
     """Open the store, register every question, and start serving devices on ``address`` and
     analysts on ``analyst_address``.
+
+    ``store_url`` (postgresql://...) makes this server one ingest node of several on a shared
+    PostgreSQL store: it serves devices only (no Analyst), and ``db_path`` names the node's own
+    files (its lock, cap counts and pseudonym key), as docs/operations.md says.
 
     ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
@@ -179,10 +205,16 @@ async def start_server(
     lock = StoreLock(db_path)  # before anything is opened: one server per store
     try:
         caps = CapFile.beside(db_path)
-        caps.adopt_legacy(db_path)
-        store = open_store(
-            surveys, db_path, max_delay=max_delay, on_commit=observer.recorder.commit
-        )
+        store: Store
+        if store_url is not None:
+            store = open_shared_store(
+                surveys, store_url, max_delay=max_delay, on_commit=observer.recorder.commit
+            )
+        else:
+            caps.adopt_legacy(db_path)
+            store = open_store(
+                surveys, db_path, max_delay=max_delay, on_commit=observer.recorder.commit
+            )
     except BaseException:
         lock.release()
         raise
@@ -209,7 +241,9 @@ async def start_server(
             pseudonym=KeyPseudonyms.beside(db_path),
             streams=streams,
             connections=connections,
-            analyst=(
+            analyst=None
+            if store_url is not None
+            else (
                 analyst_address,
                 analyst_access or AnalystAccess(),
                 Path(audit_log) if audit_log is not None else default_path(db_path),

@@ -262,9 +262,19 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
         pending: list[tuple[list[int], asyncio.Future]],
     ) -> bool:
         """Admit one stream message's valid reports and queue them (True); refused ones are
-        REJECTED with RESOURCE_EXHAUSTED and the retry delay, if waiting helps (False)."""
+        REJECTED with RESOURCE_EXHAUSTED and the retry delay, if waiting helps, or with
+        FAILED_PRECONDITION for a device's second answer to a question (False)."""
         try:
             admission = await self._guard.admit(key, batches, self._stored_ids)
+        except ReportRejectedError as exc:  # a repeated answer (one answer per device)
+            for slot, report_id in zip(slots, _ids(batches), strict=True):
+                results[slot] = ldp_pb2.ReportResult(
+                    report_id=report_id,
+                    status=ldp_pb2.REJECTED,
+                    code=status_of(exc.reason).name,
+                    reason=shortened(exc.message),
+                )
+            return False
         except LimitExceededError as exc:
             wait = retry_after_ms(exc)
             for slot, report_id in zip(slots, _ids(batches), strict=True):

@@ -209,5 +209,17 @@ def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
             ldp_pb2.TestResponse.SerializeToString,
             MAX_SMALL_REQUEST_BYTES,
         ),
+        "GetSurvey": _unary(
+            analyst.GetSurvey,
+            ldp_pb2.GetSurveyRequest,
+            ldp_pb2.Survey.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
+        ),
+        "Statistics": _unary(
+            analyst.Statistics,
+            ldp_pb2.StatisticsRequest,
+            ldp_pb2.StatisticsResponse.SerializeToString,
+            MAX_SMALL_REQUEST_BYTES,
+        ),
     }
     _register(server, SERVICE_NAMES[1], handlers)

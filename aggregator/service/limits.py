@@ -41,6 +41,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from aggregator.errors import LdpError
+from aggregator.store.ingest import Rejection, ReportRejectedError
 from aggregator.store.report_store import STORED, ReportBatch
 from aggregator.survey_file.config import SurveyLimits
 
@@ -303,6 +304,15 @@ class Admission:
         self._guard.settle(self._size, self._reserved, accepted)
 
 
+def _answered(key: CountKey) -> str:
+    _, survey_id, question_id = key
+    return (
+        f"answered before: this device sent a report of {survey_id}/{question_id} already "
+        "(stored, or earlier in this upload), and a survey with device authentication counts "
+        "one answer per device; resending that report's id is answered DUPLICATE"
+    )
+
+
 class UploadGuard:
     """Admits an upload against load, rate and cap, in that order of cost to the device: an
     upload shed for load or refused for its cap consumes no tokens."""
@@ -343,7 +353,8 @@ class UploadGuard:
         batches: Sequence[ReportBatch],
         stored_ids: Callable[[list[bytes]], Awaitable[set[bytes]]],
     ) -> Admission:
-        """Admit the reports of ``batches`` from ``key`` or raise LimitExceededError.
+        """Admit the reports of ``batches`` from ``key`` or raise LimitExceededError
+        (ReportRejectedError ANSWERED_BEFORE past the one-answer cap of a signed survey).
 
         ``stored_ids(ids)`` answers which report ids the store holds already; it is asked only
         when a cap would be passed, because reports stored before do not count again."""
@@ -361,6 +372,8 @@ class UploadGuard:
             full = self._caps.try_reserve(wanted, self._cap_table(wanted))
             if full is not None:
                 _, survey_id, question_id = full
+                if self._limits[survey_id].one_answer:
+                    raise ReportRejectedError(Rejection.ANSWERED_BEFORE, _answered(full))
                 raise LimitExceededError(
                     f"cap reached: a device may send at most {self._cap_table([full])[full]} "
                     f"reports for {survey_id}/{question_id}"
@@ -415,7 +428,7 @@ class UploadGuard:
             )
 
     def _cap_table(self, wanted: Iterable[CountKey]) -> dict[CountKey, int]:
-        return {k: self._limits[k[1]].max_reports_per_device[k[2]] for k in wanted}
+        return {k: cap for k in wanted if (cap := self.cap(k[1], k[2])) is not None}
 
 
 def _per_question(

@@ -21,6 +21,8 @@ STATUS_OF: dict[Rejection, grpc.StatusCode] = {
     Rejection.OUT_OF_RANGE: grpc.StatusCode.OUT_OF_RANGE,
     Rejection.TOO_MANY_CELLS: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Rejection.UNSIGNED: grpc.StatusCode.UNAUTHENTICATED,
+    # Permanent for the device (it dead-letters the report), like a stale definition.
+    Rejection.ANSWERED_BEFORE: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

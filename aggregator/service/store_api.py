@@ -13,8 +13,10 @@ from aggregator.store.report_store import ReportBatch
 
 
 class Store(Protocol):
-    """What the servicers need from a report store: the in-process ReportStore, or a worker
-    process's RemoteStore that reaches the writer process's one (``serve --workers N``)."""
+    """What the servicers need from a report store: the in-process ReportStore, a worker
+    process's RemoteStore that reaches the writer process's one (``serve --workers N``), or an
+    ingest node's PostgresStore on a shared database (``serve --store``: the Collector only, so
+    its ``run_in_writer`` refuses)."""
 
     def submit_batches(self, batches: Sequence[ReportBatch]) -> Future[list[int]]: ...
 

@@ -2,56 +2,178 @@
 
 May import ``aggregator.histogram``, ``aggregator.errors``, ``client.mechanisms`` and scipy; never
 ``aggregator.service``, ``aggregator.store`` or ``aggregator.jobs``.
+
+The public names load on first use (PEP 562): importing one module of the package (the command
+line's ``estimate`` imports ``stats.estimate``) does not load scipy.stats through the tests, which
+keeps ``ldp-aggregator estimate`` starting in under a second (docs/performance.md). ``preload()``
+imports everything, for a worker that should pay the import before its first task.
 """
 
-from aggregator.stats.composite import composite, independence
-from aggregator.stats.design import Design, design_cells
-from aggregator.stats.design_calibration import PostStratified, post_stratified_estimate
-from aggregator.stats.design_estimate import DesignEstimate, design_estimate
-from aggregator.stats.design_tests import (
-    DesignTestResult,
-    design_goodness_of_fit,
-    design_independence,
-    design_k_sample,
-)
-from aggregator.stats.estimate import Estimate, estimate
-from aggregator.stats.gof import goodness_of_fit
-from aggregator.stats.k_sample import k_sample, k_sample_power
-from aggregator.stats.models import FunctionModel, IndependenceModel, ParametricModel
-from aggregator.stats.multiple import HolmResult, holm
-from aggregator.stats.power import Advice, advise, noncentrality, power, sample_size
-from aggregator.stats.result import TestResult
-from aggregator.stats.two_sample import two_sample, two_sample_power
+from __future__ import annotations
 
-__all__ = [
-    "Advice",
-    "Design",
-    "DesignEstimate",
-    "DesignTestResult",
-    "Estimate",
-    "FunctionModel",
-    "HolmResult",
-    "IndependenceModel",
-    "ParametricModel",
-    "PostStratified",
-    "TestResult",
-    "advise",
-    "composite",
-    "design_cells",
-    "design_estimate",
-    "design_goodness_of_fit",
-    "design_independence",
-    "design_k_sample",
-    "estimate",
-    "goodness_of_fit",
-    "holm",
-    "independence",
-    "k_sample",
-    "k_sample_power",
-    "noncentrality",
-    "post_stratified_estimate",
-    "power",
-    "sample_size",
-    "two_sample",
-    "two_sample_power",
-]
+import sys
+from importlib import import_module
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aggregator.stats.composite import (
+        composite as composite,
+    )
+    from aggregator.stats.composite import (
+        independence as independence,
+    )
+    from aggregator.stats.design import (
+        Design as Design,
+    )
+    from aggregator.stats.design import (
+        design_cells as design_cells,
+    )
+    from aggregator.stats.design_calibration import (
+        PostStratified as PostStratified,
+    )
+    from aggregator.stats.design_calibration import (
+        post_stratified_estimate as post_stratified_estimate,
+    )
+    from aggregator.stats.design_estimate import (
+        DesignEstimate as DesignEstimate,
+    )
+    from aggregator.stats.design_estimate import (
+        design_estimate as design_estimate,
+    )
+    from aggregator.stats.design_tests import (
+        DesignTestResult as DesignTestResult,
+    )
+    from aggregator.stats.design_tests import (
+        design_goodness_of_fit as design_goodness_of_fit,
+    )
+    from aggregator.stats.design_tests import (
+        design_independence as design_independence,
+    )
+    from aggregator.stats.design_tests import (
+        design_k_sample as design_k_sample,
+    )
+    from aggregator.stats.estimate import (
+        Estimate as Estimate,
+    )
+    from aggregator.stats.estimate import (
+        estimate as estimate,
+    )
+    from aggregator.stats.gof import (
+        goodness_of_fit as goodness_of_fit,
+    )
+    from aggregator.stats.k_sample import (
+        k_sample as k_sample,
+    )
+    from aggregator.stats.k_sample import (
+        k_sample_power as k_sample_power,
+    )
+    from aggregator.stats.models import (
+        FunctionModel as FunctionModel,
+    )
+    from aggregator.stats.models import (
+        IndependenceModel as IndependenceModel,
+    )
+    from aggregator.stats.models import (
+        ParametricModel as ParametricModel,
+    )
+    from aggregator.stats.multiple import (
+        HolmResult as HolmResult,
+    )
+    from aggregator.stats.multiple import (
+        holm as holm,
+    )
+    from aggregator.stats.power import (
+        Advice as Advice,
+    )
+    from aggregator.stats.power import (
+        advise as advise,
+    )
+    from aggregator.stats.power import (
+        noncentrality as noncentrality,
+    )
+    from aggregator.stats.power import (
+        power as power,
+    )
+    from aggregator.stats.power import (
+        sample_size as sample_size,
+    )
+    from aggregator.stats.result import (
+        TestResult as TestResult,
+    )
+    from aggregator.stats.two_sample import (
+        two_sample as two_sample,
+    )
+    from aggregator.stats.two_sample import (
+        two_sample_power as two_sample_power,
+    )
+
+#: Each public name and the module that defines it.
+_HOMES = {
+    "Advice": "power",
+    "Design": "design",
+    "DesignEstimate": "design_estimate",
+    "DesignTestResult": "design_tests",
+    "Estimate": "estimate",
+    "FunctionModel": "models",
+    "HolmResult": "multiple",
+    "IndependenceModel": "models",
+    "ParametricModel": "models",
+    "PostStratified": "design_calibration",
+    "TestResult": "result",
+    "advise": "power",
+    "composite": "composite",
+    "design_cells": "design",
+    "design_estimate": "design_estimate",
+    "design_goodness_of_fit": "design_tests",
+    "design_independence": "design_tests",
+    "design_k_sample": "design_tests",
+    "estimate": "estimate",
+    "goodness_of_fit": "gof",
+    "holm": "multiple",
+    "independence": "composite",
+    "k_sample": "k_sample",
+    "k_sample_power": "k_sample",
+    "noncentrality": "power",
+    "post_stratified_estimate": "design_calibration",
+    "power": "power",
+    "sample_size": "power",
+    "two_sample": "two_sample",
+    "two_sample_power": "two_sample",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(ModuleType):
+    """The package's module type: six public functions share their module's name (estimate,
+    composite, power, two_sample, k_sample, design_estimate), and the import system binds a
+    submodule to the package once it is loaded; the public name keeps meaning the function, as
+    with eager imports."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _HOMES and isinstance(value, ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def preload() -> None:
+    """Import every public name now (SciPy included)."""
+    for name in __all__:
+        __getattr__(name)

@@ -8,7 +8,6 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-from scipy import integrate, optimize
 
 from aggregator.stats.low_rank_law import LowRankLaw
 
@@ -86,6 +85,8 @@ def _imhof(
         theta, envelope = parts(u)
         return -math.cos(theta) * envelope
 
+    from scipy import integrate  # here: a simulated test never loads it (start-up)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", integrate.IntegrationWarning)
         head, _ = integrate.quad(integrand, 0.0, 1.0, limit=200, epsabs=1e-12)
@@ -107,6 +108,8 @@ def weighted_chi2_isf(alpha: float, weights: np.ndarray) -> float:
     hi = mean + 10 * sd
     while weighted_chi2_sf(hi, weights) > alpha:
         hi *= 2
+    from scipy import optimize
+
     root = optimize.brentq(
         lambda t: weighted_chi2_sf(t, weights) - alpha, 1e-12, hi, xtol=1e-10, rtol=1e-12
     )

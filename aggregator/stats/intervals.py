@@ -18,8 +18,10 @@ coverage at small n and for sparse large k, and never have zero width (docs/cali
   as above), so C lies in [S - t, S + t], and the Clopper-Pearson bounds at level alpha_count of
   the ends of that range bound p_j. Conservative at every n, never empty.
 
-An interval is intersected with [0, 1] (which cannot lower coverage, since p_j is in [0, 1])
-unless that would leave less than a positive width.
+Every interval is then kept inside [0, 1] (``stats.simplex.inside_unit``): cut to [0, 1], which
+cannot lower coverage since p_j is in [0, 1], and where it reaches a boundary widened by the
+likelihood-ratio interval of the boundary-restricted normal mean, which cannot lower it either.
+So no interval lies wholly outside [0, 1], even when the count is below what p_j = 0 gives.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import special  # not scipy.stats: ``estimate`` starts in well under a second
 
 from aggregator.histogram import Histogram
+from aggregator.stats.calibration import per_report_variance
 from aggregator.stats.channel import debiased_histogram, extra_variance, is_binomial
+from aggregator.stats.simplex import inside_unit
 from client.mechanisms import Mechanism
 
 CLOPPER_PEARSON = "Clopper-Pearson on the privatized counts, mapped through the channel"
@@ -54,7 +58,12 @@ def confidence_intervals(hist: Histogram, confidence: float) -> tuple[np.ndarray
         low, high = _score(hist, tail)
     else:
         low, high = _noise_bounded(hist, tail)
-    return _clip_to_unit(low, high)
+    mech, k = hist.mechanism, hist.k
+    at_zero = per_report_variance(mech, np.zeros(1))[0] / hist.n
+    at_one = per_report_variance(mech, np.ones(1))[0] / hist.n
+    z = _normal_isf(tail)
+    x = debiased_histogram(hist)
+    return inside_unit(low, high, x, z, np.full(k, at_zero), np.full(k, at_one))
 
 
 def simultaneous_intervals(hist: Histogram, confidence: float) -> tuple[np.ndarray, np.ndarray]:
@@ -69,8 +78,8 @@ def _is_binomial(hist: Histogram) -> bool:
 def _clopper_pearson(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray]:
     n, x = hist.n, hist.values
     with np.errstate(invalid="ignore"):
-        q_low = np.where(x > 0, stats.beta.ppf(tail, x, n - x + 1), 0.0)
-        q_high = np.where(x < n, stats.beta.ppf(1 - tail, x + 1, n - x), 1.0)
+        q_low = np.where(x > 0, _beta_ppf(tail, x, n - x + 1), 0.0)
+        q_high = np.where(x < n, _beta_ppf(1 - tail, x + 1, n - x), 1.0)
     mech = hist.mechanism
     return (q_low - mech.offset) / mech.slope, (q_high - mech.offset) / mech.slope
 
@@ -87,8 +96,7 @@ def _count_skewness_bound(hist: Histogram) -> float:
 def _score(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray]:
     """{p : (x - p)^2 <= z^2 (p (1 - p) + b) / n}, in closed form (a quadratic in p)."""
     n, b = hist.n, extra_variance(hist.mechanism)
-    z = float(stats.norm.isf(tail))
-    z = _cornish_fisher(z, hist.mechanism, n)
+    z = _cornish_fisher(_normal_isf(tail), hist.mechanism, n)
     x = debiased_histogram(hist)
     z2 = z * z
     linear = 2 * n * x + z2
@@ -117,20 +125,23 @@ def _noise_bounded(hist: Histogram, tail: float) -> tuple[np.ndarray, np.ndarray
     b = extra_variance(mech)
     alpha = 2 * tail
     alpha_noise = alpha * b / (b + 0.25)  # the noise's share of the largest per-report variance
-    z = float(stats.norm.isf(alpha_noise / 2))
-    z = _cornish_fisher(z, mech, n)
+    z = _cornish_fisher(_normal_isf(alpha_noise / 2), mech, n)
     t = z * math.sqrt(n * b)
     sums = hist.values  # count + noise sum, in count units
     x_high = np.clip(np.floor(sums + t), 0, n)
     x_low = np.minimum(np.clip(np.ceil(sums - t), 0, n), x_high)
     count_tail = (alpha - alpha_noise) / 2
     with np.errstate(invalid="ignore"):
-        low = np.where(x_low > 0, stats.beta.ppf(count_tail, x_low, n - x_low + 1), 0.0)
-        high = np.where(x_high < n, stats.beta.ppf(1 - count_tail, x_high + 1, n - x_high), 1.0)
+        low = np.where(x_low > 0, _beta_ppf(count_tail, x_low, n - x_low + 1), 0.0)
+        high = np.where(x_high < n, _beta_ppf(1 - count_tail, x_high + 1, n - x_high), 1.0)
     return low, high
 
 
-def _clip_to_unit(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    clipped_low, clipped_high = np.maximum(low, 0.0), np.minimum(high, 1.0)
-    keep = clipped_high > clipped_low
-    return np.where(keep, clipped_low, low), np.where(keep, clipped_high, high)
+def _beta_ppf(level: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The Beta(a, b) quantile (scipy.stats.beta.ppf, without importing scipy.stats)."""
+    return special.betaincinv(a, b, level)
+
+
+def _normal_isf(tail: float) -> float:
+    """The standard normal's upper-``tail`` quantile."""
+    return float(-special.ndtri(tail))

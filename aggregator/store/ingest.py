@@ -42,6 +42,7 @@ class Rejection(enum.Enum):
     OUT_OF_RANGE = "a value the mechanism cannot produce"
     TOO_MANY_CELLS = "more report-by-category cells than one upload may expand into"
     UNSIGNED = "an unsigned report for a survey that requires signatures"
+    ANSWERED_BEFORE = "a second report of a device for a question it has a report of"
 
 
 @dataclass

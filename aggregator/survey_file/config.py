@@ -10,6 +10,8 @@ Example::
     rate_per_minute = 30        # optional per-device token bucket: refill rate ...
     burst = 60                  # ... and size (default: one minute's worth)
     max_reports_per_device = 5  # optional cap per device and question (a question may override)
+    repeat = "refuse"           # a device's second answer to a question: "refuse" (default) or
+                                # "memoize" (resend the first report); a question may override
 
     [[survey.question]]
     id = "mood"
@@ -43,6 +45,7 @@ from pathlib import Path
 
 from client.mechanisms import DEFAULT_GRANULARITY_BITS
 from client.survey import (
+    REFUSE,
     Attribute,
     GroupLabel,
     QuestionSpec,
@@ -71,6 +74,7 @@ _QUESTION_KEYS = {
     "groups",
     "ordinal",
     "scores",
+    "repeat",
 }
 
 _SURVEY_KEYS = {
@@ -85,6 +89,7 @@ _SURVEY_KEYS = {
     "rate_per_minute",
     "burst",
     "max_reports_per_device",
+    "repeat",
     "question",
     "analysis",  # read by aggregator.survey_file.analyses
 }
@@ -92,14 +97,25 @@ _SURVEY_KEYS = {
 
 @dataclass(frozen=True)
 class SurveyLimits:
-    """One survey's per-device limits; None means unlimited."""
+    """One survey's per-device limits; None means unlimited.
+
+    ``one_answer``: the survey authenticates devices, so the aggregator checks that a device
+    stores at most one report per question (its repeat policy, refuse or memoize, sends no
+    second one); a cap of 1 on every question, refused as a repeated answer (docs/config.md,
+    "Repeat answers")."""
 
     rate_per_minute: float | None = None
     burst: int | None = None
     max_reports_per_device: Mapping[str, int] = field(default_factory=dict)  # by question id
+    one_answer: bool = False
 
     def cap(self, question_id: str) -> int | None:
-        return self.max_reports_per_device.get(question_id)
+        return 1 if self.one_answer else self.max_reports_per_device.get(question_id)
+
+    @property
+    def declared(self) -> bool:
+        """Whether the survey file sets a rate or a cap (beyond the one-answer rule)."""
+        return self.rate_per_minute is not None or bool(self.max_reports_per_device)
 
 
 class ConfigError(ValueError):
@@ -204,13 +220,19 @@ def _limits(entry: dict, where: str) -> SurveyLimits:
     elif burst is not None:
         raise ConfigError(f"{where}: burst needs rate_per_minute")
     survey_cap = entry.get("max_reports_per_device")
+    one_answer = entry.get("require_device_auth", False) is True
     caps = {}
     for question in entry.get("question", []):
         cap = question.get("max_reports_per_device", survey_cap)
         if cap is not None:
             where_q = f"{where}, question {question.get('id')}"
             caps[str(question.get("id"))] = _positive_int(cap, "max_reports_per_device", where_q)
-    return SurveyLimits(rate, burst, caps)
+            if one_answer and cap > 1:
+                raise ConfigError(
+                    f"{where_q}: max_reports_per_device = {cap} contradicts one answer per "
+                    "device, which a survey with require_device_auth enforces (a cap of 1)"
+                )
+    return SurveyLimits(rate, burst, caps, one_answer)
 
 
 def _positive_int(value: object, name: str, where: str) -> int:
@@ -265,7 +287,8 @@ def _survey(entry: dict) -> SurveySpec:
     unknown = set(entry) - _SURVEY_KEYS
     if unknown:  # a misspelt limit would otherwise be silently unlimited
         raise SurveyError(f"survey {survey_id}: unknown keys {sorted(unknown)}")
-    questions = tuple(_question(q, survey_id) for q in entry.get("question", []))
+    repeat = entry.get("repeat", REFUSE)
+    questions = tuple(_question(q, survey_id, repeat) for q in entry.get("question", []))
     min_batch = entry.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     require_auth = entry.get("require_device_auth", False)
     group_label = _group_label(entry, survey_id)
@@ -294,7 +317,7 @@ def _group_label(entry: dict, survey_id: object) -> GroupLabel | None:
     return GroupLabel(entry["group_label"], tuple(values))
 
 
-def _question(entry: dict, survey_id: object) -> QuestionSpec:
+def _question(entry: dict, survey_id: object, repeat: object) -> QuestionSpec:
     question_id = entry.get("id")
     where = f"survey {survey_id}, question {question_id}"
     unknown = set(entry) - _QUESTION_KEYS
@@ -324,6 +347,7 @@ def _question(entry: dict, survey_id: object) -> QuestionSpec:
         household_shared=entry.get("household_shared", False),
         public_seed=entry.get("public_seed"),
         groups=entry.get("groups"),
+        repeat=entry.get("repeat", repeat),
     )
 
 

@@ -5,15 +5,11 @@ the server acknowledges it (accepted or duplicate); a permanent refusal moves it
 table instead of dropping it. Every write commits with WAL and ``synchronous=FULL``, so a report is
 durable once ``add`` returns. The file may be the ledger's database (separate tables).
 
-The outbox also memoizes reports (privacy-accounting §A.4 rule 4): the same question asked again,
-with the same randomizer and the same true answer, replays the stored report at no new cost. Memo
-entries are keyed by an HMAC under a device secret, so the true answer never reaches the disk.
+The first report of each question is kept apart, for good (client/device/repeats.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import time
 from collections.abc import Iterable
@@ -22,7 +18,6 @@ from dataclasses import dataclass
 from client.device.database import connect, immediate
 
 REPORT_ID_SIZE = 16
-SECRET_SIZE = 32
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -47,11 +42,6 @@ CREATE TABLE IF NOT EXISTS rejected (
     rejected_at REAL NOT NULL,
     definition_digest BLOB NOT NULL DEFAULT x''
 );
-CREATE TABLE IF NOT EXISTS memo (
-    memo_key BLOB PRIMARY KEY CHECK (length(memo_key) = 32),
-    report_id BLOB NOT NULL,
-    payload BLOB NOT NULL
-);
 """
 
 _ITEM_COLUMNS = (
@@ -61,7 +51,7 @@ _DIGEST_COLUMN = "definition_digest BLOB NOT NULL DEFAULT x''"  # added in devic
 
 
 class OutboxError(Exception):
-    """A report id already stored with different content, or a conflicting memo entry."""
+    """A report id already stored with different content."""
 
 
 @dataclass(frozen=True)
@@ -87,54 +77,8 @@ def _check_ids(report_ids: Iterable[bytes]) -> list[tuple[bytes]]:
     return [(_check_report_id(report_id),) for report_id in report_ids]
 
 
-def _length_prefixed(*fields: bytes) -> bytes:
-    return b"".join(len(field).to_bytes(8, "big") + field for field in fields)
-
-
-def memo_key(
-    secret: bytes, survey_id: str, question_id: str, mechanism_description: str, answer: int
-) -> bytes:
-    """HMAC-SHA256 naming one (question, randomizer, true answer) under the device secret.
-
-    Fields are length-prefixed so that distinct tuples never encode alike; without the secret the
-    key cannot be tested against guessed answers.
-    """
-    if not isinstance(secret, bytes) or len(secret) < 16:
-        raise ValueError("secret must be at least 16 bytes")
-    if isinstance(answer, bool) or not isinstance(answer, int):
-        raise ValueError(f"answer must be an integer category index, got {answer!r}")
-    message = _length_prefixed(
-        b"ldp-survey memo v1",
-        survey_id.encode(),
-        question_id.encode(),
-        mechanism_description.encode(),
-        str(answer).encode(),
-    )
-    return hmac.new(secret, message, hashlib.sha256).digest()
-
-
-def load_or_create_secret(path: str | os.PathLike[str]) -> bytes:
-    """The device's 32-byte random secret, created once in the ``device_secret`` table."""
-    conn = connect(path)
-    try:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS device_secret ("
-            " id INTEGER PRIMARY KEY CHECK (id = 1),"
-            " secret BLOB NOT NULL CHECK (length(secret) = 32))"
-        )
-        with immediate(conn):
-            row = conn.execute("SELECT secret FROM device_secret WHERE id = 1").fetchone()
-            if row is not None:
-                return row[0]
-            secret = os.urandom(SECRET_SIZE)
-            conn.execute("INSERT INTO device_secret VALUES (1, ?)", (secret,))
-        return secret
-    finally:
-        conn.close()
-
-
 class Outbox:
-    """Durable queue of randomized reports, a dead-letter table and the memo, at ``path``."""
+    """Durable queue of randomized reports and a dead-letter table, at ``path``."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._conn = connect(path)
@@ -155,31 +99,18 @@ class Outbox:
         question_id: str,
         payload: bytes,
         *,
-        memo_key: bytes | None = None,
         definition_digest: bytes = b"",
     ) -> None:
-        """Store one report (and its memo entry) in one committed transaction.
+        """Store one report in one committed transaction.
 
         Adding a report id again is a no-op if the content is identical (pending or rejected),
-        an ``OutboxError`` otherwise; so is a memo key already bound to another report.
+        an ``OutboxError`` otherwise.
         """
         _check_report_id(report_id)
         if not isinstance(payload, bytes):
             raise ValueError("payload must be bytes")
-        if memo_key is not None and (not isinstance(memo_key, bytes) or len(memo_key) != 32):
-            raise ValueError("memo_key must be 32 bytes")
         content = (survey_id, question_id, payload)
         with immediate(self._conn):
-            if memo_key is not None:
-                memo = self._conn.execute(
-                    "SELECT report_id, payload FROM memo WHERE memo_key = ?", (memo_key,)
-                ).fetchone()
-                if memo is None:
-                    self._conn.execute(
-                        "INSERT INTO memo VALUES (?, ?, ?)", (memo_key, report_id, payload)
-                    )
-                elif memo != (report_id, payload):
-                    raise OutboxError("memo_key is already bound to another report")
             for table in ("outbox", "rejected"):
                 stored = self._conn.execute(
                     f"SELECT survey_id, question_id, payload FROM {table} WHERE report_id = ?",
@@ -213,7 +144,7 @@ class Outbox:
             )
 
     def acknowledge(self, report_ids: Iterable[bytes]) -> None:
-        """Delete reports the server accepted or already had (memo entries are kept)."""
+        """Delete reports the server accepted or already had."""
         params = _check_ids(report_ids)
         with immediate(self._conn):
             self._conn.executemany("DELETE FROM outbox WHERE report_id = ?", params)
@@ -237,6 +168,13 @@ class Outbox:
             ).fetchone():
                 raise KeyError(report_id.hex())
 
+    def dead(self, report_id: bytes) -> bool:
+        """Whether the report was refused for good (it is in the dead-letter table)."""
+        row = self._conn.execute(
+            "SELECT 1 FROM rejected WHERE report_id = ?", (_check_report_id(report_id),)
+        ).fetchone()
+        return row is not None
+
     def rejected(self) -> list[tuple[OutboxItem, str, str]]:
         """Dead letters as ``(item, code, reason)``, in the order they were rejected."""
         rows = self._conn.execute(
@@ -247,13 +185,6 @@ class Outbox:
     def __len__(self) -> int:
         """Number of pending reports."""
         return self._conn.execute("SELECT count(*) FROM outbox").fetchone()[0]
-
-    def memo_lookup(self, memo_key: bytes) -> tuple[bytes, bytes] | None:
-        """``(report_id, payload)`` of the report stored under ``memo_key``, if any."""
-        row = self._conn.execute(
-            "SELECT report_id, payload FROM memo WHERE memo_key = ?", (memo_key,)
-        ).fetchone()
-        return None if row is None else (row[0], row[1])
 
     def close(self) -> None:
         """Close the database connection."""

@@ -5,10 +5,10 @@ Order matters for privacy and durability: the ledger is charged before the repor
 report is committed to the outbox before it is ever sent, and a retry resends the same bytes with
 the same report id, so no answer is ever randomized twice and none is counted twice.
 
-Memoization (privacy-accounting §A.4 rule 4) is opt-in: replaying the stored report for an
-unchanged answer saves budget, but the aggregator then sees a repeated report id exactly when the
-answer did not change (and, at an exhausted budget, a replay where a changed answer would be
-refused). That bit is not covered by the ledger, so it is off unless the survey owner accepts it.
+A device answers each question once (client/device/repeats.py): a second answer is refused,
+or, under the question's ``repeat = "memoize"`` (or ``memoize=True`` on this device), answered by
+resending the first report whatever the new answer is, so the resend reveals nothing about it
+and the aggregator counts the device once.
 
 Uploads that include a survey with ``require_device_auth`` are signed with the device key beside
 the state file (created on first need). A refused signature (UNAUTHENTICATED: not enrolled yet,
@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING
 from client.device.group import DeviceGroups
 from client.device.household import Household, HouseholdError
 from client.device.ledger import Budget, Ledger
-from client.device.outbox import Outbox, load_or_create_secret, memo_key
+from client.device.outbox import Outbox
+from client.device.repeats import FirstReport, Repeats, refusal
 from client.device.split import split_secret, split_side
 from client.device.survey_cache import SurveyCache
 from client.device.transport import Transport, TransportError
-from client.survey import QuestionSpec, SurveySpec
+from client.survey import MEMOIZE, QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 if TYPE_CHECKING:  # cryptography loads with the key, only for surveys that require signatures
@@ -63,7 +64,9 @@ class FlushResult:
 
 
 class Reporter:
-    """One device: its survey cache, budget ledger and outbox (all in one SQLite file)."""
+    """One device: its survey cache, budget ledger, outbox and first answers (all in one SQLite
+    file). ``memoize=True``: this device resends its first report of any question asked again,
+    instead of refusing (what a question's ``repeat = "memoize"`` asks for)."""
 
     def __init__(
         self,
@@ -79,7 +82,7 @@ class Reporter:
         self.outbox = Outbox(self._path)
         self.cache = SurveyCache(self._path)
         self.groups = DeviceGroups(self._path)
-        self._secret = load_or_create_secret(self._path)
+        self.repeats = Repeats(self._path)
         self._split_secret = split_secret(self._path)
         self._memoize = memoize
         self._surveys: dict[str, SurveySpec] = {}
@@ -101,10 +104,10 @@ class Reporter:
                 if cached is None:
                     raise TransportError(
                         exc.code,
-                        f"{exc.details or 'server unreachable'}; survey {survey_id!r} is not "
+                        f"{exc.reason or 'server unreachable'}; survey {survey_id!r} is not "
                         "cached on this device (ldp-client install-survey FILE installs it)",
                     ) from None
-                survey, self.offline = cached.survey, exc.details or exc.code.name
+                survey, self.offline = cached.survey, exc.reason or exc.code.name
             else:
                 self.cache.put(survey, "server")
             self._surveys[survey_id] = survey
@@ -159,11 +162,13 @@ class Reporter:
         Raises ``SurveyError`` for an unknown label (the message lists the valid ones) and
         ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
         question's privacy cost; for a household_shared question, ``HouseholdError`` without a
-        household, ``AlreadyAnswered`` for a second answer and ``HouseholdBudgetExceeded`` over
-        the household cap. A group that does not fit the survey is a ``SurveyError``, another
-        group than the device reported before a ``GroupChangedError``: both before anything is
-        charged or randomized. With memoization, asking the same question again with the same
-        answer re-queues the stored report at no new cost.
+        household, ``AlreadyAnswered`` for a second answer racing the first and
+        ``HouseholdBudgetExceeded`` over the household cap. A group that does not fit the
+        survey is a ``SurveyError``, another group than the device reported before a
+        ``GroupChangedError``: both before anything is charged or randomized. A question
+        answered before raises ``AnsweredBefore`` (nothing charged or queued), or with
+        memoization re-queues the first report and returns its id, at no new cost: the first
+        answer stands.
         """
         question = self._question(survey_id, question_id)
         return self._queue(survey_id, question, question.index(answer), group)
@@ -186,19 +191,21 @@ class Reporter:
     ) -> bytes:
         group = self.groups.resolve(self.survey(survey_id), group)
         question_id, digest = question.id, question.digest
+        first = self.repeats.first(survey_id, question_id)
+        stale = first is not None and self._never_counted(first, digest)
+        if first is not None and not stale:
+            if not (self._memoize or question.repeat == MEMOIZE):
+                raise refusal(survey_id, question_id)
+            self.outbox.add(  # a no-op while it is pending or dead-lettered
+                first.report_id,
+                survey_id,
+                question_id,
+                first.payload,
+                definition_digest=first.definition_digest,
+            )
+            return first.report_id
         mech = question.mechanism
         described = mech.describe()
-        key = None
-        if self._memoize:
-            described_now = f"{described} {digest.hex()}"  # a changed definition: a fresh report
-            key = memo_key(self._secret, survey_id, question_id, described_now, index)
-            stored = self.outbox.memo_lookup(key)
-            if stored is not None:
-                report_id, payload = stored
-                self.outbox.add(
-                    report_id, survey_id, question_id, payload, definition_digest=digest
-                )
-                return report_id
         household = self._household(survey_id, question) if question.household_shared else None
         if household is not None:
             household.check(survey_id, question_id, mech.cost)
@@ -216,11 +223,16 @@ class Reporter:
             household.charge(survey_id, question_id, mech.cost)
         if group:
             self.groups.fix(survey_id, group)
-        payload = mech.encode(mech.randomize(index))
-        self.outbox.add(
-            report_id, survey_id, question_id, payload, memo_key=key, definition_digest=digest
-        )
+        payload = mech.randomize_payload(index)  # pure Python: no numpy on a device
+        report = FirstReport(report_id, payload, digest)
+        self.repeats.claim(survey_id, question_id, report, replacing=first if stale else None)
+        self.outbox.add(report_id, survey_id, question_id, payload, definition_digest=digest)
         return report_id
+
+    def _never_counted(self, first: FirstReport, digest: bytes) -> bool:
+        """Whether a first report was randomized under another definition than the current one
+        and refused for good: the aggregator never counted it, so a new answer counts once."""
+        return first.definition_digest != digest and self.outbox.dead(first.report_id)
 
     def _household(self, survey_id: str, question: QuestionSpec) -> Household:
         """The device's household, needed for a household_shared question (privacy-accounting
@@ -321,5 +333,6 @@ class Reporter:
         self.outbox.close()
         self.cache.close()
         self.groups.close()
+        self.repeats.close()
         if self._household_ledger is not None:
             self._household_ledger.close()

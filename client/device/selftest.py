@@ -3,13 +3,14 @@
 A sampler, an encoding or a digest that is wrong but still yields well-formed bytes (bits in the
 wrong order, a flipped sign, another label order) is accepted by the aggregator and only shows as
 a biased estimate, long after the fact. This module replays every vector on the device that will
-answer, with its own numpy, its own Python and its own build of this package, so such an error is
-caught before the first real answer: ``ldp-client selftest`` or :func:`run`.
+answer, with its own Python and its own build of this package, so such an error is caught before
+the first real answer: ``ldp-client selftest`` or :func:`run`.
 
-Checked: every report vector (the mechanism fed the recorded random bytes must produce the
-payload and consume exactly those bytes), every definition digest, every upload signature and
-every split side. The vectors ship inside the package (``protos/ldp/v1/testvectors.json``).
-Replaying recorded bytes is for this check only: real answers always use the secure source.
+Checked: every report vector (the mechanism's ``randomize_payload``, the path a real answer
+takes, fed the recorded random bytes must produce the payload and consume exactly those bytes),
+every definition digest, every upload signature and every split side. The vectors ship inside
+the package (``protos/ldp/v1/testvectors.json``). Replaying recorded bytes is for this check
+only: real answers always use the secure source.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def run(vectors: str | Path | None = None) -> SelfTestResult:
 def _report(vector: dict) -> str:
     mech = build_mechanism(vector["mechanism"], vector["params"])
     source = ReplayRandom(bytes.fromhex(vector["random_hex"]))
-    payload = mech.encode(mech.randomize(vector["answer"], source)).hex()
+    payload = mech.randomize_payload(vector["answer"], source).hex()  # what the device sends
     label = f"{vector['mechanism']} {json.dumps(vector['params'])} answer {vector['answer']}"
     if payload != vector["payload_hex"]:
         return f"{label}: payload {payload}, expected {vector['payload_hex']}"

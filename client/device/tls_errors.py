@@ -16,19 +16,19 @@ if TYPE_CHECKING:
 CLOSED = "Socket closed"
 
 
-def explain(code: str, details: str, tls: TlsSettings | None) -> str:
-    """``details`` of a failed call (status ``code`` by name), led by the likely cause when the
-    server closed a TLS connection in the handshake; unchanged otherwise."""
+def likely_cause(code: str, details: str, tls: TlsSettings | None) -> str:
+    """What the server most likely refused when it closed a TLS connection in the handshake
+    (status ``code`` by name, gRPC's ``details``); "" for any other failure. Only a hint for
+    the user: the failure stays what gRPC said (a device with its certificate missing and a
+    device out of signal both see "Socket closed", so it still answers offline)."""
     if tls is None or code != "UNAVAILABLE" or CLOSED not in details:
-        return details
+        return ""
     if tls.cert is None:
-        cause = (
+        return (
             "the server requires a client certificate (mTLS) and this device sent none: pass "
             "--tls-cert and --tls-key (a device certificate from the aggregator's operator)"
         )
-    else:
-        cause = (
-            f"the server did not accept the device certificate {tls.cert} (signed by a CA it "
-            "does not trust, expired, or without the clientAuth usage)"
-        )
-    return f"{cause}; gRPC: {details}"
+    return (
+        f"the server did not accept the device certificate {tls.cert} (signed by a CA it "
+        "does not trust, expired, or without the clientAuth usage)"
+    )

@@ -12,7 +12,7 @@ talks to the aggregator (docs/performance.md, "Device footprint")."""
 
 from __future__ import annotations
 
-import random
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -44,12 +44,22 @@ class TransportError(Exception):
     """A call failed for good (or ran out of retries); ``code`` is the gRPC status."""
 
     def __init__(
-        self, code: grpc.StatusCode, details: str, retry_after: float | None = None
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        retry_after: float | None = None,
+        hint: str = "",
     ) -> None:
-        super().__init__(f"{code.name}: {details}")
         self.code = code
-        self.details = details
+        self.details = details  # as gRPC said it
+        self.hint = hint  # the likely cause, for the user (client/device/tls_errors.py)
         self.retry_after = retry_after  # seconds, from the server's hint
+        super().__init__(f"{code.name}: {self.reason}")
+
+    @property
+    def reason(self) -> str:
+        """The details for the user: the likely cause first when there is one."""
+        return f"{self.hint}; gRPC: {self.details}" if self.hint else self.details
 
     @property
     def retryable(self) -> bool:
@@ -90,6 +100,11 @@ class Transport:
         initial_backoff: float = 0.1,
         max_backoff: float = 2.0,
     ) -> None:
+        # The system resolver (getaddrinfo), gRPC's own default on Android and iOS, rather than
+        # c-ares: it honours the device's resolver settings and spares ~1 MB of peak memory
+        # (docs/performance.md, "Device footprint"). gRPC reads it when it starts; a value set
+        # in the environment wins.
+        os.environ.setdefault("GRPC_DNS_RESOLVER", "native")
         import grpc  # lazily (module docstring)
 
         from protos.ldp.v1 import ldp_pb2_grpc
@@ -119,8 +134,11 @@ class Transport:
             except self._rpc_error as exc:
                 code = exc.code()
                 if code.name not in RETRYABLE or attempt == self._max_attempts:
-                    details = tls_errors.explain(code.name, exc.details() or "", self._tls)
-                    raise TransportError(code, details, retry_after(exc)) from None
+                    details = exc.details() or ""
+                    hint = tls_errors.likely_cause(code.name, details, self._tls)
+                    raise TransportError(code, details, retry_after(exc), hint) from None
+            import random  # only a retry needs jitter (one answer's memory, module docstring)
+
             time.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._max_backoff)
         raise AssertionError("unreachable")

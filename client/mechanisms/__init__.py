@@ -1,6 +1,8 @@
 """Local randomizers: each knows its parameters, privacy cost, secure per-record randomization,
 fast numpy simulation, fixed-length encoding, its wire knowledge for the aggregator (bulk
-decoding, accepted range, integer statistic rows and exact sums) and its channel.
+decoding, accepted range, integer statistic rows and exact sums) and its channel. A device's one
+answer goes through ``randomize_payload``, pure Python: numpy loads at the first bulk use
+(``lazy_numpy``).
 
 May import numpy and the standard library only: never ``client.device``, ``aggregator`` or scipy.
 """

@@ -10,12 +10,11 @@ artefact ([Mironov2012]) can reveal the answer, and the statistics use the exact
 from __future__ import annotations
 
 import math
+import struct
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import cached_property
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from client.mechanisms.base import (
     Mechanism,
@@ -33,7 +32,11 @@ from client.mechanisms.discrete_noise import (
     discrete_gaussian_variance,
     discrete_laplace,
 )
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 DEFAULT_GRANULARITY_BITS = 10
 #: The probability that an honest report falls outside the accepted range (``accepted_bound``),
@@ -87,8 +90,16 @@ class _AdditiveNoise(Mechanism):
 
     # --- device side -------------------------------------------------------------------------
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
+        return np.array(self._secure_grid(value, source), dtype=np.int64)
+
+    def randomize_payload(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> bytes:
+        return struct.pack(f"<{self.k}q", *self._secure_grid(value, source))
+
+    def _secure_grid(self, value: int, source: SecureRandom) -> list[int]:
+        """The k grid values: one exact noise draw per coordinate, in order, plus g at the
+        answer."""
         value = check_value(value, self.k)
-        report = np.fromiter((self._secure_noise(source) for _ in range(self.k)), np.int64, self.k)
+        report = [self._secure_noise(source) for _ in range(self.k)]
         report[value] += self.scale
         return report
 
@@ -280,6 +291,8 @@ class GaussianNoise(_AdditiveNoise):
 
     @cached_property
     def _sigma2_grid(self) -> Fraction:
+        from fractions import Fraction  # lazily: only a randomized answer needs it
+
         return Fraction(self.scale**2) / Fraction(self.rho)
 
     @cached_property
@@ -377,6 +390,8 @@ class LaplaceNoise(_AdditiveNoise):
 
     @cached_property
     def _scale_grid(self) -> Fraction:
+        from fractions import Fraction  # lazily: only a randomized answer needs it
+
         return Fraction(2 * self.scale) / Fraction(self.epsilon)
 
     @cached_property

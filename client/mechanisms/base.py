@@ -14,8 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-import numpy as np
-
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 
 
@@ -152,6 +151,13 @@ class Mechanism(ABC):
     @abstractmethod
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray | int:
         """Randomize one true answer with the secure random source."""
+
+    def randomize_payload(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> bytes:
+        """Randomize one true answer and encode it: the bytes a device sends. Pure Python, so a
+        device never loads numpy; the same draws from ``source``, and the same bytes, as
+        ``encode(randomize(value, source))``. This default suits a mechanism whose report is
+        one integer; a mechanism with vector reports overrides it."""
+        return self.encode(self.randomize(value, source))
 
     @abstractmethod
     def encode(self, report: np.ndarray | int) -> bytes:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-import numpy as np
+from client.mechanisms.lazy_numpy import np
 
 # Below this many grid units the one-draw law is visibly a lattice law (see the module docstring).
 THETA_SIGMA = 6.0

@@ -3,11 +3,10 @@ local-chi-square-tests spec §1.4): epsilon-LDP, k bits."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, Decimal, localcontext
 from functools import cached_property
-
-import numpy as np
 
 from client.mechanisms.base import (
     Mechanism,
@@ -15,8 +14,9 @@ from client.mechanisms.base import (
     check_value,
     check_values,
 )
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
-from client.mechanisms.support import unpack_bits
+from client.mechanisms.support import bit_payload, unpack_bits
 
 _PRECISION = 80
 
@@ -117,9 +117,17 @@ class FlipComponents(PureEpsilon, Mechanism):
 
     # --- device side -------------------------------------------------------------------------
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
+        return np.array(self._secure_bits(value, source), dtype=np.uint8)
+
+    def randomize_payload(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> bytes:
+        return bit_payload(self._secure_bits(value, source))
+
+    def _secure_bits(self, value: int, source: SecureRandom) -> list[int]:
+        """The k bits: one uniform 64-bit integer per bit (u64le), flipped below the threshold."""
         value = check_value(value, self.k)
-        uniforms = np.frombuffer(source.bytes(8 * self.k), dtype="<u8")
-        bits = (uniforms < self._flip_threshold).astype(np.uint8)
+        threshold = self._flip_threshold
+        uniforms = struct.unpack(f"<{self.k}Q", source.bytes(8 * self.k))
+        bits = [int(uniform < threshold) for uniform in uniforms]
         bits[value] ^= 1
         return bits
 

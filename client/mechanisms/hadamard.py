@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_FLOOR, Decimal, localcontext
 from functools import cached_property
 
-import numpy as np
-
 from client.mechanisms.base import (
     PureEpsilon,
     ReportRangeError,
     check_value,
     check_values,
 )
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 from client.mechanisms.support import SupportMechanism
 

@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, Decimal, localcontext
 from functools import cached_property
 
-import numpy as np
-
 from client.mechanisms.base import (
     PureEpsilon,
     ReportRangeError,
     check_value,
     check_values,
 )
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.randomized_response import RandomizedResponse
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 from client.mechanisms.support import ExchangeableSupport
@@ -113,12 +112,19 @@ class LocalHashing(PureEpsilon, ExchangeableSupport):
 
     # --- device side -------------------------------------------------------------------------
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
+        return np.array(self._secure_report(value, source), dtype=np.uint64)
+
+    def randomize_payload(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> bytes:
+        return struct.pack("<QI", *self._secure_report(value, source))
+
+    def _secure_report(self, value: int, source: SecureRandom) -> tuple[int, int]:
+        """(seed, randomized hashed value): the seed's 8 bytes (u64le), then the inner draw."""
         value = check_value(value, self.k)
         seed = int.from_bytes(source.bytes(8), "little")
         digest = hashlib.sha256(HASH_DOMAIN + struct.pack("<Q", seed)).digest()
         c2, c1, c0 = (v % PRIME for v in struct.unpack("<3Q", digest[:24]))
         hashed = ((c2 * (value * value % PRIME) + c1 * value + c0) % PRIME) % self.buckets
-        return np.array([seed, self.inner.randomize(hashed, source)], dtype=np.uint64)
+        return seed, self.inner.randomize(hashed, source)
 
     @property
     def payload_size(self) -> int:

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_FLOOR, Decimal, localcontext
 from functools import cached_property
 
-import numpy as np
-
 from client.mechanisms.base import (
     Mechanism,
     PureEpsilon,
@@ -30,6 +28,7 @@ from client.mechanisms.base import (
     check_value,
     check_values,
 )
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 
 SUBSET_DOMAIN = b"ldp-survey/raptor/v1"
@@ -53,6 +52,21 @@ def public_subsets(k: int, seed: int, groups: int) -> np.ndarray:
         order = np.lexsort((np.arange(k), keys))  # by key, ties by category
         masks[group, order[:half]] = True
     return masks
+
+
+def in_public_subset(k: int, seed: int, group: int, value: int) -> bool:
+    """Whether category ``value`` is in group ``group``'s subset, in pure Python (a device's
+    ``randomize_payload``): its (key, category) is among the floor(k/2) smallest, the
+    construction of ``public_subsets``, so O(k) hashes and no table."""
+    head = SUBSET_DOMAIN + struct.pack("<QI", seed, group)
+    sha256, pack = hashlib.sha256, struct.Struct("<I").pack
+
+    def key(j: int) -> int:
+        return int.from_bytes(sha256(head + pack(j)).digest()[:8], "little")
+
+    own = (key(value), value)
+    below = sum(1 for j in range(k) if (key(j), j) < own)
+    return below < k // 2
 
 
 class NotLinearError(ValueError):
@@ -130,11 +144,18 @@ class PublicCoinBit(PureEpsilon, Mechanism):
     # --- device side -------------------------------------------------------------------------
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
         """(group, bit): a uniform group, then 1{value in S_group}, flipped unless kept."""
+        return np.array(self._secure_report(value, source), dtype=np.int64)
+
+    def randomize_payload(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> bytes:
+        group, bit = self._secure_report(value, source)
+        return struct.pack("<I", 2 * group + bit)
+
+    def _secure_report(self, value: int, source: SecureRandom) -> tuple[int, int]:
         value = check_value(value, self.k)
         group = source.below(self.groups)
         keep = source.bits(64) < self._keep_threshold
-        inside = bool(self.subset_masks[group, value])
-        return np.array([group, int(inside == keep)], dtype=np.int64)
+        inside = in_public_subset(self.k, self.public_seed, group, value)
+        return group, int(inside == keep)
 
     @property
     def payload_size(self) -> int:

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_FLOOR, Decimal, localcontext
 from functools import cached_property
 
-import numpy as np
-
 from client.mechanisms.base import (
     Mechanism,
     PureEpsilon,
@@ -18,6 +16,7 @@ from client.mechanisms.base import (
     check_value,
     check_values,
 )
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
 
 _PRECISION = 80  # decimal digits for the keep threshold; far beyond the 2**-64 grid

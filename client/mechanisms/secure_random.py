@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 import os
 import threading
-from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the samplers read numerator and denominator only
+    from fractions import Fraction
 
 _BLOCK = 4096
 

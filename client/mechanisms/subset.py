@@ -7,16 +7,20 @@ from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from functools import cached_property
 
-import numpy as np
-
 from client.mechanisms.base import (
     PureEpsilon,
     ReportRangeError,
     check_value,
     check_values,
 )
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
-from client.mechanisms.support import ExchangeableSupport, pack_bits, unpack_bits
+from client.mechanisms.support import (
+    ExchangeableSupport,
+    bit_payload,
+    pack_bits,
+    unpack_bits,
+)
 
 _PRECISION = 80
 _U64 = 2**64
@@ -90,6 +94,18 @@ class SubsetSelection(PureEpsilon, ExchangeableSupport):
 
     # --- device side -------------------------------------------------------------------------
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
+        bits = np.zeros(self.k, dtype=np.uint8)
+        bits[self._secure_subset(value, source)] = 1
+        return bits
+
+    def randomize_payload(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> bytes:
+        bits = [0] * self.k
+        for category in self._secure_subset(value, source):
+            bits[category] = 1
+        return bit_payload(bits)
+
+    def _secure_subset(self, value: int, source: SecureRandom) -> list[int]:
+        """The d categories of the report: the in-set draw (u64le), then d exact uniforms."""
         value = check_value(value, self.k)
         inside = source.bits(64) < self._in_threshold
         others, d = self.k - 1, self.subset_size
@@ -102,9 +118,7 @@ class SubsetSelection(PureEpsilon, ExchangeableSupport):
             chosen.append(pick + (pick >= value))  # position -> category, skipping the answer
         if inside:
             chosen[-1] = value
-        bits = np.zeros(self.k, dtype=np.uint8)
-        bits[chosen] = 1
-        return bits
+        return chosen
 
     @property
     def payload_size(self) -> int:

@@ -11,10 +11,10 @@ components. The joint law of the k counts is the mechanism's own (``report_covar
 from __future__ import annotations
 
 from abc import abstractmethod
-
-import numpy as np
+from collections.abc import Sequence
 
 from client.mechanisms.base import Mechanism, check_packed
+from client.mechanisms.lazy_numpy import np
 
 
 class SupportMechanism(Mechanism):
@@ -98,6 +98,13 @@ def unpack_bits(packed: np.ndarray, k: int) -> np.ndarray:
     if bits[:, k:].any():
         raise ValueError("padding bits beyond k must be zero")
     return bits[:, :k]
+
+
+def bit_payload(bits: Sequence[int]) -> bytes:
+    """The little-endian bit packing of one report's 0/1 list, in pure Python (a device's
+    ``randomize_payload``): the bytes ``pack_bits`` gives for the same bits."""
+    digits = "".join("1" if bit else "0" for bit in reversed(bits))
+    return int(digits, 2).to_bytes((len(bits) + 7) // 8, "little")
 
 
 def pack_bits(bits: np.ndarray, k: int, name: str) -> bytes:

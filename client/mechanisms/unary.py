@@ -3,19 +3,24 @@ k bits, the lowest-variance unary encoding for frequency estimation."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, Decimal, localcontext
 from functools import cached_property
-
-import numpy as np
 
 from client.mechanisms.base import (
     PureEpsilon,
     check_value,
     check_values,
 )
+from client.mechanisms.lazy_numpy import np
 from client.mechanisms.secure_random import SYSTEM_RANDOM, SecureRandom
-from client.mechanisms.support import ExchangeableSupport, pack_bits, unpack_bits
+from client.mechanisms.support import (
+    ExchangeableSupport,
+    bit_payload,
+    pack_bits,
+    unpack_bits,
+)
 
 _PRECISION = 80
 _HALF = 2**63
@@ -70,11 +75,20 @@ class OptimizedUnaryEncoding(PureEpsilon, ExchangeableSupport):
 
     # --- device side -------------------------------------------------------------------------
     def randomize(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> np.ndarray:
+        return np.array(self._secure_bits(value, source), dtype=np.uint8)
+
+    def randomize_payload(self, value: int, source: SecureRandom = SYSTEM_RANDOM) -> bytes:
+        return bit_payload(self._secure_bits(value, source))
+
+    def _secure_bits(self, value: int, source: SecureRandom) -> list[int]:
+        """The k bits: one uniform 64-bit integer per bit (u64le), set below the threshold (2^63
+        for the answer's own bit)."""
         value = check_value(value, self.k)
-        uniforms = np.frombuffer(source.bytes(8 * self.k), dtype="<u8")
-        thresholds = np.full(self.k, self._set_threshold, dtype=np.uint64)
-        thresholds[value] = _HALF
-        return (uniforms < thresholds).astype(np.uint8)
+        threshold = self._set_threshold
+        uniforms = struct.unpack(f"<{self.k}Q", source.bytes(8 * self.k))
+        bits = [int(uniform < threshold) for uniform in uniforms]
+        bits[value] = int(uniforms[value] < _HALF)
+        return bits
 
     @property
     def payload_size(self) -> int:

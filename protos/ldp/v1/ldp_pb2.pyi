@@ -381,3 +381,27 @@ class HoldoutResponse(_message.Message):
     alpha: float
     guarantee: str
     def __init__(self, reject: _Optional[bool] = ..., level: _Optional[float] = ..., query: _Optional[int] = ..., max_queries: _Optional[int] = ..., rejections: _Optional[int] = ..., max_rejections: _Optional[int] = ..., alpha: _Optional[float] = ..., guarantee: _Optional[str] = ...) -> None: ...
+
+class StatisticsRequest(_message.Message):
+    __slots__ = ("survey_id", "question_id", "test", "side", "group")
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEST_FIELD_NUMBER: _ClassVar[int]
+    SIDE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    question_id: str
+    test: bool
+    side: Side
+    group: str
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., test: _Optional[bool] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
+
+class StatisticsResponse(_message.Message):
+    __slots__ = ("n", "values", "definition_digest")
+    N_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    values: _containers.RepeatedScalarFieldContainer[float]
+    definition_digest: bytes
+    def __init__(self, n: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ..., definition_digest: _Optional[bytes] = ...) -> None: ...

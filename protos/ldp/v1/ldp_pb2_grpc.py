@@ -273,6 +273,16 @@ class AnalystStub:
                 request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TwoSampleRequest.SerializeToString,
                 response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.FromString,
                 _registered_method=True)
+        self.GetSurvey = channel.unary_unary(
+                '/ldp.v1.Analyst/GetSurvey',
+                request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.GetSurveyRequest.SerializeToString,
+                response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.Survey.FromString,
+                _registered_method=True)
+        self.Statistics = channel.unary_unary(
+                '/ldp.v1.Analyst/Statistics',
+                request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsRequest.SerializeToString,
+                response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsResponse.FromString,
+                _registered_method=True)
 
 
 class AnalystServicer:
@@ -322,6 +332,20 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSurvey(self, request, context):
+        """The survey's definition, as Collector.GetSurvey serves it, on the analyst's own listener.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Statistics(self, request, context):
+        """One question's released sufficient statistic (docs/wire.md §8.7).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -359,6 +383,16 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.TwoSample,
                     request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TwoSampleRequest.FromString,
                     response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.SerializeToString,
+            ),
+            'GetSurvey': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSurvey,
+                    request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.GetSurveyRequest.FromString,
+                    response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.Survey.SerializeToString,
+            ),
+            'Statistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.Statistics,
+                    request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsRequest.FromString,
+                    response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -550,6 +584,60 @@ class Analyst:
             '/ldp.v1.Analyst/TwoSample',
             protos_dot_ldp_dot_v1_dot_ldp__pb2.TwoSampleRequest.SerializeToString,
             protos_dot_ldp_dot_v1_dot_ldp__pb2.TestResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSurvey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ldp.v1.Analyst/GetSurvey',
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.GetSurveyRequest.SerializeToString,
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.Survey.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Statistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ldp.v1.Analyst/Statistics',
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsRequest.SerializeToString,
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,173 @@
+"""The confirmation side's plan and seal in the PostgreSQL store, consistent across nodes: the
+rules of aggregator/store/confirmations.py (one plan per survey, final once registered; a seal
+computed from a snapshot and committed by compare-and-set), with locks in place of SQLite's
+single writer. A seal first closes the confirmation side holding the survey's
+confirmation-side lock exclusively; every node's commit of confirmation-side reports holds it
+shared and checks the side is open (engine.py), so no node acknowledges a report the seal did
+not count.
+(The reusable holdout is not served on PostgreSQL in this version.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import psycopg
+
+from aggregator.errors import ConfirmationError
+from aggregator.store.confirmations import (
+    ATTEMPTS,
+    Confirmation,
+    Histograms,
+    Snapshot,
+    StateChangedError,
+    seal_plan,
+)
+from aggregator.store.ingest import histogram
+from aggregator.store.postgres.engine import PostgresStore, lock_confirmation_side, read_side
+from aggregator.store.report_store import CONFIRMATION
+from client.survey import SurveySpec
+
+_STATE = (
+    "SELECT survey_id, mode, plan_sha256, plan, registered_at, sealed, sealed_at, holdout "
+    "FROM confirmations WHERE survey_id = %s"
+)
+
+
+def state(conn: psycopg.Connection, survey_id: str, lock: str = "") -> Confirmation | None:
+    """The survey's confirmation state (None: nothing registered); ``lock`` e.g. "FOR UPDATE"."""
+    row = conn.execute(f"{_STATE} {lock}", (survey_id,)).fetchone()
+    if row is None:
+        return None
+    survey, mode, plan_sha256, plan, registered_at, sealed, sealed_at, holdout = row
+    held = None if holdout is None else json.loads(holdout)
+    return Confirmation(survey, mode, plan_sha256, plan, registered_at, sealed, sealed_at, held)
+
+
+def preregister(store: PostgresStore, survey: SurveySpec, plan: str, sha256: str) -> tuple:
+    """Register the plan: (registered_at, already); see confirmations.preregister."""
+    if not survey.split:
+        raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
+    with store.transaction() as conn:
+        when = datetime.now(UTC).isoformat(timespec="seconds")
+        inserted = conn.execute(
+            "INSERT INTO confirmations (survey_id, mode, plan_sha256, plan, registered_at)"
+            " VALUES (%s, 'plan', %s, %s, %s) ON CONFLICT (survey_id) DO NOTHING"
+            " RETURNING survey_id",
+            (survey.id, sha256, plan, when),
+        ).fetchone()
+        if inserted is not None:
+            return when, False
+        current = state(conn, survey.id, "FOR SHARE")
+    assert current is not None
+    if current.mode == "holdout":
+        raise ConfirmationError(
+            f"survey {survey.id}: its confirmation side is a reusable holdout already; "
+            "one mode per survey"
+        )
+    if current.plan_sha256 == sha256:
+        return current.registered_at, True
+    sealed = "and its results are sealed" if current.sealed else "(final once registered)"
+    raise ConfirmationError(
+        f"survey {survey.id}: another plan is registered, sha256 {current.plan_sha256} "
+        f"{sealed}; a different plan is refused"
+    )
+
+
+def side_histograms(conn: psycopg.Connection, survey: SurveySpec, side: int) -> Histograms:
+    """Every question's histogram on ``side``, pooled ('') and per group value."""
+    groups = ("", *(survey.group_label.values if survey.group_label else ()))
+    out: Histograms = {}
+    for question in survey.questions:
+        for group in groups:
+            n, sums = read_side(conn, survey.id, question.id, side, group)
+            out[question.id, group] = histogram(question, n, sums)
+    return out
+
+
+def snapshot(store: PostgresStore, survey: SurveySpec) -> Snapshot:
+    """The state and confirmation-side histograms from one REPEATABLE READ snapshot."""
+    with store.transaction() as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return Snapshot(state(conn, survey.id), side_histograms(conn, survey, CONFIRMATION))
+
+
+def commit_seal(
+    store: PostgresStore, survey: SurveySpec, snap: Snapshot, record: dict
+) -> tuple[Confirmation, bool]:
+    """Store ``record`` and close the confirmation side on every node, if nothing changed since
+    ``snap`` (the row held FOR UPDATE while the counts are compared); see
+    confirmations.commit_seal."""
+    before = snap.state
+    counts = snap.counts()
+    if before is None:
+        raise ConfirmationError(f"survey {survey.id}: nothing to confirm: no plan is registered")
+    with store.transaction() as conn:
+        lock_confirmation_side(conn, survey.id, exclusive=True)
+        current = state(conn, survey.id, "FOR UPDATE")
+        if current is None or current.mode != "plan" or current.plan_sha256 != before.plan_sha256:
+            raise StateChangedError(f"survey {survey.id}: its plan changed while it was run")
+        if current.sealed is not None:
+            return current, True
+        now = {key: read_side(conn, survey.id, key[0], CONFIRMATION, key[1])[0] for key in counts}
+        if now != counts:
+            raise StateChangedError(
+                f"survey {survey.id}: confirmation-side reports arrived while its plan ran"
+            )
+        text = json.dumps(record, sort_keys=True)
+        conn.execute(
+            "UPDATE confirmations SET sealed = %s, sealed_at = %s WHERE survey_id = %s",
+            (text, record["sealed_at"], survey.id),
+        )
+    return replace(current, sealed=text, sealed_at=record["sealed_at"]), False
+
+
+def close_side(store: PostgresStore, survey: SurveySpec) -> None:
+    """Close the survey's confirmation side to new reports on every node (idempotent): the
+    first step of a seal. It holds the confirmation-side lock exclusively, so it waits for the
+    commits of confirmation-side reports under way, and every later one sees it closed."""
+    with store.transaction() as conn:
+        lock_confirmation_side(conn, survey.id, exclusive=True)
+        current = state(conn, survey.id, "FOR UPDATE")
+        if current is None or current.mode != "plan":
+            what = "no plan is registered" if current is None else "it is a reusable holdout"
+            raise ConfirmationError(f"survey {survey.id}: nothing to confirm: {what}")
+        conn.execute(
+            "UPDATE confirmations SET closed_at = coalesce(closed_at, %s) WHERE survey_id = %s",
+            (datetime.now(UTC).isoformat(timespec="seconds"), survey.id),
+        )
+
+
+def seal(
+    store: PostgresStore, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
+) -> tuple[Confirmation, bool]:
+    """Run the registered plan once and seal its results; see confirmations.seal. Unlike the
+    single-writer SQLite store, it first closes the confirmation side (:func:`close_side`), so
+    that uploads going on at many nodes cannot keep changing the counts the plan runs on:
+    the snapshot after the close is final, and reports refused from then on would have been
+    refused after the seal anyway."""
+    if not survey.split:
+        raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
+    closed = False
+    for attempt in range(1, ATTEMPTS + 1):
+        snap = snapshot(store, survey)
+        plan = seal_plan(snap, survey)
+        if plan is None:
+            assert snap.state is not None
+            return snap.state, True
+        if not closed:
+            close_side(store, survey)
+            closed = True
+            snap = snapshot(store, survey)
+            plan = seal_plan(snap, survey)
+            if plan is None:
+                assert snap.state is not None
+                return snap.state, True
+        try:
+            return commit_seal(store, survey, snap, compute(plan, snap.histograms))
+        except StateChangedError:
+            if attempt == ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
