@@ -114,6 +114,10 @@ class EProcess:
         self._seen = [(0, np.zeros(m.statistic_size)) for m in self.mechanisms]
         self._batches: list[list[tuple[int, np.ndarray, np.ndarray]]] = [[] for _ in mechanisms]
         self._fit = null.start()
+        #: Per stream, the log factors of its batches at the null point each tilt was chosen at.
+        self._fixed = [0.0 for _ in mechanisms]
+        #: Per randomized-response stream, the plug-in log-likelihood sum_b T_b . log(A p_alt,b).
+        self._plug_in = [0.0 for _ in mechanisms]
         self._path: list[tuple[int, float]] = []
         self._max = 1.0
         self._rejected_at: int | None = None
@@ -127,18 +131,25 @@ class EProcess:
                 raise InvalidInputError(f"stream {i}: expected a histogram of {mech.describe()}")
             if hist.n < self._seen[i][0]:
                 raise InvalidInputError(f"stream {i}: n went down to {hist.n}")
-        grew = False
+        new: list[tuple[int, tuple[int, np.ndarray, np.ndarray]]] = []
         for i, hist in enumerate(looks):
             n_seen, seen = self._seen[i]
             if hist.n > n_seen:
                 alt = _alternative(self.mechanisms[i], n_seen, seen, self._fit)
-                self._batches[i].append((hist.n - n_seen, hist.values - seen, alt))
+                new.append((i, (hist.n - n_seen, hist.values - seen, alt)))
                 self._seen[i] = (hist.n, np.array(hist.values))
-                grew = True
-        if grew:
-            self._fit, log_e = self.null.infimum(self._log_m, self._starts())
-        else:
+        for i, batch in new:
+            self._batches[i].append(batch)
+            mech = self.mechanisms[i]
+            self._fixed[i] += _log_m(mech, [batch], self._fit)
+            if mech.statistic_kind == "counts":
+                self._plug_in[i] += float(batch[1] @ np.log(mech.offset + mech.slope * batch[2]))
+        if not new:
             log_e = math.log(self._path[-1][1]) if self._path else 0.0
+        elif self.null.p0 is not None:  # M_n(p0): each batch's factor is added once
+            log_e = float(sum(self._fixed))
+        else:
+            self._fit, log_e = self.null.infimum(self._log_m, self._starts())
         return self._result(log_e)
 
     def _starts(self) -> list[np.ndarray]:
@@ -150,17 +161,15 @@ class EProcess:
         return [self._fit, 0.9 * pooled / pooled.sum() + 0.1 / self.null.k]
 
     def _log_m(self, p: np.ndarray) -> float:
-        """log M_n(p): the sum over batches of log(exp(lam_b(p) . T_b - n_b kappa_p(lam_b(p))))."""
+        """log M_n(p) over every stream; for randomized response (kappa vanishes at these
+        tilts) the plug-in log-likelihood minus the log-likelihood of p, in O(k)."""
         total = 0.0
-        log_p = np.log(np.clip(p, 1e-300, None))
-        for mech, batches in zip(self.mechanisms, self._batches, strict=True):
-            if not batches:
-                continue
-            sizes = np.array([b[0] for b in batches], dtype=float)
-            sums = np.array([b[1] for b in batches])
-            lam = tilts(mech, p, np.array([b[2] for b in batches]))
-            kappa = special.logsumexp(log_p + laws.log_conditional_mgf(mech, lam), axis=1)
-            total += float(np.sum(lam * sums) - sizes @ kappa)
+        for i, (mech, batches) in enumerate(zip(self.mechanisms, self._batches, strict=True)):
+            if mech.statistic_kind == "counts":
+                seen = self._seen[i][1]
+                total += self._plug_in[i] - float(seen @ np.log(mech.offset + mech.slope * p))
+            elif batches:
+                total += _log_m(mech, batches, p)
         return total
 
     def _result(self, log_e: float) -> SequentialResult:
@@ -186,6 +195,16 @@ class EProcess:
             f"sequential {self.null.name} (e-process)",
             tuple(self._path),
         )
+
+
+def _log_m(mech, batches, p: np.ndarray) -> float:
+    """log of one stream's factors exp(lam_b(p) . T_b - n_b kappa_p(lam_b(p))) over ``batches``."""
+    sizes = np.array([b[0] for b in batches], dtype=float)
+    sums = np.array([b[1] for b in batches])
+    lam = tilts(mech, p, np.array([b[2] for b in batches]))
+    log_p = np.log(np.clip(p, 1e-300, None))
+    kappa = special.logsumexp(log_p + laws.log_conditional_mgf(mech, lam), axis=1)
+    return float(np.sum(lam * sums) - sizes @ kappa)
 
 
 def _alternative(mech, n: int, values: np.ndarray, fit: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ def c_alpha(alpha: float) -> float:
 
 def log_capital(
     n: int,
-    total: float,
+    total: float | np.ndarray,
     means: np.ndarray,
     variance: np.ndarray,
     log_mgf: LogMgf,
@@ -47,15 +47,18 @@ def log_capital(
     alpha: float,
 ) -> np.ndarray:
     """log of the mixture capital at every candidate mean (``means``), after n reports summing
-    to ``total``; ``variance`` is each candidate's per-report variance proxy (it scales lam)."""
-    means = np.atleast_1d(np.asarray(means, dtype=float))
+    to ``total`` (a number, or one per candidate: paths of a simulation); ``variance`` is each
+    candidate's per-report variance proxy (it scales lam)."""
+    means, totals = np.broadcast_arrays(
+        np.atleast_1d(np.asarray(means, dtype=float)), np.asarray(total, dtype=float)
+    )
     if n == 0:
         return np.zeros_like(means)
     rho = tuned_n * np.maximum(np.broadcast_to(variance, means.shape), 1.0 / tuned_n)
     lam = _Z[None, :] / np.sqrt(rho / c_alpha(alpha))[:, None]
     psi = log_mgf(means[:, None], lam)
     with np.errstate(invalid="ignore"):
-        exponent = _LOG_W + lam * (total - n * means)[:, None] - n * psi
+        exponent = _LOG_W + lam * (totals - n * means)[:, None] - n * psi
     exponent = np.where(np.isfinite(psi), exponent, -np.inf)
     return special.logsumexp(exponent, axis=1)
 

@@ -16,9 +16,10 @@ import numpy as np
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.anytime import laws
-from aggregator.stats.anytime.mixture import interval
+from aggregator.stats.anytime.mixture import interval, log_capital
 from aggregator.stats.channel import debiased_histogram
 from aggregator.stats.validate import check_alpha, check_histogram
+from client.mechanisms import Mechanism
 
 #: The n near which the sequences are tightest unless the caller plans another.
 DEFAULT_TUNED_N = 10_000
@@ -149,6 +150,38 @@ def frequency_sequence(
     )
 
 
+def frequency_excluded(
+    n: int,
+    values: np.ndarray,
+    mechanism: Mechanism,
+    p: np.ndarray,
+    alpha: float = 0.05,
+    *,
+    simultaneous: bool = True,
+    tuned_n: int = DEFAULT_TUNED_N,
+) -> np.ndarray:
+    """(paths, k): whether the sequence at n excludes p_j, for each row of ``values``
+    (statistics of simulated paths at the same n): what a coverage study counts."""
+    mech = laws.check_mechanism(mechanism, "confidence sequence")
+    values = np.atleast_2d(values)
+    level = alpha / mech.k if simultaneous else alpha
+    noise = laws.noise_variance(mech)
+    out = np.empty(values.shape, dtype=bool)
+    for j in range(mech.k):
+        m = np.array([mech.offset + mech.slope * p[j]])
+        capital = log_capital(
+            n,
+            values[:, j],
+            m,
+            m * (1 - m) + noise,
+            lambda mm, lam: laws.coordinate_log_mgf(mech, mm, lam),
+            _check_tuned_n(tuned_n),
+            level,
+        )
+        out[:, j] = capital >= np.log(1 / level)
+    return out
+
+
 def difference_sequence(
     hist_a: Histogram,
     hist_b: Histogram,
@@ -191,34 +224,63 @@ def mean_score_sequence(
     noise: max s - min s) plus the noise's own bound.
     """
     check_histogram(hist, minimum_n=0)
-    mech = laws.check_mechanism(hist.mechanism, "mean score")
     alpha = check_alpha(alpha)
-    tuned_n = _check_tuned_n(tuned_n)
-    s = _scores(scores, hist.k)
-    c0, c1 = float(mech.offset), float(mech.slope)
-    kind = mech.statistic_kind
-    if kind == "counts":
-        shift, spread = float(np.median(s)), float(np.ptp(s)) / c1
-    elif kind == "noise":
-        shift, spread = float(s.mean()), float(np.ptp(s))
-    else:
-        shift = float(np.median(s))
-        spread = float(np.abs(s - shift).sum()) / c1
-    centred = s - shift
-    noise = laws.noise_variance(mech) * float(centred @ centred)
-
-    def variance(m: np.ndarray) -> np.ndarray:
-        return np.full_like(m, spread**2 / 4 + noise)
-
-    def log_mgf(m: np.ndarray, lam: np.ndarray) -> np.ndarray:
-        scored = laws.noise_log_mgf(mech, lam[..., None] * centred).sum(axis=-1)
-        return lam**2 * spread**2 / 8 + scored + 0 * m
-
-    total = float(centred @ (hist.values - hist.n * c0) / c1) + hist.n * shift
-    bounds = (float(s.min()), float(s.max()))
-    low, high = interval(hist.n, total, bounds, variance, log_mgf, tuned_n, alpha)
+    law = _ScoreLaw(hist.mechanism, _scores(scores, hist.k), _check_tuned_n(tuned_n))
+    total = float(law.totals(hist.n, hist.values))
+    low, high = interval(hist.n, total, law.bounds, law.variance, law.log_mgf, law.tuned_n, alpha)
     mean = total / hist.n if hist.n else float("nan")
-    return MeanScoreSequence(mean, low, high, hist.n, alpha, tuned_n, tuple(s.tolist()))
+    return MeanScoreSequence(mean, low, high, hist.n, alpha, law.tuned_n, tuple(law.s.tolist()))
+
+
+def mean_score_excluded(
+    n: int,
+    values: np.ndarray,
+    mechanism: Mechanism,
+    mean: float,
+    scores: Sequence[float] | None = None,
+    alpha: float = 0.05,
+    *,
+    tuned_n: int = DEFAULT_TUNED_N,
+) -> np.ndarray:
+    """Whether the mean-score sequence at n excludes ``mean``, for each row of ``values``
+    (statistics of simulated paths at the same n): what a coverage study counts."""
+    law = _ScoreLaw(mechanism, _scores(scores, mechanism.k), _check_tuned_n(tuned_n))
+    totals = law.totals(n, np.atleast_2d(values))
+    capital = log_capital(
+        n, totals, np.array([mean]), law.variance(np.array([mean])), law.log_mgf, law.tuned_n, alpha
+    )
+    return capital >= np.log(1 / alpha)
+
+
+class _ScoreLaw:
+    """The bounded-plus-noise law of one report's scored contribution (``mean_score_sequence``)."""
+
+    def __init__(self, mechanism: Mechanism, s: np.ndarray, tuned_n: int):
+        self.mech = laws.check_mechanism(mechanism, "mean score")
+        self.s, self.tuned_n = s, tuned_n
+        self.c0, self.c1 = float(self.mech.offset), float(self.mech.slope)
+        kind = self.mech.statistic_kind
+        if kind == "counts":
+            self.shift, self.spread = float(np.median(s)), float(np.ptp(s)) / self.c1
+        elif kind == "noise":
+            self.shift, self.spread = float(s.mean()), float(np.ptp(s))
+        else:
+            self.shift = float(np.median(s))
+            self.spread = float(np.abs(s - self.shift).sum()) / self.c1
+        self.centred = s - self.shift
+        self.noise = laws.noise_variance(self.mech) * float(self.centred @ self.centred)
+        self.bounds = (float(s.min()), float(s.max()))
+
+    def totals(self, n: int, values: np.ndarray) -> np.ndarray:
+        """The sum of the n contributions, from the statistic (rows of ``values``)."""
+        return (values - n * self.c0) @ self.centred / self.c1 + n * self.shift
+
+    def variance(self, m: np.ndarray) -> np.ndarray:
+        return np.full_like(m, self.spread**2 / 4 + self.noise)
+
+    def log_mgf(self, m: np.ndarray, lam: np.ndarray) -> np.ndarray:
+        scored = laws.noise_log_mgf(self.mech, lam[..., None] * self.centred).sum(axis=-1)
+        return lam**2 * self.spread**2 / 8 + scored + 0 * m
 
 
 def _scores(scores: Sequence[float] | None, k: int) -> np.ndarray:
