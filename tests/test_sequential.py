@@ -94,7 +94,7 @@ def test_mixture_matches_the_closed_form_normal_mixture():
     """Hoeffding's bound is quadratic, so the mean-score sequence is the closed-form normal
     mixture sqrt((V + rho) log((V + rho) / (rho alpha^2))) up to the mixing grid."""
     mech = RandomizedResponse(k=3, epsilon=2.0)
-    hist = Histogram(mech, 5000, [1500, 1700, 1800])
+    hist = Histogram(mech, 5000, np.array([1500, 1700, 1800]))
     cs = mean_score_sequence(hist, alpha=ALPHA, tuned_n=5000)
     spread = 2 / mech.slope
     v = 5000 * spread**2 / 4
@@ -107,7 +107,7 @@ def test_mixture_matches_the_closed_form_normal_mixture():
 def test_goodness_of_fit_eprocess_is_the_plug_in_likelihood_ratio():
     mech = RandomizedResponse(k=3, epsilon=1.0)
     p0 = np.array([0.2, 0.3, 0.5])
-    looks = [Histogram(mech, 10, [3, 3, 4]), Histogram(mech, 30, [12, 8, 10])]
+    looks = [Histogram(mech, 10, np.array([3, 3, 4])), Histogram(mech, 30, np.array([12, 8, 10]))]
     result = sequential_goodness_of_fit(looks, p0)
     q0 = mech.report_mean(p0)
     raw = (np.array([0.3, 0.3, 0.4]) - mech.offset) / mech.slope  # the first look's estimate
