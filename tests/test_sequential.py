@@ -150,7 +150,7 @@ def test_sequence_agrees_with_its_exclusion_test_and_stays_in_range():
         outside[j] = cs.high[j] + 0.01
         assert not frequency_excluded(2000, hist.values, mech, inside, ALPHA)[0, j]
         assert frequency_excluded(2000, hist.values, mech, outside, ALPHA)[0, j]
-    assert "time-uniform" in cs.guarantee and "all intervals" in cs.guarantee
+    assert "time-uniform" in cs.guarantee and "together" in cs.guarantee
 
 
 def test_no_reports_give_the_whole_range_and_widths_shrink():

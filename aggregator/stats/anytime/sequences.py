@@ -50,8 +50,12 @@ class ConfidenceSequence:
 
     @property
     def guarantee(self) -> str:
-        what = "all intervals cover" if self.simultaneous else "each interval covers its"
-        return TIME_UNIFORM.format(level=1 - self.alpha, what=f"{what} true frequency")
+        what = (
+            "all k intervals cover their true frequencies together"
+            if self.simultaneous
+            else "each interval covers its true frequency"
+        )
+        return TIME_UNIFORM.format(level=1 - self.alpha, what=what)
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,12 @@ class DifferenceSequence:
 
     @property
     def guarantee(self) -> str:
-        what = "all intervals cover" if self.simultaneous else "each interval covers its"
-        return TIME_UNIFORM.format(level=1 - self.alpha, what=f"{what} true difference")
+        what = (
+            "all k intervals cover their true differences together"
+            if self.simultaneous
+            else "each interval covers its true difference"
+        )
+        return TIME_UNIFORM.format(level=1 - self.alpha, what=what)
 
 
 @dataclass(frozen=True)
