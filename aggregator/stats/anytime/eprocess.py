@@ -3,23 +3,25 @@ p-values stay valid however often one looks and whenever one stops (survey-desig
 spec S.2).
 
 Between two looks a stream (one group's reports) gains a batch: n_b reports whose statistic rows
-sum to T_b. With a tilt lam_b fixed before the batch (from earlier looks only),
-``exp(lam_b . T_b - n_b kappa_p(lam_b))`` has expectation at most 1 when the answers are iid ~ p,
-where ``kappa_p(lam) = log sum_x p_x E[exp(lam . Y) | x]`` (``laws.log_conditional_mgf``; an upper
-bound where the report law is not known in closed form). The product over batches is a test
-martingale for the simple null p; for a composite null the infimum over p in the null
-(the universal-inference denominator of Wasserman, Ramdas, Balakrishnan, PNAS 2020) is an
-e-process, so by Ville's inequality P(E_n ever >= 1/alpha) <= alpha under the null.
+sum to T_b. Before the batch, an alternative p_alt is estimated from the stream's earlier reports
+only. For each p, a tilt lam_b(p) from p towards p_alt makes
+``exp(lam_b . T_b - n_b kappa_p(lam_b))`` a factor of expectation at most 1 when the answers are
+iid ~ p, where ``kappa_p(lam) = log sum_x p_x E[exp(lam . Y) | x]`` (``laws.log_conditional_mgf``;
+an upper bound where the report law is not known in closed form). The product over batches,
+``M_n(p)``, is a test martingale under p: the goodness-of-fit e-process is ``M_n(p0)``, a
+composite null's the infimum of ``M_n(p)`` over the null (``nulls``); by Ville's inequality
+P(E_n ever >= 1/alpha) <= alpha under the null.
 
-For randomized response with lam_b = log(A p_alt) - log(A p_null) the factor is exactly the
-plug-in likelihood ratio of the spec. Elsewhere lam_b points along ``Cov^+ (mu_alt - mu_null)``
-(the maximiser of the predicted growth ``lam . mu_alt - kappa_null(lam)`` to second order),
-shortened into the MGF's domain; for support counts, read through Hoeffding's bound, its length
-maximises that growth. Either way only
-batch sums are read, so a service updates the e-process from its store's running sums.
+The tilt: for randomized response ``log(A p_alt) - log(A p)``, which makes ``M_n(p)`` exactly the
+plug-in likelihood-ratio martingale of survey-design-and-monitoring spec S.2; otherwise
+``Cov_p^+ (mu_alt - mu_p)``, the maximiser of the expected growth ``lam . mu_alt - kappa_p(lam)``
+to second order, shortened into the MGF's domain (Laplace noise) or, for support counts read
+through Hoeffding's bound, scaled to that bound's optimum. Only batch sums are read, so a service
+updates the e-process from its store's running sums.
 
-State kept between looks: per stream the last cumulative (n, values); per batch its n_b and its
-row of log conditional MGFs (k numbers); the running sum of lam_b . T_b; the running maximum.
+State kept between looks: per stream the last cumulative (n, values) and, per batch, n_b, T_b
+and p_alt (O(k) numbers); the running log e-value of a simple null; the last minimiser; the
+running maximum.
 """
 
 from __future__ import annotations

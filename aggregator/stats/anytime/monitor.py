@@ -121,10 +121,10 @@ def expected_stopping_time(
     mechanism: Mechanism, alternative: object, null: object, alpha: float = 0.05
 ) -> int:
     """The n at which the goodness-of-fit e-process is expected to pass 1/alpha under a planned
-    alternative: the smallest n with ``n KL - ((k - 1) / 2) log n >= log(1 / alpha)`` (spec S.2),
-    KL the divergence per report between the report laws (exact for randomized response; the
-    quadratic ``(1/2) d^T Cov^+ d``, d the mean shift, otherwise). An approximation; the
-    validation table measures the real one."""
+    alternative: the smallest n with ``n KL - ((k - 1) / 2) log n >= log(1 / alpha)``
+    (survey-design-and-monitoring spec S.2), KL the divergence per report between the report
+    laws (exact for randomized response; the quadratic ``(1/2) d^T Cov^+ d``, d the mean shift,
+    otherwise). An approximation; the validation table measures the real one."""
     laws.check_mechanism(mechanism, "expected stopping time")
     alpha = check_alpha(alpha)
     p1 = check_distribution(alternative, mechanism.k, "alternative")
