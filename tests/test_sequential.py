@@ -261,6 +261,29 @@ def test_composite_tests_reject_a_clear_effect_and_not_the_null():
     assert sequential_homogeneity(looks2).reject
 
 
+def test_composite_tests_on_gaussian_reports():
+    mech = GaussianNoise(k=4, rho=2.0)
+    p = np.outer([0.5, 0.5], [0.4, 0.6]).ravel()
+    dependent = p + np.array([0.1, -0.1, -0.1, 0.1])
+    looks = [
+        Histogram(mech, (t + 1) * 2000, v[0])
+        for t, v in enumerate(cumulative(mech, dependent, 4, 1, 31, 2000))
+    ]
+    assert sequential_independence(looks, (2, 2)).reject
+    a, b = cumulative(mech, p, 4, 1, 32, 2000), cumulative(mech, p, 4, 1, 33, 2000)
+    same = [
+        [Histogram(mech, (t + 1) * 2000, a[t, 0]), Histogram(mech, (t + 1) * 2000, b[t, 0])]
+        for t in range(4)
+    ]
+    assert not sequential_homogeneity(same).reject
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, "10", True])
+def test_bad_max_n_is_refused(bad):
+    with pytest.raises(InvalidInputError, match="max_n"):
+        EProcess(nulls.simple(P0, 4), [RandomizedResponse(k=4, epsilon=1.0)], max_n=bad)
+
+
 def test_looks_from_store_sums_and_their_errors():
     mech = GaussianNoise(k=3, rho=1.0)
     looks = looks_from_sums(mech, [(1, [mech.scale, 0, 0]), (2, [mech.scale, mech.scale, 0])])

@@ -27,6 +27,7 @@ running maximum.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -110,7 +111,9 @@ class EProcess:
             if mech.k != null.k:
                 raise InvalidInputError(f"the null has {null.k} categories, a stream has {mech.k}")
         self.alpha = check_alpha(alpha)
-        if max_n is not None and (isinstance(max_n, bool) or not int(max_n) == max_n > 0):
+        if max_n is not None and (
+            isinstance(max_n, bool) or not isinstance(max_n, numbers.Integral) or max_n < 1
+        ):
             raise InvalidInputError(f"max_n must be a positive integer, got {max_n!r}")
         self.max_n = None if max_n is None else int(max_n)
         self._seen = [(0, np.zeros(m.statistic_size)) for m in self.mechanisms]
