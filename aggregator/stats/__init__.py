@@ -17,6 +17,30 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from aggregator.stats.anytime import (
+        ConfidenceSequence as ConfidenceSequence,
+    )
+    from aggregator.stats.anytime import (
+        SequentialResult as SequentialResult,
+    )
+    from aggregator.stats.anytime import (
+        difference_sequence as difference_sequence,
+    )
+    from aggregator.stats.anytime import (
+        frequency_sequence as frequency_sequence,
+    )
+    from aggregator.stats.anytime import (
+        mean_score_sequence as mean_score_sequence,
+    )
+    from aggregator.stats.anytime import (
+        sequential_goodness_of_fit as sequential_goodness_of_fit,
+    )
+    from aggregator.stats.anytime import (
+        sequential_homogeneity as sequential_homogeneity,
+    )
+    from aggregator.stats.anytime import (
+        sequential_independence as sequential_independence,
+    )
     from aggregator.stats.composite import (
         composite as composite,
     )
@@ -110,6 +134,14 @@ if TYPE_CHECKING:
 
 #: Each public name and the module that defines it.
 _HOMES = {
+    "ConfidenceSequence": "anytime",
+    "SequentialResult": "anytime",
+    "difference_sequence": "anytime",
+    "frequency_sequence": "anytime",
+    "mean_score_sequence": "anytime",
+    "sequential_goodness_of_fit": "anytime",
+    "sequential_homogeneity": "anytime",
+    "sequential_independence": "anytime",
     "Advice": "power",
     "Design": "design",
     "DesignEstimate": "design_estimate",
