@@ -6,8 +6,9 @@ Starts a real ``ldp-aggregator serve`` process (``--workers 1`` and ``2``) with 
 k = 4,096, pre-filled with ``--big-n`` reports) and ``split`` (a confirmation side of 600
 reports, for holdout queries). Then, per worker count:
 
-1. **baseline**: honest devices upload 10 signed reports per call, one call at a time each,
-   for ``--seconds``; their latencies and errors;
+1. **baseline**: honest devices upload one survey's 10 answers (one report per question, the
+   most a device may send: one answer per device and question) signed with their own key, four
+   uploads in flight at a time, for ``--seconds``; their latencies and errors;
 2. **flood**: the same honest traffic while an attacker sends, round after round, 6 Monte Carlo
    goodness-of-fit requests on ``big`` (1 s deadline each) and 20 holdout queries on ``split``
    (each sent again after the server's retry hint until answered);
@@ -29,6 +30,7 @@ import itertools
 import json
 import os
 import platform
+import queue
 import sys
 import tempfile
 import threading
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -63,32 +66,36 @@ SURVEYS = (
     (
         "honest",
         {"min_batch_size": 1, "require_device_auth": True},
-        "q",
+        tuple(f"q{i}" for i in range(HONEST_BATCH)),
         4,
         "randomized_response",
         1,
     ),
-    ("big", {"min_batch_size": 1}, "lh", K_BIG, "local_hashing", 1),
+    ("big", {"min_batch_size": 1}, ("lh",), K_BIG, "local_hashing", 1),
     (
         "split",
         {"min_batch_size": 20, "exploration_fraction": 0.5},
-        "mood",
+        ("mood",),
         4,
         "randomized_response",
         2,
     ),
 )
+#: Enrolled honest devices per worker count: each upload is a device's only one (about 350
+#: uploads a second at most on this machine, two phases).
+KEY_POOL = 16_000
 
 
 def surveys_toml() -> str:
-    """The survey file: one question per survey, categories c0, c1, ..."""
+    """The survey file: the surveys' questions, categories c0, c1, ..."""
     lines = []
-    for survey_id, keys, question_id, k, mechanism, epsilon in SURVEYS:
+    for survey_id, keys, question_ids, k, mechanism, epsilon in SURVEYS:
         lines += ["[[survey]]", f"id = {json.dumps(survey_id)}"]
         lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
-        lines += ["[[survey.question]]", f"id = {json.dumps(question_id)}"]
-        lines += [f"categories = {json.dumps([f'c{i}' for i in range(k)])}"]
-        lines += [f"mechanism = {json.dumps(mechanism)}", f"epsilon = {float(epsilon)}", ""]
+        for question_id in question_ids:
+            lines += ["[[survey.question]]", f"id = {json.dumps(question_id)}"]
+            lines += [f"categories = {json.dumps([f'c{i}' for i in range(k)])}"]
+            lines += [f"mechanism = {json.dumps(mechanism)}", f"epsilon = {float(epsilon)}", ""]
     return "\n".join(lines)
 
 
@@ -97,8 +104,7 @@ def write_files(workdir: Path, keys: list[DeviceKey]) -> tuple[Path, Path]:
     config.write_text(surveys_toml())
     devices = workdir / "devices.sqlite"
     with DeviceRegistry(devices, create=True) as registry:
-        for key in keys:
-            registry.enroll(key.public_key_pem())
+        registry.enroll_all([(key.device_id, key.public_key_pem()) for key in keys])
     return config, devices
 
 
@@ -138,14 +144,27 @@ def prefill(target: str, surveys, big_n: int) -> None:
             stub.Upload(ldp_pb2.UploadRequest(reports=batch[i : i + 2000]), timeout=60)
 
 
-def honest_device(target, surveys, key, stop, latencies, errors) -> None:
-    """One device: 10 signed reports per call, one call at a time, until ``stop``."""
+def honest_device(target, surveys, keys, stop, latencies, errors) -> None:
+    """One upload in flight at a time, until ``stop``: each a fresh device (the next key of
+    ``keys``) answering the honest survey's questions once each."""
     seed = int.from_bytes(os.urandom(4), "little")
+    questions = SURVEYS[0][2]
     with grpc.insecure_channel(target) as channel:
         stub = ldp_pb2_grpc.CollectorStub(channel)
         while not stop.is_set():
+            try:
+                key = keys.get_nowait()
+            except queue.Empty:
+                errors.append("the benchmark ran out of enrolled honest devices (KEY_POOL)")
+                return
             seed += 1
-            reports = randomized(surveys, "honest", "q", [0.25] * 4, HONEST_BATCH, seed=seed)
+            reports = [
+                report
+                for i, question_id in enumerate(questions)
+                for report in randomized(
+                    surveys, "honest", question_id, [0.25] * 4, 1, seed=seed + i
+                )
+            ]
             request = ldp_pb2.UploadRequest(reports=reports)
             started = time.perf_counter()
             try:
@@ -248,9 +267,14 @@ def honest_phase(targets, surveys, keys, seconds, attack: bool, server_pid: int)
     latencies: list[float] = []
     errors: list[str] = []
     outcomes: dict[str, list[str]] = {"monte_carlo": [], "holdout": []}
+    pool: queue.SimpleQueue[DeviceKey] = queue.SimpleQueue()
+    for key in keys:
+        pool.put(key)
     devices = [
-        threading.Thread(target=honest_device, args=(target, surveys, k, stop, latencies, errors))
-        for k in keys
+        threading.Thread(
+            target=honest_device, args=(target, surveys, pool, stop, latencies, errors)
+        )
+        for _ in range(HONEST_DEVICES)
     ]
     for device in devices:
         device.start()
@@ -323,17 +347,16 @@ def idle_after_deadline(target: str, pid: int) -> dict:
 def run(workers: int, seconds: float, big_n: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="ldp-flood-") as tmp:
         workdir = Path(tmp)
-        keys = [
-            DeviceKey.load_or_create(workdir / f"device-{i}.key") for i in range(HONEST_DEVICES)
-        ]
+        keys = [DeviceKey(Ed25519PrivateKey.generate()) for _ in range(KEY_POOL)]
         config, devices = write_files(workdir, keys)
         surveys = load_surveys(config)
         process, target, analyst_target = start(workdir, config, devices, workers)
         targets = (target, analyst_target)
         try:
             prefill(target, surveys, big_n)
-            baseline = honest_phase(targets, surveys, keys, seconds, False, process.pid)
-            flood = honest_phase(targets, surveys, keys, seconds, True, process.pid)
+            half = len(keys) // 2  # each phase its own devices: one upload each
+            baseline = honest_phase(targets, surveys, keys[:half], seconds, False, process.pid)
+            flood = honest_phase(targets, surveys, keys[half:], seconds, True, process.pid)
             idle = idle_after_deadline(analyst_target, process.pid)
         finally:
             process.terminate()
