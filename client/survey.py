@@ -53,6 +53,7 @@ DIGEST_FORMAT = "ldp-question-definition/1"
 #: way a device is counted once per question.
 REFUSE, MEMOIZE = "refuse", "memoize"
 REPEAT_POLICIES = (REFUSE, MEMOIZE)
+_REPEAT_ENUM = {REFUSE: ldp_pb2.REPEAT_REFUSE, MEMOIZE: ldp_pb2.REPEAT_MEMOIZE}  # on the wire
 _NO_REPLACE = (
     "repeat = 'replace' is not supported: the aggregator could un-count the first report only "
     "by linking it to the device's second one, and nothing at rest may tie reports to a device; "
@@ -210,6 +211,7 @@ class QuestionSpec:
             ],
             mechanism=MECHANISM_NAMES[mech.name],
             household_shared=self.household_shared,
+            repeat=_REPEAT_ENUM[self.repeat],
         )
         if isinstance(mech, GaussianNoise):
             message.rho = mech.rho
@@ -236,8 +238,18 @@ class QuestionSpec:
             parameter,
             message.granularity_bits,  # to_proto always sets it; 0 is a valid grid (step 1)
             household_shared=message.household_shared,
+            repeat=_repeat_of(message),
             **_coin_fields(message),
         )
+
+
+def _repeat_of(message: ldp_pb2.Question) -> str:
+    """The question's repeat policy; an enum value this device does not know is refused (a
+    newer policy it cannot honour)."""
+    policy = {v: k for k, v in _REPEAT_ENUM.items()}.get(message.repeat)
+    if policy is None:
+        raise SurveyError(f"question {message.id!r} has a repeat policy this device does not know")
+    return policy
 
 
 def _coin_fields(message: ldp_pb2.Question) -> dict[str, int]:

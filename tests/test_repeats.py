@@ -26,7 +26,7 @@ from client.device.ledger import Budget
 from client.device.repeats import AnsweredBefore
 from client.device.reporter import Reporter
 from client.device.transport import Transport
-from client.survey import MEMOIZE, REFUSE
+from client.survey import MEMOIZE, REFUSE, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 QUESTIONS = """
@@ -43,6 +43,14 @@ mechanism = "randomized_response"
 epsilon = 1.0
 """
 SIGNED_TOML = '[[survey]]\nid = "clinic"\nrequire_device_auth = true\n' + QUESTIONS
+
+
+def load_surveys_text(questions: str) -> SurveySpec:
+    """The survey "s" of a survey file with these questions (written to a temporary file)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        return load_surveys(write(Path(folder), '[[survey]]\nid = "s"\n' + questions))["s"]
 
 
 def write(tmp_path: Path, text: str, name: str = "surveys.toml") -> Path:
@@ -161,6 +169,35 @@ def test_memoizing_device_resends_its_first_report_across_a_restart(open_server,
         finally:
             device.close()
     assert (result.accepted, result.duplicate) == (0, 1)  # counted once
+
+
+def test_a_memoize_policy_reaches_the_device_over_the_wire(tmp_path):
+    """The survey file says memoize; the device learns it from GetSurvey (Question.repeat) and
+    resends its first report without being told so by its app."""
+    config = write(tmp_path, '[[survey]]\nid = "s"\nrepeat = "memoize"\n' + QUESTIONS)
+    survey = load_surveys(config)["s"]
+    wire = ldp_pb2.Survey.FromString(survey.to_proto().SerializeToString())
+    assert [q.repeat for q in wire.questions] == [ldp_pb2.REPEAT_MEMOIZE] * 2
+    running = ServerThread(config, tmp_path / "r.db").start()
+    try:
+        with Transport(running.target) as transport:
+            device = Reporter(transport, tmp_path / "tablet.sqlite", Budget(5.0))
+            try:
+                first = device.answer("s", "insured", "yes")
+                assert device.answer("s", "insured", "no") == first
+                result = device.flush()
+            finally:
+                device.close()
+        assert (result.accepted, result.duplicate) == (1, 0)  # one report, sent once
+    finally:
+        running.stop()
+
+
+def test_an_unknown_repeat_policy_is_refused_by_the_device():
+    message = load_surveys_text(QUESTIONS).to_proto()
+    message.questions[0].repeat = 7  # a policy from a newer aggregator
+    with pytest.raises(SurveyError, match="repeat policy this device does not know"):
+        SurveySpec.from_proto(message)
 
 
 def test_the_device_keeps_the_report_not_the_answer(open_server, tmp_path):

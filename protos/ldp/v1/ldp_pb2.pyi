@@ -20,6 +20,11 @@ class Mechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOCAL_HASHING: _ClassVar[Mechanism]
     PUBLIC_COIN_BIT: _ClassVar[Mechanism]
 
+class RepeatPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPEAT_REFUSE: _ClassVar[RepeatPolicy]
+    REPEAT_MEMOIZE: _ClassVar[RepeatPolicy]
+
 class Side(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SIDE_UNSPECIFIED: _ClassVar[Side]
@@ -43,6 +48,8 @@ HADAMARD_RESPONSE: Mechanism
 SUBSET_SELECTION: Mechanism
 LOCAL_HASHING: Mechanism
 PUBLIC_COIN_BIT: Mechanism
+REPEAT_REFUSE: RepeatPolicy
+REPEAT_MEMOIZE: RepeatPolicy
 SIDE_UNSPECIFIED: Side
 EXPLORATION: Side
 CONFIRMATION: Side
@@ -61,7 +68,7 @@ class Attribute(_message.Message):
     def __init__(self, name: _Optional[str] = ..., categories: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Question(_message.Message):
-    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits", "household_shared", "public_seed", "groups")
+    __slots__ = ("id", "text", "attributes", "mechanism", "epsilon", "rho", "granularity_bits", "household_shared", "public_seed", "groups", "repeat")
     ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +79,7 @@ class Question(_message.Message):
     HOUSEHOLD_SHARED_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_SEED_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_FIELD_NUMBER: _ClassVar[int]
     id: str
     text: str
     attributes: _containers.RepeatedCompositeFieldContainer[Attribute]
@@ -82,7 +90,8 @@ class Question(_message.Message):
     household_shared: bool
     public_seed: int
     groups: int
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ..., public_seed: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...
+    repeat: RepeatPolicy
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ..., public_seed: _Optional[int] = ..., groups: _Optional[int] = ..., repeat: _Optional[_Union[RepeatPolicy, str]] = ...) -> None: ...
 
 class Survey(_message.Message):
     __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label")
