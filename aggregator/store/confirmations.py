@@ -243,6 +243,26 @@ def seal_plan(snap: Snapshot, survey: SurveySpec) -> str | None:
     return None if current.sealed is not None else current.plan_text()
 
 
+def unchanged_plan(
+    survey_id: str, current: Confirmation | None, before: Confirmation
+) -> Confirmation:
+    """The compare-and-set check of a seal on the state read in its write transaction: that
+    state, holding the plan of ``before`` (sealed meanwhile by another call, or not);
+    StateChangedError when the plan changed."""
+    if current is None or current.mode != "plan" or current.plan_sha256 != before.plan_sha256:
+        raise StateChangedError(f"survey {survey_id}: its plan changed while it was run")
+    return current
+
+
+def check_counts_unchanged(survey_id: str, counts: dict, now: dict) -> None:
+    """StateChangedError unless the confirmation side holds the counts the record was computed
+    from (``counts``: (question, group) -> n of the snapshot; ``now``: the same, committed)."""
+    if now != counts:
+        raise StateChangedError(
+            f"survey {survey_id}: confirmation-side reports arrived while its plan ran"
+        )
+
+
 def commit_seal(
     store: ReportStore, survey: SurveySpec, snap: Snapshot, record: dict
 ) -> tuple[Confirmation, bool]:
@@ -257,16 +277,11 @@ def commit_seal(
         raise ConfirmationError(f"survey {survey.id}: nothing to confirm: no plan is registered")
 
     def run(conn: sqlite3.Connection) -> tuple[Confirmation, bool]:
-        current = state(conn, survey.id)
-        if current is None or current.mode != "plan" or current.plan_sha256 != before.plan_sha256:
-            raise StateChangedError(f"survey {survey.id}: its plan changed while it was run")
+        current = unchanged_plan(survey.id, state(conn, survey.id), before)
         if current.sealed is not None:
             return current, True
         now = {key: read_side(conn, survey.id, key[0], CONFIRMATION, key[1])[0] for key in counts}
-        if now != counts:
-            raise StateChangedError(
-                f"survey {survey.id}: confirmation-side reports arrived while its plan ran"
-            )
+        check_counts_unchanged(survey.id, counts, now)
         text = json.dumps(record, sort_keys=True)
         conn.execute(
             "UPDATE confirmations SET sealed = ?, sealed_at = ? WHERE survey_id = ?",

@@ -23,7 +23,9 @@ from aggregator.store.confirmations import (
     Histograms,
     Snapshot,
     StateChangedError,
+    check_counts_unchanged,
     seal_plan,
+    unchanged_plan,
 )
 from aggregator.store.ingest import histogram
 from aggregator.store.postgres.engine import PostgresStore, lock_confirmation_side, read_side
@@ -106,16 +108,11 @@ def commit_seal(
         raise ConfirmationError(f"survey {survey.id}: nothing to confirm: no plan is registered")
     with store.transaction() as conn:
         lock_confirmation_side(conn, survey.id, exclusive=True)
-        current = state(conn, survey.id, "FOR UPDATE")
-        if current is None or current.mode != "plan" or current.plan_sha256 != before.plan_sha256:
-            raise StateChangedError(f"survey {survey.id}: its plan changed while it was run")
+        current = unchanged_plan(survey.id, state(conn, survey.id, "FOR UPDATE"), before)
         if current.sealed is not None:
             return current, True
         now = {key: read_side(conn, survey.id, key[0], CONFIRMATION, key[1])[0] for key in counts}
-        if now != counts:
-            raise StateChangedError(
-                f"survey {survey.id}: confirmation-side reports arrived while its plan ran"
-            )
+        check_counts_unchanged(survey.id, counts, now)
         text = json.dumps(record, sort_keys=True)
         conn.execute(
             "UPDATE confirmations SET sealed = %s, sealed_at = %s WHERE survey_id = %s",
