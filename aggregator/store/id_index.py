@@ -87,14 +87,16 @@ class IdIndex:
         found: dict[int, list[int]] = {}
         if not len(keys):
             return found
+        order = np.argsort(keys, kind="stable")  # sorted needles: numpy's search then walks each
+        ordered = keys[order]  # run forward (half the cache misses of a random order)
         for run_keys, run_rows in list(self._runs):
-            right = np.searchsorted(run_keys, keys, side="right")
+            right = np.searchsorted(run_keys, ordered, side="right")
             before = np.maximum(right - 1, 0)
-            hit = (right > 0) & (run_keys[before] == keys)
-            for i in np.flatnonzero(hit).tolist():
-                end = int(right[i])
-                start = int(np.searchsorted(run_keys, keys[i], side="left"))
-                found.setdefault(i, []).extend(run_rows[start:end].tolist())
+            hit = (right > 0) & (run_keys[before] == ordered)
+            for j in np.flatnonzero(hit).tolist():
+                end = int(right[j])
+                start = int(np.searchsorted(run_keys, ordered[j], side="left"))
+                found.setdefault(int(order[j]), []).extend(run_rows[start:end].tolist())
         return found
 
     def export(self) -> list[tuple[np.ndarray, np.ndarray]]:
