@@ -29,6 +29,7 @@ ABOVE_THE_CORE = (
     "aggregator.report",
     "aggregator.confirm",
     "aggregator.planning",
+    "aggregator.group_planning",
     "aggregator.loader",
     "aggregator.remote",
 )
@@ -113,7 +114,7 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         "a running server's analyst client knows the wire, not the server's insides",
     ),
     (
-        ("aggregator.planning",),
+        ("aggregator.planning", "aggregator.group_planning"),
         ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
         "planning needs no data",
     ),
