@@ -303,14 +303,39 @@ def seal(
     sealed survey is answered with its stored record, unchanged, and ``compute`` is not run."""
     if not survey.split:
         raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
+    return seal_with_retries(
+        survey,
+        lambda: snapshot(store.path, survey),
+        lambda snap, record: commit_seal(store, survey, snap, record),
+        compute,
+    )
+
+
+def seal_with_retries(
+    survey: SurveySpec,
+    take: Callable[[], Snapshot],
+    commit: Callable[[Snapshot, dict], tuple[Confirmation, bool]],
+    compute: Callable[[str, Histograms], dict],
+    prepare: Callable[[], None] | None = None,
+) -> tuple[Confirmation, bool]:
+    """The seal loop every engine shares: ``take`` a snapshot, answer an already sealed survey
+    with its record, else ``compute`` the record and ``commit`` it (compare-and-set), again from
+    a fresh snapshot after a concurrent change, up to ATTEMPTS times. ``prepare`` runs once,
+    before the first computation, and the snapshot is taken again after it (an engine that
+    closes the side first)."""
     for attempt in range(1, ATTEMPTS + 1):
-        snap = snapshot(store.path, survey)
+        snap = take()
         plan = seal_plan(snap, survey)
+        if plan is not None and prepare is not None:
+            prepare()
+            prepare = None
+            snap = take()
+            plan = seal_plan(snap, survey)
         if plan is None:
             assert snap.state is not None
             return snap.state, True
         try:
-            return commit_seal(store, survey, snap, compute(plan, snap.histograms))
+            return commit(snap, compute(plan, snap.histograms))
         except StateChangedError:
             if attempt == ATTEMPTS:
                 raise

@@ -18,13 +18,11 @@ import psycopg
 
 from aggregator.errors import ConfirmationError
 from aggregator.store.confirmations import (
-    ATTEMPTS,
     Confirmation,
     Histograms,
     Snapshot,
-    StateChangedError,
     check_counts_unchanged,
-    seal_plan,
+    seal_with_retries,
     unchanged_plan,
 )
 from aggregator.store.ingest import histogram
@@ -147,24 +145,10 @@ def seal(
     refused after the seal anyway."""
     if not survey.split:
         raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
-    closed = False
-    for attempt in range(1, ATTEMPTS + 1):
-        snap = snapshot(store, survey)
-        plan = seal_plan(snap, survey)
-        if plan is None:
-            assert snap.state is not None
-            return snap.state, True
-        if not closed:
-            close_side(store, survey)
-            closed = True
-            snap = snapshot(store, survey)
-            plan = seal_plan(snap, survey)
-            if plan is None:
-                assert snap.state is not None
-                return snap.state, True
-        try:
-            return commit_seal(store, survey, snap, compute(plan, snap.histograms))
-        except StateChangedError:
-            if attempt == ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
+    return seal_with_retries(
+        survey,
+        lambda: snapshot(store, survey),
+        lambda snap, record: commit_seal(store, survey, snap, record),
+        compute,
+        prepare=lambda: close_side(store, survey),
+    )
