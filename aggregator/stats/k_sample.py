@@ -45,7 +45,7 @@ from aggregator.stats.low_rank_law import LowRankLaw
 from aggregator.stats.ltz import QuadraticMoments, ltz_isf, ltz_sf, quadratic_moments
 from aggregator.stats.montecarlo import check_draws, monte_carlo_pvalue
 from aggregator.stats.result import CalibratedFields, ResultFields, TestResult
-from aggregator.stats.two_sample import _choice, _pooled, check_same_mechanism
+from aggregator.stats.two_sample import check_same_mechanism, count_choice, pooled_estimate
 from aggregator.stats.validate import (
     check_alpha,
     check_count,
@@ -207,7 +207,7 @@ def _randomized_response(hists, alpha, calibration, rng, n_draws) -> TestResult:
             **common,
         )
     smallest = float(expected.min())
-    choice = _choice(calibration, smallest, "permutation of the pooled privatized reports")
+    choice = count_choice(calibration, smallest, "permutation of the pooled privatized reports")
     calibrated = CalibratedFields(
         **common, calibration=choice.calibration, calibration_reason=choice.reason
     )
@@ -228,7 +228,7 @@ def _statistic(mech: Mechanism, sizes: Sequence[int], values: np.ndarray) -> np.
         values = values[None]
     total = sum(sizes)
     pooled = values.sum(axis=1)
-    p_bar = _pooled(pooled, total, mech)
+    p_bar = pooled_estimate(pooled, total, mech)
     statistic = np.zeros(values.shape[0])
     for g, n in enumerate(sizes):
         d = (values[:, g] / n - pooled / total) / mech.slope
@@ -242,7 +242,7 @@ def _debiased(hists, alpha, calibration, rng, n_draws) -> TestResult:
     table = np.stack([h.values for h in hists])
     pooled = table.sum(axis=0)
     total = sum(sizes)
-    p_bar = _pooled(pooled, total, mech)
+    p_bar = pooled_estimate(pooled, total, mech)
     statistic = float(_statistic(mech, sizes, table)[0])
     check_finite_statistic(statistic)
     label = SUPPORT_LABEL if is_support(mech) else DEBIASED_LABEL
@@ -324,7 +324,7 @@ def _public_coin(hists, alpha, calibration, rng, n_draws) -> TestResult:
     )
     cells = np.minimum(center, m - center)[m > 0]
     smallest = float(cells.min())
-    choice = _choice(calibration, smallest, PUBLIC_PERMUTATION)
+    choice = count_choice(calibration, smallest, PUBLIC_PERMUTATION)
     if choice.simulated:
         draws = _split_bits(t, big, list(m), make_rng(rng), n_draws)
         pvalue = monte_carlo_pvalue(statistic, statistic_of(draws))

@@ -189,7 +189,7 @@ def _randomized_response(hist_a, hist_b, alpha, calibration, rng, n_draws) -> Te
             **common,
         )
     smallest = min(n_a, n_b) * float(share[cells].min())
-    choice = _choice(calibration, smallest, "permutation of the pooled privatized reports")
+    choice = count_choice(calibration, smallest, "permutation of the pooled privatized reports")
     calibrated = CalibratedFields(
         **common, calibration=choice.calibration, calibration_reason=choice.reason
     )
@@ -223,7 +223,7 @@ def _homogeneity(n_a: int, n_b: int, pooled: np.ndarray):
 def _debiased(hist_a, hist_b, alpha, calibration, rng, n_draws) -> TestResult:
     mech = hist_a.mechanism
     n_a, n_b = hist_a.n, hist_b.n
-    p_bar = _pooled(hist_a.values + hist_b.values, n_a + n_b, mech)
+    p_bar = pooled_estimate(hist_a.values + hist_b.values, n_a + n_b, mech)
     statistic = float(_statistic(mech, n_a, n_b, hist_a.values, hist_b.values)[0])
     check_finite_statistic(statistic)
     label = SUPPORT_LABEL if is_support(mech) else DEBIASED_LABEL
@@ -278,7 +278,7 @@ def _permute_bits(pooled: np.ndarray, n_a: int, n_b: int, rng: np.random.Generat
     return draws_a.astype(float), (ones - draws_a).astype(float)
 
 
-def _pooled(values: np.ndarray, n: int, mech: Mechanism) -> np.ndarray:
+def pooled_estimate(values: np.ndarray, n: int, mech: Mechanism) -> np.ndarray:
     """The pooled estimate of p (rows of ``values``), projected onto the simplex."""
     return project_simplex(rough_distribution(values, n, mech))
 
@@ -288,7 +288,7 @@ def _statistic(mech, n_a: int, n_b: int, values_a, values_b) -> np.ndarray:
     values_a = np.atleast_2d(values_a)
     values_b = np.atleast_2d(values_b)
     total = n_a + n_b
-    p_bar = _pooled(values_a + values_b, total, mech)
+    p_bar = pooled_estimate(values_a + values_b, total, mech)
     d = _difference(mech, values_a, n_a, values_b, n_b)
     return n_a * n_b / total * quadratic_form(mech, d, p_bar, projected=True)
 
@@ -298,7 +298,7 @@ def _difference(mech, values_a, n_a: int, values_b, n_b: int) -> np.ndarray:
     return (values_a / n_a - values_b / n_b) / mech.slope
 
 
-def _choice(calibration: str, smallest: float, simulated: str) -> Choice:
+def count_choice(calibration: str, smallest: float, simulated: str) -> Choice:
     """Randomized response: asymptotic where every expected count of both rows is >= 5."""
     if calibration == "asymptotic":
         return Choice("asymptotic", "requested")
