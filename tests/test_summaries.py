@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from aggregator.errors import InvalidInputError
+from aggregator.histogram import Histogram
 from aggregator.stats import estimate, k_sample
 from aggregator.stats.studies import RejectionRate, draw_histogram
 from aggregator.stats.summaries import conditional, mean_score, score_trend
@@ -95,6 +96,16 @@ def test_trend_type1_inside_band_and_power_beyond_homogeneity():
         omnibus_hits += k_sample(moved, calibration="asymptotic").reject
     assert RejectionRate(null, trials).within_band(0.05), null / trials
     assert trend_hits > omnibus_hits, (trend_hits, omnibus_hits)
+
+
+def test_a_single_report_gives_no_false_precision():
+    """n = 1: the plug-in variance is 0, so no interval would be honest: the condition is not
+    estimable ([0, 1]) and the mean score is refused."""
+    one = estimate(Histogram(RandomizedResponse(6, 1.0), 1, [1, 0, 0, 0, 0, 0]))
+    cond = conditional(one, (2, 3))
+    assert not cond.bounded.any() and np.all(cond.low == 0) and np.all(cond.high == 1)
+    with pytest.raises(InvalidInputError, match="plug-in variance of 0"):
+        mean_score(estimate(Histogram(RandomizedResponse(5, 1.0), 1, [0, 0, 1, 0, 0])))
 
 
 def test_typed_errors():

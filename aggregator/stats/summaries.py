@@ -111,7 +111,9 @@ def conditional(
         b = float(p[cells].sum())
         v_bb = float(cov[np.ix_(cells, cells)].sum())
         margin[j] = b
-        bounded[j] = b > 0 and b * b > z * z * v_bb
+        # a plug-in variance of 0 (every report in one privatized category, e.g. n = 1) pins
+        # nothing down: the condition is not estimable, its interval all of [0, 1]
+        bounded[j] = b > 0 and v_bb > 0 and b * b > z * z * v_bb
         for i, cell in enumerate(cells):
             a = float(p[cell])
             v_aa = float(cov[cell, cell])
@@ -156,11 +158,17 @@ def mean_score(
     est: Estimate, scores: Sequence[float] | None = None, confidence: float | None = None
 ) -> MeanScore:
     """The mean score sum_j s_j p_j of an ordinal question (default scores 1..k) with its Wald
-    interval, clipped to the range of the scores."""
+    interval, clipped to the range of the scores. InvalidInputError when the plug-in variance is
+    0 (too few reports to give any interval)."""
     s = _check_scores(scores, est.frequencies.size)
     level = _check_confidence(est.confidence if confidence is None else confidence)
     mean = float(s @ est.frequencies)
     se = float(np.sqrt(max(float(s @ est.covariance @ s), 0.0)))
+    if se == 0:
+        raise InvalidInputError(
+            f"the mean score of {est.n} report(s) has a plug-in variance of 0 (every report in "
+            "one privatized category): no interval can be given; collect more reports"
+        )
     z = float(stats.norm.isf((1 - level) / 2))
     low = min(max(mean - z * se, float(s.min())), float(s.max()))
     high = min(max(mean + z * se, float(s.min())), float(s.max()))
