@@ -220,10 +220,18 @@ def run_python_generators(
     target: str, batch: int, callers: int, count: int, seconds: float, generators: int, on_start
 ) -> list[GeneratorResult]:
     """Run ``generators`` grpc.aio generator processes; ``on_start()`` runs as they are let go."""
+    args = (target, batch, callers, count, seconds)
+    return run_together(generator_main, args, generators, seconds, on_start)
+
+
+def run_together(main, args: tuple, processes: int, seconds: float, on_start) -> list:
+    """Start ``processes`` spawned processes of ``main(*args, ready, start, results)``, let them
+    go at once when all are ready (``on_start()`` just before), and collect one result each."""
     ctx = multiprocessing.get_context("spawn")
     ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
-    args = (target, batch, callers, count, seconds, ready, start, results)
-    procs = [ctx.Process(target=generator_main, args=args) for _ in range(generators)]
+    procs = [
+        ctx.Process(target=main, args=(*args, ready, start, results)) for _ in range(processes)
+    ]
     for proc in procs:
         proc.start()
     for _ in procs:

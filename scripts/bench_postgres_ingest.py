@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import resource
 import signal
 import sqlite3
@@ -40,6 +39,7 @@ from bench_ingest import (  # noqa: E402
     encode_requests,
     machine,
     process_tree_cpu_seconds,
+    run_together,
 )
 from postgres_server import PostgresServer, binaries  # noqa: E402
 
@@ -124,21 +124,9 @@ async def drive(targets, requests, batch, callers, seconds, ready, start) -> tup
 
 
 def run(targets, batch, callers, generators, seconds, on_start) -> list[tuple]:
-    ctx = multiprocessing.get_context("spawn")
-    ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
     count = int(60_000 * seconds / batch / generators) + callers + 10
-    args = (targets, batch, callers // generators, count, seconds, ready, start, results)
-    procs = [ctx.Process(target=generator, args=args) for _ in range(generators)]
-    for proc in procs:
-        proc.start()
-    for _ in procs:
-        ready.get(timeout=300)
-    on_start()
-    start.set()
-    outcomes = [results.get(timeout=seconds + 120) for _ in procs]
-    for proc in procs:
-        proc.join()
-    return outcomes
+    args = (targets, batch, callers // generators, count, seconds)
+    return run_together(generator, args, generators, seconds, on_start)
 
 
 def database_figures(url: str) -> tuple[int, int, int]:
