@@ -96,7 +96,8 @@ WIDTHS = (
 )
 STOPPING = (
     "Stopping under the planned alternative (0.3, 0.3, 0.2, 0.2) against p0 uniform: the first "
-    "look at which the e-process reaches 1/alpha (20,000 when it never does), beside the "
+    "look at which the e-process reaches 1/alpha (20,000 when it never does, in the mean and "
+    "the 90% point too), beside the "
     "fixed-n sample size of the chi-square test for power 0.8 (`sample_size`, asymptotic) and "
     "the forecast of `plan --sequential` for looks every 100 reports (`forecast_stopping`: "
     "mean, median, 90% point). 'Stopped by fixed n' is the sequential test's power at the "
