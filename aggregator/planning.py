@@ -310,7 +310,7 @@ class SequentialPlan:
         lines = [
             self.plan.summary(),
             f"sequential test (e-process), looked at every {self.batch:,} reports: reports "
-            "to stop (mean, median; max n = where 90% have stopped)",
+            "to stop (mean, median; max n = the forecast 90% point)",
         ]
         width = max(len(row.row.mechanism.describe()) for row in self.rows)
         for row in self.rows:

@@ -61,7 +61,7 @@ def add_commands(subparsers: Subcommands) -> None:
         "--sequential",
         action="store_true",
         help="also where the sequential goodness-of-fit test (e-process) is expected to stop: "
-        "mean, median and the max n by which 90%% of studies stop (docs/planning.md)",
+        "forecast mean, median and 90%% point, the max n to plan for (docs/planning.md)",
     )
     plan.add_argument(
         "--look-every",
