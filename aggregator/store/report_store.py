@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from aggregator.errors import LdpError
+from aggregator.store import design_statistics
 from aggregator.store.file_kind import (
     REPORT_STORE,
     FileKindError,
@@ -198,6 +199,7 @@ class StoredReport:
     contribution: np.ndarray  # int64, length k: what the report adds to the question's sums
     side: int = 0  # ldp.v1.Side: 0 for a survey that is not split
     group: str = ""  # the public group value; '' for a survey without a group label
+    design_key: str = ""  # the public design key; '' for a survey without a design
 
 
 WriteHook = Callable[[sqlite3.Connection, list[int]], None]
@@ -216,6 +218,7 @@ class ReportBatch:
     contributions: np.ndarray
     side: int = 0  # ldp.v1.Side of every report of the batch
     group: str = ""  # the public group value of every report of the batch
+    design_key: str = ""  # the public design key of every report of the batch (design_statistics)
 
     def __len__(self) -> int:
         return len(self.report_ids)
@@ -226,8 +229,8 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
     batches' flags concatenated are in the order of the reports. Each question's contribution
     vectors must have one length (``ReportStore.submit`` checks them first)."""
     out = []
-    for (survey_id, question_id, side, group_value), run in itertools.groupby(
-        reports, key=lambda r: (r.survey_id, r.question_id, r.side, r.group)
+    for (survey_id, question_id, side, group_value, design_key), run in itertools.groupby(
+        reports, key=lambda r: (r.survey_id, r.question_id, r.side, r.group, r.design_key)
     ):
         group = list(run)
         out.append(
@@ -239,6 +242,7 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
                 np.stack([r.contribution for r in group]),
                 side,
                 group_value,
+                design_key,
             )
         )
     return out
@@ -867,6 +871,10 @@ class ReportStore:
             if b.group:
                 key = (b.survey_id, b.question_id, b.side, b.group)
                 by_question.setdefault(key, []).append(rows)
+            if b.design_key:
+                design_statistics.add(
+                    self._conn, b.survey_id, b.question_id, b.side, b.group, b.design_key, rows
+                )
         for key, parts in by_question.items():
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if len(rows):

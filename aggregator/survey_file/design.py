@@ -1,0 +1,134 @@
+"""A survey's sampling design from its survey file: ``design = { table = "frame.csv" }``, a CSV
+sampling frame with one row per public design key (docs/designs.md).
+
+Columns ``key,stratum,psu,weight`` and optionally ``fpc`` (R-style: the number of PSUs in the
+stratum's population, or the stratum's PSU sampling fraction; constant within a stratum). A key
+is typically one stratum x PSU x weight class; every report carries its device's key and the
+aggregator joins the frame to the per-key statistics at analysis time. The frame is validated on
+load, each problem one line naming the file and row.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from client.survey import DesignKeys, SurveyError
+
+#: The most keys a frame may list: the store keeps one row of statistics per key and question.
+MAX_DESIGN_KEYS = 100_000
+REQUIRED_COLUMNS = ("key", "stratum", "psu", "weight")
+OPTIONAL_COLUMNS = ("fpc",)
+
+
+@dataclass(frozen=True)
+class FrameRow:
+    """One design key's place in the design: its stratum, PSU (nested in the stratum), weight
+    (inverse inclusion probability) and R-style fpc (None: with replacement)."""
+
+    stratum: str
+    psu: str
+    weight: float
+    fpc: float | None = None
+
+
+@dataclass(frozen=True)
+class SamplingFrame(DesignKeys):
+    """The sampling frame of a survey, keyed by design key (the aggregator's side of
+    :class:`~client.survey.DesignKeys`)."""
+
+    table: str = ""
+    rows: dict[str, FrameRow] = field(default_factory=dict, compare=False)
+
+    def check_key(self, survey_id: str, key: str) -> str:
+        super().check_key(survey_id, key)
+        if key not in self.rows:
+            raise SurveyError(
+                f"survey {survey_id!r}: unknown design key {key[:80]!r} (not in its sampling frame)"
+            )
+        return key
+
+    @property
+    def strata(self) -> int:
+        return len({row.stratum for row in self.rows.values()})
+
+    @property
+    def psus(self) -> int:
+        return len({(row.stratum, row.psu) for row in self.rows.values()})
+
+
+def read_design(value: object, folder: Path, survey_id: object) -> SamplingFrame | None:
+    """The survey's frame from its ``design`` entry (None when absent); SurveyError naming the
+    problem otherwise. ``table`` is relative to the survey file's ``folder``."""
+    if value is None:
+        return None
+    where = f"survey {survey_id}: design"
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"table"}
+        or not isinstance(value["table"], str)
+    ):
+        raise SurveyError(f'{where} must be {{ table = "frame.csv" }} (a CSV sampling frame)')
+    path = folder / value["table"]
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            return SamplingFrame(table=str(path), rows=_rows(csv.reader(handle), f"{where} {path}"))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise SurveyError(f"{where}: cannot read {path}: {exc}") from None
+
+
+def _rows(reader, where: str) -> dict[str, FrameRow]:
+    header = [name.strip() for name in next(reader, [])]
+    missing = [name for name in REQUIRED_COLUMNS if name not in header]
+    if missing:
+        raise SurveyError(f"{where}: missing column(s) {', '.join(missing)} (header {header})")
+    unknown = set(header) - set(REQUIRED_COLUMNS) - set(OPTIONAL_COLUMNS)
+    if unknown or len(set(header)) != len(header):
+        raise SurveyError(f"{where}: unexpected or repeated column(s) in header {header}")
+    index = {name: header.index(name) for name in header}
+    rows: dict[str, FrameRow] = {}
+    stratum_of: dict[str, str] = {}
+    fpc_of: dict[str, float | None] = {}
+    for line, cells in enumerate(reader, start=2):
+        if not any(cell.strip() for cell in cells):
+            continue
+        at = f"{where} line {line}"
+        if len(cells) != len(header):
+            raise SurveyError(f"{at}: {len(cells)} fields, the header has {len(header)}")
+        key, stratum, psu = (cells[index[name]].strip() for name in ("key", "stratum", "psu"))
+        try:
+            DesignKeys().check_key("", key)
+        except SurveyError:
+            raise SurveyError(f"{at}: a key must be 1-64 printable characters") from None
+        if not stratum or not psu:
+            raise SurveyError(f"{at}: stratum and psu must not be empty")
+        if key in rows:
+            raise SurveyError(f"{at}: key {key!r} appears twice")
+        if len(rows) == MAX_DESIGN_KEYS:
+            raise SurveyError(f"{where}: more than {MAX_DESIGN_KEYS} keys")
+        weight = _number(cells[index["weight"]], "weight", at)
+        fpc = _number(cells[index["fpc"]], "fpc", at) if "fpc" in index else None
+        if stratum_of.setdefault(psu, stratum) != stratum:
+            raise SurveyError(
+                f"{at}: psu {psu!r} lies in strata {stratum_of[psu]!r} and {stratum!r}; a PSU "
+                "is nested in one stratum (give PSUs of different strata different labels)"
+            )
+        if fpc_of.setdefault(stratum, fpc) != fpc:
+            raise SurveyError(f"{at}: fpc differs within stratum {stratum!r}")
+        rows[key] = FrameRow(stratum, psu, weight, fpc)
+    if not rows:
+        raise SurveyError(f"{where}: lists no keys")
+    return rows
+
+
+def _number(text: str, name: str, at: str) -> float:
+    """A finite positive number, else SurveyError."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise SurveyError(f"{at}: {name} must be a finite positive number, got {text.strip()!r}")
+    return value
