@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="surveys with a group label: this device's group (an arm, region, wave), sent "
         "unrandomized with every report and fixed after the first one",
     )
+    submit.add_argument(
+        "--design-key",
+        metavar="KEY",
+        help="surveys with a sampling design: this device's design key (its row of the "
+        "sampling frame, from the study), sent unrandomized with every report and fixed after "
+        "the first one",
+    )
     submit.add_argument("--no-flush", action="store_true", help="only queue, do not upload")
     submit.add_argument(
         "--memoize",
@@ -357,10 +364,12 @@ def run_submit(args: argparse.Namespace) -> int:
         try:
             if args.index is not None:
                 report_id = reporter.answer_index(
-                    args.survey, args.question, args.index, args.group
+                    args.survey, args.question, args.index, args.group, design_key=args.design_key
                 )
             else:
-                report_id = reporter.answer(args.survey, args.question, args.answer, args.group)
+                report_id = reporter.answer(
+                    args.survey, args.question, args.answer, args.group, design_key=args.design_key
+                )
         except BudgetExceeded as exc:
             survey = reporter.survey(args.survey)
             cost = survey_cost(survey.questions, reporter.ledger.budget.delta)

@@ -1,0 +1,336 @@
+"""Survey designs end to end: devices carrying design keys upload over real gRPC on loopback into
+a real SQLite store; ``estimate --design`` and ``test --design`` (and open_survey(design=True))
+equal the design statistics of the same decoded reports and frame; keys that do not fit are
+refused with WRONG_DESIGN_KEY; a store without design statistics opens; the device keeps its key."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from cli_runner import run_cli
+from conftest import ServerThread
+
+from aggregator import open_survey
+from aggregator.stats.design import Design, contributions, design_cells
+from aggregator.stats.design_estimate import design_estimate
+from aggregator.stats.design_tests import design_goodness_of_fit, design_k_sample
+from aggregator.store import ingest
+from aggregator.survey_file.config import ConfigError, load_surveys
+from client.device.design_key import DesignKeyChangedError
+from client.device.ledger import Budget
+from client.device.reporter import Reporter
+from client.device.transport import Transport
+from client.survey import SurveyError, SurveySpec
+from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
+
+SURVEYS = """
+[[survey]]
+id = "field"
+min_batch_size = 50
+group_label = "region"
+group_values = ["north", "south"]
+design = { table = "frame.csv" }
+
+[[survey.question]]
+id = "rr"
+categories = ["a", "b", "c", "d"]
+mechanism = "randomized_response"
+epsilon = 2.0
+
+[[survey.question]]
+id = "noise"
+categories = ["x", "y", "z"]
+mechanism = "gaussian"
+rho = 1.0
+
+[[survey]]
+id = "plain"
+min_batch_size = 5
+
+[[survey.question]]
+id = "rr"
+categories = ["a", "b", "c", "d"]
+mechanism = "randomized_response"
+epsilon = 1.0
+"""
+#: key -> (stratum, psu, weight): 3 strata x 6 PSUs x 2 weight classes.
+FRAME = {
+    f"k{h}{c}{w}": (f"s{h}", f"p{h}{c}", 1.0 + h + 3.0 * w)
+    for h in range(3)
+    for c in range(6)
+    for w in range(2)
+}
+
+
+def write_survey(root: Path, frame: str | None = None) -> Path:
+    lines = ["key,stratum,psu,weight"] + [f"{k},{s},{p},{w}" for k, (s, p, w) in FRAME.items()]
+    (root / "frame.csv").write_text(frame if frame is not None else "\n".join(lines) + "\n")
+    (root / "surveys.toml").write_text(SURVEYS)
+    return root / "surveys.toml"
+
+
+def messages(survey: SurveySpec, question_id: str, n: int, rng) -> tuple[list, dict]:
+    """n reports of one question from devices in every PSU, their answers clustered by PSU;
+    the messages and what was sent (decoded reports, keys, groups)."""
+    question = survey.question(question_id)
+    mech = question.mechanism
+    keys = rng.choice(sorted(FRAME), size=n)
+    groups = rng.choice(["north", "south"], size=n)
+    tilt = {psu: rng.dirichlet(np.full(mech.k, 2.0)) for _, psu, _ in FRAME.values()}
+    answers = np.array([rng.choice(mech.k, p=tilt[FRAME[key][1]]) for key in keys])
+    decoded = mech.simulate(answers, rng)
+    sent = [
+        ldp_pb2.Report(
+            report_id=os.urandom(16),
+            survey_id=survey.id,
+            question_id=question_id,
+            payload=mech.encode(r),
+            definition_digest=question.digest,
+            group=str(g),
+            design_key=str(key),
+        )
+        for r, g, key in zip(decoded, groups, keys, strict=True)
+    ]
+    return sent, {"decoded": decoded, "keys": keys, "groups": groups}
+
+
+def direct_cells(mech, sent: dict, by_group: bool = False):
+    """The design cells of the decoded reports themselves (the reference)."""
+    rows = [FRAME[key] for key in sent["keys"]]
+    design = Design(
+        np.array([r[0] for r in rows]),
+        np.array([r[1] for r in rows]),
+        np.array([r[2] for r in rows]),
+    )
+    domains = (sent["groups"] == "south").astype(int) if by_group else None
+    return design_cells(contributions(mech, sent["decoded"]), design, domains, 2 if by_group else 1)
+
+
+@pytest.fixture(scope="module")
+def populated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("design")
+    config = write_survey(root)
+    server = ServerThread(config, root / "store.sqlite").start()
+    channel = grpc.insecure_channel(server.target)
+    collector = ldp_pb2_grpc.CollectorStub(channel)
+    rng = np.random.default_rng(29)
+    survey = server.surveys["field"]
+    sent = {}
+    for question_id in ("rr", "noise"):
+        batch, sent[question_id] = messages(survey, question_id, 1500, rng)
+        for start in range(0, len(batch), 500):
+            collector.Upload(ldp_pb2.UploadRequest(reports=batch[start : start + 500]), timeout=30)
+    yield server, collector, sent, config
+    channel.close()
+    server.stop()
+
+
+def _close(a, b, rtol=1e-12):
+    np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=rtol)
+
+
+# -- the CLI and the Python API equal the design statistics of the decoded reports ------------
+
+
+@pytest.mark.parametrize("question_id", ["rr", "noise"])
+def test_estimate_design_equals_the_decoded_reports_design_estimate(populated, question_id):
+    server, _, sent, config = populated
+    mech = server.surveys["field"].question(question_id).mechanism
+    expected = design_estimate(direct_cells(mech, sent[question_id]), mech)
+    args = ["estimate", "--config", config, "--db", server.db, "--survey", "field"]
+    out = run_cli("agg", *args, "--question", question_id, "--design", "--json", check=True)
+    got = json.loads(out.stdout)
+    _close(got["estimate"], expected.estimate[0])
+    _close(got["standard_error"], expected.standard_error[0])
+    _close(got["deff"], expected.deff[0])
+    _close(got["clustering_effect"], expected.clustering_effect[0])
+    assert got["design"] == "stratified cluster design: 3 strata, 18 PSUs, weights"
+    assert got["n"] == 1500 and got["degrees_of_freedom"] == 15
+    text = run_cli("agg", *args, "--question", question_id, "--design", check=True).stdout
+    assert "deff" in text and "clustering" in text and "3 strata, 18 PSUs" in text
+
+
+def test_design_tests_equal_the_decoded_reports_tests(populated):
+    server, _, sent, config = populated
+    mech = server.surveys["field"].question("rr").mechanism
+    args = ["test", "--config", config, "--db", server.db, "--survey", "field", "--question", "rr"]
+    p0 = np.full(4, 0.25)
+    gof = run_cli("agg", *args, "gof", "--p0", "uniform", "--design", "--json", check=True)
+    expected = design_goodness_of_fit(direct_cells(mech, sent["rr"]), mech, p0)
+    got = json.loads(gof.stdout)
+    _close(got["statistic"], expected.statistic)
+    _close(got["pvalue"], expected.pvalue, rtol=1e-9)
+    assert "Rao-Scott" in got["method"]
+    wald = run_cli(
+        "agg", *args, "homogeneity", "--design", "--correction", "wald", "--json", check=True
+    )
+    expected = design_k_sample(direct_cells(mech, sent["rr"], by_group=True), mech, "wald")
+    _close(json.loads(wald.stdout)["statistic"], expected.statistic)
+
+
+def test_open_survey_design_gives_the_cells(populated):
+    server, _, sent, config = populated
+    data = open_survey(config, server.db, "field", design=True)
+    mech = data["rr"].question.mechanism
+    got = design_estimate(data["rr"].design.cells(), mech, "jackknife")
+    expected = design_estimate(direct_cells(mech, sent["rr"]), mech, "jackknife")
+    _close(got.estimate, expected.estimate)
+    _close(got.covariance, expected.covariance, rtol=1e-10)
+    north = open_survey(config, server.db, "field", group="north", design=True)["rr"].design
+    assert north.n == int((sent["rr"]["groups"] == "north").sum())
+    with pytest.raises(ConfigError, match="no sampling design"):
+        open_survey(config, server.db, "plain", design=True)
+
+
+def test_design_on_a_survey_without_one_is_one_line(populated):
+    server, _, _, config = populated
+    args = ["estimate", "--config", config, "--db", server.db, "--survey", "plain"]
+    out = run_cli("agg", *args, "--question", "rr", "--design")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "has no sampling design" in lines[0]
+
+
+# -- ingest ------------------------------------------------------------------------------------
+
+
+def _one(survey: str, key: str, group: str = "north") -> ldp_pb2.Report:
+    return ldp_pb2.Report(
+        report_id=os.urandom(16),
+        survey_id=survey,
+        question_id="rr",
+        payload=(1).to_bytes(4, "little"),
+        group=group if survey == "field" else "",
+        design_key=key,
+    )
+
+
+@pytest.mark.parametrize(
+    ("survey", "key", "message"),
+    [
+        ("field", "k999", "unknown design key 'k999'"),
+        ("field", "", "no design key given"),
+        ("plain", "k000", "has no sampling design"),
+    ],
+)
+def test_a_key_that_does_not_fit_is_refused(populated, survey, key, message):
+    server, collector, _, _ = populated
+    with pytest.raises(grpc.RpcError) as caught:
+        collector.Upload(ldp_pb2.UploadRequest(reports=[_one(survey, key)]), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in caught.value.details()
+    with pytest.raises(ingest.ReportRejectedError) as rejected:
+        ingest.validate(_one(survey, key), server.surveys)
+    assert rejected.value.reason is ingest.Rejection.WRONG_DESIGN_KEY
+
+
+# -- the survey file ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        ("key,stratum,weight\nk,s,1\n", "missing column(s) psu"),
+        ("key,stratum,psu,weight\nk,s,p,1\nk,s,q,2\n", "key 'k' appears twice"),
+        ("key,stratum,psu,weight\nk,s,p,0\n", "weight must be a finite positive number"),
+        ("key,stratum,psu,weight\nk,s,p,nan\n", "weight must be a finite positive number"),
+        ("key,stratum,psu,weight\nk,s,p,1\nj,t,p,1\n", "psu 'p' lies in strata 's' and 't'"),
+        ("key,stratum,psu,weight,fpc\nk,s,p,1,10\nj,s,q,1,12\n", "fpc differs within stratum"),
+        ("key,stratum,psu,weight\n", "lists no keys"),
+        ("key,stratum,psu,weight,size\nk,s,p,1,3\n", "unexpected or repeated column"),
+    ],
+)
+def test_frame_mistakes_are_one_line_config_errors(tmp_path, frame, message):
+    config = write_survey(tmp_path, frame)
+    with pytest.raises(ConfigError) as caught:
+        load_surveys(config)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    out = run_cli("agg", "surveys", "--config", config)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_too_many_keys_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr("aggregator.survey_file.design.MAX_DESIGN_KEYS", 10)
+    with pytest.raises(ConfigError, match="more than 10 keys"):
+        load_surveys(write_survey(tmp_path))
+
+
+def test_the_wire_says_a_key_is_required_and_keeps_it_out_of_the_digest(tmp_path):
+    survey = load_surveys(write_survey(tmp_path))["field"]
+    message = survey.to_proto()
+    assert message.design_key_required
+    device = SurveySpec.from_proto(message)
+    assert device.design is not None and device.check_design_key("anything") == "anything"
+    assert device.question("rr").digest == survey.question("rr").digest
+    plain = write_survey(tmp_path)
+    text = plain.read_text().replace('design = { table = "frame.csv" }\n', "")
+    plain.write_text(text)
+    assert load_surveys(plain)["field"].question("rr").digest == survey.question("rr").digest
+
+
+# -- a store without design statistics, the device ----------------------------------------------
+
+
+def test_a_store_without_design_statistics_opens_and_gains_them(tmp_path):
+    config = write_survey(tmp_path)
+    server = ServerThread(config, tmp_path / "store.sqlite").start()
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            plain = [_one("plain", "") for _ in range(10)]
+            collector.Upload(ldp_pb2.UploadRequest(reports=plain), timeout=10)
+            with closing(sqlite3.connect(server.db)) as conn:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            assert "design_statistics" not in tables  # a survey without a design pays nothing
+            data = open_survey(config, server.db, "field", design=True)
+            empty = data["rr"].stored_design
+            assert empty is not None and empty.n == 0  # withheld below min_batch_size, and empty
+            rng = np.random.default_rng(1)
+            batch, _ = messages(server.surveys["field"], "rr", 60, rng)
+            collector.Upload(ldp_pb2.UploadRequest(reports=batch), timeout=10)
+        assert open_survey(config, server.db, "field", design=True)["rr"].design.n == 60
+    finally:
+        server.stop()
+
+
+def test_a_device_keeps_its_design_key(populated, tmp_path):
+    server, _, _, config = populated
+    state = tmp_path / "device.sqlite"
+    reporter = Reporter(Transport(server.target), state, Budget(20.0))
+    try:
+        with pytest.raises(SurveyError, match="give this device's design key"):
+            reporter.answer("field", "rr", "a", group="north")
+        with pytest.raises(SurveyError, match="no sampling design"):
+            reporter.answer("plain", "rr", "a", design_key="k000")
+        assert reporter.ledger.spent() == (0.0, 0.0)
+        reporter.answer("field", "rr", "a", group="north", design_key="k010")
+        with pytest.raises(DesignKeyChangedError, match="under design key 'k010'"):
+            reporter.answer("field", "noise", "x", design_key="k011")
+        before = open_survey(config, server.db, "field", design=True)["rr"].design
+        assert reporter.flush().accepted == 1
+    finally:
+        reporter.close()
+    after = open_survey(config, server.db, "field", design=True)["rr"].design
+    counts = {stat.key: stat.n for stat in after.keys if stat.group == "north"}
+    was = {stat.key: stat.n for stat in before.keys if stat.group == "north"}
+    assert counts["k010"] == was.get("k010", 0) + 1
+
+
+def test_ldp_client_submit_design_key(populated, tmp_path):
+    server, _, _, _ = populated
+    base = ["submit", "--server", server.target, "--state", tmp_path / "d.sqlite", "--insecure"]
+    base += ["--survey", "field", "--question", "rr", "--answer", "b", "--group", "south"]
+    first = run_cli("client", *base, "--budget", "10", "--design-key", "k020")
+    assert first.returncode == 0, first.stderr
+    other = [*base[:-6], "--question", "noise", "--answer", "x", "--design-key", "k021"]
+    second = run_cli("client", *other)
+    assert second.returncode == 2
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and "under design key 'k020'" in lines[0]
