@@ -334,3 +334,12 @@ def test_ldp_client_submit_design_key(populated, tmp_path):
     assert second.returncode == 2
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and "under design key 'k020'" in lines[0]
+
+
+def test_serve_store_refuses_a_design_survey_in_one_line(tmp_path):
+    config = write_survey(tmp_path)
+    args = ["serve", "--config", config, "--db", tmp_path / "n", "--insecure"]
+    done = run_cli("agg", *args, "--store", "postgresql://x/y")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "survey field has a sampling design" in lines[0]
