@@ -21,7 +21,7 @@ from aggregator import open_survey
 from aggregator.stats.design import Design, contributions, design_cells
 from aggregator.stats.design_estimate import design_estimate
 from aggregator.stats.design_tests import design_goodness_of_fit, design_k_sample
-from aggregator.store import ingest
+from aggregator.store import design_statistics, ingest
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.design_key import DesignKeyChangedError
 from client.device.ledger import Budget
@@ -300,8 +300,18 @@ def test_a_store_without_design_statistics_opens_and_gains_them(tmp_path):
         server.stop()
 
 
-def test_a_device_keeps_its_design_key(populated, tmp_path):
-    server, _, _, config = populated
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """A server of its own for the device's tests, so that their reports change nothing the
+    comparisons above read (whichever order or worker runs them)."""
+    root = tmp_path_factory.mktemp("design-device")
+    server = ServerThread(write_survey(root), root / "store.sqlite").start()
+    yield server, root / "surveys.toml"
+    server.stop()
+
+
+def test_a_device_keeps_its_design_key(fresh, tmp_path):
+    server, _ = fresh
     state = tmp_path / "device.sqlite"
     reporter = Reporter(Transport(server.target), state, Budget(20.0))
     try:
@@ -313,18 +323,16 @@ def test_a_device_keeps_its_design_key(populated, tmp_path):
         reporter.answer("field", "rr", "a", group="north", design_key="k010")
         with pytest.raises(DesignKeyChangedError, match="under design key 'k010'"):
             reporter.answer("field", "noise", "x", design_key="k011")
-        before = open_survey(config, server.db, "field", design=True)["rr"].design
         assert reporter.flush().accepted == 1
     finally:
         reporter.close()
-    after = open_survey(config, server.db, "field", design=True)["rr"].design
-    counts = {stat.key: stat.n for stat in after.keys if stat.group == "north"}
-    was = {stat.key: stat.n for stat in before.keys if stat.group == "north"}
-    assert counts["k010"] == was.get("k010", 0) + 1
+    with closing(sqlite3.connect(server.db)) as conn:
+        stats = design_statistics.read(conn, "field", "rr")
+    assert [(stat.group, stat.key, stat.n) for stat in stats] == [("north", "k010", 1)]
 
 
-def test_ldp_client_submit_design_key(populated, tmp_path):
-    server, _, _, _ = populated
+def test_ldp_client_submit_design_key(fresh, tmp_path):
+    server, _ = fresh
     base = ["submit", "--server", server.target, "--state", tmp_path / "d.sqlite", "--insecure"]
     base += ["--survey", "field", "--question", "rr", "--answer", "b", "--group", "south"]
     first = run_cli("client", *base, "--budget", "10", "--design-key", "k020")
@@ -343,3 +351,16 @@ def test_serve_store_refuses_a_design_survey_in_one_line(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "survey field has a sampling design" in lines[0]
+
+
+@pytest.mark.parametrize("fmt", ["html", "md"])
+def test_the_report_shows_design_effects_beside_the_estimate(populated, tmp_path, fmt):
+    server, _, _, config = populated
+    out = tmp_path / f"field.{fmt}"
+    args = ["report", "--config", config, "--db", server.db, "--survey", "field"]
+    run_cli("agg", *args, "--out", out, "--format", fmt, check=True)
+    text = out.read_text()
+    assert "Design-based estimate (stratified cluster design: 3 strata, 18 PSUs, weights" in text
+    data = open_survey(config, server.db, "field", design=True)["rr"]  # other tests add reports
+    expected = design_estimate(data.design.cells(), data.question.mechanism)
+    assert f"{expected.deff[0, 0]:.3g}" in text and "clustering" in text

@@ -12,6 +12,7 @@ import numpy as np
 from aggregator.cli.common import UserError, load_histogram, null_distribution, side_of
 from aggregator.design_data import DesignData, read_design_data
 from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.loader import below_release
 from aggregator.presentation.numbers import interval, share
 from aggregator.store.reader import StoreReader
 from aggregator.survey_file.config import load_surveys
@@ -158,6 +159,7 @@ def run_design_test(args: argparse.Namespace) -> int:
                     "homogeneity compares the groups of a survey's group label: all of them "
                     "(no --group)"
                 )
+            _check_groups_released(args, data)
             result = design_tests.design_k_sample(
                 data.cells(by_group=True), question.mechanism, **options
             )
@@ -169,6 +171,16 @@ def run_design_test(args: argparse.Namespace) -> int:
         print(data.description())
         print(result.summary())
     return 0
+
+
+def _check_groups_released(args: argparse.Namespace, data: DesignData) -> None:
+    """Exit 3 unless every group compared has min_batch_size reports (the release rule)."""
+    survey = load_surveys(args.config)[args.survey]
+    for group in data.groups:
+        n = sum(stat.n for stat in data.keys if stat.group == group)
+        withheld = below_release(survey, data.question, n, group)
+        if withheld:
+            raise UserError(withheld, status=3)
 
 
 def _floats(values: np.ndarray) -> list[float | None]:

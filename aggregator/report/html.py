@@ -9,6 +9,7 @@ from html import escape
 
 from aggregator.presentation.numbers import interval, out_of_range, reports, share
 from aggregator.report.content import Marginal, QuestionSection, SurveyReport, TestSection
+from aggregator.report.design import design_html
 from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
 from aggregator.report.large import data_url, full_table_csv, is_large, shown, top_note
 from aggregator.report.plots import PLOT_EXTRA_HINT, interval_plot, plots_available
@@ -171,6 +172,7 @@ def _question(
         ),
         _table(section, rows, projected),
         "</div>",
+        design_html(section.design, question.labels, rows),
     ]  # fmt: skip
     for marginal in section.marginals:
         body += [f"<h3>Marginal: {escape(marginal.attribute)}</h3>", _marginal(marginal, plots)]

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from aggregator.presentation.numbers import interval, out_of_range, reports, share
 from aggregator.report.content import QuestionSection, SurveyReport
+from aggregator.report.design import design_markdown
 from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
 from aggregator.report.large import is_large, shown, top_note
 from aggregator.report.sealed import SealedFamily
@@ -91,6 +92,7 @@ def _question(section: QuestionSection, label: str, links: Mapping[str, str]) ->
         lines += ["", f"No estimate: {section.withheld}."]
     else:
         lines += _estimate(section, links)
+        lines += design_markdown(section.design, section.question.labels, shown(section))
         for marginal in section.marginals:
             lines += [
                 "",
