@@ -252,7 +252,7 @@ def test_frame_mistakes_are_one_line_config_errors(tmp_path, frame, message):
     with pytest.raises(ConfigError) as caught:
         load_surveys(config)
     assert message in str(caught.value) and "\n" not in str(caught.value)
-    out = run_cli("agg", "surveys", "--config", config)
+    out = run_cli("agg", "check-config", config)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
 
 
@@ -364,3 +364,12 @@ def test_the_report_shows_design_effects_beside_the_estimate(populated, tmp_path
     data = open_survey(config, server.db, "field", design=True)["rr"]  # other tests add reports
     expected = design_estimate(data.design.cells(), data.question.mechanism)
     assert f"{expected.deff[0, 0]:.3g}" in text and "clustering" in text
+
+
+def test_check_config_describes_the_frame(tmp_path):
+    config = write_survey(tmp_path)
+    out = run_cli("agg", "check-config", config, check=True).stdout
+    assert "sampling design" in out and "36 keys, 3 strata, 18 PSUs" in out
+    rows = json.loads(run_cli("agg", "check-config", config, "--json", check=True).stdout)
+    design = {row["survey"]: row["design"] for row in rows["surveys"]}
+    assert design["plain"] is None and design["field"]["psus"] == 18
