@@ -373,3 +373,34 @@ def test_check_config_describes_the_frame(tmp_path):
     rows = json.loads(run_cli("agg", "check-config", config, "--json", check=True).stdout)
     design = {row["survey"]: row["design"] for row in rows["surveys"]}
     assert design["plain"] is None and design["field"]["psus"] == 18
+
+
+def test_a_stratum_with_one_psu_is_one_line_exit_3(tmp_path):
+    frame = "key,stratum,psu,weight\na,s0,p0,1\nb,s0,p1,2\nc,s1,p2,1\n"
+    config = write_survey(tmp_path, frame)
+    server = ServerThread(config, tmp_path / "store.sqlite").start()
+    try:
+        survey = server.surveys["field"]
+        rng = np.random.default_rng(4)
+        mech = survey.question("rr").mechanism
+        batch = [
+            ldp_pb2.Report(
+                report_id=os.urandom(16),
+                survey_id="field",
+                question_id="rr",
+                payload=mech.encode(r),
+                group="north",
+                design_key=str(key),
+            )
+            for r, key in zip(mech.simulate(rng.choice(4, 90), rng), "abc" * 30, strict=True)
+        ]
+        with grpc.insecure_channel(server.target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            collector.Upload(ldp_pb2.UploadRequest(reports=batch), timeout=10)
+        args = ["estimate", "--config", config, "--db", server.db, "--survey", "field"]
+        out = run_cli("agg", *args, "--question", "rr", "--design")
+        assert out.returncode == 3
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "1 stratum(s) with a single PSU" in lines[0]
+    finally:
+        server.stop()

@@ -77,8 +77,10 @@ def run_design_estimate(args: argparse.Namespace) -> int:
         est = design_estimate(
             data.cells(), data.question.mechanism, args.variance, args.replicates, args.seed or 0
         )
-    except (InsufficientDataError, InvalidInputError) as exc:
+    except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
+    except InvalidInputError as exc:
+        raise UserError(str(exc)) from None
     low, high = est.intervals(args.confidence)
     labels = data.question.labels
     columns = {
@@ -163,8 +165,10 @@ def run_design_test(args: argparse.Namespace) -> int:
             result = design_tests.design_k_sample(
                 data.cells(by_group=True), question.mechanism, **options
             )
-    except (InsufficientDataError, InvalidInputError) as exc:
+    except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
+    except InvalidInputError as exc:
+        raise UserError(str(exc)) from None
     if args.json:
         print(json.dumps({"design": data.description(), **result.to_dict()}))
     else:
