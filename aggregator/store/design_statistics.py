@@ -14,6 +14,7 @@ The log does not keep a report's design key: ``ReportStore.rebuild`` recomputes 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,37 +44,68 @@ class KeyStatistics:
     squares: np.ndarray
 
 
-def add(
-    conn: sqlite3.Connection,
-    survey_id: str,
-    question_id: str,
-    side: int,
-    group: str,
-    key: str,
-    rows: np.ndarray,
-) -> None:
-    """Inside the caller's write transaction: add the (m, k) int64 statistic rows of new reports
-    carrying design ``key`` to that key's statistics."""
-    if not len(rows):
+#: New reports of one (survey, question, side, group): their design keys and statistic rows.
+Keyed = tuple[tuple[str, str, int, str], Sequence[str], np.ndarray]
+_IN_CHUNK = 500
+
+
+def add(conn: sqlite3.Connection, batches: Sequence[Keyed]) -> None:
+    """Inside the caller's write transaction: add new reports' (m, k) int64 statistic rows to
+    their keys' statistics, one read and one write per key touched."""
+    pending: dict[tuple, list] = {}
+    for where, keys, rows in batches:
+        if not len(keys):
+            continue
+        names, index = np.unique(np.asarray(keys, dtype=str), return_inverse=True)
+        values = np.asarray(rows, dtype=np.int64)
+        sums = np.zeros((len(names), values.shape[1]), dtype=np.int64)
+        squares = np.zeros((len(names), values.shape[1]))
+        np.add.at(sums, index, values)
+        np.add.at(squares, index, np.square(values.astype(np.float64)))
+        counts = np.bincount(index, minlength=len(names))
+        for j, name in enumerate(names.tolist()):
+            totals = pending.setdefault((*where, name), [0, 0, 0.0])
+            totals[0] += int(counts[j])
+            totals[1] = totals[1] + sums[j]
+            totals[2] = totals[2] + squares[j]
+    if not pending:
         return
     conn.execute(_TABLE)
-    where = (survey_id, question_id, side, group, key)
-    found = conn.execute(
-        "SELECT n, sums, squares FROM design_statistics WHERE survey_id = ? AND question_id = ?"
-        " AND side = ? AND group_value = ? AND design_key = ?",
-        where,
-    ).fetchone()
-    values = np.asarray(rows, dtype=np.int64)
-    n, sums = len(values), values.sum(axis=0, dtype=np.int64)
-    squares = np.square(values.astype(np.float64)).sum(axis=0)
-    if found is not None:
-        n += found[0]
-        sums = sums + np.frombuffer(found[1], dtype="<i8")
-        squares = squares + np.frombuffer(found[2], dtype="<f8")
-    conn.execute(
+    for known, merged in _merged(conn, pending).items():
+        pending[known] = list(merged)
+    conn.executemany(
         "INSERT OR REPLACE INTO design_statistics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (*where, n, sums.astype("<i8").tobytes(), squares.astype("<f8").tobytes()),
+        [
+            (*cell, n, np.asarray(sums, "<i8").tobytes(), np.asarray(squares, "<f8").tobytes())
+            for cell, (n, sums, squares) in pending.items()
+        ],
     )
+
+
+def _merged(conn: sqlite3.Connection, pending: dict[tuple, list]) -> dict[tuple, tuple]:
+    """The pending cells plus what the store holds of them already."""
+    by_group: dict[tuple, list[str]] = {}
+    for cell in pending:
+        by_group.setdefault(cell[:4], []).append(cell[4])
+    out = {}
+    for group, keys in by_group.items():
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            found = conn.execute(
+                "SELECT design_key, n, sums, squares FROM design_statistics WHERE survey_id = ?"
+                " AND question_id = ? AND side = ? AND group_value = ?"
+                f" AND design_key IN ({marks})",
+                (*group, *chunk),
+            )
+            for key, n, sums, squares in found:
+                n0, sums0, squares0 = pending[(*group, key)]
+                out[(*group, key)] = (
+                    n0 + n,
+                    sums0 + np.frombuffer(sums, dtype="<i8"),
+                    squares0 + np.frombuffer(squares, dtype="<f8"),
+                )
+    return out
 
 
 def read(

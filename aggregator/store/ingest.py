@@ -208,34 +208,38 @@ def validate_upload(
     is refused (REUSED_ID) (docs/wire.md §6).
     """
     columns: dict[
-        tuple[str, str, int, str, str], tuple[list[int], list[bytes], list[bytes], set[bytes]]
+        tuple[str, str, int, str],
+        tuple[list[int], list[bytes], list[bytes], set[bytes], list[str]],
     ] = {}
     report_ids: list[bytes] = []
     for i, report in enumerate(reports):
-        key = (report.survey_id, report.question_id, report.side, report.group, report.design_key)
+        key = (report.survey_id, report.question_id, report.side, report.group)
         column = columns.get(key)
         if column is None:
-            column = columns[key] = ([], [], [], set())
+            column = columns[key] = ([], [], [], set(), [])
         report_id = report.report_id
         column[0].append(i)
         column[1].append(report_id)
         column[2].append(report.payload)
         column[3].add(report.definition_digest)
+        column[4].append(report.design_key)
         report_ids.append(report_id)
     batches = []
     try:
-        for (survey_id, question_id, side, group, design_key), column in columns.items():
-            _, ids, payloads, digests = column
+        for (survey_id, question_id, side, group), column in columns.items():
+            _, ids, payloads, digests, keys = column
             survey, question = find_question(surveys, survey_id, question_id)
             check_digests(question, digests)
             check_side(survey, side)
             check_group(survey, group)
-            check_design_key(survey, design_key)
+            for design_key in set(keys):
+                check_design_key(survey, design_key)
             if set(map(len, ids)) - {REPORT_ID_BYTES}:
                 raise ReportRejectedError(Rejection.MALFORMED, "report_id length")
             rows = _contributions(question, payloads)
+            design_keys = tuple(keys) if survey.design is not None else ()
             batches.append(
-                ReportBatch(survey_id, question_id, ids, payloads, rows, side, group, design_key)
+                ReportBatch(survey_id, question_id, ids, payloads, rows, side, group, design_keys)
             )
     except ReportRejectedError:
         for i, report in enumerate(reports):  # find and name the first bad report
@@ -272,8 +276,9 @@ def validate_batch(
     upload = validate_upload(reports, surveys)
     out: list[StoredReport | None] = [None] * len(reports)
     for batch, positions in zip(upload.batches, upload.positions, strict=True):
-        for i, report_id, payload, row in zip(
-            positions, batch.report_ids, batch.payloads, batch.contributions, strict=True
+        keys = batch.design_keys or ("",) * len(batch)
+        for i, report_id, payload, row, design_key in zip(
+            positions, batch.report_ids, batch.payloads, batch.contributions, keys, strict=True
         ):
             out[i] = StoredReport(
                 report_id,
@@ -283,7 +288,7 @@ def validate_batch(
                 row,
                 batch.side,
                 batch.group,
-                batch.design_key,
+                design_key,
             )
     return out  # type: ignore[return-value]
 

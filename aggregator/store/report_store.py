@@ -218,7 +218,8 @@ class ReportBatch:
     contributions: np.ndarray
     side: int = 0  # ldp.v1.Side of every report of the batch
     group: str = ""  # the public group value of every report of the batch
-    design_key: str = ""  # the public design key of every report of the batch (design_statistics)
+    #: Each report's public design key (design_statistics); () for a survey without a design.
+    design_keys: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.report_ids)
@@ -229,8 +230,8 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
     batches' flags concatenated are in the order of the reports. Each question's contribution
     vectors must have one length (``ReportStore.submit`` checks them first)."""
     out = []
-    for (survey_id, question_id, side, group_value, design_key), run in itertools.groupby(
-        reports, key=lambda r: (r.survey_id, r.question_id, r.side, r.group, r.design_key)
+    for (survey_id, question_id, side, group_value), run in itertools.groupby(
+        reports, key=lambda r: (r.survey_id, r.question_id, r.side, r.group)
     ):
         group = list(run)
         out.append(
@@ -242,7 +243,7 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
                 np.stack([r.contribution for r in group]),
                 side,
                 group_value,
-                design_key,
+                tuple(r.design_key for r in group) if group[0].design_key else (),
             )
         )
     return out
@@ -862,6 +863,7 @@ class ReportStore:
         """Add the new reports' contributions to their questions' rows, pooled and per group
         (vectorized per question)."""
         by_question: dict[tuple, list[np.ndarray]] = {}
+        keyed: list[design_statistics.Keyed] = []
         start = 0
         for b in batches:
             mask = [flag == STORED for flag in fresh[start : start + len(b)]]
@@ -871,16 +873,17 @@ class ReportStore:
             if b.group:
                 key = (b.survey_id, b.question_id, b.side, b.group)
                 by_question.setdefault(key, []).append(rows)
-            if b.design_key:
-                design_statistics.add(
-                    self._conn, b.survey_id, b.question_id, b.side, b.group, b.design_key, rows
-                )
+            if b.design_keys:
+                where = (b.survey_id, b.question_id, b.side, b.group)
+                keyed.append((where, list(itertools.compress(b.design_keys, mask)), rows))
         for key, parts in by_question.items():
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if len(rows):
                 n, sums = read_side(self._conn, *key)
                 n, sums = _accumulate(n, sums, rows)
                 _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
+        if keyed:
+            design_statistics.add(self._conn, keyed)
 
 
 _APPEND = f"INSERT INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
