@@ -7,14 +7,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from aggregator.design_data import DesignData, read_design_data
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.store import confirmations, ingest
 from aggregator.store.reader import StoreReader
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.survey import QuestionSpec, SurveyError, SurveySpec
+
+if TYPE_CHECKING:
+    from aggregator.design_data import DesignData
 
 SIDES = {"exploration": 1, "confirmation": 2}  # ldp.v1.Side
 
@@ -157,6 +160,8 @@ def open_survey(
             why = below_release(spec, question, n, group or "")
             keyed = None
             if design:
+                from aggregator.design_data import read_design_data  # the stats: lazily
+
                 keyed = read_design_data(reader.connection, spec, question, number, group or "")
             questions[question.id] = QuestionData(
                 question, hist, not why, why if withhold else "", keyed
