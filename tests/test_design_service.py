@@ -20,7 +20,11 @@ from conftest import ServerThread
 from aggregator import open_survey
 from aggregator.stats.design import Design, contributions, design_cells
 from aggregator.stats.design_estimate import design_estimate
-from aggregator.stats.design_tests import design_goodness_of_fit, design_k_sample
+from aggregator.stats.design_tests import (
+    design_goodness_of_fit,
+    design_independence,
+    design_k_sample,
+)
 from aggregator.store import design_statistics, ingest
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.design_key import DesignKeyChangedError
@@ -49,6 +53,15 @@ id = "noise"
 categories = ["x", "y", "z"]
 mechanism = "gaussian"
 rho = 1.0
+
+[[survey.question]]
+id = "pair"
+mechanism = "flip_components"
+epsilon = 4.0
+attributes = [
+    { name = "smoker", categories = ["no", "yes"] },
+    { name = "exercise", categories = ["never", "weekly", "daily"] },
+]
 
 [[survey]]
 id = "plain"
@@ -123,7 +136,7 @@ def populated(tmp_path_factory):
     rng = np.random.default_rng(29)
     survey = server.surveys["field"]
     sent = {}
-    for question_id in ("rr", "noise"):
+    for question_id in ("rr", "noise", "pair"):
         batch, sent[question_id] = messages(survey, question_id, 1500, rng)
         for start in range(0, len(batch), 500):
             collector.Upload(ldp_pb2.UploadRequest(reports=batch[start : start + 500]), timeout=30)
@@ -168,6 +181,16 @@ def test_design_tests_equal_the_decoded_reports_tests(populated):
     _close(got["statistic"], expected.statistic)
     _close(got["pvalue"], expected.pvalue, rtol=1e-9)
     assert "Rao-Scott" in got["method"]
+    pair = server.surveys["field"].question("pair").mechanism
+    independence = run_cli(
+        "agg", *args[:-1], "pair", "independence", "--design", "--variance", "jackknife",
+        "--correction", "second-order", "--json", check=True,
+    )  # fmt: skip
+    expected = design_independence(
+        direct_cells(pair, sent["pair"]), pair, 2, 3, "second-order", method="jackknife"
+    )
+    _close(json.loads(independence.stdout)["statistic"], expected.statistic)
+    _close(json.loads(independence.stdout)["pvalue"], expected.pvalue, rtol=1e-9)
     wald = run_cli(
         "agg", *args, "homogeneity", "--design", "--correction", "wald", "--json", check=True
     )
@@ -221,11 +244,20 @@ def _one(survey: str, key: str, group: str = "north") -> ldp_pb2.Report:
     ],
 )
 def test_a_key_that_does_not_fit_is_refused(populated, survey, key, message):
-    server, collector, _, _ = populated
+    server, collector, _, config = populated
+    before = open_survey(config, server.db, "field", design=True)["rr"].design.n
+    good = _one("field", "k000")
     with pytest.raises(grpc.RpcError) as caught:
-        collector.Upload(ldp_pb2.UploadRequest(reports=[_one(survey, key)]), timeout=10)
+        collector.Upload(ldp_pb2.UploadRequest(reports=[good, _one(survey, key)]), timeout=10)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert message in caught.value.details()
+    assert "report[1]" in caught.value.details() and message in caught.value.details()
+    stream = collector.UploadStream(
+        iter([ldp_pb2.UploadRequest(reports=[_one(survey, key)])]), timeout=10
+    )
+    (result,) = stream.results
+    assert result.status == ldp_pb2.REJECTED and result.code == "INVALID_ARGUMENT"
+    assert message in result.reason
+    assert open_survey(config, server.db, "field", design=True)["rr"].design.n == before
     with pytest.raises(ingest.ReportRejectedError) as rejected:
         ingest.validate(_one(survey, key), server.surveys)
     assert rejected.value.reason is ingest.Rejection.WRONG_DESIGN_KEY
