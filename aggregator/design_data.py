@@ -31,9 +31,21 @@ class DesignData:
     def n(self) -> int:
         return sum(stat.n for stat in self.keys)
 
-    def cells(self, by_group: bool = False) -> DesignCells:
-        """The design cells (one domain, or one per group value with ``by_group``).
+    @property
+    def post_strata(self) -> tuple[str, ...]:
+        """The frame's post-strata in order (empty: no post-stratification)."""
+        return tuple(self.frame.population)
+
+    def population(self) -> np.ndarray:
+        """The known population count of each post-stratum, in ``post_strata`` order."""
+        return np.array(list(self.frame.population.values()), dtype=float)
+
+    def cells(self, by_group: bool = False, by_post_stratum: bool = False) -> DesignCells:
+        """The design cells: one domain, or one per group value (``by_group``), or one per
+        post-stratum (``by_post_stratum``, for ``post_stratified_estimate``).
         InvalidInputError for a key with reports that the frame no longer lists."""
+        if by_group and by_post_stratum:
+            raise InvalidInputError("domains are either the groups or the post-strata")
         rows = self.frame.rows
         missing = sorted({stat.key for stat in self.keys} - set(rows))
         if missing:
@@ -46,9 +58,14 @@ class DesignData:
         sums = [contributions_from_counts(mechanism, s.n, s.sums, s.squares) for s in self.keys]
         k = self.question.statistic_size
         fpc = [row.fpc for row in frame]
-        domains = None
+        domains, n_domains = None, 1
         if by_group:
             domains = np.array([self.groups.index(stat.group) for stat in self.keys], dtype=int)
+            n_domains = len(self.groups)
+        elif by_post_stratum:
+            strata = self.post_strata
+            domains = np.array([strata.index(row.post_stratum) for row in frame], dtype=int)
+            n_domains = len(strata)
         return keyed_cells(
             np.array([row.stratum for row in frame], dtype=str),
             np.array([row.psu for row in frame], dtype=str),
@@ -58,7 +75,7 @@ class DesignData:
             np.array([total for total, _ in sums]).reshape(-1, k),
             np.array([square for _, square in sums]).reshape(-1, k),
             domains,
-            len(self.groups) if by_group else 1,
+            n_domains,
         )
 
     def description(self) -> str:
@@ -71,6 +88,8 @@ class DesignData:
         extras = ["weights"] if len({row.weight for row in rows}) > 1 else ["equal weights"]
         if rows and rows[0].fpc is not None:
             extras.append("fpc")
+        if self.post_strata:
+            extras.append(f"post-stratified to {len(self.post_strata)} post-strata")
         return f"{kind}: {strata} strata, {psus} PSUs, {', '.join(extras)}"
 
 

@@ -19,6 +19,7 @@ from conftest import ServerThread
 
 from aggregator import open_survey
 from aggregator.stats.design import Design, contributions, design_cells
+from aggregator.stats.design_calibration import post_stratified_estimate
 from aggregator.stats.design_estimate import design_estimate
 from aggregator.stats.design_tests import (
     design_goodness_of_fit,
@@ -436,3 +437,62 @@ def test_a_stratum_with_one_psu_is_one_line_exit_3(tmp_path):
         assert len(lines) == 1 and "1 stratum(s) with a single PSU" in lines[0]
     finally:
         server.stop()
+
+
+POST_STRATIFIED = 'design = { table = "frame.csv", population = { young = 6000, old = 4000 } }'
+
+
+def test_estimate_design_post_stratifies_to_known_counts(tmp_path):
+    """A frame with a post_stratum column and population counts: estimate --design equals
+    post_stratified_estimate on the decoded reports' cells with the post-strata as domains."""
+    band = {key: ("young" if int(key[2]) % 2 else "old") for key in FRAME}
+    lines = ["key,stratum,psu,weight,post_stratum"]
+    lines += [f"{k},{s},{p},{w},{band[k]}" for k, (s, p, w) in FRAME.items()]
+    config = write_survey(tmp_path, "\n".join(lines) + "\n")
+    config.write_text(SURVEYS.replace('design = { table = "frame.csv" }', POST_STRATIFIED))
+    server = ServerThread(config, tmp_path / "store.sqlite").start()
+    try:
+        batch, sent = messages(server.surveys["field"], "rr", 600, np.random.default_rng(6))
+        with grpc.insecure_channel(server.target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            collector.Upload(ldp_pb2.UploadRequest(reports=batch), timeout=30)
+        args = ["estimate", "--config", config, "--db", server.db, "--survey", "field"]
+        out = run_cli("agg", *args, "--question", "rr", "--design", "--json", check=True)
+        got = json.loads(out.stdout)
+        mech = server.surveys["field"].question("rr").mechanism
+        rows = [FRAME[key] for key in sent["keys"]]
+        design = Design(*(np.array([r[i] for r in rows]) for i in range(3)))
+        domains = np.array([band[key] == "old" for key in sent["keys"]], dtype=int)  # young, old
+        cells = design_cells(contributions(mech, sent["decoded"]), design, domains, 2)
+        expected = post_stratified_estimate(cells, np.array([6000.0, 4000.0]))
+        _close(got["estimate"], expected.estimate)
+        _close(got["standard_error"], expected.standard_error)
+        assert "post-stratified to 2 post-strata" in got["design"]
+        text = run_cli("agg", *args, "--question", "rr", "--design", check=True).stdout
+        assert "post-stratified to 2 post-strata" in text
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("design", "frame_extra", "message"),
+    [
+        ('design = { table = "frame.csv", population = { young = 1 } }', "young", "at least 2"),
+        (POST_STRATIFIED.replace("4000", "-1"), "young", "must be a finite positive count"),
+        (POST_STRATIFIED, "middle", "post_stratum 'middle' has no population count"),
+        (POST_STRATIFIED, "young", "no key lies in post-stratum 'old'"),
+        ('design = { table = "frame.csv" }', "young", "a post_stratum column needs population"),
+        ('design = { table = "frame.csv", weights = "w" }', None, "must be { table"),
+    ],
+)
+def test_post_strata_mistakes_are_one_line(tmp_path, design, frame_extra, message):
+    header = "key,stratum,psu,weight" + (",post_stratum" if frame_extra else "")
+    rows = [
+        f"{k},{s},{p},{w}" + (f",{frame_extra}" if frame_extra else "")
+        for k, (s, p, w) in FRAME.items()
+    ]
+    config = write_survey(tmp_path, "\n".join([header, *rows]) + "\n")
+    config.write_text(SURVEYS.replace('design = { table = "frame.csv" }', design))
+    with pytest.raises(ConfigError) as caught:
+        load_surveys(config)
+    assert message in str(caught.value) and "\n" not in str(caught.value)

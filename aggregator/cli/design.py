@@ -73,6 +73,8 @@ def run_design_estimate(args: argparse.Namespace) -> int:
     from aggregator.stats.design_estimate import design_estimate
 
     data = load_design(args)
+    if data.post_strata:
+        return _post_stratified(args, data)
     try:
         est = design_estimate(
             data.cells(), data.question.mechanism, args.variance, args.replicates, args.seed or 0
@@ -127,6 +129,60 @@ def run_design_estimate(args: argparse.Namespace) -> int:
         "  deff: design variance over a simple random sample's of the same size; weighting "
         "(Kish) x clustering make up the model design effect (docs/designs.md)"
     )
+    return 0
+
+
+def _post_stratified(args: argparse.Namespace, data: DesignData) -> int:
+    """``estimate --design`` of a frame with post-strata: post-stratified to their known
+    population counts (no design effects: the calibration changes what a simple random sample
+    would be compared with)."""
+    from aggregator.stats.design_calibration import post_stratified_estimate
+
+    try:
+        est = post_stratified_estimate(
+            data.cells(by_post_stratum=True),
+            data.population(),
+            args.variance,
+            args.replicates,
+            args.seed or 0,
+        )
+    except InsufficientDataError as exc:
+        raise UserError(str(exc), status=3) from None
+    except InvalidInputError as exc:
+        raise UserError(str(exc)) from None
+    low, high = est.intervals(args.confidence)
+    labels = data.question.labels
+    if args.json:
+        columns = {"standard_error": est.standard_error, "ci_low": low, "ci_high": high}
+        print(
+            json.dumps(
+                {
+                    "question": data.question.id,
+                    "labels": labels,
+                    "design": data.description(),
+                    "post_strata": data.frame.population,
+                    "variance": est.variance_method,
+                    "n": data.n,
+                    "degrees_of_freedom": est.degrees_of_freedom,
+                    "confidence": args.confidence,
+                    "estimate": _floats(est.estimate),
+                    **{name: _floats(values) for name, values in columns.items()},
+                }
+            )
+        )
+        return 0
+    width = max(8, *(len(label) for label in labels))
+    print(
+        f"design-based estimate [{data.question.mechanism.describe()}], n = {data.n}, "
+        f"{data.description()}; variance: {est.variance_method}, {est.degrees_of_freedom} "
+        "design degrees of freedom"
+    )
+    print(f"  {'category':<{width}}  estimate    s.e.   {100 * args.confidence:g}% CI")
+    for j, label in enumerate(labels):
+        print(
+            f"  {label:<{width}}  {share(est.estimate[j]):>8}  "
+            f"{share(est.standard_error[j]):>6}   {interval(low[j], high[j])}"
+        )
     return 0
 
 

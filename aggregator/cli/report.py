@@ -86,19 +86,27 @@ def _designs(data: SurveyData, confidence: float) -> dict:
     """Per released question of a survey read with its design, its design-based estimate
     (or why there is none)."""
     from aggregator.report.design import DesignSummary
+    from aggregator.stats.design_calibration import post_stratified_estimate
     from aggregator.stats.design_estimate import design_estimate
 
     out = {}
     for question_id, item in data.items():
         if item.stored_design is None or not item.released or item.withheld:
             continue
-        description = item.stored_design.description()
+        design = item.stored_design
+        description = design.description()
         try:
-            est = design_estimate(item.stored_design.cells(), item.question.mechanism)
+            if design.post_strata:
+                cells = design.cells(by_post_stratum=True)
+                calibrated = post_stratified_estimate(cells, design.population())
+                out[question_id] = DesignSummary.post_stratified(
+                    calibrated, description, confidence
+                )
+            else:
+                est = design_estimate(design.cells(), item.question.mechanism)
+                out[question_id] = DesignSummary.of(est, description, confidence)
         except (InsufficientDataError, InvalidInputError) as exc:
             out[question_id] = DesignSummary(description, why=str(exc))
-            continue
-        out[question_id] = DesignSummary.of(est, description, confidence)
     return out
 
 

@@ -44,6 +44,18 @@ class DesignSummary:
             est.variance_method,
         )
 
+    @classmethod
+    def post_stratified(cls, est, description: str, confidence: float) -> DesignSummary:
+        """From a ``PostStratified`` estimate: no design effects (not defined after
+        calibration)."""
+        low, high = est.intervals(confidence)
+        k = len(est.estimate)
+        nan = np.full(k, np.nan)
+        return cls(
+            description, est.estimate, est.standard_error, low, high, nan, float("nan"), nan,
+            est.variance_method,
+        )  # fmt: skip
+
     def title(self) -> str:
         return f"Design-based estimate ({self.description}; variance: {self.variance})"
 

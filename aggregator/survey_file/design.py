@@ -2,7 +2,9 @@
 sampling frame with one row per public design key (docs/designs.md).
 
 Columns ``key,stratum,psu,weight`` and optionally ``fpc`` (R-style: the number of PSUs in the
-stratum's population, or the stratum's PSU sampling fraction; constant within a stratum). A key
+stratum's population, or the stratum's PSU sampling fraction; constant within a stratum) and
+``post_stratum`` (a public post-stratum, e.g. an age band, with ``population = { band = count,
+... }`` beside ``table``: the known population counts the estimates are post-stratified to). A key
 is typically one stratum x PSU x weight class; every report carries its device's key and the
 aggregator joins the frame to the per-key statistics at analysis time. The frame is validated on
 load, each problem one line naming the file and row.
@@ -20,7 +22,7 @@ from client.survey import DesignKeys, SurveyError
 #: The most keys a frame may list: the store keeps one row of statistics per key and question.
 MAX_DESIGN_KEYS = 100_000
 REQUIRED_COLUMNS = ("key", "stratum", "psu", "weight")
-OPTIONAL_COLUMNS = ("fpc",)
+OPTIONAL_COLUMNS = ("fpc", "post_stratum")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class FrameRow:
     psu: str
     weight: float
     fpc: float | None = None
+    post_stratum: str = ""
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class SamplingFrame(DesignKeys):
 
     table: str = ""
     rows: dict[str, FrameRow] = field(default_factory=dict, compare=False)
+    #: Known population count per post-stratum (empty: no post-stratification).
+    population: dict[str, float] = field(default_factory=dict, compare=False)
 
     def check_key(self, survey_id: str, key: str) -> str:
         super().check_key(survey_id, key)
@@ -67,16 +72,60 @@ def read_design(value: object, folder: Path, survey_id: object) -> SamplingFrame
     where = f"survey {survey_id}: design"
     if (
         not isinstance(value, dict)
-        or set(value) != {"table"}
-        or not isinstance(value["table"], str)
+        or not isinstance(value.get("table"), str)
+        or set(value) - {"table", "population"}
     ):
-        raise SurveyError(f'{where} must be {{ table = "frame.csv" }} (a CSV sampling frame)')
+        raise SurveyError(
+            f'{where} must be {{ table = "frame.csv" }} (a CSV sampling frame), optionally '
+            "with population = { post_stratum = count, ... }"
+        )
     path = folder / value["table"]
+    population = _population(value.get("population", {}), where)
     try:
         with path.open(newline="", encoding="utf-8") as handle:
-            return SamplingFrame(table=str(path), rows=_rows(csv.reader(handle), f"{where} {path}"))
+            rows = _rows(csv.reader(handle), f"{where} {path}")
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise SurveyError(f"{where}: cannot read {path}: {exc}") from None
+    _check_post_strata(rows, population, f"{where} {path}")
+    return SamplingFrame(table=str(path), rows=rows, population=population)
+
+
+def _population(value: object, where: str) -> dict[str, float]:
+    """Known population counts by post-stratum, each a finite positive number."""
+    if not isinstance(value, dict):
+        raise SurveyError(f"{where}: population must be a table {{ post_stratum = count, ... }}")
+    out = {}
+    for name, count in value.items():
+        number = (
+            float(count)
+            if isinstance(count, int | float) and not isinstance(count, bool)
+            else math.nan
+        )
+        if not math.isfinite(number) or number <= 0:
+            raise SurveyError(f"{where}: population of {name!r} must be a finite positive count")
+        out[str(name)] = number
+    if len(out) == 1:
+        raise SurveyError(f"{where}: population needs at least 2 post-strata")
+    return out
+
+
+def _check_post_strata(rows: dict[str, FrameRow], population: dict[str, float], where: str) -> None:
+    """Every key in a post-stratum of ``population`` and every post-stratum in the frame, or
+    neither declared."""
+    named = {row.post_stratum for row in rows.values()}
+    if not population:
+        if named != {""}:
+            raise SurveyError(f"{where}: a post_stratum column needs population = {{ ... }}")
+        return
+    unknown = sorted(named - set(population))
+    if unknown:
+        raise SurveyError(
+            f"{where}: post_stratum {unknown[0]!r} has no population count (every key needs a "
+            "post-stratum of population)"
+        )
+    missing = sorted(set(population) - named)
+    if missing:
+        raise SurveyError(f"{where}: no key lies in post-stratum {missing[0]!r} of population")
 
 
 def _rows(reader, where: str) -> dict[str, FrameRow]:
@@ -117,7 +166,8 @@ def _rows(reader, where: str) -> dict[str, FrameRow]:
             )
         if fpc_of.setdefault(stratum, fpc) != fpc:
             raise SurveyError(f"{at}: fpc differs within stratum {stratum!r}")
-        rows[key] = FrameRow(stratum, psu, weight, fpc)
+        post_stratum = cells[index["post_stratum"]].strip() if "post_stratum" in index else ""
+        rows[key] = FrameRow(stratum, psu, weight, fpc, post_stratum)
     if not rows:
         raise SurveyError(f"{where}: lists no keys")
     return rows
