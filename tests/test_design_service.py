@@ -496,3 +496,34 @@ def test_post_strata_mistakes_are_one_line(tmp_path, design, frame_extra, messag
     with pytest.raises(ConfigError) as caught:
         load_surveys(config)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_split_survey_reads_one_side_and_one_group(tmp_path):
+    """Design statistics are kept per side and group: estimate --design --group G on the
+    exploration side equals the design estimate of exactly those reports."""
+    config = write_survey(tmp_path)
+    config.write_text(
+        SURVEYS.replace("min_batch_size = 50", "min_batch_size = 20\nexploration_fraction = 0.5")
+    )
+    server = ServerThread(config, tmp_path / "store.sqlite").start()
+    try:
+        survey = server.surveys["field"]
+        batch, sent = messages(survey, "rr", 800, np.random.default_rng(8))
+        sides = np.random.default_rng(9).choice([ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION], 800)
+        for report, side in zip(batch, sides, strict=True):
+            report.side = int(side)
+        with grpc.insecure_channel(server.target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            collector.Upload(ldp_pb2.UploadRequest(reports=batch), timeout=30)
+        args = ["estimate", "--config", config, "--db", server.db, "--survey", "field"]
+        args += ["--question", "rr", "--design", "--group", "south", "--json"]
+        got = json.loads(run_cli("agg", *args, "--side", "exploration", check=True).stdout)
+        mask = (sides == ldp_pb2.EXPLORATION) & (sent["groups"] == "south")
+        mech = survey.question("rr").mechanism
+        picked = {name: values[mask] for name, values in sent.items()}
+        expected = design_estimate(direct_cells(mech, picked), mech)
+        assert got["n"] == int(mask.sum())
+        _close(got["estimate"], expected.estimate[0])
+        _close(got["standard_error"], expected.standard_error[0])
+    finally:
+        server.stop()
