@@ -10,7 +10,7 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from client.mechanisms import (
     DEFAULT_GRANULARITY_BITS,
@@ -431,8 +431,9 @@ class SurveySpec:
     #: The public group label every report carries (None: the survey has no groups).
     group_label: GroupLabel | None = None
     #: The survey's sampling design, whose key every report carries (None: no design). Not
-    #: part of any question's definition digest.
-    design: DesignKeys | None = None
+    #: part of any question's definition digest, nor of the survey's equality: the frame is an
+    #: input of the analysis (it may gain rows), like the categories' scores.
+    design: DesignKeys | None = field(default=None, compare=False)
 
     @property
     def split(self) -> bool:
