@@ -289,6 +289,13 @@ def test_frame_mistakes_are_one_line_config_errors(tmp_path, frame, message):
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
 
 
+def test_a_frame_saved_with_a_byte_order_mark_reads(tmp_path):
+    lines = ["key,stratum,psu,weight"] + [f"{k},{s},{p},{w}" for k, (s, p, w) in FRAME.items()]
+    config = write_survey(tmp_path, "\ufeff" + "\n".join(lines) + "\n")
+    frame = load_surveys(config)["field"].design
+    assert frame is not None and frame.check_key("field", "k000") == "k000"
+
+
 def test_too_many_keys_are_refused(tmp_path, monkeypatch):
     monkeypatch.setattr("aggregator.survey_file.design.MAX_DESIGN_KEYS", 10)
     with pytest.raises(ConfigError, match="more than 10 keys"):

@@ -82,7 +82,7 @@ def read_design(value: object, folder: Path, survey_id: object) -> SamplingFrame
     path = folder / value["table"]
     population = _population(value.get("population", {}), where)
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # a BOM is not a column
             rows = _rows(csv.reader(handle), f"{where} {path}")
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise SurveyError(f"{where}: cannot read {path}: {exc}") from None
