@@ -296,6 +296,12 @@ def test_a_frame_saved_with_a_byte_order_mark_reads(tmp_path):
     assert frame is not None and frame.check_key("field", "k000") == "k000"
 
 
+def test_too_many_per_key_sums_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr("aggregator.survey_file.design.MAX_DESIGN_CELLS", 100)
+    with pytest.raises(ConfigError, match=r"question rr: 36 design keys x 4 categories need 144"):
+        load_surveys(write_survey(tmp_path))
+
+
 def test_too_many_keys_are_refused(tmp_path, monkeypatch):
     monkeypatch.setattr("aggregator.survey_file.design.MAX_DESIGN_KEYS", 10)
     with pytest.raises(ConfigError, match="more than 10 keys"):

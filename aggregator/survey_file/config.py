@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aggregator.survey_file.design import read_design
+from aggregator.survey_file.design import check_design_size, read_design
 from client.mechanisms import DEFAULT_GRANULARITY_BITS
 from client.survey import (
     REFUSE,
@@ -294,6 +294,8 @@ def _survey(entry: dict, folder: Path) -> SurveySpec:
     min_batch = entry.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     require_auth = entry.get("require_device_auth", False)
     group_label = _group_label(entry, survey_id)
+    design = read_design(entry.get("design"), folder, survey_id)
+    check_design_size(design, questions, survey_id)
     return SurveySpec(
         check_id("survey", survey_id),
         str(entry.get("title", "")),
@@ -303,7 +305,7 @@ def _survey(entry: dict, folder: Path) -> SurveySpec:
         household_members=entry.get("household_members", False),
         exploration_fraction=entry.get("exploration_fraction", 0.0),
         group_label=group_label,
-        design=read_design(entry.get("design"), folder, survey_id),
+        design=design,
     )
 
 

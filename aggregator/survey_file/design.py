@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client.survey import DesignKeys, SurveyError
+from client.survey import DesignKeys, QuestionSpec, SurveyError
 
 #: The most keys a frame may list: the store keeps one row of statistics per key and question.
 MAX_DESIGN_KEYS = 100_000
+#: The most per-key sums one question may need (keys x statistic size; 16 bytes each: 1 GiB),
+#: so a large-domain question with a fine frame is refused on load, not by a full disk.
+MAX_DESIGN_CELLS = 2**26
 REQUIRED_COLUMNS = ("key", "stratum", "psu", "weight")
 OPTIONAL_COLUMNS = ("fpc", "post_stratum")
 
@@ -88,6 +92,22 @@ def read_design(value: object, folder: Path, survey_id: object) -> SamplingFrame
         raise SurveyError(f"{where}: cannot read {path}: {exc}") from None
     _check_post_strata(rows, population, f"{where} {path}")
     return SamplingFrame(table=str(path), rows=rows, population=population)
+
+
+def check_design_size(
+    frame: SamplingFrame | None, questions: Sequence[QuestionSpec], survey_id: object
+) -> None:
+    """SurveyError when a question's per-key sums would exceed MAX_DESIGN_CELLS."""
+    if frame is None:
+        return
+    for question in questions:
+        cells = len(frame.rows) * question.statistic_size
+        if cells > MAX_DESIGN_CELLS:
+            raise SurveyError(
+                f"survey {survey_id}, question {question.id}: {len(frame.rows):,} design keys x "
+                f"{question.statistic_size:,} categories need {cells:,} per-key sums, more than "
+                f"{MAX_DESIGN_CELLS:,}: use a coarser frame (keys per stratum x PSU) for it"
+            )
 
 
 def _population(value: object, where: str) -> dict[str, float]:
