@@ -253,6 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GROUP:QUESTION=P1,P2,...",
         help="true answer distribution of a question in one group (default: --truth); repeatable",
     )
+    sim.add_argument(
+        "--design-keys",
+        type=Path,
+        metavar="FRAME.csv",
+        help="surveys with a sampling design: the frame (a CSV with a 'key' column, or one key "
+        "per line); each simulated device gets one of its keys at random",
+    )
     sim.add_argument("--batch", type=int, default=1000, help="reports per upload (unsigned)")
     sim.add_argument(
         "--keys",

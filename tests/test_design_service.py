@@ -557,3 +557,22 @@ def test_a_split_survey_reads_one_side_and_one_group(tmp_path):
         _close(got["standard_error"], expected.standard_error[0])
     finally:
         server.stop()
+
+
+def test_ldp_client_simulate_gives_devices_design_keys(tmp_path):
+    config = write_survey(tmp_path)
+    server = ServerThread(config, tmp_path / "store.sqlite").start()
+    try:
+        base = ["simulate", "--server", server.target, "--insecure", "--survey", "field"]
+        base += ["--devices", "80", "--seed", "3"]
+        missing = run_cli("client", *base)
+        assert missing.returncode == 2
+        lines = missing.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--design-keys FRAME.csv" in lines[0]
+        run_cli("client", *base, "--design-keys", tmp_path / "frame.csv", check=True)
+        data = open_survey(config, server.db, "field", design=True)
+        assert data["rr"].design.n == 80 and {s.key for s in data["rr"].design.keys} <= set(FRAME)
+        args = ["estimate", "--config", config, "--db", server.db, "--survey", "field"]
+        run_cli("agg", *args, "--question", "noise", "--design", check=True)
+    finally:
+        server.stop()
