@@ -213,6 +213,25 @@ def test_open_survey_design_gives_the_cells(populated):
         open_survey(config, server.db, "plain", design=True)
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("estimate", "--simultaneous", "--design"), "--simultaneous is not for --design"),
+        (("estimate", "--estimator", "unbiased", "--design"), "is not for --design"),
+        (("test", "gof", "--p0", "uniform", "--method", "pearson", "--design"), "--method is"),
+        (("test", "independence", "--calibration", "monte-carlo", "--design"), "--calibration"),
+        (("test", "homogeneity"), "homogeneity is for --design"),
+    ],
+)
+def test_options_that_do_not_apply_are_one_line(populated, extra, message):
+    server, _, _, config = populated
+    where = ["--config", config, "--db", server.db, "--survey", "field", "--question", "rr"]
+    out = run_cli("agg", extra[0], *where, *extra[1:])
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
 def test_design_on_a_survey_without_one_is_one_line(populated):
     server, _, _, config = populated
     args = ["estimate", "--config", config, "--db", server.db, "--survey", "plain"]

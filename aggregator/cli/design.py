@@ -54,6 +54,21 @@ def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
     over --server."""
     if args.server is not None:
         raise UserError("--design reads --db; the Analyst service does not serve design analyses")
+    unused = [
+        flag
+        for flag, given in (
+            ("--simultaneous", getattr(args, "simultaneous", False)),
+            ("--estimator unbiased", getattr(args, "estimator", "simplex") != "simplex"),
+            ("--method", getattr(args, "method", None)),
+            ("--calibration", getattr(args, "calibration", "auto") != "auto"),
+        )
+        if given
+    ]
+    if unused:
+        raise UserError(
+            f"{unused[0]} is not for --design (its options: --variance, --replicates, --seed"
+            + (", --correction)" if test else ")")
+        )
     if args.config is None or args.db is None:
         raise UserError("--design needs --config and --db")
     survey = load_surveys(args.config).get(args.survey)
