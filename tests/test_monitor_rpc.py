@@ -13,6 +13,7 @@ from conftest import ServerThread
 
 from aggregator.stats.anytime import (
     difference_sequence,
+    frequency_path,
     frequency_sequence,
     looks_from_sums,
     sequential_goodness_of_fit,
@@ -119,6 +120,12 @@ def test_looks_are_release_points_and_the_answer_is_the_functions_on_them(world)
     assert answer.max_evalue == pytest.approx(expected.max_evalue, rel=1e-12)
     assert answer.pvalue == pytest.approx(expected.pvalue, rel=1e-12)
     assert [look.n for look in answer.looks] == [n for n, _ in expected.path]
+    assert not answer.looks[0].estimate  # the path of intervals only with with_path
+    drawn = monitor(analyst, **ask, with_path=True)
+    for look, cs_then in zip(drawn.looks, frequency_path(looks, 0.05, tuned_n=5000), strict=True):
+        np.testing.assert_allclose(look.low, cs_then.low, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(look.high, cs_then.high, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(look.estimate, cs_then.estimate, rtol=0, atol=1e-12)
     np.testing.assert_allclose(
         [look.log_evalue for look in answer.looks],
         [np.log(e) for _, e in expected.path],
@@ -144,7 +151,8 @@ def test_a_strong_alternative_rejects_and_max_n_stops(world):
     assert answer.rejected_at <= answer.n
     frequencies = monitor(analyst, survey_id="s", question_id="mood", max_n=600)
     assert frequencies.decision == "stop at max_n" and not frequencies.HasField("evalue")
-    assert len(frequencies.looks) == 0
+    assert [look.n for look in frequencies.looks] == [150, 300, 450, 600]
+    assert not any(look.HasField("log_evalue") for look in frequencies.looks)
     assert all(lo <= hi for lo, hi in zip(frequencies.low, frequencies.high, strict=True))
 
 

@@ -76,7 +76,16 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
 
     def work() -> MonitorStatus:
         path = servicer._store.path
-        return from_history(path, analysis, question, streams, alpha=alpha, p0=p0, max_n=max_n)
+        return from_history(
+            path,
+            analysis,
+            question,
+            streams,
+            alpha=alpha,
+            p0=p0,
+            max_n=max_n,
+            with_path=request.with_path,
+        )
 
     async def run():
         async with executor.admitted(caller_of(context)):
@@ -105,6 +114,7 @@ def from_history(
     alpha: float = 0.05,
     p0: list[float] | None = None,
     max_n: int | None = None,
+    with_path: bool = False,
 ) -> MonitorStatus:
     """The analysis over the streams' release history in the store at ``path`` (blocking).
     InsufficientDataError when no release is recorded; InvalidInputError for bad arguments."""
@@ -116,7 +126,9 @@ def from_history(
         )
     histograms = [[_histogram(question, n, sums) for n, sums in look] for look in looks]
     shape = question.table_shape
-    return monitor_status(analysis, histograms, alpha, p0=p0, shape=shape, max_n=max_n)
+    return monitor_status(
+        analysis, histograms, alpha, p0=p0, shape=shape, max_n=max_n, with_path=with_path
+    )
 
 
 def _histogram(question: QuestionSpec, n: int, sums: list[int]) -> Histogram:
@@ -146,5 +158,14 @@ def response(status: MonitorStatus, question: QuestionSpec) -> ldp_pb2.MonitorRe
         message.method = result.method
         if result.rejected_at is not None:
             message.rejected_at = result.rejected_at
-        message.looks.extend(ldp_pb2.MonitorLook(n=n, log_evalue=e) for n, e in status.looks)
+    log_e = status.log_evalues
+    for i, n in enumerate(status.look_ns):
+        look = message.looks.add(n=n)
+        if i < len(log_e):
+            look.log_evalue = log_e[i]
+        if status.intervals is not None:
+            estimate, low, high = status.intervals[i]
+            look.estimate.extend(estimate)
+            look.low.extend(low)
+            look.high.extend(high)
     return message

@@ -48,13 +48,17 @@ class MonitorStatus:
     interval_guarantee: str
     test: SequentialResult | None
     decision: str
+    look_ns: tuple[int, ...] = ()
+    #: With ``with_path``: (estimate, low, high) at every look, in order.
+    intervals: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...] | None = None
 
     @property
-    def looks(self) -> tuple[tuple[int, float], ...]:
-        """(n, log e-value) at every look of the test (empty without one)."""
+    def log_evalues(self) -> tuple[float, ...]:
+        """log E at every look of the test, in order (empty without one; shorter than
+        ``look_ns`` when the test stopped at max_n)."""
         if self.test is None:
             return ()
-        return tuple((n, math.log(e)) for n, e in self.test.path)
+        return tuple(math.log(e) for _, e in self.test.path)
 
 
 def monitor_status(
@@ -65,10 +69,12 @@ def monitor_status(
     p0: Sequence[float] | None = None,
     shape: tuple[int, int] | None = None,
     max_n: int | None = None,
+    with_path: bool = False,
 ) -> MonitorStatus:
     """``analysis`` (one of ANALYSES) over ``looks``: each look one cumulative histogram per
     stream (two streams for two_sample, one otherwise). The confidence sequence is tuned to
-    ``max_n`` when given (the planned size), else to the default.
+    ``max_n`` when given (the planned size), else to the default; ``with_path`` also computes
+    it at every look (one sequence: together they hold with probability 1 - alpha).
 
     Raises
     ------
@@ -83,16 +89,22 @@ def monitor_status(
     if not looks or any(len(look) != streams for look in looks):
         raise InvalidInputError(f"{analysis} needs looks of {streams} histogram(s) each")
     tuned = DEFAULT_TUNED_N if max_n is None else max_n
-    last = looks[-1]
+
+    def interval(look: Sequence[Histogram]) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        if analysis == "two_sample":
+            diff = difference_sequence(look[0], look[1], alpha, tuned_n=tuned)
+            return diff.difference, diff.low, diff.high, diff.guarantee
+        cs = frequency_sequence(look[0], alpha, tuned_n=tuned)
+        return cs.estimate, cs.low, cs.high, cs.guarantee
+
+    estimate, low, high, said = interval(looks[-1])
+    path = tuple(interval(look)[:3] for look in looks) if with_path else None
+    look_ns = tuple(sum(h.n for h in look) for look in looks)
+    n = look_ns[-1]
     test: SequentialResult | None = None
     if analysis == "two_sample":
-        diff = difference_sequence(last[0], last[1], alpha, tuned_n=tuned)
-        estimate, low, high, said = diff.difference, diff.low, diff.high, diff.guarantee
         test = sequential_homogeneity(looks, alpha, max_n=max_n)
-        n = last[0].n + last[1].n
     else:
-        cs = frequency_sequence(last[0], alpha, tuned_n=tuned)
-        estimate, low, high, said = cs.estimate, cs.low, cs.high, cs.guarantee
         one = [look[0] for look in looks]
         if analysis == "goodness_of_fit":
             if p0 is None:
@@ -100,11 +112,12 @@ def monitor_status(
             test = sequential_goodness_of_fit(one, p0, alpha, max_n=max_n)
         elif analysis == "independence":
             test = sequential_independence(one, shape, alpha, max_n=max_n)
-        n = last[0].n
     if test is not None and test.reject:
         decision = REJECT
     elif max_n is not None and n >= max_n:
         decision = STOP_AT_MAX_N
     else:
         decision = CONTINUE
-    return MonitorStatus(analysis, n, alpha, max_n, estimate, low, high, said, test, decision)
+    return MonitorStatus(
+        analysis, n, alpha, max_n, estimate, low, high, said, test, decision, look_ns, path
+    )

@@ -416,7 +416,7 @@ class StatisticsResponse(_message.Message):
     def __init__(self, n: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ..., definition_digest: _Optional[bytes] = ...) -> None: ...
 
 class MonitorRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "analysis", "p0", "alpha", "max_n", "side", "group", "group_a", "group_b")
+    __slots__ = ("survey_id", "question_id", "analysis", "p0", "alpha", "max_n", "side", "group", "group_a", "group_b", "with_path")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_FIELD_NUMBER: _ClassVar[int]
@@ -427,6 +427,7 @@ class MonitorRequest(_message.Message):
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GROUP_A_FIELD_NUMBER: _ClassVar[int]
     GROUP_B_FIELD_NUMBER: _ClassVar[int]
+    WITH_PATH_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     analysis: str
@@ -437,15 +438,22 @@ class MonitorRequest(_message.Message):
     group: str
     group_a: str
     group_b: str
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., analysis: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., max_n: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ...) -> None: ...
+    with_path: bool
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., analysis: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., max_n: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., with_path: _Optional[bool] = ...) -> None: ...
 
 class MonitorLook(_message.Message):
-    __slots__ = ("n", "log_evalue")
+    __slots__ = ("n", "log_evalue", "estimate", "low", "high")
     N_FIELD_NUMBER: _ClassVar[int]
     LOG_EVALUE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
     n: int
     log_evalue: float
-    def __init__(self, n: _Optional[int] = ..., log_evalue: _Optional[float] = ...) -> None: ...
+    estimate: _containers.RepeatedScalarFieldContainer[float]
+    low: _containers.RepeatedScalarFieldContainer[float]
+    high: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, n: _Optional[int] = ..., log_evalue: _Optional[float] = ..., estimate: _Optional[_Iterable[float]] = ..., low: _Optional[_Iterable[float]] = ..., high: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class MonitorResponse(_message.Message):
     __slots__ = ("n", "labels", "estimate", "low", "high", "interval_guarantee", "evalue", "max_evalue", "pvalue", "rejected_at", "test_guarantee", "method", "decision", "alpha", "max_n", "looks")
