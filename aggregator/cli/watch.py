@@ -34,8 +34,9 @@ from aggregator.cli.common import (
 )
 from aggregator.errors import InsufficientDataError
 from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
+from aggregator.report.sequential import SequentialSection
 from aggregator.stats.anytime.status import ANALYSES, CONTINUE
-from aggregator.survey_file.analyses import load_analyses
+from aggregator.survey_file.analyses import Analysis, load_analyses
 from aggregator.survey_file.config import load_surveys
 from client.survey import SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -115,7 +116,11 @@ def run_watch(args: argparse.Namespace) -> int:
     try:
         survey = _survey(args, analyst)
         watched = _watched(args, survey)
-        look = _server_look(args, analyst) if analyst is not None else _store_look(args, survey)
+        look = (
+            _server_look(args, analyst, survey.id)
+            if analyst is not None
+            else _store_look(args, survey)
+        )
         return _loop(args, watched, look)
     finally:
         if analyst is not None:
@@ -140,11 +145,7 @@ def _watched(args: argparse.Namespace, survey: SurveySpec) -> list[Watched]:
         if args.config is None:
             raise UserError("give --question, or --config with the survey's sequential analyses")
         declared = load_analyses(args.config, {survey.id: survey}).get(survey.id, [])
-        sequential = [
-            Watched(a.title, a.question_id, a.test, a.alpha, a.p0, a.groups, a.max_n)
-            for a in declared
-            if a.sequential
-        ]
+        sequential = [_declared(a) for a in declared if a.sequential]
         if not sequential:
             raise UserError(
                 f"{args.config} declares no sequential analysis of survey {survey.id!r} "
@@ -173,6 +174,39 @@ def _watched(args: argparse.Namespace, survey: SurveySpec) -> list[Watched]:
     return [Watched(title, question.id, args.test, args.alpha, p0, groups, args.max_n)]
 
 
+def _declared(analysis: Analysis) -> Watched:
+    a = analysis
+    return Watched(a.title, a.question_id, a.test, a.alpha, a.p0, a.groups, a.max_n)
+
+
+def report_sections(
+    args: argparse.Namespace, survey: SurveySpec, analyses: list[Analysis]
+) -> tuple[SequentialSection, ...]:
+    """The report's "as of n" sections of the declared sequential ``analyses``, from the same
+    source as the report (``--server`` or ``--db``), with the intervals at every look."""
+    analyst = connect(args) if args.server is not None else None
+    try:
+        look = (
+            _server_look(args, analyst, survey.id)
+            if analyst is not None
+            else _store_look(args, survey)
+        )
+        sections = []
+        for analysis in analyses:
+            w = _declared(analysis)
+            try:
+                answer = look(w, True)
+            except (NotReleasedError, InsufficientDataError) as exc:
+                waiting = f"Not shown yet: {' '.join(str(exc).split())}"
+                sections.append(SequentialSection(w.title, w.analysis, waiting=waiting))
+            else:
+                sections.append(SequentialSection.from_monitor(w.title, w.analysis, answer))
+        return tuple(sections)
+    finally:
+        if analyst is not None:
+            analyst.close()
+
+
 def _question_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
     return [
         ("--p0", args.p0),
@@ -182,21 +216,23 @@ def _question_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
     ]
 
 
-Look = Callable[[Watched], ldp_pb2.MonitorResponse]
+#: One analysis's answer at its latest look (with the intervals at every look when asked).
+Look = Callable[[Watched, bool], ldp_pb2.MonitorResponse]
 
 
-def _server_look(args: argparse.Namespace, analyst: RemoteAnalyst) -> Look:
-    def look(w: Watched) -> ldp_pb2.MonitorResponse:
+def _server_look(args: argparse.Namespace, analyst: RemoteAnalyst, survey_id: str) -> Look:
+    def look(w: Watched, with_path: bool = False) -> ldp_pb2.MonitorResponse:
         return analyst.monitor(
-            args.survey,
+            survey_id,
             w.question,
             w.analysis,
             p0=w.p0,
             alpha=w.alpha,
             max_n=w.max_n,
             side=args.side,
-            group=args.group,
+            group=None if w.groups else args.group,
             groups=w.groups,
+            with_path=with_path,
         )
 
     return look
@@ -213,7 +249,7 @@ def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
         reader.check_definitions({survey.id: survey}, args.config)
         confirmations.check_readable(reader.connection, survey, side)
 
-    def look(w: Watched) -> ldp_pb2.MonitorResponse:
+    def look(w: Watched, with_path: bool = False) -> ldp_pb2.MonitorResponse:
         question = survey.question(w.question)
         groups = list(w.groups) if w.groups else [args.group or ""]
         streams = [monitor_rpc.cells(survey, question.id, side, g) for g in groups]
@@ -225,6 +261,7 @@ def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
             alpha=w.alpha,
             p0=None if w.p0 is None else list(w.p0),
             max_n=w.max_n,
+            with_path=with_path,
         )
         return monitor_rpc.response(status, question)
 
@@ -267,7 +304,7 @@ def _loop(args: argparse.Namespace, watched: list[Watched], look: Look) -> int:
 def _answer(look: Look, w: Watched) -> ldp_pb2.MonitorResponse | str:
     """The answer, or why nothing is released yet (a state to show, not an error)."""
     try:
-        return look(w)
+        return look(w, False)
     except (NotReleasedError, InsufficientDataError) as exc:
         return f"waiting: {' '.join(str(exc).split())}"
 

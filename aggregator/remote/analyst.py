@@ -262,11 +262,13 @@ class RemoteAnalyst:
         side: str | None = None,
         group: str | None = None,
         groups: tuple[str, str] | None = None,
+        with_path: bool = False,
     ) -> ldp_pb2.MonitorResponse:
         """Anytime-valid monitoring of the question on the server, over its release history
         (docs/monitoring.md): ``analysis`` is frequencies, goodness_of_fit (``p0``),
         independence or two_sample (``groups``, two values of the group label). Computed on
-        the server, so every caller sees the same looks; NotReleasedError before a release."""
+        the server, so every caller sees the same looks; NotReleasedError before a release.
+        ``with_path``: also the confidence sequence at every look (MonitorLook.low/high)."""
         request = ldp_pb2.MonitorRequest(
             survey_id=survey_id,
             question_id=question_id,
@@ -278,6 +280,7 @@ class RemoteAnalyst:
             group=group or "",
             group_a=groups[0] if groups else "",
             group_b=groups[1] if groups else "",
+            with_path=with_path,
         )
         return self._call(self._stub.Monitor, request)
 
