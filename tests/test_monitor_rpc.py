@@ -20,7 +20,8 @@ from aggregator.stats.anytime import (
     sequential_homogeneity,
     sequential_independence,
 )
-from aggregator.store import release_history
+from aggregator.store import release_history, releases
+from aggregator.store.report_store import ReportStore, StoredReport
 from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
@@ -241,3 +242,31 @@ def test_bad_requests_get_specific_codes(world, fields, code, words):
         monitor(analyst, **fields)
     assert info.value.code() == getattr(grpc.StatusCode, code), info.value.details()
     assert words in info.value.details()
+
+
+def test_a_store_made_before_the_history_starts_it_at_its_snapshot(tmp_path):
+    """A cell released before release_history existed: its next move records the snapshot it
+    held and the new one, in order, and a race that stores nothing records nothing."""
+    store = ReportStore(tmp_path / "store.sqlite")
+    store.register_question("plain", "rr", 4)
+    cell = ("plain", "rr", 0, "")
+
+    def put(count: int) -> None:
+        rows = np.eye(4, dtype=np.int64)[np.arange(count) % 4]
+        store.put([StoredReport(os.urandom(16), "plain", "rr", b"\x00", row) for row in rows])
+
+    try:
+        put(50)
+        assert releases.release(store, [cell], 50)[cell] == (50, [13, 13, 12, 12])
+        store.run_in_writer(lambda conn: conn.execute("DROP TABLE release_history"))
+        assert release_history.read(store.path, [cell]) == []  # as a store made before it
+        put(49)
+        assert releases.release(store, [cell], 50)[cell][0] == 50  # not due: nothing recorded
+        put(1)
+        releases.release(store, [cell], 50)
+        assert [(n, sums) for _, n, sums in release_history.read(store.path, [cell])] == [
+            (50, [13, 13, 12, 12]),
+            (100, [27, 25, 24, 24]),
+        ]
+    finally:
+        store.close()

@@ -352,6 +352,7 @@ def free_port() -> int:
         (["--survey", "s", "--question", "mood", "--p0", "uniform"], "--p0 goes with"),
         (["--survey", "s", "--question", "mood", "--test", "goodness_of_fit", "--p0", "1,2"], "p0"),
         (["--survey", "s"], "give --question, or --config"),
+        (["--survey", "s", "--question", "mood", "--group", "x"], "group"),
         (["--survey", "s", "--max-n", "10"], "--max-n goes with --question"),
         (["--survey", "s", "--question", "mood", "--every", "0"], "--every must be a positive"),
     ],

@@ -36,7 +36,7 @@ from aggregator.errors import InsufficientDataError
 from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
 from aggregator.report.sequential import SequentialSection
 from aggregator.stats.anytime.status import ANALYSES, CONTINUE
-from aggregator.survey_file.analyses import Analysis, load_analyses
+from aggregator.survey_file.analyses import Analysis, check_independent, load_analyses
 from aggregator.survey_file.config import load_surveys
 from client.survey import SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -138,6 +138,11 @@ def _survey(args: argparse.Namespace, analyst: RemoteAnalyst | None) -> SurveySp
 
 def _watched(args: argparse.Namespace, survey: SurveySpec) -> list[Watched]:
     """The --question's analysis, or the survey file's sequential analyses."""
+    for group in ([args.group] if args.group else []) + list(args.groups or []):
+        try:
+            survey.check_group(group)
+        except SurveyError as exc:
+            raise UserError(str(exc)) from None
     if args.question is None:
         extra = [flag for flag, value in _question_flags(args) if value]
         if extra:
@@ -160,14 +165,10 @@ def _watched(args: argparse.Namespace, survey: SurveySpec) -> list[Watched]:
         raise UserError("--p0 goes with --test goodness_of_fit, which needs it")
     if (args.groups is not None) != (args.test == "two_sample"):
         raise UserError("--groups A B goes with --test two_sample, which needs it")
-    if args.groups is not None:
-        if args.group:
-            raise UserError("--group reads one group; two_sample compares --groups A B")
-        for group in args.groups:
-            try:
-                survey.check_group(group)
-            except SurveyError as exc:
-                raise UserError(str(exc)) from None
+    if args.groups is not None and args.group:
+        raise UserError("--group reads one group; two_sample compares --groups A B")
+    if args.test != "frequencies":  # tests assume independent reports (as the server checks)
+        check_independent(survey, question)
     p0 = None if args.p0 is None else tuple(null_distribution(args.p0, question))
     groups = None if args.groups is None else (args.groups[0], args.groups[1])
     title = f"{args.test.replace('_', ' ')}: {question.id}"
