@@ -249,6 +249,7 @@ def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
     with StoreReader(args.db) as reader:
         reader.check_definitions({survey.id: survey}, args.config)
         confirmations.check_readable(reader.connection, survey, side)
+    cache = monitor_rpc.MonitorCache()  # each refresh continues the e-processes
 
     def look(w: Watched, with_path: bool = False) -> ldp_pb2.MonitorResponse:
         question = survey.question(w.question)
@@ -263,6 +264,7 @@ def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
             p0=None if w.p0 is None else list(w.p0),
             max_n=w.max_n,
             with_path=with_path,
+            cache=cache,
         )
         return monitor_rpc.response(status, question)
 

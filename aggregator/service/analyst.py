@@ -65,6 +65,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         self._surveys = surveys
         self._store = store
         self.executor = executor or AnalysisExecutor()
+        self.monitors = monitor_rpc.MonitorCache()  # Monitor's e-processes between calls
 
     async def _released(
         self,

@@ -11,6 +11,9 @@ could have seen, so the answer is the same for every caller and reveals nothing 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import grpc
@@ -19,7 +22,7 @@ import numpy as np
 from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
 from aggregator.service.analysis import caller_of
-from aggregator.stats.anytime.status import ANALYSES, MonitorStatus, monitor_status
+from aggregator.stats.anytime.status import ANALYSES, Monitor, MonitorStatus
 from aggregator.store import release_history
 from aggregator.survey_file.groups import two_sample_request_problem
 from client.survey import QuestionSpec, SurveySpec
@@ -27,6 +30,9 @@ from protos.ldp.v1 import ldp_pb2
 
 if TYPE_CHECKING:
     from aggregator.service.analyst import Analyst
+
+#: Monitors a server keeps between calls (MonitorCache).
+CACHED_MONITORS = 256
 
 
 async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorResponse:
@@ -85,6 +91,7 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             p0=p0,
             max_n=max_n,
             with_path=request.with_path,
+            cache=servicer.monitors,
         )
 
     async def run():
@@ -115,9 +122,11 @@ def from_history(
     p0: list[float] | None = None,
     max_n: int | None = None,
     with_path: bool = False,
+    cache: MonitorCache | None = None,
 ) -> MonitorStatus:
-    """The analysis over the streams' release history in the store at ``path`` (blocking).
-    InsufficientDataError when no release is recorded; InvalidInputError for bad arguments."""
+    """The analysis over the streams' release history in the store at ``path`` (blocking),
+    continuing the ``cache``'s Monitor of the same analysis when there is one. Raises
+    InsufficientDataError when no release is recorded, InvalidInputError for bad arguments."""
     history = release_history.read(path, [cell for stream in streams for cell in stream])
     looks = release_history.looks(history, streams, question.statistic_size)
     if not looks:  # released before the store kept a history, and not moved since
@@ -126,9 +135,52 @@ def from_history(
         )
     histograms = [[_histogram(question, n, sums) for n, sums in look] for look in looks]
     shape = question.table_shape
-    return monitor_status(
-        analysis, histograms, alpha, p0=p0, shape=shape, max_n=max_n, with_path=with_path
-    )
+
+    def build() -> Monitor:
+        mechanisms = [question.mechanism] * len(streams)
+        return Monitor(analysis, mechanisms, alpha, p0=p0, shape=shape, max_n=max_n)
+
+    if cache is None:
+        return build().advance(histograms, with_path=with_path)
+    null = None if p0 is None else tuple(p0)
+    key = (path, question.digest, analysis, tuple(map(tuple, streams)), alpha, null, max_n)
+    lock, monitor = cache.get(key, build)
+    with lock:
+        if not monitor.continues(histograms):  # another store at the same path: start again
+            monitor = cache.replace(key, build())
+        return monitor.advance(histograms, with_path=with_path)
+
+
+class MonitorCache:
+    """Each analysis's Monitor between calls, keyed by store, cells and arguments (the least
+    recently used dropped beyond ``size``): a refresh with no new release costs a read of the
+    history, a new release one update of the e-process, not a rerun over every look."""
+
+    def __init__(self, size: int = CACHED_MONITORS) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple, tuple[threading.Lock, Monitor]] = OrderedDict()
+
+    def get(self, key: tuple, build: Callable[[], Monitor]) -> tuple[threading.Lock, Monitor]:
+        """The entry of ``key`` (its lock and Monitor), built on first use."""
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None:
+            fresh = (threading.Lock(), build())  # may raise: bad arguments are not kept
+            with self._lock:
+                entry = self._entries.setdefault(key, fresh)
+        with self._lock:
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return entry
+
+    def replace(self, key: tuple, monitor: Monitor) -> Monitor:
+        """Put a new Monitor under ``key`` (its lock held by the caller); return it."""
+        with self._lock:
+            lock = self._entries[key][0] if key in self._entries else threading.Lock()
+            self._entries[key] = (lock, monitor)
+        return monitor
 
 
 def _histogram(question: QuestionSpec, n: int, sums: list[int]) -> Histogram:
