@@ -224,6 +224,27 @@ def test_independence_and_two_groups_match_the_functions(world):
         ),
         ({"survey_id": "s", "question_id": "mood", "alpha": 1.5}, "INVALID_ARGUMENT", "alpha"),
         (
+            {"survey_id": "s", "question_id": "mood", "alpha": float("nan")},
+            "INVALID_ARGUMENT",
+            "alpha",
+        ),
+        (
+            {
+                "survey_id": "s",
+                "question_id": "mood",
+                "analysis": "goodness_of_fit",
+                "p0": [float("nan")] * 4,
+            },
+            "INVALID_ARGUMENT",
+            "p0",
+        ),
+        (
+            {"survey_id": "s", "question_id": "mood", "group_a": "control"},
+            "INVALID_ARGUMENT",
+            "group_a and group_b go with two_sample",
+        ),
+        ({"survey_id": "s", "question_id": "mood", "side": 1}, "INVALID_ARGUMENT", "not split"),
+        (
             {
                 "survey_id": "g",
                 "question_id": "mood",
