@@ -5,6 +5,7 @@ a server that goes away mid-watch, Ctrl-C, and one-line errors (docs/monitoring.
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import socket
 import subprocess
@@ -391,3 +392,49 @@ def test_a_declared_stopping_rule_is_checked(tmp_path):
     path.write_text(CONFIG.replace("sequential = true\n\n", 'sequential = "yes"\n\n', 1))
     done = run_cli("agg", "check-config", path)
     assert "sequential must be true or false" in one_line(done)
+
+
+def test_on_a_terminal_the_table_is_redrawn_in_place(world):
+    """A real process on a pseudo-terminal: the second table moves the cursor back over the
+    first (ANSI: up N lines, clear below) instead of scrolling."""
+    _, _, server, surveys = world
+    upload(server, surveys, "mood", UNIFORM, 60, 8)
+    main, side = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aggregator.cli",
+            "watch",
+            "--server",
+            server.analyst_target,
+            "--survey",
+            "s",
+            "--question",
+            "mood",
+            "--every",
+            "0.3",
+            "--timeout",
+            "1.5",
+        ],
+        stdout=side,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    os.close(side)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the process closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    process.wait(timeout=WAIT)
+    os.close(main)
+    assert process.returncode == 0
+    text = seen.decode()
+    assert text.count("as of ") >= 2
+    assert "\x1b[6F\x1b[J" in text  # 6 lines: the stamp, the header and 4 categories
