@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import ServerThread
 
+import aggregator.remote
 from aggregator.stats.anytime import (
     difference_sequence,
     frequency_path,
@@ -188,6 +189,11 @@ def test_independence_and_two_groups_match_the_functions(world):
     assert two.evalue == pytest.approx(homogeneity.evalue, rel=1e-12)
     np.testing.assert_allclose(two.low, diff.low, rtol=0, atol=1e-12)
     assert two.n == both[-1][0].n + both[-1][1].n == 390
+    with aggregator.remote.connect(server.analyst_target) as remote:  # the Python client
+        again = remote.monitor("g", "mood", "two_sample", groups=("control", "treatment"))
+        assert again == two
+        with pytest.raises(aggregator.remote.RemoteError, match="group_a and group_b"):
+            remote.monitor("g", "mood", "frequencies", groups=("control", "control"), group="x")
     pooled = monitor(analyst, survey_id="g", question_id="mood")
     assert pooled.n == 390  # the pooled stream sums the groups' latest snapshots
 
