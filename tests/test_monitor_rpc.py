@@ -102,8 +102,8 @@ def monitor(analyst, **fields):
 def test_looks_are_release_points_and_the_answer_is_the_functions_on_them(world):
     surveys, server, analyst = world
     mood = surveys["s"].question("mood")
-    ask = {"survey_id": "s", "question_id": "mood", "analysis": "goodness_of_fit"}
-    ask |= {"p0": [0.25] * 4, "max_n": 5000}
+    ask: dict[str, object] = {"survey_id": "s", "question_id": "mood"}
+    ask |= {"analysis": "goodness_of_fit", "p0": [0.25] * 4, "max_n": 5000}
     ns = []
     for step, size in enumerate([120, 30, 30, 200, 10, 60]):
         upload(server, mood, "s", MOOD, size, step)
@@ -288,7 +288,7 @@ def test_a_store_made_before_the_history_starts_it_at_its_snapshot(tmp_path):
         store.run_in_writer(lambda conn: conn.execute("DROP TABLE release_history"))
         assert release_history.read(store.path, [cell]) == []  # as a store made before it
         put(49)
-        assert releases.release(store, [cell], 50)[cell][0] == 50  # not due: nothing recorded
+        assert releases.release(store, [cell], 50)[cell] == (50, [13, 13, 12, 12])  # not due
         put(1)
         releases.release(store, [cell], 50)
         assert [(n, sums) for _, n, sums in release_history.read(store.path, [cell])] == [

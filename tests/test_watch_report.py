@@ -74,7 +74,8 @@ def test_the_section_over_the_server_and_the_store(released, tmp_path):
     done = run_cli("agg", "report", "--config", config, "--db", db, "--survey", "s", "--out", local)
     assert done.returncode == 0, done
     mood = re.compile(r'<section id="as-of-n">.*<h3>calm capped</h3>', re.S)
-    assert mood.search(same(local.read_text()))[0] == mood.search(same(page))[0]
+    here, there = mood.search(same(local.read_text())), mood.search(same(page))
+    assert here is not None and there is not None and here[0] == there[0]
     assert "calm: no release recorded yet" in local.read_text()  # the store: no release yet
     markdown = tmp_path / "r.md"
     run_cli(
