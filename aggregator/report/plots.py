@@ -89,7 +89,7 @@ def sequence_plot(
     ns = np.asarray(look_ns, dtype=float)
     colours = [f"C{j % 10}" for j in range(len(labels))]
     for j, label in enumerate(labels):
-        ax.fill_between(ns, low[:, j], high[:, j], color=colours[j], alpha=0.18, step="post")
+        ax.fill_between(ns, low[:, j], high[:, j], color=colours[j], alpha=0.12, step="post")
         ax.step(ns, estimate[:, j], where="post", color=colours[j], linewidth=1.2, label=label)
     ax.set_xlabel("n (reports; one step per release)")
     ax.set_ylabel(what)
