@@ -20,7 +20,7 @@ from aggregator.errors import (
     InsufficientDataError,
     InvalidInputError,
 )
-from aggregator.service import confirm_rpcs, release
+from aggregator.service import confirm_rpcs, monitor_rpc, release
 from aggregator.service.analysis import (
     AnalysisExecutor,
     AnalysisRefusedError,
@@ -65,6 +65,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         self._surveys = surveys
         self._store = store
         self.executor = executor or AnalysisExecutor()
+        self.monitors = monitor_rpc.MonitorCache()  # Monitor's e-processes between calls
 
     async def _released(
         self,
@@ -218,6 +219,10 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return ldp_pb2.StatisticsResponse(
             n=hist.n, values=hist.values, definition_digest=question.digest
         )
+
+    async def Monitor(self, request, context):
+        """Anytime-valid monitoring over the release history (aggregator/service/monitor_rpc.py)."""
+        return await monitor_rpc.monitor(self, request, context)
 
     async def _analyse(self, context, function: str, args: tuple, kwargs=None, *, heavy=True):
         """``aggregator.stats.<function>(*args, **kwargs)`` on the analysis executor, admitted
