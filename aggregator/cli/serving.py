@@ -64,7 +64,7 @@ def add_commands(subparsers: Subcommands) -> None:
         "--store",
         metavar="URL",
         help="a shared PostgreSQL store (postgresql://...; extra [postgres]): this process is one "
-        "of several ingest nodes, serves devices only, and --db names its own files "
+        "of several nodes serving devices and analysts from it, and --db names its own files "
         "(docs/operations.md, 'Several ingest nodes')",
     )
     _add_analyst_options(serve)
@@ -216,7 +216,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(f"cannot create report store {args.db}: folder {folder} does not exist")
     if args.store is not None:
         _check_shared_store(args)
-    args.analyst = None if args.store is not None else _analyst_listener(args)
+    args.analyst = _analyst_listener(args)
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
     surveys = load_surveys(args.config)
@@ -333,16 +333,12 @@ def _check_shared_store(args: argparse.Namespace) -> None:
 
 
 def _announce(args: argparse.Namespace, port: int, analyst_port: int, what: str) -> None:
-    """Write the port files (if asked) and say what is served where (analyst port 0: no
-    Analyst in this process, an ingest node of a shared store)."""
+    """Write the port files (if asked) and say what is served where."""
     if args.analyst_port_file:
         args.analyst_port_file.write_text(f"{analyst_port}\n")
     if args.port_file:
         args.port_file.write_text(f"{port}\n")
-    if analyst_port:
-        print(f"{PROG}: serving the Analyst on {args.analyst_host}:{analyst_port}", flush=True)
-    else:
-        print(f"{PROG}: an ingest node of the shared store: no Analyst here", flush=True)
+    print(f"{PROG}: serving the Analyst on {args.analyst_host}:{analyst_port}", flush=True)
     print(f"{PROG}: serving {what} on {args.host}:{port}", flush=True)
 
 
@@ -374,10 +370,8 @@ def _analyst_listener(args: argparse.Namespace) -> tuple[str, AnalystAccess, Pat
     return f"{args.analyst_host}:{args.analyst_port}", access, audit_log
 
 
-def _analyst_arguments(analyst: tuple[str, AnalystAccess, Path] | None) -> dict:
-    """start_server's Analyst arguments (none for an ingest node of a shared store)."""
-    if analyst is None:
-        return {}
+def _analyst_arguments(analyst: tuple[str, AnalystAccess, Path]) -> dict:
+    """start_server's Analyst arguments."""
     address, access, audit_log = analyst
     return {"analyst_address": address, "analyst_access": access, "audit_log": audit_log}
 

@@ -39,7 +39,7 @@ from aggregator.service.limits import (
 )
 from aggregator.service.observe import Observer
 from aggregator.service.ports import ensure_port_free
-from aggregator.service.store_api import Store
+from aggregator.service.store_api import Store, analysis_of
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from aggregator.store import definitions
 from aggregator.store.file_kind import create_private
@@ -183,9 +183,10 @@ async def start_server(
     """Open the store, register every question, and start serving devices on ``address`` and
     analysts on ``analyst_address``.
 
-    ``store_url`` (postgresql://...) makes this server one ingest node of several on a shared
-    PostgreSQL store: it serves devices only (no Analyst), and ``db_path`` names the node's own
-    files (its lock, cap counts and pseudonym key), as docs/operations.md says.
+    ``store_url`` (postgresql://...) makes this server one node of several on a shared
+    PostgreSQL store: its Collector and Analyst serve the shared reports and analysis state,
+    and ``db_path`` names the node's own files (its lock, cap counts, pseudonym key and audit
+    log), as docs/operations.md says.
 
     ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
@@ -241,9 +242,7 @@ async def start_server(
             pseudonym=KeyPseudonyms.beside(db_path),
             streams=streams,
             connections=connections,
-            analyst=None
-            if store_url is not None
-            else (
+            analyst=(
                 analyst_address,
                 analyst_access or AnalystAccess(),
                 Path(audit_log) if audit_log is not None else default_path(db_path),
@@ -362,7 +361,7 @@ async def serve_analyst(
             *(connections or ConnectionLimits()).options(),
         ],
     )
-    analyst = Analyst(surveys, store)
+    analyst = Analyst(surveys, analysis_of(store))
     add_analyst_to_server(analyst, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -5,7 +5,7 @@ single writer. A seal first closes the confirmation side holding the survey's
 confirmation-side lock exclusively; every node's commit of confirmation-side reports holds it
 shared and checks the side is open (engine.py), so no node acknowledges a report the seal did
 not count.
-(The reusable holdout is not served on PostgreSQL in this version.)"""
+(The holdout's commit and the Analyst's view of it all: aggregator/store/postgres/analysis.py.)"""
 
 from __future__ import annotations
 

@@ -7,7 +7,10 @@ nodes). The statistics are sharded: ``statistic_shards`` holds, per (survey, que
 group, shard), the sums of the reports that transactions choosing that shard stored, so
 concurrent commits seldom wait on one row; a read sums the shards. Group '' pools all groups.
 ``confirmations.closed_at`` is set when a seal closes the confirmation side, before its
-results are computed (aggregator/store/postgres/confirm.py)."""
+results are computed (aggregator/store/postgres/confirm.py). ``releases`` and ``holdout_queries``
+keep the Analyst's released snapshots and the holdout's query log, as in SQLite
+(aggregator/store/postgres/analysis.py); they are added by ``CREATE TABLE IF NOT EXISTS`` to a
+store made before them, so the schema version stays 1."""
 
 from __future__ import annotations
 
@@ -75,6 +78,25 @@ _TABLES = (
     sealed_at text,
     holdout text,
     closed_at text
+)""",
+    """CREATE TABLE IF NOT EXISTS holdout_queries (
+    survey_id text NOT NULL,
+    query integer NOT NULL,
+    question_id text NOT NULL,
+    test text NOT NULL,
+    level double precision NOT NULL,
+    reject boolean NOT NULL,
+    asked_at text NOT NULL,
+    PRIMARY KEY (survey_id, query)
+)""",
+    """CREATE TABLE IF NOT EXISTS releases (
+    survey_id text NOT NULL,
+    question_id text NOT NULL,
+    side smallint NOT NULL,
+    group_value text NOT NULL,
+    n bigint NOT NULL,
+    sums bigint[] NOT NULL,
+    PRIMARY KEY (survey_id, question_id, side, group_value)
 )""",
 )
 
