@@ -307,6 +307,30 @@ def null_distribution(text: str, question: QuestionSpec) -> np.ndarray:
         raise UserError(f"question {question.id}: {exc}") from None
 
 
+def add_store_or_url_options(parser: argparse.ArgumentParser) -> None:
+    """--config, and either --db (a SQLite store file) or --store (a shared PostgreSQL store)."""
+    parser.add_argument("--config", type=Path, required=True, help="survey definitions (TOML)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=Path, help="SQLite report store (or --store)")
+    where.add_argument(
+        "--store",
+        metavar="URL",
+        help="a shared PostgreSQL store instead (postgresql://...; extra [postgres])",
+    )
+
+
+def check_store_url(url: str) -> None:
+    """--store: a PostgreSQL URL, with the [postgres] extra installed; else a UserError."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise UserError("--store takes a PostgreSQL URL: postgresql://USER@HOST/DATABASE")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "--store needs the PostgreSQL driver: pip install 'ldp-survey[postgres]'"
+        ) from None
+
+
 def open_store(surveys: dict[str, SurveySpec], db: Path, where: object) -> ReportStore:
     """The store for writing, with every question checked against its pinned definition."""
     store = ReportStore(db)

@@ -24,6 +24,7 @@ from aggregator.cli.common import (
     UserError,
     add_command,
     add_store_options,
+    check_store_url,
     positive,
 )
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
@@ -320,16 +321,9 @@ def _run_server(
 
 def _check_shared_store(args: argparse.Namespace) -> None:
     """--store: a PostgreSQL URL, one process per node, and the [postgres] extra installed."""
-    if not args.store.startswith(("postgresql://", "postgres://")):
-        raise UserError("--store takes a PostgreSQL URL: postgresql://USER@HOST/DATABASE")
+    check_store_url(args.store)
     if args.workers != 1:
         raise UserError("--store runs one process per node: start more nodes, not --workers")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        raise UserError(
-            "--store needs the PostgreSQL driver: pip install 'ldp-survey[postgres]'"
-        ) from None
 
 
 def _announce(args: argparse.Namespace, port: int, analyst_port: int, what: str) -> None:
