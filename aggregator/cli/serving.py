@@ -46,12 +46,6 @@ ONE_ANSWER_UNCHECKED = (
     "process; --workers 1 checks them); devices still refuse or memoize a second answer"
 )
 
-PER_NODE_LIMITS = (
-    f"{PROG}: warning: with --store, per-device limits and the one-answer check of signed "
-    "surveys are counted on this node only: a device that reaches N nodes gets up to N times "
-    "its cap (docs/operations.md, 'Several ingest nodes')"
-)
-
 
 def add_commands(subparsers: Subcommands) -> None:
     serve = add_command(subparsers, "serve", "run the gRPC aggregator")
@@ -238,8 +232,6 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     if args.workers > 1 and limits:  # only the one-answer rule of signed surveys
         print(ONE_ANSWER_UNCHECKED, file=sys.stderr, flush=True)
-    if args.store is not None and limits:
-        print(PER_NODE_LIMITS, file=sys.stderr, flush=True)
     if args.store is None and args.db.is_file() and args.db.stat().st_size:  # before binding
         with StoreReader(args.db) as reader:
             reader.check_definitions(surveys, args.config)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -35,6 +36,7 @@ from aggregator.service.limits import (
     DEFAULT_MAX_INFLIGHT_REPORTS,
     CapCounter,
     KeyPseudonyms,
+    SharedLimits,
     UploadGuard,
 )
 from aggregator.service.observe import Observer
@@ -49,8 +51,13 @@ from aggregator.survey_file.config import SurveyLimits
 from client.device.transport import MAX_MESSAGE_BYTES
 from client.survey import SurveySpec
 
+if TYPE_CHECKING:
+    from aggregator.store.postgres.engine import PostgresStore
+
 log = logging.getLogger(__name__)
 
+#: What every node of a shared store hashes to show it has the other nodes' limits secret.
+SECRET_CHECK = "ldp-survey: nodes sharing per-device limits"
 #: How often an idle server checks that its store can still make reports durable.
 STORE_PROBE_SECONDS = 1.0
 
@@ -144,7 +151,7 @@ def open_shared_store(
     *,
     max_delay: float = 0.002,
     on_commit: Callable[[float, int], None] | None = None,
-) -> Store:
+) -> PostgresStore:
     """Open the shared PostgreSQL store at ``url`` (extra [postgres]), check every question of
     the surveys against its pinned definition and register it: one ingest node of several."""
     from aggregator.store.postgres import pins
@@ -205,13 +212,15 @@ async def start_server(
     observer = observer or Observer()
     lock = StoreLock(db_path)  # before anything is opened: one server per store
     try:
-        caps = CapFile.beside(db_path)
+        caps: CapFile | None = None
+        shared_store: PostgresStore | None = None
         store: Store
         if store_url is not None:
-            store = open_shared_store(
+            store = shared_store = open_shared_store(
                 surveys, store_url, max_delay=max_delay, on_commit=observer.recorder.commit
             )
         else:
+            caps = CapFile.beside(db_path)
             caps.adopt_legacy(db_path)
             store = open_store(
                 surveys, db_path, max_delay=max_delay, on_commit=observer.recorder.commit
@@ -220,8 +229,15 @@ async def start_server(
         lock.release()
         raise
     try:
+        pseudonym = KeyPseudonyms.beside(db_path)
+        shared = None
+        if shared_store is not None and limits:
+            shared = shared_limits(shared_store, pseudonym)
         guard = UploadGuard(
-            limits or {}, CapCounter(caps.load()), max_inflight_reports=max_inflight_reports
+            limits or {},
+            CapCounter(caps.load() if caps is not None else {}),
+            max_inflight_reports=max_inflight_reports,
+            shared=shared,
         )
         registry = None
         if devices is not None:
@@ -239,7 +255,7 @@ async def start_server(
             credentials=credentials,
             auth=auth,
             observer=observer,
-            pseudonym=KeyPseudonyms.beside(db_path),
+            pseudonym=pseudonym,
             streams=streams,
             connections=connections,
             analyst=(
@@ -256,9 +272,20 @@ async def start_server(
     if registry is not None:
         running.registry = registry
         registry.start()
-    running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
-    running.caps.start()
+    if caps is not None:
+        running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
+        running.caps.start()
     return running
+
+
+def shared_limits(store: PostgresStore, pseudonym: KeyPseudonyms) -> SharedLimits:
+    """The per-device counts of a shared PostgreSQL store, after checking this node hashes
+    devices with the same secret as the other nodes."""
+    from aggregator.store.postgres.device_limits import SharedDeviceLimits
+
+    shared = SharedDeviceLimits(store)
+    shared.check_secret(pseudonym(SECRET_CHECK))
+    return shared
 
 
 async def serve(
