@@ -1,5 +1,6 @@
 """``ldp-aggregator export --store postgresql://...``: a shared PostgreSQL store's reports as
-shard files, read in one snapshot, so the Beam job runs on them unchanged; its counts equal
+shard files, read in one snapshot, so the Beam job runs on them unchanged, and ``job --store``
+reading one snapshot of the store directly; their counts equal
 ``PostgresStore.statistics`` exactly for every mechanism. Mistakes are one line."""
 
 from __future__ import annotations
@@ -97,3 +98,77 @@ def test_export_of_an_unpinned_or_changed_survey_is_refused(
     assert "the store holds reports randomized with" in err and len(err.strip().splitlines()) == 1
     with PostgresStore(postgres_url) as store:  # the check wrote nothing: the old pin holds
         pins.register(store, surveys)
+
+
+def store_statistics(store, surveys) -> dict[str, tuple[int, list[int]]]:
+    return {
+        q.id: (int(n), sums.tolist())
+        for q in surveys["s1"].questions
+        for n, sums in [store.statistics("s1", q.id)]
+    }
+
+
+@pytest.mark.slow  # a PostgreSQL database and Beam pipelines
+def test_the_beam_job_reads_one_snapshot_of_the_store_directly(
+    tmp_path: Path, postgres_url: str, capsys
+) -> None:
+    """``job --store``: ranges read in parallel from one exported snapshot. Reports committed
+    while the job holds its snapshot are not in it; the results equal the store's statistics
+    at the snapshot, and then (on the command line) the job over an export of the same state."""
+    from aggregator.jobs import pipeline
+    from aggregator.jobs.postgres_source import held_snapshot, ranges
+    from aggregator.jobs.results import Analysis
+    from aggregator.store.postgres import pins
+    from aggregator.store.postgres.engine import PostgresStore
+
+    config = tmp_path / "surveys.toml"
+    config.write_text(SURVEYS_TOML)
+    surveys = load_surveys(config)
+    rng = np.random.default_rng(5)
+    with PostgresStore(postgres_url) as store:
+        pins.register(store, surveys)
+        store.put(ingest.validate_batch(reports(surveys, 400, rng), surveys))
+        at_snapshot = store_statistics(store, surveys)
+        with held_snapshot(postgres_url) as snapshot:
+            store.put(ingest.validate_batch(reports(surveys, 50, rng), surveys))  # after it
+            spec = pipeline.JobSpec(
+                surveys,
+                (),
+                str(tmp_path / "snapshot.json"),
+                Analysis(seed=11),
+                tables=ranges(postgres_url, snapshot, "s1", None, 7),
+            )
+            document = pipeline.run(spec, ["--runner=DirectRunner"])
+        now = store_statistics(store, surveys)
+    results = {r["question"]: r for r in document["results"]}
+    assert {q: (r["n"], r["sums"]) for q, r in results.items()} == at_snapshot
+    assert all(n == 400 for n, _ in at_snapshot.values())
+
+    out = tmp_path / "store.json"
+    job = ["job", "--surveys", str(config), "--seed", "11", "--direct-num-workers", "1"]
+    source = ["--store", postgres_url, "--survey", "s1"]
+    assert aggregator_main([*job, *source, "--out", str(out)]) == 0
+    assert "(16 range(s) of one snapshot of the store)" in capsys.readouterr().out
+    direct = {r["question"]: r for r in json.loads(out.read_text())["results"]}
+    assert {q: (r["n"], r["sums"]) for q, r in direct.items()} == now
+    shards = tmp_path / "shards"
+    export = ["export", "--config", str(config), "--store", postgres_url, "--survey", "s1"]
+    assert aggregator_main([*export, "--out", str(shards)]) == 0
+    exported = tmp_path / "exported.json"
+    assert aggregator_main([*job, "--shards", str(shards), "--out", str(exported)]) == 0
+    capsys.readouterr()
+    assert json.loads(exported.read_text())["results"] == json.loads(out.read_text())["results"]
+
+
+def test_job_store_mistakes_are_one_line(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "surveys.toml"
+    config.write_text(SURVEYS_TOML)
+    job = ["job", "--surveys", str(config), "--out", str(tmp_path / "r.json")]
+    for extra, message in (
+        (["--store", "postgresql://x/y"], "--store needs --survey"),
+        (["--store", "mysql://x/y", "--survey", "s1"], "--store takes a PostgreSQL URL"),
+        (["--shards", str(tmp_path), "--survey", "s1"], "--survey and --side go with --store"),
+    ):
+        assert aggregator_main([*job, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
