@@ -3,8 +3,9 @@ with its own Analyst listener) on one real PostgreSQL server, and a SQLite serve
 same reports, all over real gRPC on loopback.
 
 * An estimate, a test and the released statistic through node A equal those through node B
-  and those of the SQLite store; a release moves only in steps of ``min_batch_size``, whichever
-  node is asked (the released snapshots are shared).
+  and those of the SQLite store (and ``ldp-aggregator estimate --server`` to either node prints
+  what ``--db`` prints from the SQLite file); a release moves only in steps of
+  ``min_batch_size``, whichever node is asked (the released snapshots are shared).
 * A holdout query answered by node A is spent on node B.
 * A plan registered and sealed through node A's Analyst: node B answers the sealed record,
   refuses confirmation-side uploads, and reads the confirmation side.
@@ -21,6 +22,7 @@ import pytest
 from conftest import ServerThread
 from test_confirm_flow import CONFIG, MOOD, PLAN, code_of, population, reports
 
+from aggregator.cli import main as aggregator_main
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 EXPLORATION, CONFIRMATION = ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION
@@ -79,7 +81,9 @@ def answers(server: ServerThread) -> tuple:
 
 
 @pytest.mark.slow  # three servers and a PostgreSQL database
-def test_every_node_answers_as_the_sqlite_store(nodes, tmp_path: Path, config: Path) -> None:
+def test_every_node_answers_as_the_sqlite_store(
+    nodes, tmp_path: Path, config: Path, capsys
+) -> None:
     a, b = nodes
     batch = population(a.surveys, n=400)
     upload(a, batch[::2])
@@ -93,6 +97,13 @@ def test_every_node_answers_as_the_sqlite_store(nodes, tmp_path: Path, config: P
     assert expected[0][0] == 400
     assert answers(a) == expected
     assert answers(b) == expected
+    # the command line through any node's Analyst prints what it prints from the SQLite file
+    command = ["estimate", "--survey", "split", "--question", "mood", "--json"]
+    assert aggregator_main([*command, "--config", str(config), "--db", str(sqlite.db)]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    for node in (a, b):
+        assert aggregator_main([*command, "--server", node.analyst_target]) == 0
+        assert json.loads(capsys.readouterr().out) == from_file
 
     # 19 more (min_batch_size 20): the release does not move, whichever node is asked
     upload(a, reports(a.surveys["split"].question("mood"), MOOD, 19, EXPLORATION, 3))
