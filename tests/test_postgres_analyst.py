@@ -164,3 +164,19 @@ def test_a_seal_through_one_node_holds_on_the_other(nodes) -> None:
     on_b = analyst_of(b).Confirm(ldp_pb2.ConfirmRequest(survey_id="split"), timeout=30)
     assert on_b.already and on_b.results_json == sealed.results_json
     assert analyst_of(b).Estimate(confirmation, timeout=30).n == 800
+
+
+@pytest.mark.slow
+def test_a_seal_refused_for_too_little_data_leaves_the_side_open(nodes) -> None:
+    """As on SQLite: a plan that cannot run seals nothing, and the confirmation side keeps
+    taking reports on every node (the close that preceded the computation is undone)."""
+    a, b = nodes
+    upload(a, reports(a.surveys["split"].question("mood"), MOOD, 50, CONFIRMATION, 7))
+    analyst_of(a).Preregister(ldp_pb2.PreregisterRequest(survey_id="split", plan=PLAN), timeout=30)
+    code, details = code_of(
+        analyst_of(a).Confirm, ldp_pb2.ConfirmRequest(survey_id="split"), timeout=60
+    )
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "0 confirmation-side reports" in details
+    upload(b, population(a.surveys))  # both sides, on the other node: still open
+    sealed = analyst_of(b).Confirm(ldp_pb2.ConfirmRequest(survey_id="split"), timeout=60)
+    assert [r["n"] for r in json.loads(sealed.results_json)["results"]] == [850, 800]

@@ -14,6 +14,8 @@ finds the survey sealed answers the stored record (``already``)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 
 from aggregator.errors import ConfirmationError
@@ -111,26 +113,33 @@ async def confirm(
     async def run():
         async with executor.admitted(caller_of(context)):
             prepared = False
-            for attempt in range(1, confirmations.ATTEMPTS + 1):
-                snap = await executor.in_thread(context, store.confirmation_snapshot, survey)
-                plan = confirmations.seal_plan(snap, survey)
-                if plan is not None and not prepared:  # then read again: the final counts
-                    await executor.in_thread(context, store.prepare_seal, survey)
-                    prepared = True
+            try:
+                for attempt in range(1, confirmations.ATTEMPTS + 1):
                     snap = await executor.in_thread(context, store.confirmation_snapshot, survey)
                     plan = confirmations.seal_plan(snap, survey)
-                if plan is None:  # sealed before: its record is the answer
-                    return snap.state, True
-                record = await executor.in_process(
-                    context, sealed_record, plan, surveys, survey.id, snap.histograms
-                )
-                try:
-                    return await executor.in_thread(
-                        context, store.commit_seal, survey, snap, record
+                    if plan is not None and not prepared:  # then read again: the final counts
+                        await executor.in_thread(context, store.prepare_seal, survey)
+                        prepared = True
+                        snap = await executor.in_thread(
+                            context, store.confirmation_snapshot, survey
+                        )
+                        plan = confirmations.seal_plan(snap, survey)
+                    if plan is None:  # sealed before: its record is the answer
+                        return snap.state, True
+                    record = await executor.in_process(
+                        context, sealed_record, plan, surveys, survey.id, snap.histograms
                     )
-                except confirmations.StateChangedError:
-                    if attempt == confirmations.ATTEMPTS:
-                        raise
+                    try:
+                        return await executor.in_thread(
+                            context, store.commit_seal, survey, snap, record
+                        )
+                    except confirmations.StateChangedError:
+                        if attempt == confirmations.ATTEMPTS:
+                            raise
+            except BaseException:
+                if prepared:  # no seal: the side closed for it opens again
+                    await asyncio.to_thread(store.abandon_seal, survey)
+                raise
         raise AssertionError("unreachable")
 
     sealed, already = await answered(context, run())

@@ -52,6 +52,8 @@ class AnalysisStore(Protocol):
 
     def prepare_seal(self, survey: SurveySpec) -> None: ...
 
+    def abandon_seal(self, survey: SurveySpec) -> None: ...
+
     def commit_seal(
         self, survey: SurveySpec, snap: Snapshot, record: dict
     ) -> tuple[Confirmation, bool]: ...
@@ -103,6 +105,9 @@ class SqliteAnalysis:
 
     def prepare_seal(self, survey: SurveySpec) -> None:
         """Nothing: the single writer closes the side in the seal's own transaction."""
+
+    def abandon_seal(self, survey: SurveySpec) -> None:
+        """Nothing: a seal that did not commit never closed the side."""
 
     def commit_seal(
         self, survey: SurveySpec, snap: Snapshot, record: dict

@@ -80,6 +80,10 @@ class PostgresAnalysis:
         """Close the confirmation side on every node before the plan runs (confirm.close_side)."""
         confirm.close_side(self._store, survey)
 
+    def abandon_seal(self, survey: SurveySpec) -> None:
+        """Open the side again: the seal prepared did not happen (confirm.reopen_side)."""
+        confirm.reopen_side(self._store, survey)
+
     def commit_seal(
         self, survey: SurveySpec, snap: Snapshot, record: dict
     ) -> tuple[Confirmation, bool]:
