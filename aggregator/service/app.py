@@ -192,8 +192,9 @@ async def start_server(
 
     ``store_url`` (postgresql://...) makes this server one node of several on a shared
     PostgreSQL store: its Collector and Analyst serve the shared reports and analysis state,
-    and ``db_path`` names the node's own files (its lock, cap counts, pseudonym key and audit
-    log), as docs/operations.md says.
+    its per-device limits are counted in the store (every node must share ``db_path``'s limits
+    secret), and ``db_path`` names the node's own files (its lock, limits secret and audit log),
+    as docs/operations.md says.
 
     ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
