@@ -4,8 +4,8 @@ same reports, all over real gRPC on loopback.
 
 * An estimate, a test and the released statistic through node A equal those through node B
   and those of the SQLite store (and ``ldp-aggregator estimate --server`` to either node prints
-  what ``--db`` prints from the SQLite file); a release moves only in steps of
-  ``min_batch_size``, whichever node is asked (the released snapshots are shared).
+  what ``--db`` prints from the SQLite file, and so does ``--store URL``); a release moves only
+  in steps of ``min_batch_size``, whichever node is asked (the released snapshots are shared).
 * A holdout query answered by node A is spent on node B.
 * A plan registered and sealed through node A's Analyst: node B answers the sealed record,
   refuses confirmation-side uploads, and reads the confirmation side.
@@ -82,7 +82,7 @@ def answers(server: ServerThread) -> tuple:
 
 @pytest.mark.slow  # three servers and a PostgreSQL database
 def test_every_node_answers_as_the_sqlite_store(
-    nodes, tmp_path: Path, config: Path, capsys
+    nodes, tmp_path: Path, config: Path, postgres_url: str, capsys
 ) -> None:
     a, b = nodes
     batch = population(a.surveys, n=400)
@@ -104,6 +104,14 @@ def test_every_node_answers_as_the_sqlite_store(
     for node in (a, b):
         assert aggregator_main([*command, "--server", node.analyst_target]) == 0
         assert json.loads(capsys.readouterr().out) == from_file
+    # and straight from the shared store (read only, like --db)
+    assert aggregator_main([*command, "--config", str(config), "--store", postgres_url]) == 0
+    assert json.loads(capsys.readouterr().out) == from_file
+    gof = ["test", "gof", "--survey", "split", "--question", "mood", "--p0", "uniform", "--json"]
+    assert aggregator_main([*gof, "--config", str(config), "--db", str(sqlite.db)]) == 0
+    test_from_file = json.loads(capsys.readouterr().out)
+    assert aggregator_main([*gof, "--config", str(config), "--store", postgres_url]) == 0
+    assert json.loads(capsys.readouterr().out) == test_from_file
 
     # 19 more (min_batch_size 20): the release does not move, whichever node is asked
     upload(a, reports(a.surveys["split"].question("mood"), MOOD, 19, EXPLORATION, 3))
@@ -180,3 +188,19 @@ def test_a_seal_refused_for_too_little_data_leaves_the_side_open(nodes) -> None:
     upload(b, population(a.surveys))  # both sides, on the other node: still open
     sealed = analyst_of(b).Confirm(ldp_pb2.ConfirmRequest(survey_id="split"), timeout=60)
     assert [r["n"] for r in json.loads(sealed.results_json)["results"]] == [850, 800]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--db", "r.sqlite", "--store", "postgresql://x/y"), "give --db or --store, not both"),
+        (("--store", "postgresql://x/y", "--server", "127.0.0.1:1"), "not both"),
+        (("--store", "mysql://x/y", "--config", "c.toml"), "--store takes a PostgreSQL URL"),
+        (("--store", "postgresql://x/y"), "--store needs --config"),
+    ],
+)
+def test_estimate_store_mistakes_are_one_line(capsys, extra, message) -> None:
+    command = ["estimate", "--survey", "split", "--question", "mood", *extra]
+    assert aggregator_main(command) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
