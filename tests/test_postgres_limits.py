@@ -6,6 +6,8 @@ device (one limit key: the loopback host) to both.
   to both at once; a resend of stored reports is DUPLICATE, never refused.
 * Its token bucket is one bucket: a burst spent on one node is spent on the other.
 * A node hashing devices with another secret than the other nodes refuses to start.
+* ``--limits-per-node`` keeps the counts in each node's own file instead: no pseudonym in the
+  store, a cap per node.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from cli_runner import run_cli
 from conftest import ServerThread
 
 from aggregator.service.app import start_server
@@ -162,3 +165,43 @@ def test_a_node_with_another_limits_secret_refuses_to_start(
         asyncio.run(start("node-b"))  # a secret of its own
     shutil.copy(tmp_path / "node-a.limits-secret", tmp_path / "node-b.limits-secret")
     asyncio.run(start("node-b"))
+
+
+@pytest.mark.slow
+def test_limits_per_node_keep_no_pseudonym_in_the_store(
+    tmp_path: Path, config: Path, postgres_url: str
+) -> None:
+    """``--limits-per-node``: each node counts in its own ``<db>.caps`` (a device reaching both
+    gets its cap on each), and the shared store holds no device pseudonym."""
+    started = [
+        ServerThread(
+            config, tmp_path / f"node-{name}", store_url=postgres_url, per_node_limits=True
+        ).start()
+        for name in ("a", "b")  # each with its own secret: nothing is compared
+    ]
+    try:
+        for server in started:
+            assert send(server, [report() for _ in range(CAP)]) == [ldp_pb2.ACCEPTED] * CAP
+            assert isinstance(send(server, [report()]), grpc.RpcError)
+    finally:
+        for server in started:
+            server.stop()
+    assert stored(postgres_url, "capped") == 2 * CAP
+    assert (tmp_path / "node-a.caps").is_file()
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:
+        for table in ("device_counts", "device_buckets", "node_settings"):
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+
+
+def test_limits_per_node_needs_a_store(tmp_path: Path, config: Path) -> None:
+    done = run_cli(
+        "agg", "serve", "--config", config, "--db", tmp_path / "n", "--insecure",
+        "--limits-per-node",
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "ldp-aggregator: error: --limits-per-node goes with --store (a single server counts "
+        "per node)"
+    )

@@ -46,6 +46,12 @@ ONE_ANSWER_UNCHECKED = (
     "process; --workers 1 checks them); devices still refuse or memoize a second answer"
 )
 
+PER_NODE_LIMITS = (
+    f"{PROG}: warning: with --limits-per-node, per-device limits and the one-answer check of "
+    "signed surveys are counted on this node only: a device that reaches N nodes gets up to N "
+    "times its cap (docs/limits.md)"
+)
+
 
 def add_commands(subparsers: Subcommands) -> None:
     serve = add_command(subparsers, "serve", "run the gRPC aggregator")
@@ -61,6 +67,13 @@ def add_commands(subparsers: Subcommands) -> None:
         help="a shared PostgreSQL store (postgresql://...; extra [postgres]): this process is one "
         "of several nodes serving devices and analysts from it, and --db names its own files "
         "(docs/operations.md, 'Several ingest nodes')",
+    )
+    serve.add_argument(
+        "--limits-per-node",
+        action="store_true",
+        help="with --store: count per-device limits in this node's own <db>.caps, not in the "
+        "shared store (a device reaching N nodes gets up to N times its cap; the store then "
+        "holds no device pseudonym: docs/limits.md)",
     )
     _add_analyst_options(serve)
     serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
@@ -211,6 +224,8 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(f"cannot create report store {args.db}: folder {folder} does not exist")
     if args.store is not None:
         _check_shared_store(args)
+    elif args.limits_per_node:
+        raise UserError("--limits-per-node goes with --store (a single server counts per node)")
     args.analyst = _analyst_listener(args)
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
@@ -232,6 +247,8 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     if args.workers > 1 and limits:  # only the one-answer rule of signed surveys
         print(ONE_ANSWER_UNCHECKED, file=sys.stderr, flush=True)
+    if args.limits_per_node and limits:
+        print(PER_NODE_LIMITS, file=sys.stderr, flush=True)
     if args.store is None and args.db.is_file() and args.db.stat().st_size:  # before binding
         with StoreReader(args.db) as reader:
             reader.check_definitions(surveys, args.config)
@@ -410,6 +427,7 @@ async def _serve(
         observer=Observer(recorder, access_log_stream(args.access_log)),
         **_analyst_arguments(args.analyst),
         store_url=args.store,
+        per_node_limits=args.limits_per_node,
     )
     _announce(args, running.port, running.analyst_port, f"{len(surveys)} survey(s)")
     stop = asyncio.Event()

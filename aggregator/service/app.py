@@ -186,6 +186,7 @@ async def start_server(
     analyst_access: AnalystAccess | None = None,
     audit_log: str | os.PathLike[str] | None = None,
     store_url: str | None = None,
+    per_node_limits: bool = False,
 ) -> RunningServer:
     """Open the store, register every question, and start serving devices on ``address`` and
     analysts on ``analyst_address``.
@@ -193,8 +194,9 @@ async def start_server(
     ``store_url`` (postgresql://...) makes this server one node of several on a shared
     PostgreSQL store: its Collector and Analyst serve the shared reports and analysis state,
     its per-device limits are counted in the store (every node must share ``db_path``'s limits
-    secret), and ``db_path`` names the node's own files (its lock, limits secret and audit log),
-    as docs/operations.md says.
+    secret), or with ``per_node_limits`` in the node's own ``<db>.caps`` as on SQLite, and
+    ``db_path`` names the node's own files (its lock, limits secret and audit log), as
+    docs/operations.md says.
 
     ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
@@ -220,6 +222,8 @@ async def start_server(
             store = shared_store = open_shared_store(
                 surveys, store_url, max_delay=max_delay, on_commit=observer.recorder.commit
             )
+            if per_node_limits:
+                caps = CapFile.beside(db_path)
         else:
             caps = CapFile.beside(db_path)
             caps.adopt_legacy(db_path)
@@ -232,7 +236,7 @@ async def start_server(
     try:
         pseudonym = KeyPseudonyms.beside(db_path)
         shared = None
-        if shared_store is not None and limits:
+        if shared_store is not None and limits and not per_node_limits:
             shared = shared_limits(shared_store, pseudonym)
         guard = UploadGuard(
             limits or {},
