@@ -13,7 +13,9 @@ same reports, all over real gRPC on loopback.
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -204,3 +206,47 @@ def test_estimate_store_mistakes_are_one_line(capsys, extra, message) -> None:
     assert aggregator_main(command) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_nodes_releasing_one_cell_at_once_store_one_snapshot(
+    tmp_path: Path, config: Path, postgres_url: str
+) -> None:
+    """Eight release loops on one cell at once, from two stores (two nodes' connections),
+    while reports arrive: the snapshots released are at least min_batch_size (20) apart, never
+    two closer, and the last is within 20 of the final count."""
+    from aggregator.store import ingest
+    from aggregator.store.postgres import pins
+    from aggregator.store.postgres.engine import PostgresStore
+    from aggregator.survey_file.config import load_surveys
+
+    surveys = load_surveys(config)
+    question = surveys["split"].question("mood")
+    cell = ("split", "mood", EXPLORATION, "")
+    seen: set[int] = set()
+    lock = threading.Lock()
+    with PostgresStore(postgres_url) as one, PostgresStore(postgres_url) as other:
+        pins.register(one, surveys)
+        stop = threading.Event()
+
+        def release(store: PostgresStore) -> None:
+            while not stop.is_set():
+                snapshot = store.analysis().release([cell], 20)[cell]
+                if snapshot is not None:
+                    with lock:
+                        seen.add(snapshot[0])
+
+        threads = [threading.Thread(target=release, args=(s,)) for s in (one, other) * 4]
+        for t in threads:
+            t.start()
+        for seed in range(30):  # 30 uploads of 7: 210 reports
+            batch = reports(question, MOOD, 7, EXPLORATION, seed)
+            one.put(ingest.validate_batch(batch, surveys))
+        stop.set()
+        for t in threads:
+            t.join()
+        final = one.analysis().release([cell], 20)[cell]
+    assert final is not None and final[0] >= 191
+    ordered = sorted(seen | {final[0]})
+    assert ordered[0] >= 20
+    assert all(b - a >= 20 for a, b in itertools.pairwise(ordered))
