@@ -5,6 +5,7 @@ device (one limit key: the loopback host) to both.
 * A device that reaches both nodes stores no more than its cap in total, also when it sends
   to both at once; a resend of stored reports is DUPLICATE, never refused.
 * Its token bucket is one bucket: a burst spent on one node is spent on the other.
+* A signed survey's one answer per device holds across nodes.
 * A node hashing devices with another secret than the other nodes refuses to start.
 * ``--limits-per-node`` keeps the counts in each node's own file instead: no pseudonym in the
   store, a cap per node.
@@ -205,3 +206,46 @@ def test_limits_per_node_needs_a_store(tmp_path: Path, config: Path) -> None:
         "ldp-aggregator: error: --limits-per-node goes with --store (a single server counts "
         "per node)"
     )
+
+
+@pytest.mark.slow
+def test_a_signed_survey_takes_one_answer_per_device_across_nodes(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The one-answer check of a signed survey (a cap of 1 per question, limit key: the
+    device's enrolled key) holds across nodes: a second answer sent to the other node is
+    refused as answered before, and a resend of the first is a DUPLICATE there."""
+    from test_repeats import Clinic
+    from test_repeats import report as clinic_report
+
+    clinic = Clinic(tmp_path)
+    nodes = []
+    for name in ("a", "b"):
+        if nodes:
+            shutil.copy(tmp_path / "node-a.limits-secret", tmp_path / f"node-{name}.limits-secret")
+        nodes.append(
+            ServerThread(
+                clinic.config,
+                tmp_path / f"node-{name}",
+                device_keys=clinic.keys,
+                store_url=postgres_url,
+            ).start()
+        )
+    try:
+        first = clinic_report("insured")
+        clinic.running = nodes[0]
+        assert clinic.upload([first]) == ["ACCEPTED"]
+        clinic.running = nodes[1]
+        error = clinic.refused([clinic_report("insured", 0)])
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "answered before" in (error.details() or "")
+        assert clinic.upload([first]) == ["DUPLICATE"]
+        assert clinic.upload([clinic_report("mood")]) == ["ACCEPTED"]
+        clinic.running = nodes[0]
+        assert clinic.refused([clinic_report("mood", 0)]).code() == (
+            grpc.StatusCode.FAILED_PRECONDITION
+        )
+    finally:
+        clinic.running = None
+        for node in nodes:
+            node.stop()
