@@ -31,7 +31,7 @@ from aggregator.service.analysis import (
 )
 from aggregator.service.answers import shortened
 from aggregator.service.rejections import abort, status_of
-from aggregator.service.store_api import Store
+from aggregator.service.store_api import AnalysisStore
 from aggregator.store import ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.survey_file.analyses import check_independent
@@ -54,12 +54,13 @@ NOT_PREREGISTERED_METADATA = ("ldp-label", "not preregistered")
 
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
-    """Estimates and tests computed from stored sufficient statistics."""
+    """Estimates and tests computed from stored sufficient statistics, on any store engine
+    (``store``: aggregator/service/store_api.py's analysis_of)."""
 
     def __init__(
         self,
         surveys: dict[str, SurveySpec],
-        store: Store,
+        store: AnalysisStore,
         executor: AnalysisExecutor | None = None,
     ) -> None:
         self._surveys = surveys
