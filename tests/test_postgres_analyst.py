@@ -250,3 +250,36 @@ def test_nodes_releasing_one_cell_at_once_store_one_snapshot(
     ordered = sorted(seen | {final[0]})
     assert ordered[0] >= 20
     assert all(b - a >= 20 for a, b in itertools.pairwise(ordered))
+
+
+def monitored(server: ServerThread) -> tuple:
+    """The goodness-of-fit monitor of 'mood' over its release history, as plain data."""
+    request = ldp_pb2.MonitorRequest(
+        survey_id="split", question_id="mood", analysis="goodness_of_fit", p0=[0.25] * 4
+    )
+    answer = analyst_of(server).Monitor(request, timeout=60)
+    looks = [(look.n, look.log_evalue) for look in answer.looks]
+    return answer.n, list(answer.estimate), list(answer.low), list(answer.high), looks
+
+
+def test_the_monitor_reads_one_shared_history_of_looks(nodes, tmp_path: Path, config: Path) -> None:
+    """Releases moved through either node append to one history in PostgreSQL: the monitor's
+    looks through node A equal those through node B and those of a SQLite store that released
+    at the same counts."""
+    a, b = nodes
+    question = a.surveys["split"].question("mood")
+    batches = [reports(question, MOOD, 40, EXPLORATION, seed) for seed in range(10, 14)]
+    sqlite = ServerThread(config, tmp_path / "reports.sqlite").start()
+    try:
+        for i, batch in enumerate(batches):
+            upload([a, b][i % 2], batch)
+            upload(sqlite, batch)
+            for server in ([a, b][(i + 1) % 2], sqlite):  # a look: the release moves
+                request = ldp_pb2.EstimateRequest(survey_id="split", question_id="mood")
+                assert analyst_of(server).Estimate(request, timeout=30).n == 40 * (i + 1)
+        expected = monitored(sqlite)
+    finally:
+        sqlite.stop()
+    assert [n for n, _ in expected[4]] == [40, 80, 120, 160]
+    assert monitored(a) == expected
+    assert monitored(b) == expected

@@ -11,6 +11,7 @@ sequences and the p-values anytime-valid. ``--until-stop`` exits 0 once a stoppi
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -242,7 +243,7 @@ def _server_look(args: argparse.Namespace, analyst: RemoteAnalyst, survey_id: st
 def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
     """The same answer from the store's release history (read only; nothing moves)."""
     from aggregator.service import monitor_rpc
-    from aggregator.store import confirmations
+    from aggregator.store import confirmations, release_history
     from aggregator.store.reader import StoreReader
 
     side = side_of(survey, args.side)
@@ -256,7 +257,7 @@ def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
         groups = list(w.groups) if w.groups else [args.group or ""]
         streams = [monitor_rpc.cells(survey, question.id, side, g) for g in groups]
         status = monitor_rpc.from_history(
-            str(args.db),
+            functools.partial(release_history.read, str(args.db)),
             w.analysis,
             question,
             streams,

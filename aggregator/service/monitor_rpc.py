@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import grpc
@@ -27,6 +27,9 @@ from aggregator.store import release_history
 from aggregator.survey_file.groups import two_sample_request_problem
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
+
+#: Released snapshots in release order: (cell, n, sums), as release_history.read gives them.
+History = list[tuple[release_history.Cell, int, list[int]]]
 
 if TYPE_CHECKING:
     from aggregator.service.analyst import Analyst
@@ -81,9 +84,8 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
     p0 = list(request.p0) if analysis == "goodness_of_fit" else None
 
     def work() -> MonitorStatus:
-        path = servicer._store.path
         return from_history(
-            path,
+            servicer._store.release_history,
             analysis,
             question,
             streams,
@@ -113,7 +115,7 @@ def cells(
 
 
 def from_history(
-    path: str,
+    read_history: Callable[[Sequence[release_history.Cell]], History],
     analysis: str,
     question: QuestionSpec,
     streams: list[list[release_history.Cell]],
@@ -124,10 +126,10 @@ def from_history(
     with_path: bool = False,
     cache: MonitorCache | None = None,
 ) -> MonitorStatus:
-    """The analysis over the streams' release history in the store at ``path`` (blocking),
+    """The analysis over the streams' release history, read by ``read_history`` (blocking),
     continuing the ``cache``'s Monitor of the same analysis when there is one. Raises
     InsufficientDataError when no release is recorded, InvalidInputError for bad arguments."""
-    history = release_history.read(path, [cell for stream in streams for cell in stream])
+    history = read_history([cell for stream in streams for cell in stream])
     looks = release_history.looks(history, streams, question.statistic_size)
     if not looks:  # released before the store kept a history, and not moved since
         raise InsufficientDataError(
@@ -143,18 +145,19 @@ def from_history(
     if cache is None:
         return build().advance(histograms, with_path=with_path)
     null = None if p0 is None else tuple(p0)
-    key = (path, question.digest, analysis, tuple(map(tuple, streams)), alpha, null, max_n)
+    key = (question.digest, analysis, tuple(map(tuple, streams)), alpha, null, max_n)
     lock, monitor = cache.get(key, build)
     with lock:
-        if not monitor.continues(histograms):  # another store at the same path: start again
+        if not monitor.continues(histograms):  # not this one's continuation: restart
             monitor = cache.replace(key, build())
         return monitor.advance(histograms, with_path=with_path)
 
 
 class MonitorCache:
-    """Each analysis's Monitor between calls, keyed by store, cells and arguments (the least
-    recently used dropped beyond ``size``): a refresh with no new release costs a read of the
-    history, a new release one update of the e-process, not a rerun over every look."""
+    """Each analysis's Monitor between calls, keyed by question, cells and arguments (one cache
+    per store; the least recently used dropped beyond ``size``): a refresh with no new release
+    costs a read of the history, a new release one update of the e-process, not a rerun over
+    every look."""
 
     def __init__(self, size: int = CACHED_MONITORS) -> None:
         self._size = size

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, cast, runtime_checkable
 
-from aggregator.store import confirmations, releases
+from aggregator.store import confirmations, release_history, releases
 from aggregator.store.confirmations import Confirmation, Snapshot
 from aggregator.store.report_store import ReportBatch
 from client.survey import SurveySpec
@@ -43,6 +43,10 @@ class AnalysisStore(Protocol):
     def release(
         self, cells: Sequence[releases.Cell], step: int
     ) -> dict[releases.Cell, releases.Snapshot | None]: ...
+
+    def release_history(
+        self, cells: Sequence[releases.Cell]
+    ) -> list[tuple[releases.Cell, int, list[int]]]: ...
 
     def check_readable(self, survey: SurveySpec, side: int) -> None: ...
 
@@ -93,6 +97,11 @@ class SqliteAnalysis:
         self, cells: Sequence[releases.Cell], step: int
     ) -> dict[releases.Cell, releases.Snapshot | None]:
         return releases.release(self._store, cells, step)
+
+    def release_history(
+        self, cells: Sequence[releases.Cell]
+    ) -> list[tuple[releases.Cell, int, list[int]]]:
+        return release_history.read(self._store.path, cells)
 
     def check_readable(self, survey: SurveySpec, side: int) -> None:
         confirmations.check_readable_at(self._store.path, survey, side)

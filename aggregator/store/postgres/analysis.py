@@ -61,7 +61,22 @@ class PostgresAnalysis:
                     " SET n = excluded.n, sums = excluded.sums",
                     (*cell, n, sums),
                 )
+                _append_history(conn, cell, snapshots[cell], n, sums)
         return {**snapshots, **due}
+
+    def release_history(self, cells: Sequence[Cell]) -> list[tuple[Cell, int, list[int]]]:
+        """The released snapshots of ``cells`` in release order (release_history.read)."""
+        rows = []
+        with self._store.transaction() as conn:
+            for cell in dict.fromkeys(cells):
+                found = conn.execute(
+                    "SELECT seq, n, sums FROM release_history WHERE survey_id = %s"
+                    " AND question_id = %s AND side = %s AND group_value = %s",
+                    cell,
+                ).fetchall()
+                rows += [(int(seq), cell, int(n), [int(x) for x in s]) for seq, n, s in found]
+        rows.sort(key=lambda row: row[0])
+        return [(cell, n, sums) for _, cell, n, sums in rows]
 
     def check_readable(self, survey: SurveySpec, side: int) -> None:
         """ConfirmationError unless ``side`` may be read (confirmations.check_readable)."""
@@ -124,6 +139,25 @@ class PostgresAnalysis:
                 (survey.id, new["answered"], *query, level, bool(reject), now),
             )
         return new
+
+
+def _append_history(
+    conn: psycopg.Connection, cell: Cell, before: Released | None, n: int, sums: list[int]
+) -> None:
+    """In the transaction that moves ``cell``'s snapshot: record it in the history of looks
+    (and ``before``, the snapshot it replaces, when the cell has no history yet), as
+    aggregator/store/release_history.py does in SQLite."""
+    insert = "INSERT INTO release_history (survey_id, question_id, side, group_value, n, sums)"
+    insert += " VALUES (%s, %s, %s, %s, %s, %s)"
+    if before is not None:
+        recorded = conn.execute(
+            "SELECT 1 FROM release_history WHERE survey_id = %s AND question_id = %s"
+            " AND side = %s AND group_value = %s LIMIT 1",
+            cell,
+        ).fetchone()
+        if recorded is None:
+            conn.execute(insert, (*cell, before[0], before[1]))
+    conn.execute(insert, (*cell, n, sums))
 
 
 def _decide(

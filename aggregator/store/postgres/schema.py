@@ -100,6 +100,17 @@ _TABLES = (
     sums bigint[] NOT NULL,
     PRIMARY KEY (survey_id, question_id, side, group_value)
 )""",
+    """CREATE TABLE IF NOT EXISTS release_history (
+    seq bigserial PRIMARY KEY,
+    survey_id text NOT NULL,
+    question_id text NOT NULL,
+    side smallint NOT NULL,
+    group_value text NOT NULL,
+    n bigint NOT NULL,
+    sums bigint[] NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS release_history_cell"
+    " ON release_history (survey_id, question_id, side, group_value, seq)",
     """CREATE TABLE IF NOT EXISTS device_counts (
     pseudonym text NOT NULL,
     survey_id text NOT NULL,
