@@ -221,6 +221,7 @@ def test_open_survey_design_gives_the_cells(populated):
         (("test", "gof", "--p0", "uniform", "--method", "pearson", "--design"), "--method is"),
         (("test", "independence", "--calibration", "monte-carlo", "--design"), "--calibration"),
         (("test", "homogeneity"), "homogeneity is for --design"),
+        (("estimate", "--design", "--store", "postgresql://x/y"), "keeps no design statistics"),
     ],
 )
 def test_options_that_do_not_apply_are_one_line(populated, extra, message):

@@ -54,6 +54,8 @@ def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
     over --server."""
     if args.server is not None:
         raise UserError("--design reads --db; the Analyst service does not serve design analyses")
+    if getattr(args, "store", None) is not None:
+        raise UserError("--design reads --db; the PostgreSQL store keeps no design statistics")
     unused = [
         flag
         for flag, given in (

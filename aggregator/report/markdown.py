@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aggregator.presentation.numbers import interval, out_of_range, reports, share
+from aggregator.report import sequential
 from aggregator.report.content import QuestionSection, SurveyReport
 from aggregator.report.design import design_markdown
 from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
@@ -42,6 +43,8 @@ def render_markdown(report: SurveyReport, full_tables: Mapping[str, str] | None 
         lines += ["", f"**{report.group_note}**"]
     for section in report.questions:
         lines += _question(section, report.result_label, full_tables or {})
+    if report.sequential:
+        lines += sequential.render_markdown(report.sequential)
     lines += [
         "",
         "Estimates are unbiased and may fall outside [0, 1] (marked ▲); the projected column is "
