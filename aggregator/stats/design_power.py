@@ -57,6 +57,19 @@ class DesignEffect:
             return self.total
         return self.weighting * (1.0 + (self.clustering - 1.0) * share)
 
+    def header(self) -> str:
+        """What a plan says first: the effect given, and which part the noise dilutes."""
+        if self.total is not None:
+            return f"design effect {self.total:g} of privatized reports, applied as given"
+        return (
+            f"raw clustering effect {self.clustering:g}, weighting effect {self.weighting:g}; "
+            "local noise dilutes the clustering part per mechanism (its signal share), not the "
+            "weighting"
+        )
+
+    def to_dict(self) -> dict:
+        return {"clustering": self.clustering, "weighting": self.weighting, "total": self.total}
+
     def describe(self, share: float) -> str:
         """One line: which effect is applied and how the local noise dilutes it."""
         if self.total is not None:
