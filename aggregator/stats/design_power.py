@@ -8,9 +8,9 @@ corrected ``X2 / deff`` is noncentral chi-square(df) with noncentrality ``nu / d
 nu the SRS noncentrality: the design costs a factor ``deff`` in reports. With ``design_df`` (PSUs
 minus strata) the F form ``X2 / (deff df) ~ F(df, df d)`` is referred to the noncentral F instead.
 
-Local noise dilutes only the clustering part (spec D.4): for answers whose cluster design effect
-is ``clustering`` (1 + ICC (m - 1) for clusters of m) and weights with Kish's effect
-``weighting`` (1 + CV(w)^2), the reports' design effect is
+Local noise dilutes only the clustering part (survey-design-and-monitoring spec D.4): for
+answers whose cluster design effect is ``clustering`` (1 + ICC (m - 1) for clusters of m) and
+weights with Kish's effect ``weighting`` (1 + CV(w)^2), the reports' design effect is
 ``weighting * (1 + (clustering - 1) * s)``, s the answers' share of the contrasts' SRS variance
 (``signal_share``: the mean eigenvalue of ``Sigma0^-1 Sigma_signal``, Sigma_signal the covariance
 of the one-hot answer). A design effect measured on privatized reports (``DesignEstimate``'s
