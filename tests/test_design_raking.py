@@ -143,3 +143,16 @@ def test_an_empty_category_or_a_structural_zero_is_a_typed_error():
         rake(np.array([5.0, 0.0, 0.0, 5.0]), [np.array([1.0, 9.0]), np.array([9.0, 1.0])])
     with pytest.raises(InvalidInputError, match=r"categories must lie in 0\.\.1"):
         joint_domains(np.array([[0, 2]]), (3, 2))
+    with pytest.raises(InvalidInputError, match="whole category indices"):
+        joint_domains(np.array([[0.5, 1.0]]), (3, 2))
+
+
+def test_bad_per_key_statistics_are_typed_errors():
+    frame = FrameKeys(np.zeros(4), np.arange(4), np.ones(4), np.zeros((4, 1), dtype=int))
+    good = (np.ones(4), np.zeros((4, 3)), np.zeros((4, 3)))
+    with pytest.raises(InvalidInputError, match="one per frame key"):
+        keyed_cells(frame, (1,), np.ones(3), *good[1:])
+    with pytest.raises(InvalidInputError, match="sums of squares"):
+        keyed_cells(frame, (1,), good[0], good[1], np.zeros((4, 2)))
+    with pytest.raises(InvalidInputError, match="non-negative"):
+        keyed_cells(frame, (1,), -good[0], *good[1:])

@@ -65,6 +65,9 @@ if TYPE_CHECKING:
     from aggregator.stats.design_estimate import (
         design_estimate as design_estimate,
     )
+    from aggregator.stats.design_power import (
+        DesignEffect as DesignEffect,
+    )
     from aggregator.stats.design_raking import (
         Raked as Raked,
     )
@@ -150,6 +153,7 @@ _HOMES = {
     "sequential_independence": "anytime",
     "Advice": "power",
     "Design": "design",
+    "DesignEffect": "design_power",
     "DesignEstimate": "design_estimate",
     "DesignTestResult": "design_tests",
     "Estimate": "estimate",

@@ -69,6 +69,8 @@ def joint_domains(categories: np.ndarray, levels: Sequence[int]) -> np.ndarray:
     categories = np.asarray(categories)
     if categories.ndim != 2 or categories.shape[1] != len(levels):
         raise InvalidInputError(f"categories must have one column per margin ({len(levels)})")
+    if categories.size and not np.array_equal(categories, np.round(categories)):
+        raise InvalidInputError("categories must be whole category indices")
     for j, level in enumerate(levels):
         column = categories[:, j]
         if column.size and (column.min() < 0 or column.max() >= level):
