@@ -26,7 +26,7 @@ from aggregator.stats.design import Design, design_cells
 from aggregator.stats.design_raking import joint_domains, raked_estimate
 from client.mechanisms import FlipComponents, RandomizedResponse
 
-__all__ = ["rscript"]
+__all__ = ["rscript"]  # the fixture of test_design_r, imported so that pytest finds it here
 
 MARGINS = (np.array([5000.0, 3000.0, 2000.0]), np.array([6500.0, 3500.0]))
 DESIGNS = """
