@@ -15,6 +15,7 @@ from aggregator.cli.common import (
     add_group_option,
     add_json_option,
     add_question_options,
+    add_shared_store_option,
     add_side_option,
     add_source_options,
     load_histogram,
@@ -44,6 +45,7 @@ METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics
 def add_commands(subparsers: Subcommands) -> None:
     est = add_command(subparsers, "estimate", "frequencies with confidence intervals (read only)")
     add_source_options(est)
+    add_shared_store_option(est)
     add_question_options(est)
     add_side_option(est)
     add_group_option(est)
@@ -64,6 +66,7 @@ def add_commands(subparsers: Subcommands) -> None:
 
     test = add_command(subparsers, "test", "goodness of fit or independence test (read only)")
     add_source_options(test)
+    add_shared_store_option(test)
     add_question_options(test)
     test.add_argument("kind", choices=["gof", "independence"], help="which test")
     add_side_option(test)

@@ -116,6 +116,12 @@ def _write(
         sealed=sealed_record(data.survey.id) if data.side == "confirmation" else None,
     )
     report = _withheld_by_server(report, data, by_group)
+    sequential = [analysis for analysis in analyses if analysis.sequential]
+    if sequential:  # the "as of n" section (aggregator/report/sequential.py)
+        from aggregator.cli.watch import report_sections
+
+        sections = report_sections(args, data.survey, sequential)
+        report = dataclasses.replace(report, sequential=sections)
     tables = {
         section.question.id: csv_name(args.out.stem, section)
         for section in report.questions

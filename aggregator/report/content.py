@@ -16,6 +16,7 @@ from aggregator.presentation.numbers import reports
 from aggregator.report.groups import GroupColumn, group_columns
 from aggregator.report.sealed import SealedFamily
 from aggregator.report.sentences import result_sentence
+from aggregator.report.sequential import SequentialSection
 from aggregator.stats import (
     Estimate,
     TestResult,
@@ -77,6 +78,8 @@ class SurveyReport:
     side: str = ""  # a split survey's side: "exploration" (labelled exploratory), "confirmation"
     group: str = ""  # the one group reported of a survey with a group label ('': all pooled)
     sealed: SealedFamily | None = None  # the confirmation side's sealed family, shown first
+    #: The survey file's sequential analyses "as of n" (aggregator/report/sequential.py).
+    sequential: tuple[SequentialSection, ...] = ()
 
     @property
     def side_note(self) -> str:

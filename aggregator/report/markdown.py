@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aggregator.presentation.numbers import interval, out_of_range, reports, share
+from aggregator.report import sequential
 from aggregator.report.content import QuestionSection, SurveyReport
 from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
 from aggregator.report.large import is_large, shown, top_note
@@ -41,6 +42,8 @@ def render_markdown(report: SurveyReport, full_tables: Mapping[str, str] | None 
         lines += ["", f"**{report.group_note}**"]
     for section in report.questions:
         lines += _question(section, report.result_label, full_tables or {})
+    if report.sequential:
+        lines += sequential.render_markdown(report.sequential)
     lines += [
         "",
         "Estimates are unbiased and may fall outside [0, 1] (marked ▲); the projected column is "

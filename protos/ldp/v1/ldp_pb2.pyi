@@ -414,3 +414,79 @@ class StatisticsResponse(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[float]
     definition_digest: bytes
     def __init__(self, n: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ..., definition_digest: _Optional[bytes] = ...) -> None: ...
+
+class MonitorRequest(_message.Message):
+    __slots__ = ("survey_id", "question_id", "analysis", "p0", "alpha", "max_n", "side", "group", "group_a", "group_b", "with_path")
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_FIELD_NUMBER: _ClassVar[int]
+    P0_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    MAX_N_FIELD_NUMBER: _ClassVar[int]
+    SIDE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_A_FIELD_NUMBER: _ClassVar[int]
+    GROUP_B_FIELD_NUMBER: _ClassVar[int]
+    WITH_PATH_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    question_id: str
+    analysis: str
+    p0: _containers.RepeatedScalarFieldContainer[float]
+    alpha: float
+    max_n: int
+    side: Side
+    group: str
+    group_a: str
+    group_b: str
+    with_path: bool
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., analysis: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., max_n: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., with_path: _Optional[bool] = ...) -> None: ...
+
+class MonitorLook(_message.Message):
+    __slots__ = ("n", "log_evalue", "estimate", "low", "high")
+    N_FIELD_NUMBER: _ClassVar[int]
+    LOG_EVALUE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    log_evalue: float
+    estimate: _containers.RepeatedScalarFieldContainer[float]
+    low: _containers.RepeatedScalarFieldContainer[float]
+    high: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, n: _Optional[int] = ..., log_evalue: _Optional[float] = ..., estimate: _Optional[_Iterable[float]] = ..., low: _Optional[_Iterable[float]] = ..., high: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class MonitorResponse(_message.Message):
+    __slots__ = ("n", "labels", "estimate", "low", "high", "interval_guarantee", "evalue", "max_evalue", "pvalue", "rejected_at", "test_guarantee", "method", "decision", "alpha", "max_n", "looks")
+    N_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    EVALUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVALUE_FIELD_NUMBER: _ClassVar[int]
+    PVALUE_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_AT_FIELD_NUMBER: _ClassVar[int]
+    TEST_GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    MAX_N_FIELD_NUMBER: _ClassVar[int]
+    LOOKS_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    estimate: _containers.RepeatedScalarFieldContainer[float]
+    low: _containers.RepeatedScalarFieldContainer[float]
+    high: _containers.RepeatedScalarFieldContainer[float]
+    interval_guarantee: str
+    evalue: float
+    max_evalue: float
+    pvalue: float
+    rejected_at: int
+    test_guarantee: str
+    method: str
+    decision: str
+    alpha: float
+    max_n: int
+    looks: _containers.RepeatedCompositeFieldContainer[MonitorLook]
+    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., estimate: _Optional[_Iterable[float]] = ..., low: _Optional[_Iterable[float]] = ..., high: _Optional[_Iterable[float]] = ..., interval_guarantee: _Optional[str] = ..., evalue: _Optional[float] = ..., max_evalue: _Optional[float] = ..., pvalue: _Optional[float] = ..., rejected_at: _Optional[int] = ..., test_guarantee: _Optional[str] = ..., method: _Optional[str] = ..., decision: _Optional[str] = ..., alpha: _Optional[float] = ..., max_n: _Optional[int] = ..., looks: _Optional[_Iterable[_Union[MonitorLook, _Mapping]]] = ...) -> None: ...
