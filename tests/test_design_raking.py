@@ -15,9 +15,9 @@ from aggregator.stats.design_raking import (
     FrameKeys,
     RakingError,
     joint_domains,
-    keyed_cells,
     rake,
     raked_estimate,
+    raking_cells,
 )
 from aggregator.stats.design_simulation import TwoStageSetting
 from client.mechanisms import RandomizedResponse
@@ -84,7 +84,7 @@ def test_per_key_statistics_give_the_cells_of_the_reports():
     square = np.zeros((keys, 3))
     np.add.at(total, key, x_hat)
     np.add.at(square, key, x_hat**2)
-    mine = keyed_cells(frame, (2, 3), count, total, square)
+    mine = raking_cells(frame, (2, 3), count, total, square)
     design = Design(frame.strata[key], frame.psus[key], frame.weights[key], fpc[key])
     direct = design_cells(x_hat, design, joint_domains(frame.categories[key], (2, 3)), 6)
     for field in ("stratum", "sampling_fraction", "count", "weight", "weight_square"):
@@ -151,8 +151,8 @@ def test_bad_per_key_statistics_are_typed_errors():
     frame = FrameKeys(np.zeros(4), np.arange(4), np.ones(4), np.zeros((4, 1), dtype=int))
     good = (np.ones(4), np.zeros((4, 3)), np.zeros((4, 3)))
     with pytest.raises(InvalidInputError, match="one per frame key"):
-        keyed_cells(frame, (1,), np.ones(3), *good[1:])
+        raking_cells(frame, (1,), np.ones(3), *good[1:])
     with pytest.raises(InvalidInputError, match="sums of squares"):
-        keyed_cells(frame, (1,), good[0], good[1], np.zeros((4, 2)))
+        raking_cells(frame, (1,), good[0], good[1], np.zeros((4, 2)))
     with pytest.raises(InvalidInputError, match="non-negative"):
-        keyed_cells(frame, (1,), -good[0], *good[1:])
+        raking_cells(frame, (1,), -good[0], *good[1:])

@@ -21,7 +21,8 @@ import numpy as np
 from scipy import stats
 
 from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
-from aggregator.stats.design import Design, DesignCells, design_cells
+from aggregator.stats.design import DesignCells
+from aggregator.stats.design_keys import keyed_cells
 from aggregator.stats.design_variance import LINEARIZATION, covariance
 
 
@@ -78,62 +79,36 @@ def joint_domains(categories: np.ndarray, levels: Sequence[int]) -> np.ndarray:
     return np.ravel_multi_index(tuple(categories.T.astype(np.int64)), tuple(levels))
 
 
-def keyed_cells(
+def raking_cells(
     frame: FrameKeys,
     levels: Sequence[int],
     count: np.ndarray,
     total: np.ndarray,
     square: np.ndarray,
 ) -> DesignCells:
-    """Design cells from per-key sufficient statistics: ``count`` (K,) reports per key and the
-    unweighted sums of their contributions ``total`` (K, k) and of their squares ``square``.
-    Every report of a key carries the key's weight, so the weighted sums are the key's sums
-    times its weight; domains are the joint raking categories (``levels``)."""
+    """Design cells from per-key sufficient statistics, with the joint raking categories
+    (``levels``) as domains: ``count`` (K,) reports per frame key and the unweighted sums of
+    their contributions ``total`` (K, k) and of their squares ``square`` (the join itself is
+    design_keys.keyed_cells). A key no report came from adds no PSU to the sample."""
     count = np.asarray(count, dtype=float)
-    total = np.asarray(total, dtype=float)
-    square = np.asarray(square, dtype=float)
     keys = len(frame.weights)
-    if count.shape != (keys,) or total.ndim != 2 or total.shape[0] != keys:
+    if count.shape != (keys,) or np.ndim(total) != 2 or np.shape(total)[0] != keys:
         raise InvalidInputError(f"per-key statistics must have {keys} rows, one per frame key")
-    if square.shape != total.shape:
+    if np.shape(square) != np.shape(total):
         raise InvalidInputError("per-key sums of squares must match the sums")
     if not (np.all(np.isfinite(count)) and np.all(count >= 0)):
         raise InvalidInputError("per-key counts must be finite and non-negative")
-    # A key no report came from adds no PSU to the sample.
     kept = count > 0
-    frame = FrameKeys(
+    return keyed_cells(
         np.asarray(frame.strata)[kept],
         np.asarray(frame.psus)[kept],
         np.asarray(frame.weights)[kept],
-        np.asarray(frame.categories)[kept],
         None if frame.fpc is None else np.asarray(frame.fpc)[kept],
-    )
-    count, total, square, keys = count[kept], total[kept], square[kept], int(kept.sum())
-    domains = joint_domains(frame.categories, levels)
-    groups = int(np.prod(levels))
-    design = Design(frame.strata, frame.psus, frame.weights, frame.fpc)
-    # design_cells lays out the (stratum, PSU) rows and the sampling fractions; the per-key
-    # sums go into the same rows, found the same way.
-    skeleton = design_cells(np.zeros((keys, 1)), design, domains, groups)
-    stratum_of = np.unique(np.asarray(frame.strata), return_inverse=True)[1]
-    psu_of = np.unique(np.asarray(frame.psus), return_inverse=True)[1]
-    row = np.unique(np.stack([stratum_of, psu_of]), axis=1, return_inverse=True)[1].reshape(-1)
-    w = np.asarray(frame.weights, dtype=float)
-    shape = (len(skeleton.stratum), groups)
-
-    def summed(values: np.ndarray) -> np.ndarray:
-        out = np.zeros(shape + values.shape[1:])
-        np.add.at(out, (row, domains), values)
-        return out
-
-    return DesignCells(
-        skeleton.stratum,
-        skeleton.sampling_fraction,
-        summed(count),
-        summed(w * count),
-        summed(w**2 * count),
-        summed(w[:, None] * total),
-        summed(w[:, None] * square),
+        count[kept],
+        np.asarray(total, dtype=float)[kept],
+        np.asarray(square, dtype=float)[kept],
+        joint_domains(np.asarray(frame.categories)[kept], levels),
+        int(np.prod(levels)),
     )
 
 
