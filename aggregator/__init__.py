@@ -18,14 +18,21 @@ __all__ = ["open_survey"]
 
 
 def open_survey(
-    config, db, survey: str | None = None, side: str | None = None, group: str | None = None
+    config,
+    db,
+    survey: str | None = None,
+    side: str | None = None,
+    group: str | None = None,
+    *,
+    design: bool = False,
 ) -> SurveyData:
     """Per question of a survey, its histogram and labels, read only from a report store:
     ``aggregator.open_survey("surveys.toml", "reports.sqlite")["mood"].histogram``; a split
     survey on one ``side``, a survey with a group label for one ``group`` (ConfigError for an
     unknown one). As on the command line, nothing is released below min_batch_size: such a
-    question's ``histogram`` raises InsufficientDataError. See
+    question's ``histogram`` raises InsufficientDataError. With ``design`` (a survey with a
+    sampling design) each question's ``design`` gives its design cells (docs/designs.md). See
     :func:`aggregator.loader.open_survey`."""
     from aggregator.loader import open_survey as load  # lazily: keeps `import aggregator` light
 
-    return load(config, db, survey, side, group, withhold=True)
+    return load(config, db, survey, side, group, withhold=True, design=design)

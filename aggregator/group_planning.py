@@ -3,18 +3,20 @@ per group, or the n per group that a target power needs, for one mechanism or ra
 
 The figures are ``k_sample_power``'s (asymptotic; at G = 2 it is ``two_sample_power``), validated
 against simulation in tests/test_k_sample.py. Group sizes follow an allocation: group g gets
-``n * allocation[g]`` reports (equal groups by default).
+``n * allocation[g]`` reports (equal groups by default). With a survey design the groups are
+compared by the design-based homogeneity test under its design effect (``stats.design_power``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from aggregator.errors import InvalidInputError
+from aggregator.stats.design_power import DesignEffect, plan_k_sample
 from aggregator.stats.k_sample import k_sample_power
 from aggregator.stats.validate import check_alpha, check_distribution
 from client.mechanisms import (
@@ -49,13 +51,16 @@ class GroupPlanRow:
     mechanism: Mechanism
     sizes: tuple[int, ...] | None
     power: float
+    deff: float | None = None  # with a design: the reports' design effect applied
+    note: str = ""
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "mechanism": self.mechanism.describe(),
             "sizes": None if self.sizes is None else list(self.sizes),
             "power": self.power,
         }
+        return out if self.deff is None else {**out, "deff": self.deff, "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,11 @@ class GroupPlan:
     alpha: float
     target_power: float | None
     rows: tuple[GroupPlanRow, ...]
+    design: DesignEffect | None = None
 
     def to_dict(self) -> dict:
         return {
+            **({} if self.design is None else {"design": self.design.to_dict()}),
             "test": "two-sample" if len(self.allocation) == 2 else "k-sample",
             "groups": len(self.allocation),
             "alpha": self.alpha,
@@ -88,13 +95,17 @@ class GroupPlan:
             else "power with the planned group sizes"
         )
         lines = [f"{test} homogeneity at alpha = {self.alpha:g}: {goal}"]
+        if self.design is not None:
+            lines.append(f"  survey design: {self.design.header()}")
         width = max(len(row.mechanism.describe()) for row in self.rows)
         for row in self.rows:
             sizes = (
                 "not reachable" if row.sizes is None else " + ".join(f"{n:,}" for n in row.sizes)
             )
+            note = f"  ({row.note})" if row.note else ""
             lines.append(
                 f"  {row.mechanism.describe():<{width}}  n = {sizes}  power = {row.power:.3f}"
+                + note
             )
         return "\n".join(lines)
 
@@ -108,10 +119,13 @@ def plan_groups(
     target_power: float | None = None,
     allocation: Sequence[float] | None = None,
     alpha: float = 0.05,
+    design: DesignEffect | None = None,
+    design_df: int | None = None,
 ) -> GroupPlan:
     """Power with ``n`` reports per unit of allocation, or the n per unit for ``target_power``
     (exactly one), for ``mechanisms`` or, when None, every family of FAMILIES at ``epsilon``;
-    best first."""
+    best first. With ``design``, the design-based homogeneity test under that design effect
+    (F with ``design_df`` = PSUs - strata, else chi-square)."""
     if (n is None) == (target_power is None):
         raise InvalidInputError("give either n (power at n) or a target power (n needed)")
     if len(distributions) < 2:
@@ -133,17 +147,25 @@ def plan_groups(
         mechanisms = [family(k, epsilon) for family in FAMILIES]
     rows = []
     for mechanism in mechanisms:
+        if design is None:
+            power_at = _srs_power(mechanism, ps, shares, alpha)
+            deff, note = None, ""
+        else:
+            planned = plan_k_sample(mechanism, ps, shares, design)
+            deff, note = planned.deff, design.describe(planned.share)
+            power_at = _design_power(planned, shares, alpha, design_df)
         if target_power is None:
             assert n is not None
             sizes = _sizes(n, shares)
-            rows.append(GroupPlanRow(mechanism, sizes, k_sample_power(mechanism, ps, sizes, alpha)))
+            rows.append(GroupPlanRow(mechanism, sizes, power_at(n), deff, note))
         else:
-            rows.append(_needed(mechanism, ps, shares, target_power, alpha))
+            row = _needed(mechanism, power_at, target_power, shares, alpha)
+            rows.append(GroupPlanRow(mechanism, row.sizes, row.power, deff, note))
     if target_power is None:
         rows.sort(key=lambda r: -r.power)
     else:
         rows.sort(key=lambda r: math.inf if r.sizes is None else sum(r.sizes))
-    return GroupPlan(ps, shares, alpha, target_power, tuple(rows))
+    return GroupPlan(ps, shares, alpha, target_power, tuple(rows), design)
 
 
 def _allocation(allocation: Sequence[float] | None, groups: int) -> tuple[float, ...]:
@@ -159,16 +181,25 @@ def _sizes(n: int, shares: tuple[float, ...]) -> tuple[int, ...]:
     return tuple(max(1, math.ceil(n * a)) for a in shares)
 
 
-def _needed(mechanism, ps, shares, target: float, alpha: float) -> GroupPlanRow:
+def _srs_power(mechanism, ps, shares, alpha: float) -> Callable[[int], float]:
+    """Power of ``k_sample`` with n reports per unit of allocation."""
+    return lambda n: k_sample_power(mechanism, ps, _sizes(n, shares), alpha)
+
+
+def _design_power(planned, shares, alpha: float, design_df: int | None) -> Callable[[int], float]:
+    """Power of the design-based homogeneity test with n reports per unit of allocation."""
+    return lambda n: planned.power(sum(_sizes(n, shares)), alpha, design_df)
+
+
+def _needed(
+    mechanism, power_at: Callable[[int], float], target: float, shares, alpha: float
+) -> GroupPlanRow:
     """The smallest n (per unit of allocation) whose power reaches ``target``: doubling, then
     bisection (the power grows with n)."""
     if not 0 < target < 1:
         raise InvalidInputError(f"target power must be in (0, 1), got {target!r}")
     if target <= alpha:
         raise InvalidInputError(f"target power {target:g} is not above alpha = {alpha:g}")
-
-    def power_at(n: int) -> float:
-        return k_sample_power(mechanism, ps, _sizes(n, shares), alpha)
 
     high = 2
     while power_at(high) < target:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from aggregator.errors import InsufficientDataError
+from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.store import confirmations, ingest
 from aggregator.store.reader import StoreReader
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.survey import QuestionSpec, SurveyError, SurveySpec
+
+if TYPE_CHECKING:
+    from aggregator.design_data import DesignData
 
 SIDES = {"exploration": 1, "confirmation": 2}  # ldp.v1.Side
 
@@ -37,6 +41,19 @@ class QuestionData:
     stored: Histogram  # whatever its size: for callers that apply the release rule themselves
     released: bool  # n >= the survey's min_batch_size (what the CLI and the service release)
     withheld: str = ""  # set when reading for the analyst: why ``histogram`` is refused
+    stored_design: DesignData | None = None  # read with ``design=True``
+
+    @property
+    def design(self) -> DesignData:
+        """The per design key statistics joined to the frame (``open_survey(..., design=True)``),
+        or InsufficientDataError when ``withheld``."""
+        if self.stored_design is None:
+            raise InvalidInputError(
+                f"{self.question.id}: read without its design; open_survey(..., design=True)"
+            )
+        if self.withheld:
+            raise InsufficientDataError(self.withheld)
+        return self.stored_design
 
     @property
     def histogram(self) -> Histogram:
@@ -93,6 +110,7 @@ def open_survey(
     group: str | None = None,
     *,
     withhold: bool = False,
+    design: bool = False,
 ) -> SurveyData:
     """Every question of ``survey`` (optional when the file defines one survey) with its
     histogram, read only from the store ``db``. Raises ConfigError for an invalid file or an
@@ -103,7 +121,10 @@ def open_survey(
     group label is read for one ``group`` (each question released from min_batch_size reports
     of that group; ConfigError for a value the label does not list), or with every group pooled
     (None). With ``withhold``, the histogram of a question below min_batch_size raises
-    InsufficientDataError with the command line's message."""
+    InsufficientDataError with the command line's message. With ``design`` (a survey with a
+    sampling design only, ConfigError otherwise) each question also carries its per design key
+    statistics joined to the frame (``QuestionData.design``: cells for design_estimate and the
+    design tests)."""
     surveys = load_surveys(config)
     if survey is None:
         if len(surveys) != 1:
@@ -123,6 +144,8 @@ def open_survey(
             spec.check_group(group)
         except SurveyError as exc:
             raise ConfigError(str(exc)) from None
+    if design and spec.design is None:
+        raise ConfigError(f"survey {spec.id} has no sampling design (design = {{ table = ... }})")
     number = SIDES.get(side, 0)
     questions = {}
     with StoreReader(db) as reader:
@@ -135,5 +158,12 @@ def open_survey(
             stored = ingest.histogram(question, n, sums)
             hist = Histogram(stored.mechanism, n, stored.values, question)
             why = below_release(spec, question, n, group or "")
-            questions[question.id] = QuestionData(question, hist, not why, why if withhold else "")
+            keyed = None
+            if design:
+                from aggregator.design_data import read_design_data  # the stats: lazily
+
+                keyed = read_design_data(reader.connection, spec, question, number, group or "")
+            questions[question.id] = QuestionData(
+                question, hist, not why, why if withhold else "", keyed
+            )
     return SurveyData(spec, questions, side, group or "")

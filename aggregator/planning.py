@@ -2,21 +2,23 @@
 power needs, for one mechanism or ranked over all of them, and the power curve as a figure.
 
 The numbers are those of ``aggregator.stats.power``, ``sample_size`` and ``advise`` (this module
-only chooses the candidates, builds alternatives from an effect size, and formats); a sequential
-plan adds the stopping forecast of ``aggregator.stats.anytime.stopping`` beside them.
+only chooses the candidates, builds alternatives from an effect size, and formats); with a survey
+design, those of the design-based test under its design effect (``stats.design_power``); a
+sequential plan adds the stopping forecast of ``aggregator.stats.anytime.stopping`` beside them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from aggregator.errors import InvalidInputError
+from aggregator.group_planning import FAMILIES
 from aggregator.stats import advise, power, sample_size
 from aggregator.stats.anytime.stopping import (
     SimulatedStopping,
@@ -24,9 +26,15 @@ from aggregator.stats.anytime.stopping import (
     forecast_stopping,
     simulate_stopping,
 )
+from aggregator.stats.design_power import (
+    DesignEffect,
+    DesignPlan,
+    plan_goodness_of_fit,
+    plan_independence,
+)
 from aggregator.stats.gof import GOF_METHODS
 from aggregator.stats.validate import check_distribution
-from client.mechanisms import Mechanism, PublicCoinBit
+from client.mechanisms import GaussianNoise, Mechanism, PublicCoinBit
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -44,15 +52,17 @@ class PlanRow:
     n: int
     power: float
     note: str = ""
+    deff: float | None = None  # with a design: the reports' design effect applied
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "mechanism": self.mechanism.describe(),
             "method": self.method,
             "n": self.n,
             "power": self.power,
             "note": self.note,
         }
+        return out if self.deff is None else {**out, "deff": self.deff}
 
 
 @dataclass(frozen=True)
@@ -67,9 +77,12 @@ class StudyPlan:
     alpha: float
     target_power: float | None  # None: the rows give the power at a planned n
     rows: tuple[PlanRow, ...]
+    design: DesignEffect | None = None
+    design_df: int | None = None
 
     def to_dict(self) -> dict:
         return {
+            **({} if self.design is None else {"design": self.design.to_dict()}),
             "test": self.test,
             "alpha": self.alpha,
             "target_power": self.target_power,
@@ -86,6 +99,8 @@ class StudyPlan:
             else f"power with n = {self.rows[0].n:,} reports"
         )
         lines = [f"{self.test} at alpha = {self.alpha:g}: {goal}"]
+        if self.design is not None:
+            lines.append(f"  survey design: {self.design.header()}")
         width = max(len(row.mechanism.describe()) for row in self.rows)
         for row in self.rows:
             figure = (
@@ -147,10 +162,13 @@ def plan_study(
     n: int | None = None,
     target_power: float | None = None,
     alpha: float = 0.05,
+    design: DesignEffect | None = None,
+    design_df: int | None = None,
 ) -> StudyPlan:
     """Power at ``n`` or the n for ``target_power`` (exactly one), for ``mechanisms`` (their
     default tests) or, when None, every mechanism and test the advisor ranks at ``epsilon``;
-    best first."""
+    best first. With ``design``, every mechanism runs the design-based Rao-Scott test under that
+    design effect (F with ``design_df`` = PSUs - strata, else chi-square)."""
     if (n is None) == (target_power is None):
         raise InvalidInputError("give either n (power at n) or a target power (n needed)")
     if (null is None) == (shape is None):
@@ -159,6 +177,21 @@ def plan_study(
     if null is not None:
         null = check_distribution(null, k, "p0")
     test = "goodness of fit" if null is not None else "independence"
+    if design is not None:
+        return _design_study(
+            test,
+            k,
+            epsilon,
+            alternative,
+            null,
+            shape,
+            mechanisms,
+            n,
+            target_power,
+            alpha,
+            design,
+            design_df,
+        )
     advised = advise(
         k,
         epsilon,
@@ -195,6 +228,71 @@ def plan_study(
             rows.append(PlanRow(mechanism, method, needed, target_power, note))
     rows.sort(key=(lambda r: -r.power) if n is not None else (lambda r: r.n))
     return StudyPlan(test, alternative, null, shape, alpha, target_power, tuple(rows))
+
+
+def _design_study(
+    test: str,
+    k: int,
+    epsilon: float,
+    alternative: np.ndarray,
+    null: np.ndarray | None,
+    shape: tuple[int, int] | None,
+    mechanisms: Sequence[Mechanism] | None,
+    n: int | None,
+    target_power: float | None,
+    alpha: float,
+    design: DesignEffect,
+    design_df: int | None,
+) -> StudyPlan:
+    """With a design every mechanism runs one test, the design-based Rao-Scott test: one row per
+    mechanism (by default every epsilon-LDP family and the Gaussian at rho = eps^2/2)."""
+    if mechanisms is None:
+        candidates: list[tuple[Mechanism, str]] = [
+            (GaussianNoise(k, epsilon**2 / 2), "rho = eps^2/2 zCDP: weaker than eps-LDP")
+        ]
+        candidates += [(family(k, epsilon), "") for family in FAMILIES]
+    else:  # design_power refuses a mechanism without a per-report contribution
+        candidates = [(m, "") for m in mechanisms]
+    rows = []
+    for mechanism, note in candidates:
+        planned = _design_plan(mechanism, alternative, null, shape, design)
+        row = _design_row(mechanism, planned, design, n, target_power, alpha, design_df)
+        rows.append(replace(row, note="; ".join(filter(None, [note, row.note]))))
+    rows.sort(key=(lambda r: -r.power) if n is not None else (lambda r: r.n))
+    return StudyPlan(
+        test, alternative, null, shape, alpha, target_power, tuple(rows), design, design_df
+    )
+
+
+def _design_plan(
+    mechanism: Mechanism,
+    alternative: np.ndarray,
+    null: np.ndarray | None,
+    shape: tuple[int, int] | None,
+    design: DesignEffect,
+) -> DesignPlan:
+    if null is not None:
+        return plan_goodness_of_fit(mechanism, alternative, null, design)
+    assert shape is not None  # plan_study checked: exactly one of null and shape
+    return plan_independence(mechanism, alternative, shape, design)
+
+
+def _design_row(
+    mechanism: Mechanism,
+    planned: DesignPlan,
+    design: DesignEffect,
+    n: int | None,
+    target_power: float | None,
+    alpha: float,
+    design_df: int | None,
+) -> PlanRow:
+    method = "design-based Rao-Scott " + ("chi-square" if design_df is None else "F")
+    note = design.describe(planned.share)
+    if n is not None:
+        return PlanRow(mechanism, method, n, planned.power(n, alpha, design_df), note, planned.deff)
+    assert target_power is not None
+    needed = planned.sample_size(target_power, alpha, design_df)
+    return PlanRow(mechanism, method, needed, target_power, note, planned.deff)
 
 
 def _default_method(advised, mechanism: Mechanism, gof: bool) -> str:
@@ -237,21 +335,27 @@ def power_figure(plan: StudyPlan) -> Figure:
     ax = fig.add_subplot()
     for row, (colour, line) in zip(plan.rows, curve_styles(len(plan.rows)), strict=True):
         grid = full
-        if plan.shape is not None and row.mechanism.statistic_kind == "support":
-            top = max(row.n, low + 1)
-            grid = np.unique(np.geomspace(low, top, BOOTSTRAP_CURVE_POINTS).astype(int))
-        curve = [
-            power(
-                row.mechanism,
-                plan.alternative,
-                int(m),
-                null=plan.null,
-                shape=plan.shape,
-                alpha=plan.alpha,
-                method=row.method or None,
+        if plan.design is not None:
+            planned = _design_plan(
+                row.mechanism, plan.alternative, plan.null, plan.shape, plan.design
             )
-            for m in grid
-        ]
+            curve = [planned.power(int(m), plan.alpha, plan.design_df) for m in grid]
+        else:
+            if plan.shape is not None and row.mechanism.statistic_kind == "support":
+                top = max(row.n, low + 1)
+                grid = np.unique(np.geomspace(low, top, BOOTSTRAP_CURVE_POINTS).astype(int))
+            curve = [
+                power(
+                    row.mechanism,
+                    plan.alternative,
+                    int(m),
+                    null=plan.null,
+                    shape=plan.shape,
+                    alpha=plan.alpha,
+                    method=row.method or None,
+                )
+                for m in grid
+            ]
         ax.plot(
             grid,
             curve,
@@ -341,6 +445,11 @@ def plan_sequential(
     if plan.null is None:
         raise InvalidInputError(
             "sequential plans cover goodness of fit (--p0 or --k); independence is not planned"
+        )
+    if plan.design is not None:
+        raise InvalidInputError(
+            "sequential plans assume independent reports (a simple random sample): the "
+            "e-process takes no design effect"
         )
     if isinstance(simulate, bool) or not isinstance(simulate, int) or simulate < 0:
         raise InvalidInputError(f"simulate must be a number of paths >= 0, got {simulate!r}")

@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="surveys with a group label: this device's group (an arm, region, wave), sent "
         "unrandomized with every report and fixed after the first one",
     )
+    submit.add_argument(
+        "--design-key",
+        metavar="KEY",
+        help="surveys with a sampling design: this device's design key (its row of the "
+        "sampling frame, from the study), sent unrandomized with every report and fixed after "
+        "the first one",
+    )
     submit.add_argument("--no-flush", action="store_true", help="only queue, do not upload")
     submit.add_argument(
         "--memoize",
@@ -246,6 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GROUP:QUESTION=P1,P2,...",
         help="true answer distribution of a question in one group (default: --truth); repeatable",
     )
+    sim.add_argument(
+        "--design-keys",
+        type=Path,
+        metavar="FRAME.csv",
+        help="surveys with a sampling design: the frame (a CSV with a 'key' column, or one key "
+        "per line); each simulated device gets one of its keys at random",
+    )
     sim.add_argument("--batch", type=int, default=1000, help="reports per upload (unsigned)")
     sim.add_argument(
         "--keys",
@@ -357,10 +371,12 @@ def run_submit(args: argparse.Namespace) -> int:
         try:
             if args.index is not None:
                 report_id = reporter.answer_index(
-                    args.survey, args.question, args.index, args.group
+                    args.survey, args.question, args.index, args.group, design_key=args.design_key
                 )
             else:
-                report_id = reporter.answer(args.survey, args.question, args.answer, args.group)
+                report_id = reporter.answer(
+                    args.survey, args.question, args.answer, args.group, design_key=args.design_key
+                )
         except BudgetExceeded as exc:
             survey = reporter.survey(args.survey)
             cost = survey_cost(survey.questions, reporter.ledger.budget.delta)

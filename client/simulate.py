@@ -12,12 +12,14 @@ demand. Kept out of client/cli.py so that a device's commands never load it
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,10 +59,12 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
             truths = read_truths(survey, args.truth)
         except TruthError as exc:
             raise SimulationError(str(exc)) from None
+        design_keys = _design_keys(survey, args.design_keys)
         values, shares = _group_shares(survey, args.group_share)
         by_group = _group_truths(survey, values, truths, args.truth_for)
         rng = np.random.default_rng(args.seed)
         groups = rng.choice(len(values), size=args.devices, p=shares)
+        device_keys = rng.choice(design_keys, size=args.devices).tolist()
         answers = {q.id: np.zeros(args.devices, dtype=np.int64) for q in survey.questions}
         for g, value in enumerate(values):
             members = np.flatnonzero(groups == g)
@@ -89,6 +93,7 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
                             definition_digest=question.digest,
                             side=side,
                             group=values[groups[device]],
+                            design_key=device_keys[device],
                         )
                     )
                 # A signed upload carries one device's reports; unsigned ones fill --batch.
@@ -167,6 +172,35 @@ class _Uploads:
                 self._settle()
         finally:
             self._pool.shutdown(cancel_futures=True)
+
+
+def _design_keys(survey: SurveySpec, path: Path | None) -> list[str]:
+    """The design keys simulated devices are given: [''] for a survey without a design, else the
+    keys of ``path`` (a frame CSV with a 'key' column, or one key per line)."""
+    if survey.design is None:
+        if path is not None:
+            raise SimulationError(
+                f"survey {survey.id} has no sampling design; --design-keys is for one"
+            )
+        return [""]
+    if path is None:
+        raise SimulationError(
+            f"survey {survey.id} has a sampling design: give the simulated devices keys with "
+            "--design-keys FRAME.csv"
+        )
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SimulationError(f"cannot read --design-keys {path}: {exc}") from None
+    rows = list(csv.reader(line for line in lines if line.strip()))
+    column = 0
+    if rows and "key" in [cell.strip() for cell in rows[0]]:  # a frame's header
+        column = [cell.strip() for cell in rows[0]].index("key")
+        rows = rows[1:]
+    keys = [row[column].strip() for row in rows if len(row) > column and row[column].strip()]
+    if not keys:
+        raise SimulationError(f"--design-keys {path} lists no keys")
+    return keys
 
 
 def _group_shares(survey: SurveySpec, spec: str | None) -> tuple[list[str], np.ndarray]:

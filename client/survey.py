@@ -10,7 +10,7 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from client.mechanisms import (
     DEFAULT_GRANULARITY_BITS,
@@ -393,6 +393,28 @@ class GroupLabel:
             raise SurveyError(f"survey {survey_id}: group_values must be distinct")
 
 
+MAX_DESIGN_KEY_CHARS = 64
+
+
+@dataclass(frozen=True)
+class DesignKeys:
+    """A survey with a sampling design (docs/designs.md): every report carries its device's
+    public design key, a row of the sampling frame the aggregator holds. A device knows only
+    that a key is required; the aggregator's frame (``aggregator/survey_file/design.py``)
+    extends this with the frame's rows and refuses keys it does not list."""
+
+    def check_key(self, survey_id: str, key: str) -> str:
+        """``key`` if it can be a design key (1-64 printable characters), else SurveyError."""
+        if not key:
+            raise SurveyError(f"survey {survey_id!r} has a sampling design: no design key given")
+        if len(key) > MAX_DESIGN_KEY_CHARS or not key.isprintable():
+            raise SurveyError(
+                f"survey {survey_id!r}: a design key must be 1-{MAX_DESIGN_KEY_CHARS} printable "
+                f"characters, got {key[:80]!r}"
+            )
+        return key
+
+
 @dataclass(frozen=True)
 class SurveySpec:
     id: str
@@ -408,6 +430,10 @@ class SurveySpec:
     exploration_fraction: float = 0.0
     #: The public group label every report carries (None: the survey has no groups).
     group_label: GroupLabel | None = None
+    #: The survey's sampling design, whose key every report carries (None: no design). Not
+    #: part of any question's definition digest, nor of the survey's equality: the frame is an
+    #: input of the analysis (it may gain rows), like the categories' scores.
+    design: DesignKeys | None = field(default=None, compare=False)
 
     @property
     def split(self) -> bool:
@@ -426,6 +452,17 @@ class SurveySpec:
             what = f"unknown {label.name} {group!r}" if group else f"no {label.name} given"
             raise SurveyError(f"survey {self.id!r}: {what}; expected one of {expected}")
         return group
+
+    def check_design_key(self, key: str) -> str:
+        """``key`` if it fits the survey (a key of its design, or empty without a design);
+        otherwise SurveyError saying what is expected."""
+        if self.design is None:
+            if key:
+                raise SurveyError(
+                    f"survey {self.id!r} has no sampling design (got design key {key[:80]!r})"
+                )
+            return key
+        return self.design.check_key(self.id, key)
 
     def __post_init__(self) -> None:
         check_id("survey", self.id)
@@ -474,6 +511,7 @@ class SurveySpec:
                     name=self.group_label.name, values=list(self.group_label.values)
                 )
             ),
+            design_key_required=self.design is not None,
         )
 
     @classmethod
@@ -490,6 +528,7 @@ class SurveySpec:
                 if message.HasField("group_label")
                 else None
             ),
+            design=DesignKeys() if message.design_key_required else None,
         )
 
 

@@ -1,11 +1,16 @@
 """What a device costs: install size, import time, and peak memory and wall time of one answer.
 
-Builds a wheel of this tree (or of a git ref, ``--ref main`` for a "before" figure), installs it
-*without extras* into a fresh venv that has no pip of its own (so the size is the device's
-packages and the interpreter's venv, nothing else), then measures with that venv's interpreter,
-from a folder outside the source tree:
+Builds the device distribution of this tree (``ldp-survey-device``, client and protos only:
+scripts/build_device_wheel.py), or of a git ref (``--ref main``), or the root distribution
+``ldp-survey`` without extras (``--full``: what devices installed before the device distribution,
+aggregator/ included), installs it into a fresh venv that has no pip of its own (so the size is
+the device's packages and the interpreter's venv, nothing else), then measures with that venv's
+interpreter, from a folder outside the source tree:
 
-* install size: bytes on disk of the whole venv (allocated blocks, like ``du``);
+* install size: bytes on disk of the whole venv (allocated blocks, like ``du``), with what each
+  top-level entry of site-packages takes; and, beside it, the size of the venv a device gets with
+  a plain ``python -m venv`` (which adds pip and setuptools) and that venv's pip installing the
+  same wheel;
 * import time of ``client.device.reporter``: fresh interpreters, median of ``--runs``;
 * one answer submitted end to end against a real aggregator on loopback (started from this
   interpreter's full environment, ``scripts/demo_survey.toml``, plaintext): a fresh device state
@@ -18,8 +23,8 @@ from a folder outside the source tree:
 Timings depend on the machine and its load: the table prints ``nproc``, the CPU model and the
 load average beside them. docs/performance.md ("Device footprint") has the figures.
 
-    python scripts/bench_device_footprint.py                 # this tree
-    python scripts/bench_device_footprint.py --ref main      # a committed ref, for a before figure
+    python scripts/bench_device_footprint.py                      # this tree's device wheel
+    python scripts/bench_device_footprint.py --ref main --full    # a committed ref, ldp-survey
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from build_device_wheel import build as build_device_wheel
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "scripts" / "demo_survey.toml"
@@ -71,25 +78,34 @@ def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kwargs)
 
 
-def build_wheel(ref: str | None, work: Path) -> Path:
-    """A wheel of the working tree's tracked files, or of ``ref``; built from a copy."""
-    src = work / "src"
+def exported(ref: str, src: Path) -> Path:
+    """The files of git ref ``ref``, written into ``src``."""
     src.mkdir()
-    if ref is None:
-        files = run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO
-        ).stdout.split("\0")
-        for name in filter(None, files):
-            path = REPO / name
-            if path.is_file():
-                (src / name).parent.mkdir(parents=True, exist_ok=True)
-                (src / name).write_bytes(path.read_bytes())
-    else:
-        archive = subprocess.run(
-            ["git", "archive", ref], cwd=REPO, check=True, capture_output=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    archive = subprocess.run(["git", "archive", ref], cwd=REPO, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    return src
+
+
+def tracked_copy(src: Path) -> Path:
+    """The working tree's tracked (or not ignored) files, copied into ``src``."""
+    files = run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO
+    ).stdout.split("\0")
+    for name in filter(None, files):
+        path = REPO / name
+        if path.is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            (src / name).write_bytes(path.read_bytes())
+    return src
+
+
+def build_wheel(ref: str | None, full: bool, work: Path) -> Path:
+    """The device wheel of the working tree or of ``ref``; with ``full``, the root project's
+    (built from a copy: the tree gets no build/ or egg-info)."""
     out = work / "wheel"
+    if not full:
+        return build_device_wheel(out, REPO if ref is None else exported(ref, work / "src"))
+    src = tracked_copy(work / "src") if ref is None else exported(ref, work / "src")
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(src)])
     return next(out.glob("ldp_survey-*.whl"))
 
@@ -112,6 +128,25 @@ def make_device_venv(wheel: Path, venv: Path) -> Path:
         ]
     )
     return python
+
+
+def venv_with_pip_bytes(wheel: Path, venv: Path) -> int:
+    """Bytes on disk of the venv a plain ``python -m venv`` gives (pip and setuptools included)
+    once its own pip has installed ``wheel``."""
+    run([sys.executable, "-m", "venv", str(venv)])
+    python = venv / "bin" / "python"
+    run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)])
+    return disk_bytes(venv)
+
+
+def site_packages_mb(venv: Path) -> dict[str, float]:
+    """MB on disk of each top-level entry of the venv's site-packages, largest first."""
+    (site,) = venv.glob("lib/python*/site-packages")
+    sizes = {
+        entry.name: (disk_bytes(entry) if entry.is_dir() else os.lstat(entry).st_blocks * 512) / 1e6
+        for entry in site.iterdir()
+    }
+    return dict(sorted(sizes.items(), key=lambda item: -item[1]))
 
 
 def disk_bytes(folder: Path) -> int:
@@ -200,13 +235,16 @@ def machine() -> dict[str, Any]:
     }
 
 
-def bench(ref: str | None, runs: int, keep: Path | None) -> dict[str, Any]:
+def bench(ref: str | None, full: bool, runs: int, keep: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ldp-footprint-") as tmp:
         work = Path(tmp)
         venv = keep or work / "device"
         python = venv / "bin" / "python"
+        with_pip = None
         if not python.exists():
-            python = make_device_venv(build_wheel(ref, work), venv)
+            wheel = build_wheel(ref, full, work)
+            python = make_device_venv(wheel, venv)
+            with_pip = venv_with_pip_bytes(wheel, work / "with-pip") / 1e6
         client_cli = venv / "bin" / "ldp-client"
         outside = work / "run"
         outside.mkdir()
@@ -254,7 +292,10 @@ def bench(ref: str | None, runs: int, keep: Path | None) -> dict[str, Any]:
         loaded = {name.split(".")[0] for _, _, out in library for name in out.split()}
         return {
             "ref": ref or "working tree",
+            "distribution": "ldp-survey" if full else "ldp-survey-device",
             "install_mb": disk_bytes(venv) / 1e6,
+            "install_with_pip_mb": with_pip,
+            "site_packages_mb": site_packages_mb(venv),
             "import_s": statistics.median(imports),
             "import_runs": imports,
             "library_wall_s": statistics.median(w for w, _, _ in library),
@@ -269,20 +310,34 @@ def bench(ref: str | None, runs: int, keep: Path | None) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ref", help="git ref to measure (default: the working tree)")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the root distribution ldp-survey without extras, not the device distribution",
+    )
     parser.add_argument("--runs", type=int, default=7, help="fresh processes per figure")
     parser.add_argument("--venv", type=Path, help="keep (or reuse) the device venv here")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args()
-    result = bench(args.ref, args.runs, args.venv)
+    result = bench(args.ref, args.full, args.runs, args.venv)
     if args.json:
         print(json.dumps(result))
         return 0
     m = result["machine"]
     print(
-        f"device footprint of {result['ref']} ({m['nproc']} cores, {m['cpu']}, Python "
-        f"{m['python']}, load average {' '.join(map(str, m['load']))})"
+        f"device footprint of {result['distribution']}, {result['ref']} ({m['nproc']} cores, "
+        f"{m['cpu']}, Python {m['python']}, load average {' '.join(map(str, m['load']))})"
     )
     print(f"  install (venv, no pip)           {result['install_mb']:7.1f} MB")
+    if result["install_with_pip_mb"] is not None:
+        print(f"  install (python -m venv, its pip) {result['install_with_pip_mb']:6.1f} MB")
+    print(
+        "    site-packages: "
+        + ", ".join(
+            f"{name} {mb:.2f}" for name, mb in result["site_packages_mb"].items() if mb >= 0.05
+        )
+        + " MB"
+    )
     print(
         f"  import client.device.reporter    {result['import_s']:7.3f} s   (median of "
         f"{len(result['import_runs'])})"

@@ -19,8 +19,21 @@ dilutes clustering). Per setting, over the trials:
 * coverage of the 95 % design intervals (t with #PSU - #strata degrees of freedom): mean and
   smallest over categories.
 
-Usage: python scripts/validate_design.py [--trials N] [--seed S]  (default 2,000 trials per
-setting, about three minutes on one core).
+Raking (``--tables raking``): cluster samples whose response depends on two public variables
+(3 age bands, 2 regions) that also shape the answer; raked to the known population margins,
+the bias of the naive, the design-weighted (Hajek) and the raked estimates, and the coverage of
+the raked 95 % intervals by linearization and by the jackknife that repeats the raking.
+
+Power (``--tables power``): the predicted power of the design-based goodness-of-fit test
+(``stats.design_power``: the planned design effect from the raw clustering and weighting
+effects, diluted by the mechanism's signal share) against the simulated rejections of the
+default Rao-Scott F test, and the planned design effect against the mean estimated one.
+
+Usage: python scripts/validate_design.py [--tables design raking power] [--trials N]
+[--raking-trials N] [--seed S] (default: all three tables, 500 trials per setting, 200 for
+raking, whose jackknife repeats the raking once per PSU: about two minutes on one core).
+docs/validation.md's tables: ``--tables design --trials 2000`` and ``--tables raking power
+--trials 1000 --raking-trials 300``.
 """
 
 from __future__ import annotations
@@ -38,13 +51,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aggregator.histogram import Histogram
 from aggregator.stats import (
+    Design,
     design_cells,
     design_estimate,
     design_goodness_of_fit,
     design_k_sample,
     goodness_of_fit,
+    raked_estimate,
     two_sample,
 )
+from aggregator.stats.design import contributions
+from aggregator.stats.design_power import DesignEffect, plan_goodness_of_fit
+from aggregator.stats.design_raking import joint_domains
 from aggregator.stats.design_simulation import TwoStageSetting
 from client.mechanisms import Mechanism, RandomizedResponse
 
@@ -118,7 +136,7 @@ def run(setting: Setting, trials: int, seed: int) -> dict:
         rejections += [
             goodness_of_fit(histogram(mech, sample.x_hat), target, ALPHA).reject,
             design_goodness_of_fit(cells, mech, target, alpha=ALPHA).reject,
-            two_sample(*halves, ALPHA, calibration="asymptotic").reject,
+            two_sample(halves[0], halves[1], ALPHA, calibration="asymptotic").reject,
             design_k_sample(grouped, mech, alpha=ALPHA).reject,
         ]
     effect = np.mean(effects, axis=0)
@@ -141,6 +159,151 @@ def run(setting: Setting, trials: int, seed: int) -> dict:
     }
 
 
+#: Raking: population shares of 3 age bands and 2 regions (independent in the population),
+#: each (band, region)'s answer distribution, and response propensities that are products of
+#: a band factor and a region factor (so raking to the margins removes the nonresponse bias).
+AGE, REGION = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.4])
+ANSWERS = np.array(
+    [
+        [(0.5, 0.2, 0.2, 0.1), (0.4, 0.3, 0.2, 0.1)],
+        [(0.3, 0.3, 0.2, 0.2), (0.2, 0.3, 0.3, 0.2)],
+        [(0.2, 0.2, 0.3, 0.3), (0.1, 0.2, 0.3, 0.4)],
+    ]
+)
+RESPONSE = np.outer([0.9, 0.6, 0.3], [0.4, 0.9])
+
+
+@dataclass(frozen=True)
+class RakingSetting:
+    label: str
+    mechanism: Mechanism
+    psus: int
+    psu_size: int
+    concentration: float  # a PSU's Dirichlet draw around each (band, region)'s distribution
+
+    def target(self) -> np.ndarray:
+        return np.einsum("a,b,abj->j", AGE, REGION, ANSWERS)
+
+    def sample(self, rng: np.random.Generator) -> tuple[np.ndarray, Design, np.ndarray]:
+        """Contributions, the design (2 strata of PSUs, log-normal PSU weights) and each
+        report's (band, region)."""
+        strata, psus, weights, cats, answers = [], [], [], [], []
+        for c in range(2 * self.psus):
+            size = int(rng.integers(self.psu_size // 2, 3 * self.psu_size // 2 + 1))
+            a = rng.choice(3, size=size, p=AGE)
+            b = rng.choice(2, size=size, p=REGION)
+            keep = rng.random(size) < RESPONSE[a, b]
+            shared = [[rng.dirichlet(self.concentration * p) for p in row] for row in ANSWERS]
+            answers += [
+                rng.choice(4, p=shared[x][y]) for x, y in zip(a[keep], b[keep], strict=True)
+            ]
+            cats.append(np.column_stack([a[keep], b[keep]]))
+            strata.append(np.full(keep.sum(), c % 2))
+            psus.append(np.full(keep.sum(), c))
+            weights.append(np.full(keep.sum(), np.exp(0.3 * rng.standard_normal())))
+        x_hat = contributions(self.mechanism, self.mechanism.simulate(np.array(answers), rng))
+        design = Design(np.concatenate(strata), np.concatenate(psus), np.concatenate(weights))
+        return x_hat, design, np.concatenate(cats)
+
+
+RAKING_SETTINGS = tuple(
+    RakingSetting(f"eps {e:g}, 2 x 20 PSUs of ~{m}", RandomizedResponse(k=4, epsilon=e), 20, m, c)
+    for e, m, c in ((1.0, 40, 20.0), (2.0, 30, 20.0), (4.0, 20, 20.0))
+)
+
+
+def run_raking(setting: RakingSetting, trials: int, seed: int) -> dict:
+    """One row of the raking table."""
+    rng = np.random.default_rng(seed)
+    target = setting.target()
+    margins = [1e4 * AGE, 1e4 * REGION]
+    naive, hajek, raked, sizes = [], [], [], []
+    covered: list[np.ndarray] = []
+    jack_covered: list[np.ndarray] = []
+    for _ in range(trials):
+        x_hat, design, cats = setting.sample(rng)
+        cells = design_cells(x_hat, design, joint_domains(cats, (3, 2)), 6)
+        result = raked_estimate(cells, margins)
+        jack = raked_estimate(cells, margins, method="jackknife")
+        naive.append(x_hat.mean(axis=0))
+        hajek.append(design.weights @ x_hat / design.weights.sum())
+        raked.append(result.estimate)
+        for store, fit in ((covered, result), (jack_covered, jack)):
+            low, high = fit.intervals(0.95)
+            store.append((low <= target) & (target <= high))
+        sizes.append(len(x_hat))
+    bias = [float(np.abs(np.mean(x, axis=0) - target).max()) for x in (naive, hajek, raked)]
+    return {
+        "setting": setting.label,
+        "n": int(np.mean(sizes)),
+        "bias": bias,
+        "coverage": np.mean(covered, axis=0),
+        "jackknife": np.mean(jack_covered, axis=0),
+    }
+
+
+@dataclass(frozen=True)
+class PowerSetting:
+    label: str
+    epsilon: float
+    psus: int
+    psu_size: int
+    concentration: float
+    spread: float
+    alternative: tuple[float, ...]
+
+    def effect(self) -> DesignEffect:
+        """Raw clustering 1 + icc (E[m^2]/E[m] - 1) (sizes uniform on m/2..3m/2), icc =
+        1 / (concentration + 1); Kish's effect exp(spread^2) of log-normal PSU weights."""
+        sizes = np.arange(self.psu_size // 2, 3 * self.psu_size // 2 + 1)
+        ratio = (sizes**2).mean() / sizes.mean()
+        return DesignEffect(1 + (ratio - 1) / (self.concentration + 1), math.exp(self.spread**2))
+
+
+POWER_SETTINGS = (
+    PowerSetting("eps 2, 40 PSUs of ~20, icc 0.2", 2.0, 40, 20, 4.0, 0.0, (0.33, 0.27, 0.22, 0.18)),
+    PowerSetting(
+        "eps 4, 40 PSUs of ~10, icc 0.1, weights", 4.0, 40, 10, 9.0, 0.4, (0.31, 0.27, 0.23, 0.19)
+    ),
+    PowerSetting(
+        "eps 1, 60 PSUs of ~15, weights only", 1.0, 60, 15, math.inf, 0.5, (0.37, 0.26, 0.21, 0.16)
+    ),
+)
+
+
+def run_power(setting: PowerSetting, trials: int, seed: int) -> dict:
+    """One row of the power table: predicted against simulated rejections."""
+    rng = np.random.default_rng(seed)
+    mech = RandomizedResponse(k=4, epsilon=setting.epsilon)
+    null = np.full(4, 0.25)
+    plan = plan_goodness_of_fit(mech, np.array(setting.alternative), null, setting.effect())
+    sizes = np.arange(setting.psu_size // 2, 3 * setting.psu_size // 2 + 1)
+    n = setting.psus * sizes.mean()
+    two_stage = TwoStageSetting(
+        (1.0,),
+        (setting.alternative,),
+        setting.psus,
+        setting.psu_size,
+        setting.concentration,
+        setting.spread,
+    )
+    rejected, deffs = 0, []
+    for _ in range(trials):
+        sample = two_stage.sample(mech, rng)
+        result = design_goodness_of_fit(design_cells(sample.x_hat, sample.design), mech, null)
+        rejected += result.reject
+        deffs.append(result.eigenvalues.mean())
+    return {
+        "setting": setting.label,
+        "n": int(n),
+        "planned deff": plan.deff,
+        "share": plan.share,
+        "deff": float(np.mean(deffs)),
+        "predicted": plan.power(n, ALPHA, setting.psus - 1),
+        "simulated": rejected / trials,
+    }
+
+
 def band(trials: int, level: float = ALPHA, z: float = 2.576) -> tuple[float, float]:
     """The 99 % binomial band of a rejection rate whose true value is ``level``."""
     half = z * math.sqrt(level * (1 - level) / trials)
@@ -149,13 +312,66 @@ def band(trials: int, level: float = ALPHA, z: float = 2.576) -> tuple[float, fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=2000, help="trials per setting")
+    parser.add_argument(
+        "--tables",
+        nargs="+",
+        choices=("design", "raking", "power"),
+        default=["design", "raking", "power"],
+    )
+    parser.add_argument("--trials", type=int, default=500, help="trials per setting")
+    parser.add_argument("--raking-trials", type=int, default=200, help="trials per raking setting")
     parser.add_argument("--seed", type=int, default=29)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    low, high = band(args.trials)
+    if "design" in args.tables:
+        design_table(args.trials, args.seed)
+    if "raking" in args.tables:
+        raking_table(args.raking_trials, args.seed)
+    if "power" in args.tables:
+        power_table(args.trials, args.seed)
+    print(f"\n{time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def raking_table(trials: int, seed: int) -> None:
+    print(f"\nraking: {trials:,} trials per setting (seed {seed}), 95 % intervals\n")
     print(
-        f"alpha = {ALPHA}, {args.trials:,} trials per setting (seed {args.seed}); 99% band of "
+        "| setting | n | bias naive / weighted / raked | coverage linearization mean (min) "
+        "| coverage jackknife mean (min) |"
+    )
+    print("|---|---|---|---|---|")
+    for i, setting in enumerate(RAKING_SETTINGS):
+        r = run_raking(setting, trials, seed + i)
+        naive, weighted, raked = r["bias"]
+        print(
+            f"| {r['setting']} | {r['n']} | {naive:.3f} / {weighted:.3f} / {raked:.3f} | "
+            f"{r['coverage'].mean():.3f} ({r['coverage'].min():.3f}) | "
+            f"{r['jackknife'].mean():.3f} ({r['jackknife'].min():.3f}) |"
+        )
+
+
+def power_table(trials: int, seed: int) -> None:
+    print(f"\npower: {trials:,} trials per setting (seed {seed}), Rao-Scott F at alpha {ALPHA}\n")
+    print(
+        "| setting | n | signal share | deff planned / estimated | power predicted "
+        "| power simulated (99 % band of the prediction) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for i, setting in enumerate(POWER_SETTINGS):
+        r = run_power(setting, trials, seed + i)
+        low, high = band(trials, r["predicted"])
+        flag = "" if low <= r["simulated"] <= high else " *"
+        print(
+            f"| {r['setting']} | {r['n']} | {r['share']:.2f} | {r['planned deff']:.2f} / "
+            f"{r['deff']:.2f} | {r['predicted']:.3f} | {r['simulated']:.3f}{flag} "
+            f"([{low:.3f}, {high:.3f}]) |"
+        )
+
+
+def design_table(trials: int, seed: int) -> None:
+    low, high = band(trials)
+    print(
+        f"alpha = {ALPHA}, {trials:,} trials per setting (seed {seed}); 99% band of "
         f"a Type I of {ALPHA}: [{low:.4f}, {high:.4f}]\n"
     )
     print(
@@ -165,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|---|")
     for i, setting in enumerate(SETTINGS):
-        r = run(setting, args.trials, args.seed + i)
+        r = run(setting, trials, seed + i)
         print(
             f"| {r['setting']} | {r['n']} | {r['deff']:.2f} ({r['weighting']:.2f} x "
             f"{r['clustering']:.2f}) | {r['raw clustering']:.1f} | {r['naive bias']:.3f} / "
@@ -173,8 +389,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['naive homogeneity']:.3f} / {r['design homogeneity']:.3f} | "
             f"{r['coverage']:.3f} ({r['coverage min']:.3f}) |"
         )
-    print(f"\n{time.perf_counter() - started:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ ABOVE_THE_CORE = (
     "aggregator.planning",
     "aggregator.group_planning",
     "aggregator.loader",
+    "aggregator.design_data",
     "aggregator.remote",
 )
 

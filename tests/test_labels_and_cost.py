@@ -180,7 +180,7 @@ def test_version_and_help_show_defaults():
     serve = run("agg", "serve", "--help").stdout
     assert "(default: 50051)" in serve and "(default: 127.0.0.1)" in serve
     test = run("agg", "test", "--help").stdout
-    assert "{gof,independence}" in test and "(default: 0.05)" in test
+    assert "{gof,independence,homogeneity}" in test and "(default: 0.05)" in test
     submit = run("client", "submit", "--help").stdout
     assert "(default: 1e-06)" in submit and "--index" in submit
 

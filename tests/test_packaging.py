@@ -1,7 +1,9 @@
-"""Packaging by role (docs/architecture.md): ``pip install ldp-survey`` is a device (numpy,
-grpcio, protobuf, cryptography); the ``aggregator`` extra adds what only the aggregator needs, and
-``ldp-aggregator`` without it says so in one line. A real wheel installed into a fresh venv is
-checked by scripts/check_device_install.sh (CI); these are the fast in-process checks."""
+"""Packaging by role (docs/architecture.md), the root project: ``pip install ldp-survey`` without
+extras is a device too (numpy, grpcio, protobuf, cryptography; the device distribution takes these
+same strings, tests/test_packaging_device.py); the ``aggregator`` extra adds what only the
+aggregator needs, and ``ldp-aggregator`` without it says so in one line. A real device wheel
+installed into a fresh venv is checked by scripts/check_device_install.sh (CI); these are the fast
+in-process checks."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
 def names(requirements: list[str]) -> set[str]:
-    return {re.match(r"[A-Za-z0-9_.\-]+", r).group(0).lower() for r in requirements}
+    return {re.split(r"[^A-Za-z0-9_.\-]", r, maxsplit=1)[0].lower() for r in requirements}
 
 
 def test_a_device_install_pulls_only_the_four_device_dependencies():
@@ -62,6 +64,7 @@ def test_ldp_aggregator_without_the_extra_names_it_in_one_line():
 
 def test_ldp_aggregator_with_the_extra_runs_the_cli(capsys):
     assert entry.missing_modules() == []
+    status: object
     try:
         status = entry.main(["--version"])
     except SystemExit as exc:  # argparse's version action exits 0

@@ -22,6 +22,7 @@ DOCUMENTED_AS = {
     Rejection.STALE_DEFINITION: "randomized under another question definition",
     Rejection.WRONG_SIDE: "a side that does not fit the survey",
     Rejection.WRONG_GROUP: "not one of the survey's group values",
+    Rejection.WRONG_DESIGN_KEY: "not in the survey's sampling frame",
     Rejection.MALFORMED: "payload of the wrong length",
     Rejection.REUSED_ID: "an id reused for other content in the request",
     Rejection.OUT_OF_RANGE: "a value the mechanism cannot produce",

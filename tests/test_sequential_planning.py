@@ -136,6 +136,7 @@ def test_plan_command_sequential_with_simulation():
     [
         (["--simulate", "5"], "go with --sequential"),
         (["--sequential", "--shape", "2,2"], "goodness of fit"),
+        (["--sequential", "--deff", "1.5"], "independent reports"),
     ],
 )
 def test_plan_command_sequential_mistakes_are_one_line(extra, message):

@@ -1,6 +1,7 @@
 """``ldp-aggregator``: serve, estimate, test, export, import, rebuild, job (Beam); enroll, revoke
 and list device keys; analyst-token add/list/revoke; check-config, cost and export-survey for the
-survey file; report, plan, backup and restore; two-sample.
+survey file; report, plan, backup and restore; two-sample; watch (live anytime-valid
+monitoring).
 
 User mistakes end with a one-line message on stderr (a JSON object with ``--json``) and a
 non-zero exit status (2: bad input, 3: not enough reports to release), never a traceback. Every
@@ -13,8 +14,8 @@ Analyst service instead with ``--server`` (aggregator.remote): the same output a
 One module per command group owns its commands' options and handlers: serving, devices,
 analyst_tokens, analysis (estimate, test), data (export, import, rebuild), surveys
 (check-config, cost, export-survey), job, report, confirm (preregister, confirm, holdout), plan,
-backup (backup, restore), two_sample, k_sample, summaries (conditional, ordinal); common holds
-what they share. The package may import every other aggregator package, ``aggregator.jobs``
+backup (backup, restore), two_sample, k_sample, summaries (conditional, ordinal), watch; common
+holds what they share. The package may import every other aggregator package, ``aggregator.jobs``
 only lazily (for ``ldp-aggregator job``); nothing outside it imports it.
 """
 
@@ -48,6 +49,7 @@ from aggregator.cli import (
     summaries,
     surveys,
     two_sample,
+    watch,
 )
 from aggregator.cli.common import PROG, UserError, fail
 from aggregator.errors import LdpError
@@ -72,6 +74,7 @@ COMMAND_GROUPS = (
     two_sample,
     k_sample,
     summaries,
+    watch,
 )
 
 

@@ -15,11 +15,13 @@ from aggregator.cli.common import (
     add_group_option,
     add_json_option,
     add_question_options,
+    add_shared_store_option,
     add_side_option,
     add_source_options,
     load_histogram,
     null_distribution,
 )
+from aggregator.cli.design import add_design_options, run_design_estimate, run_design_test
 from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError
 from aggregator.presentation.numbers import interval, share
@@ -44,6 +46,7 @@ METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics
 def add_commands(subparsers: Subcommands) -> None:
     est = add_command(subparsers, "estimate", "frequencies with confidence intervals (read only)")
     add_source_options(est)
+    add_shared_store_option(est)
     add_question_options(est)
     add_side_option(est)
     add_group_option(est)
@@ -59,13 +62,21 @@ def add_commands(subparsers: Subcommands) -> None:
         "the simplex, printed beside it); unbiased: the de-biased reports, which may fall "
         "outside [0, 1] (docs/calibration.md)",
     )
+    add_design_options(est, test=False)
+    est.add_argument("--seed", type=int, help="with --variance bootstrap: seed")
     add_json_option(est)
     est.set_defaults(run=run_estimate)
 
     test = add_command(subparsers, "test", "goodness of fit or independence test (read only)")
     add_source_options(test)
+    add_shared_store_option(test)
     add_question_options(test)
-    test.add_argument("kind", choices=["gof", "independence"], help="which test")
+    test.add_argument(
+        "kind",
+        choices=["gof", "independence", "homogeneity"],
+        help="which test (homogeneity: across the survey's groups, with --design; without a "
+        "design use k-sample)",
+    )
     add_side_option(test)
     add_group_option(test)
     test.add_argument(
@@ -78,6 +89,7 @@ def add_commands(subparsers: Subcommands) -> None:
     test.add_argument("--method", help=METHOD_HELP)
     test.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
     add_calibration_option(test)
+    add_design_options(test, test=True)
     add_json_option(test)
     test.set_defaults(run=run_test)
 
@@ -86,6 +98,8 @@ def run_estimate(args: argparse.Namespace) -> int:
     # its own module, not aggregator.stats: the start-up stays under a second (docs/performance.md)
     from aggregator.stats.estimate import estimate
 
+    if args.design:
+        return run_design_estimate(args)
     question, hist = load_histogram(args)
     est = estimate(hist, args.confidence, simultaneous=args.simultaneous, estimator=args.estimator)
     if args.json:
@@ -146,6 +160,10 @@ def run_test(args: argparse.Namespace) -> int:
         raise UserError("--p0 is for gof; an independence test takes no null distribution")
     if args.kind == "gof" and not args.p0:
         raise UserError("gof needs --p0 (one probability per category, comma-separated)")
+    if args.kind == "homogeneity" and not args.design:
+        raise UserError("homogeneity is for --design; compare groups with k-sample otherwise")
+    if args.design:
+        return run_design_test(args)
     question, hist = load_histogram(args, test=True)
     try:
         if args.kind == "gof":

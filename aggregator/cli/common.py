@@ -123,14 +123,31 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_shared_store_option(parser: argparse.ArgumentParser) -> None:
+    """--store: a shared PostgreSQL store instead of --db (the commands that read it)."""
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="a shared PostgreSQL store instead of --db (postgresql://...; extra [postgres])",
+    )
+
+
 def check_source(args: argparse.Namespace) -> None:
-    """Exactly one of --db (with --config) and --server; the credentials only with --server."""
-    if args.db is not None and args.server is not None:
-        raise UserError("give --db (a report store) or --server (a running server), not both")
-    if args.db is None and args.server is None:
+    """Exactly one of --db or --store (with --config) and --server; the credentials only with
+    --server."""
+    store = getattr(args, "store", None)
+    given = [name for name, value in (("--db", args.db), ("--store", store)) if value is not None]
+    if args.server is not None:
+        given.append("--server")
+    if len(given) > 1:
+        what = "not both" if len(given) == 2 else "only one of them"
+        raise UserError(f"give {' or '.join(given)}, {what}")
+    if not given:
         raise UserError("give --db FILE (a report store) or --server HOST:PORT (a running server)")
-    if args.db is not None and args.config is None:
-        raise UserError("--db needs --config (the survey file)")
+    if given[0] in ("--db", "--store") and args.config is None:
+        raise UserError(f"{given[0]} needs --config (the survey file)")
+    if store is not None:
+        check_store_url(store)
     given = [args.tls_ca, args.tls_cert, args.tls_key, args.token_file]
     if args.server is None and any(value is not None for value in given):
         raise UserError("--tls-ca, --tls-cert, --tls-key and --token-file go with --server")
@@ -277,14 +294,38 @@ def load_histogram(
     finally:
         if analyst is not None:
             analyst.close()
-    with StoreReader(args.db) as reader:
-        reader.check_definitions(surveys, args.config)
-        confirmations.check_readable(reader.connection, survey, side)
-        n, sums = reader.statistics(survey.id, question.id, question.statistic_size, side, group)
+    if getattr(args, "store", None) is not None:
+        n, sums = _shared_statistics(args, surveys, survey, question.id, side, group)
+    else:
+        with StoreReader(args.db) as reader:
+            reader.check_definitions(surveys, args.config)
+            confirmations.check_readable(reader.connection, survey, side)
+            n, sums = reader.statistics(
+                survey.id, question.id, question.statistic_size, side, group
+            )
     withheld = below_release(survey, question, n, group)
     if withheld:
         raise UserError(withheld, status=3)
     return question, ingest.histogram(question, n, sums)
+
+
+def _shared_statistics(
+    args: argparse.Namespace,
+    surveys: dict[str, SurveySpec],
+    survey: SurveySpec,
+    question_id: str,
+    side: int,
+    group: str,
+) -> tuple[int, np.ndarray]:
+    """(n, sums) of a question in a shared PostgreSQL store (--store), after the checks of
+    --db: the survey file against the pinned definitions, the side readable."""
+    from aggregator.store.postgres import pins
+    from aggregator.store.postgres.engine import PostgresStore
+
+    with PostgresStore(args.store) as store:
+        pins.check(store, surveys, args.config)
+        store.analysis().check_readable(survey, side)
+        return store.statistics(survey.id, question_id, side, group)
 
 
 def _groups_read(survey: SurveySpec, group: str) -> dict[str, str]:
@@ -305,6 +346,30 @@ def null_distribution(text: str, question: QuestionSpec) -> np.ndarray:
         return np.array(parse_null(text, question.labels, "--p0"))
     except NullTextError as exc:
         raise UserError(f"question {question.id}: {exc}") from None
+
+
+def add_store_or_url_options(parser: argparse.ArgumentParser) -> None:
+    """--config, and either --db (a SQLite store file) or --store (a shared PostgreSQL store)."""
+    parser.add_argument("--config", type=Path, required=True, help="survey definitions (TOML)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=Path, help="SQLite report store (or --store)")
+    where.add_argument(
+        "--store",
+        metavar="URL",
+        help="a shared PostgreSQL store instead (postgresql://...; extra [postgres])",
+    )
+
+
+def check_store_url(url: str) -> None:
+    """--store: a PostgreSQL URL, with the [postgres] extra installed; else a UserError."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise UserError("--store takes a PostgreSQL URL: postgresql://USER@HOST/DATABASE")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "--store needs the PostgreSQL driver: pip install 'ldp-survey[postgres]'"
+        ) from None
 
 
 def open_store(surveys: dict[str, SurveySpec], db: Path, where: object) -> ReportStore:

@@ -17,6 +17,8 @@ from aggregator.cli.common import (
     add_json_option,
     add_side_option,
     add_store_options,
+    add_store_or_url_options,
+    check_store_url,
     find_survey,
     open_store,
     positive,
@@ -28,6 +30,7 @@ from aggregator.store.reader import StoreReader
 from aggregator.store.report_store import CONFLICT, STORED
 from aggregator.survey_file.config import load_surveys
 from client.progress import bar
+from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
 
@@ -35,7 +38,7 @@ def add_commands(subparsers: Subcommands) -> None:
     export = add_command(
         subparsers, "export", "write a survey's reports as shard files (store read only)"
     )
-    add_store_options(export)
+    add_store_or_url_options(export)
     export.add_argument("--survey", required=True, help="survey id")
     export.add_argument("--out", type=Path, required=True, help="output directory")
     export.add_argument("--shards", type=positive, default=4, help="number of shard files")
@@ -67,22 +70,43 @@ def run_export(args: argparse.Namespace) -> int:
             "into it"
         )
     side = side_of(survey, args.side)
-    with StoreReader(args.db) as reader:
-        reader.check_definitions(surveys, args.config)
-        confirmations.check_readable(reader.connection, survey, side)
-        total = sum(
-            reader.statistics(survey.id, q.id, q.statistic_size, side)[0] for q in survey.questions
-        )
-        with bar(total, "export", unit="reports") as progress:
-            manifest = shards.export_survey(
-                reader, survey, args.out, args.shards, progress.update, side
+    if args.store is not None:
+        manifest = _export_shared(args, surveys, survey, side)
+    else:
+        with StoreReader(args.db) as reader:
+            reader.check_definitions(surveys, args.config)
+            confirmations.check_readable(reader.connection, survey, side)
+            total = sum(
+                reader.statistics(survey.id, q.id, q.statistic_size, side)[0]
+                for q in survey.questions
             )
+            with bar(total, "export", unit="reports") as progress:
+                manifest = shards.export_survey(
+                    reader, survey, args.out, args.shards, progress.update, side
+                )
     which = f" ({shards.SIDE_NAMES[side]} side)" if side else ""
     print(
         f"exported {manifest.reports} reports of {args.survey}{which} into "
         f"{len(manifest.shards)} shard(s) in {args.out}"
     )
     return 0
+
+
+def _export_shared(
+    args: argparse.Namespace, surveys: dict[str, SurveySpec], survey: SurveySpec, side: int
+) -> shards.Manifest:
+    """``export --store URL``: the same checks and shards from a shared PostgreSQL store, its
+    reports read in one snapshot (a single statement), so the Beam job runs on them unchanged."""
+    check_store_url(args.store)
+    from aggregator.store.postgres import pins
+    from aggregator.store.postgres.engine import PostgresStore
+
+    with PostgresStore(args.store) as store:
+        pins.check(store, surveys, args.config)
+        store.analysis().check_readable(survey, side)
+        total = sum(store.statistics(survey.id, q.id, side)[0] for q in survey.questions)
+        with bar(total, "export", unit="reports") as progress:
+            return shards.export_survey(store, survey, args.out, args.shards, progress.update, side)
 
 
 def run_import(args: argparse.Namespace) -> int:

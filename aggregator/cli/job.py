@@ -1,5 +1,6 @@
-"""``job``: aggregate shard files with Apache Beam. Beam and ``aggregator.jobs`` load only when
-the command runs (extra [beam]); options this parser does not know go through to Beam."""
+"""``job``: aggregate shard files (or one snapshot of a shared PostgreSQL store) with Apache
+Beam. Beam and ``aggregator.jobs`` load only when the command runs (extra [beam]); options this
+parser does not know go through to Beam."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ import argparse
 import logging
 from pathlib import Path
 
-from aggregator.cli.common import Subcommands, UserError, add_command, positive
+from aggregator.cli.common import (
+    Subcommands,
+    UserError,
+    add_command,
+    add_side_option,
+    check_store_url,
+    find_survey,
+    positive,
+    side_of,
+)
+from aggregator.survey_file.config import load_surveys
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -27,8 +38,21 @@ def add_commands(subparsers: Subcommands) -> None:
         required=True,
         help="survey definitions (TOML)",
     )
+    source = job.add_mutually_exclusive_group(required=True)
+    source.add_argument("--shards", nargs="+", help="shard directories (with manifest) or patterns")
+    source.add_argument(
+        "--store",
+        metavar="URL",
+        help="instead: read one survey (--survey, --side) from one snapshot of a shared "
+        "PostgreSQL store (postgresql://...; extra [postgres])",
+    )
+    job.add_argument("--survey", help="with --store: the survey to aggregate")
+    add_side_option(job)
     job.add_argument(
-        "--shards", nargs="+", required=True, help="shard directories (with manifest) or patterns"
+        "--ranges",
+        type=_ranges,
+        default=16,
+        help="with --store: report-id ranges read in parallel (1-256)",
     )
     job.add_argument("--out", required=True, help="results JSON file")
     job.add_argument("--runner", default="DirectRunner", help="Beam runner (default DirectRunner)")
@@ -55,7 +79,22 @@ def add_commands(subparsers: Subcommands) -> None:
     job.set_defaults(run=run_job)
 
 
+def _ranges(text: str) -> int:
+    value = positive(text)
+    if value > 256:
+        raise argparse.ArgumentTypeError("at most 256")
+    return value
+
+
 def run_job(args: argparse.Namespace) -> int:
+    if args.store is not None:  # checked before Beam loads
+        check_store_url(args.store)
+        if args.survey is None:
+            raise UserError("--store needs --survey: the job reads one survey from the store")
+        survey = find_survey(load_surveys(args.config), args.survey, args.config)
+        args.store_side = side_of(survey, args.side)
+    elif args.survey is not None or args.side is not None:
+        raise UserError("--survey and --side go with --store (shards name their survey)")
     root = logging.getLogger()
     level = root.level
     root.setLevel(max(level, logging.ERROR))  # Beam warns about optional cloud libraries

@@ -18,6 +18,7 @@ from client.survey import MECHANISM_NAMES
 
 if TYPE_CHECKING:
     from aggregator.planning import SequentialPlan, StudyPlan
+    from aggregator.stats.design_power import DesignEffect
     from client.mechanisms import Mechanism
 
 #: What --mechanism takes: one mechanism of a survey file, or all of them ranked.
@@ -75,6 +76,7 @@ def add_commands(subparsers: Subcommands) -> None:
         metavar="PATHS",
         help="with --sequential: also run the real e-process on this many simulated studies",
     )
+    add_design_options(plan)
     add_json_option(plan)
     plan.set_defaults(run=run_plan)
 
@@ -113,8 +115,58 @@ def add_commands(subparsers: Subcommands) -> None:
     goal.add_argument("--n", type=positive, help="reports per group (per unit of --allocation)")
     goal.add_argument("--power", type=float, help="target power: give the reports per group")
     groups.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    add_design_options(groups)
     add_json_option(groups)
     groups.set_defaults(run=run_plan_groups)
+
+
+def add_design_options(parser: argparse.ArgumentParser) -> None:
+    """A survey design's effect on the plan (docs/planning.md, 'Survey designs')."""
+    design = parser.add_argument_group(
+        "survey design (plan the design-based Rao-Scott test; docs/planning.md)"
+    )
+    design.add_argument(
+        "--deff",
+        type=float,
+        help="design effect of the privatized reports (e.g. a pilot's deff_model), applied as is",
+    )
+    design.add_argument(
+        "--clustering-effect",
+        type=float,
+        help="the answers' raw clustering effect 1 + ICC (m - 1), m the cluster size; local "
+        "noise dilutes it per mechanism",
+    )
+    design.add_argument(
+        "--weighting-effect",
+        type=float,
+        help="Kish's weighting effect 1 + CV(w)^2 (not diluted by local noise)",
+    )
+    design.add_argument(
+        "--design-df",
+        type=positive,
+        help="design degrees of freedom (PSUs - strata): refer to the F law of the default "
+        "Rao-Scott test (default: chi-square, many PSUs)",
+    )
+
+
+def _design(args: argparse.Namespace) -> tuple[DesignEffect | None, int | None]:
+    """The planned design effect from the options (None: a simple random sample)."""
+    from aggregator.errors import InvalidInputError
+    from aggregator.stats.design_power import DesignEffect
+
+    parts = (args.clustering_effect, args.weighting_effect)
+    if args.deff is not None and any(p is not None for p in parts):
+        raise UserError("give --deff or --clustering-effect/--weighting-effect, not both")
+    if args.deff is None and all(p is None for p in parts):
+        if args.design_df is not None:
+            raise UserError("--design-df needs a design effect (--deff or --clustering-effect)")
+        return None, None
+    try:
+        if args.deff is not None:
+            return DesignEffect(total=args.deff), args.design_df
+        return DesignEffect(*(1.0 if p is None else p for p in parts)), args.design_df
+    except InvalidInputError as exc:
+        raise UserError(f"{exc}") from None
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -149,6 +201,7 @@ def run_plan(args: argparse.Namespace) -> int:
         assert null is not None  # --p0 or --k gave one: only --shape plans without a null
         alternative = tilted_alternative(null, args.effect)
     epsilon, mechanisms = _plan_mechanisms(args, k)
+    design, design_df = _design(args)
     plan = plan_study(
         k=k,
         epsilon=epsilon,
@@ -159,6 +212,8 @@ def run_plan(args: argparse.Namespace) -> int:
         n=args.n,
         target_power=args.power,
         alpha=args.alpha,
+        design=design,
+        design_df=design_df,
     )
     if args.plot is not None:
         plot_power_curves(plan, args.plot)
@@ -179,6 +234,7 @@ def run_plan_groups(args: argparse.Namespace) -> int:
         None if args.allocation is None else _numbers("--allocation", args.allocation).tolist()
     )
     epsilon, mechanisms = _plan_mechanisms(args, len(distributions[0]))
+    design, design_df = _design(args)
     plan = plan_groups(
         distributions=distributions,
         epsilon=epsilon,
@@ -187,6 +243,8 @@ def run_plan_groups(args: argparse.Namespace) -> int:
         target_power=args.power,
         allocation=allocation,
         alpha=args.alpha,
+        design=design,
+        design_df=design_df,
     )
     print(json.dumps(plan.to_dict()) if args.json else plan.summary())
     return 0

@@ -21,6 +21,7 @@ from aggregator.cli.common import (
     connect,
     server_surveys,
 )
+from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.survey_file.analyses import load_analyses
 from aggregator.survey_file.config import load_surveys
 
@@ -51,9 +52,12 @@ def run_report(args: argparse.Namespace) -> int:
 
     check_source(args)
     if args.server is None:
+        designed = _has_design(args)
         return _write(
             args,
-            lambda group: open_survey(args.config, args.db, args.survey, args.side, group),
+            lambda group: open_survey(
+                args.config, args.db, args.survey, args.side, group, design=designed
+            ),
             lambda survey_id: _sealed_record(args.db, survey_id),
         )
     survey_id = args.survey or _only_survey(args)
@@ -67,6 +71,43 @@ def run_report(args: argparse.Namespace) -> int:
             lambda group: analyst.open_survey(survey_id, args.side, group),
             lambda survey_id: analyst.confirm(survey_id)[0],
         )
+
+
+def _has_design(args: argparse.Namespace) -> bool:
+    """Whether the survey read from --db has a sampling design (its report then shows the
+    design-based estimate beside each released one)."""
+    surveys = load_surveys(args.config)
+    only = next(iter(surveys.values())) if len(surveys) == 1 else None
+    survey = surveys.get(args.survey) if args.survey else only
+    return survey is not None and survey.design is not None
+
+
+def _designs(data: SurveyData, confidence: float) -> dict:
+    """Per released question of a survey read with its design, its design-based estimate
+    (or why there is none)."""
+    from aggregator.report.design import DesignSummary
+    from aggregator.stats.design_calibration import post_stratified_estimate
+    from aggregator.stats.design_estimate import design_estimate
+
+    out = {}
+    for question_id, item in data.items():
+        if item.stored_design is None or not item.released or item.withheld:
+            continue
+        design = item.stored_design
+        description = design.description()
+        try:
+            if design.post_strata:
+                cells = design.cells(by_post_stratum=True)
+                calibrated = post_stratified_estimate(cells, design.population())
+                out[question_id] = DesignSummary.post_stratified(
+                    calibrated, description, confidence
+                )
+            else:
+                est = design_estimate(design.cells(), item.question.mechanism)
+                out[question_id] = DesignSummary.of(est, description, confidence)
+        except (InsufficientDataError, InvalidInputError) as exc:
+            out[question_id] = DesignSummary(description, why=str(exc))
+    return out
 
 
 def _only_survey(args: argparse.Namespace) -> str:
@@ -114,8 +155,15 @@ def _write(
         group=data.group,
         group_histograms=group_histograms,
         sealed=sealed_record(data.survey.id) if data.side == "confirmation" else None,
+        designs=_designs(data, args.confidence),
     )
     report = _withheld_by_server(report, data, by_group)
+    sequential = [analysis for analysis in analyses if analysis.sequential]
+    if sequential:  # the "as of n" section (aggregator/report/sequential.py)
+        from aggregator.cli.watch import report_sections
+
+        sections = report_sections(args, data.survey, sequential)
+        report = dataclasses.replace(report, sequential=sections)
     tables = {
         section.question.id: csv_name(args.out.stem, section)
         for section in report.questions

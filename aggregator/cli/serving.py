@@ -24,6 +24,7 @@ from aggregator.cli.common import (
     UserError,
     add_command,
     add_store_options,
+    check_store_url,
     positive,
 )
 from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
@@ -46,9 +47,9 @@ ONE_ANSWER_UNCHECKED = (
 )
 
 PER_NODE_LIMITS = (
-    f"{PROG}: warning: with --store, per-device limits and the one-answer check of signed "
-    "surveys are counted on this node only: a device that reaches N nodes gets up to N times "
-    "its cap (docs/operations.md, 'Several ingest nodes')"
+    f"{PROG}: warning: with --limits-per-node, per-device limits and the one-answer check of "
+    "signed surveys are counted on this node only: a device that reaches N nodes gets up to N "
+    "times its cap (docs/limits.md)"
 )
 
 
@@ -64,8 +65,15 @@ def add_commands(subparsers: Subcommands) -> None:
         "--store",
         metavar="URL",
         help="a shared PostgreSQL store (postgresql://...; extra [postgres]): this process is one "
-        "of several ingest nodes, serves devices only, and --db names its own files "
+        "of several nodes serving devices and analysts from it, and --db names its own files "
         "(docs/operations.md, 'Several ingest nodes')",
+    )
+    serve.add_argument(
+        "--limits-per-node",
+        action="store_true",
+        help="with --store: count per-device limits in this node's own <db>.caps, not in the "
+        "shared store (a device reaching N nodes gets up to N times its cap; the store then "
+        "holds no device pseudonym: docs/limits.md)",
     )
     _add_analyst_options(serve)
     serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
@@ -216,10 +224,18 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError(f"cannot create report store {args.db}: folder {folder} does not exist")
     if args.store is not None:
         _check_shared_store(args)
-    args.analyst = None if args.store is not None else _analyst_listener(args)
+    elif args.limits_per_node:
+        raise UserError("--limits-per-node goes with --store (a single server counts per node)")
+    args.analyst = _analyst_listener(args)
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
     surveys = load_surveys(args.config)
+    designed = [survey.id for survey in surveys.values() if survey.design is not None]
+    if args.store is not None and designed:
+        raise UserError(
+            f"survey {designed[0]} has a sampling design: the PostgreSQL store keeps no design "
+            "statistics yet; serve it with --db (docs/designs.md)"
+        )
     keys: dict[str, Ed25519PublicKey] = {}
     if args.devices is not None:
         with DeviceRegistry(args.devices, read_only=True) as registry:
@@ -237,7 +253,7 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     if args.workers > 1 and limits:  # only the one-answer rule of signed surveys
         print(ONE_ANSWER_UNCHECKED, file=sys.stderr, flush=True)
-    if args.store is not None and limits:
+    if args.limits_per_node and limits:
         print(PER_NODE_LIMITS, file=sys.stderr, flush=True)
     if args.store is None and args.db.is_file() and args.db.stat().st_size:  # before binding
         with StoreReader(args.db) as reader:
@@ -320,29 +336,18 @@ def _run_server(
 
 def _check_shared_store(args: argparse.Namespace) -> None:
     """--store: a PostgreSQL URL, one process per node, and the [postgres] extra installed."""
-    if not args.store.startswith(("postgresql://", "postgres://")):
-        raise UserError("--store takes a PostgreSQL URL: postgresql://USER@HOST/DATABASE")
+    check_store_url(args.store)
     if args.workers != 1:
         raise UserError("--store runs one process per node: start more nodes, not --workers")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        raise UserError(
-            "--store needs the PostgreSQL driver: pip install 'ldp-survey[postgres]'"
-        ) from None
 
 
 def _announce(args: argparse.Namespace, port: int, analyst_port: int, what: str) -> None:
-    """Write the port files (if asked) and say what is served where (analyst port 0: no
-    Analyst in this process, an ingest node of a shared store)."""
+    """Write the port files (if asked) and say what is served where."""
     if args.analyst_port_file:
         args.analyst_port_file.write_text(f"{analyst_port}\n")
     if args.port_file:
         args.port_file.write_text(f"{port}\n")
-    if analyst_port:
-        print(f"{PROG}: serving the Analyst on {args.analyst_host}:{analyst_port}", flush=True)
-    else:
-        print(f"{PROG}: an ingest node of the shared store: no Analyst here", flush=True)
+    print(f"{PROG}: serving the Analyst on {args.analyst_host}:{analyst_port}", flush=True)
     print(f"{PROG}: serving {what} on {args.host}:{port}", flush=True)
 
 
@@ -374,10 +379,8 @@ def _analyst_listener(args: argparse.Namespace) -> tuple[str, AnalystAccess, Pat
     return f"{args.analyst_host}:{args.analyst_port}", access, audit_log
 
 
-def _analyst_arguments(analyst: tuple[str, AnalystAccess, Path] | None) -> dict:
-    """start_server's Analyst arguments (none for an ingest node of a shared store)."""
-    if analyst is None:
-        return {}
+def _analyst_arguments(analyst: tuple[str, AnalystAccess, Path]) -> dict:
+    """start_server's Analyst arguments."""
     address, access, audit_log = analyst
     return {"analyst_address": address, "analyst_access": access, "audit_log": audit_log}
 
@@ -430,6 +433,7 @@ async def _serve(
         observer=Observer(recorder, access_log_stream(args.access_log)),
         **_analyst_arguments(args.analyst),
         store_url=args.store,
+        per_node_limits=args.limits_per_node,
     )
     _announce(args, running.port, running.analyst_port, f"{len(surveys)} survey(s)")
     stop = asyncio.Event()

@@ -13,8 +13,9 @@ from aggregator.cli.common import Subcommands, UserError, add_command, add_json_
 from aggregator.store.reader import StoreReader
 from aggregator.survey_file.analyses import load_analyses
 from aggregator.survey_file.config import load_limits, load_surveys
+from aggregator.survey_file.design import SamplingFrame
 from client.budgeting import DEFAULT_DELTA, survey_cost
-from client.survey import REFUSE, survey_to_json
+from client.survey import REFUSE, SurveySpec, survey_to_json
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -50,6 +51,19 @@ def add_commands(subparsers: Subcommands) -> None:
     export_survey.set_defaults(run=run_export_survey)
 
 
+def _design(survey: SurveySpec) -> dict[str, Any] | None:
+    """The survey's sampling frame in brief (None without a design)."""
+    frame = survey.design
+    if not isinstance(frame, SamplingFrame):
+        return None
+    return {
+        "table": frame.table,
+        "keys": len(frame.rows),
+        "strata": frame.strata,
+        "psus": frame.psus,
+    }
+
+
 def run_check_config(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
     limits = load_limits(args.config)
@@ -70,6 +84,7 @@ def run_check_config(args: argparse.Namespace) -> int:
                 "group_label": None
                 if survey.group_label is None
                 else {"name": survey.group_label.name, "values": list(survey.group_label.values)},
+                "design": _design(survey),
                 "limits": survey.id in limits and limits[survey.id].declared,
                 "cost": cost.to_dict(),
                 "questions": [
@@ -104,6 +119,13 @@ def run_check_config(args: argparse.Namespace) -> int:
             print(
                 f"  public group label {label['name']}: {', '.join(label['values'])} (sent "
                 "unrandomized with every report; docs/two-sample.md)"
+            )
+        if row["design"]:
+            design = row["design"]
+            print(
+                f"  sampling design {design['table']}: {design['keys']} keys, {design['strata']} "
+                f"strata, {design['psus']} PSUs (every report carries its design key; "
+                "docs/designs.md)"
             )
         for q in row["questions"]:
             parameter = f"rho = {q['rho']:g}" if "rho" in q else f"epsilon = {q['epsilon']:g}"

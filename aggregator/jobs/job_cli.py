@@ -32,33 +32,85 @@ class JobFailedError(LdpError):
 
 def run_job_command(args: argparse.Namespace) -> int:
     surveys = load_surveys(args.config)
+    if args.store is not None:
+        return _run_on_store(args, surveys)
     found = inputs.resolve(args.shards, surveys)
-    analysis = Analysis(
-        confidence=args.confidence,
-        alpha=args.alpha,
-        seed=args.seed,
-        calibration=args.calibration,
-        gof=dict(parse_gof(option, surveys) for option in args.gof),
-        sides=found.sides,
-    )
     dedup = args.dedup == "always" or (args.dedup == "auto" and found.may_overlap)
     spec = pipeline.JobSpec(
         surveys=surveys,
         shards=found.shards,
         out=args.out,
-        analysis=analysis,
+        analysis=_analysis(args, surveys, found.sides),
         dedup_partitions=args.dedup_partitions if dedup else 0,
     )
+    options = _options(args)
+    with shard_progress(args.runner, len(spec.shards)) as progress_dir:
+        document = _run(dataclasses.replace(spec, progress_dir=progress_dir), options)
+    _summary(document)
+    print(f"wrote {args.out} ({len(spec.shards)} shard(s), deduplicated: {bool(dedup)})")
+    return 0
+
+
+def _run_on_store(args: argparse.Namespace, surveys: dict[str, SurveySpec]) -> int:
+    """``job --store URL --survey S``: the survey's reports (one side of a split survey) read
+    from one snapshot of a shared PostgreSQL store, in ``--ranges`` parallel ranges, after the
+    checks an export makes (definitions pinned, side readable)."""
+    from aggregator.jobs.postgres_source import held_snapshot, ranges
+    from aggregator.store.postgres import pins
+    from aggregator.store.postgres.engine import PostgresStore
+
+    survey, side = surveys[args.survey], args.store_side
+    with PostgresStore(args.store) as store:
+        pins.check(store, surveys, args.config)
+        store.analysis().check_readable(survey, side)
+    sides = {survey.id: side} if survey.split else {}
+    options = _options(args)
+    with held_snapshot(args.store) as snapshot:
+        spec = pipeline.JobSpec(
+            surveys=surveys,
+            shards=(),
+            out=args.out,
+            analysis=_analysis(args, surveys, sides),
+            tables=ranges(args.store, snapshot, survey.id, side or None, args.ranges),
+        )
+        document = _run(spec, options)
+    _summary(document)
+    print(f"wrote {args.out} ({args.ranges} range(s) of one snapshot of the store)")
+    return 0
+
+
+def _analysis(
+    args: argparse.Namespace, surveys: dict[str, SurveySpec], sides: dict[str, int]
+) -> Analysis:
+    return Analysis(
+        confidence=args.confidence,
+        alpha=args.alpha,
+        seed=args.seed,
+        calibration=args.calibration,
+        gof=dict(parse_gof(option, surveys) for option in args.gof),
+        sides=sides,
+    )
+
+
+def _options(args: argparse.Namespace) -> list[str]:
+    """Beam's options, with Beam's own failure logging silenced unless asked for."""
     quiet = logging.getLogger().getEffectiveLevel() >= logging.WARNING
     if quiet:  # a failure is reported below in one line; Beam would log it again at length
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-    options = beam_options(args.runner, args.beam_args, quiet)
+    return beam_options(args.runner, args.beam_args, quiet)
+
+
+def _run(spec: pipeline.JobSpec, options: list[str]) -> dict:
+    """Run the pipeline; its failure is one JobFailedError line."""
     try:
-        with shard_progress(args.runner, len(spec.shards)) as progress_dir:
-            document = pipeline.run(dataclasses.replace(spec, progress_dir=progress_dir), options)
+        return pipeline.run(spec, options)
     except (ValueError, LdpError, OSError, RuntimeError) as exc:
         log.debug("job failed", exc_info=True)
         raise JobFailedError(f"job failed: {last_line(exc)}") from None
+
+
+def _summary(document: dict) -> None:
+    """One line per result."""
     for result in document["results"]:
         status = "released" if result["released"] else "NOT released (below min_batch_size)"
         if "side" in result:
@@ -68,8 +120,6 @@ def run_job_command(args: argparse.Namespace) -> int:
         group = result.get("group")
         which = "" if group is None else f" [{group or 'all ' + result['group_label'] + 's'}]"
         print(f"{result['survey']}/{result['question']}{which}: n = {result['n']}, {status}")
-    print(f"wrote {args.out} ({len(spec.shards)} shard(s), deduplicated: {bool(dedup)})")
-    return 0
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""The Beam pipeline: shards -> per-shard numpy pre-aggregation -> CombinePerKey -> results JSON.
+"""The Beam pipeline: shards (or ranges of a PostgreSQL store's snapshot, postgres_source.py) ->
+per-shard numpy pre-aggregation -> CombinePerKey -> results JSON.
 
 Statistics are keyed by (survey, question, group): a survey with a public group label gets a
 result per group and one with every group pooled (group ''), like the store's statistics.
@@ -16,7 +17,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import apache_beam as beam
 import numpy as np
@@ -34,6 +35,9 @@ from aggregator.store.ingest import ReportRejectedError, decode_payloads
 from aggregator.store.shards import ShardFormatError
 from client.survey import SurveySpec
 
+if TYPE_CHECKING:
+    from aggregator.jobs.postgres_source import TableRange
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -46,6 +50,7 @@ class JobSpec:
     dedup_partitions: int = 0
     block_bytes: int = DEFAULT_BLOCK_BYTES
     progress_dir: str | None = None  # a local directory where each shard read leaves a mark
+    tables: tuple[TableRange, ...] = ()  # instead of shards: ranges of a PostgreSQL store
 
 
 def run(spec: JobSpec, beam_args: list[str]) -> dict:
@@ -58,6 +63,17 @@ def run(spec: JobSpec, beam_args: list[str]) -> dict:
 
 def build(pipeline: beam.Pipeline, spec: JobSpec) -> None:
     """Add the job's transforms to ``pipeline``."""
+    if spec.tables:  # one snapshot of a store: every report once, no deduplication
+        from aggregator.jobs.postgres_source import ReadTableRange
+
+        partials = (
+            pipeline
+            | "ListRanges" >> beam.Create(list(spec.tables))
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "ReadAndPreaggregate" >> beam.ParDo(ReadTableRange(spec.surveys))
+        )
+        _merge_and_write(pipeline, partials, spec)
+        return
     shards = (
         pipeline
         | "ListShards" >> beam.Create(list(spec.shards))
@@ -73,6 +89,12 @@ def build(pipeline: beam.Pipeline, spec: JobSpec) -> None:
         )
     else:
         partials = shards | "ReadAndPreaggregate" >> beam.ParDo(read)
+    _merge_and_write(pipeline, partials, spec)
+
+
+def _merge_and_write(pipeline: beam.Pipeline, partials, spec: JobSpec) -> None:
+    """Merge the per-question partials (with zeros for every question), compute the results
+    and write them."""
     zeros = pipeline | "EveryQuestion" >> beam.Create(
         [
             ((survey.id, question.id, group), Partial.zero(question.statistic_size))
@@ -212,6 +234,7 @@ def write_results(results: list[dict], spec: JobSpec) -> None:
     the shards (other configured surveys are left out), sorted by survey and question id."""
     seen = {r["survey"] for r in results if r["n"] or r["duplicates_dropped"]}
     wanted = seen | {s.survey for s in spec.shards if s.survey is not None}
+    wanted |= {t.survey_id for t in spec.tables}
     document = {
         "format": RESULTS_FORMAT,
         "version": RESULTS_VERSION,

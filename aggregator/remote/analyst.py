@@ -250,6 +250,40 @@ class RemoteAnalyst:
         hist = self.histogram(survey_id, question_id, side, group, test=True)
         return independence(hist, shape, alpha, method, calibration=calibration, rng=rng)
 
+    def monitor(
+        self,
+        survey_id: str,
+        question_id: str,
+        analysis: str = "frequencies",
+        *,
+        p0: Sequence[float] | None = None,
+        alpha: float = 0.05,
+        max_n: int | None = None,
+        side: str | None = None,
+        group: str | None = None,
+        groups: tuple[str, str] | None = None,
+        with_path: bool = False,
+    ) -> ldp_pb2.MonitorResponse:
+        """Anytime-valid monitoring of the question on the server, over its release history
+        (docs/monitoring.md): ``analysis`` is frequencies, goodness_of_fit (``p0``),
+        independence or two_sample (``groups``, two values of the group label). Computed on
+        the server, so every caller sees the same looks; NotReleasedError before a release.
+        ``with_path``: also the confidence sequence at every look (MonitorLook.low/high)."""
+        request = ldp_pb2.MonitorRequest(
+            survey_id=survey_id,
+            question_id=question_id,
+            analysis=analysis,
+            p0=[] if p0 is None else [float(x) for x in p0],
+            alpha=alpha,
+            max_n=max_n or 0,
+            side=_side_number(side),
+            group=group or "",
+            group_a=groups[0] if groups else "",
+            group_b=groups[1] if groups else "",
+            with_path=with_path,
+        )
+        return self._call(self._stub.Monitor, request)
+
     def preregister(self, survey_id: str, plan: str) -> Registration:
         """Register a confirmatory plan (its exact text) on the server."""
         request = ldp_pb2.PreregisterRequest(survey_id=survey_id, plan=plan)

@@ -13,9 +13,11 @@ from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.presentation.numbers import reports
+from aggregator.report.design import DesignSummary
 from aggregator.report.groups import GroupColumn, group_columns
 from aggregator.report.sealed import SealedFamily
 from aggregator.report.sentences import result_sentence
+from aggregator.report.sequential import SequentialSection
 from aggregator.stats import (
     Estimate,
     TestResult,
@@ -61,6 +63,7 @@ class QuestionSection:
     tests: tuple[TestSection, ...]
     withheld: str = ""  # released, but the mechanism has no per-category estimate: why
     groups: tuple[GroupColumn, ...] = ()  # a pooled report's columns, one per public group
+    design: DesignSummary | None = None  # the design-based estimate of a survey with a design
 
     @property
     def released(self) -> bool:
@@ -77,6 +80,8 @@ class SurveyReport:
     side: str = ""  # a split survey's side: "exploration" (labelled exploratory), "confirmation"
     group: str = ""  # the one group reported of a survey with a group label ('': all pooled)
     sealed: SealedFamily | None = None  # the confirmation side's sealed family, shown first
+    #: The survey file's sequential analyses "as of n" (aggregator/report/sequential.py).
+    sequential: tuple[SequentialSection, ...] = ()
 
     @property
     def side_note(self) -> str:
@@ -119,6 +124,7 @@ def build_report(
     group: str = "",
     group_histograms: Mapping[tuple[str, str], Histogram] | None = None,
     sealed: Mapping | SealedFamily | None = None,
+    designs: Mapping[str, DesignSummary] | None = None,
 ) -> SurveyReport:
     """Estimate every question of ``survey`` from its histogram (a question without one has no
     reports yet) and run the declared ``analyses``; nothing is released below the survey's
@@ -126,8 +132,9 @@ def build_report(
     ``group_histograms`` ((question id, group) -> histogram); a pooled report of a survey with a
     group label also shows a column per group for every question with any of them given (a
     group not given counts as empty). ``sealed`` is the confirmation side's sealed record
-    (``confirm``'s JSON), shown as it was sealed. ``seed`` fixes Monte Carlo and bootstrap
-    draws, so a report is reproducible."""
+    (``confirm``'s JSON), shown as it was sealed. ``designs``: per question id the design-based
+    estimate shown beside a released estimate (a survey with a sampling design). ``seed``
+    fixes Monte Carlo and bootstrap draws, so a report is reproducible."""
     family = SealedFamily.from_record(sealed) if isinstance(sealed, Mapping) else sealed
     sections = []
     for question in survey.questions:
@@ -144,6 +151,8 @@ def build_report(
             if any((question.id, g) in given for g in survey.group_label.values):
                 columns = group_columns(survey, question, given, section.min_batch_size, confidence)
                 section = replace(section, groups=columns)
+        if section.estimate is not None and question.id in (designs or {}):
+            section = replace(section, design=(designs or {})[question.id])
         sections.append(section)
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     cost = survey_cost(survey.questions)

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from html import escape
 
 from aggregator.presentation.numbers import interval, out_of_range, reports, share
+from aggregator.report import sequential
 from aggregator.report.content import Marginal, QuestionSection, SurveyReport, TestSection
+from aggregator.report.design import design_html
 from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
 from aggregator.report.large import data_url, full_table_csv, is_large, shown, top_note
 from aggregator.report.plots import PLOT_EXTRA_HINT, interval_plot, plots_available
@@ -69,6 +71,8 @@ def render_html(report: SurveyReport, full_tables: Mapping[str, str] | None = No
         _question(section, report.confidence, plots, report.result_label, links)
         for section in report.questions
     ]
+    if report.sequential:
+        parts.append(sequential.render_html(report.sequential, plots))
     parts.append(
         '<p class="note">Estimates are unbiased: with few reports or strong privacy one may fall '
         "below 0 or above 1. Such values are marked <span class=flag>▲</span>; the projected "
@@ -171,6 +175,7 @@ def _question(
         ),
         _table(section, rows, projected),
         "</div>",
+        design_html(section.design, question.labels, rows),
     ]  # fmt: skip
     for marginal in section.marginals:
         body += [f"<h3>Marginal: {escape(marginal.attribute)}</h3>", _marginal(marginal, plots)]

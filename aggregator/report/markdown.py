@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aggregator.presentation.numbers import interval, out_of_range, reports, share
+from aggregator.report import sequential
 from aggregator.report.content import QuestionSection, SurveyReport
+from aggregator.report.design import design_markdown
 from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
 from aggregator.report.large import is_large, shown, top_note
 from aggregator.report.sealed import SealedFamily
@@ -41,6 +43,8 @@ def render_markdown(report: SurveyReport, full_tables: Mapping[str, str] | None 
         lines += ["", f"**{report.group_note}**"]
     for section in report.questions:
         lines += _question(section, report.result_label, full_tables or {})
+    if report.sequential:
+        lines += sequential.render_markdown(report.sequential)
     lines += [
         "",
         "Estimates are unbiased and may fall outside [0, 1] (marked ▲); the projected column is "
@@ -91,6 +95,7 @@ def _question(section: QuestionSection, label: str, links: Mapping[str, str]) ->
         lines += ["", f"No estimate: {section.withheld}."]
     else:
         lines += _estimate(section, links)
+        lines += design_markdown(section.design, section.question.labels, shown(section))
         for marginal in section.marginals:
             lines += [
                 "",

@@ -1,4 +1,5 @@
-"""Estimates with their intervals drawn as inline SVG (matplotlib, the ``[plot]`` extra).
+"""Estimates with their intervals, and the "as of n" confidence sequences and e-values, drawn as
+inline SVG (matplotlib, the ``[plot]`` extra).
 
 Figures are built on a bare ``Figure`` (no pyplot state, no display needed) and written as SVG
 whose text is drawn as paths, so the page needs no fonts or network to show them.
@@ -64,3 +65,50 @@ def _bare_svg(document: str, title: str) -> str:
     svg = document[start:]
     label = title.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
     return re.sub(r"^<svg", f'<svg role="img" aria-label="{label}"', svg, count=1)
+
+
+def sequence_plot(
+    look_ns: Sequence[int],
+    labels: Sequence[str],
+    estimate: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    log_evalues: Sequence[float],
+    alpha: float,
+    title: str,
+    what: str = "frequency",
+) -> str:
+    """The "as of n" figure: each category's confidence sequence (a band) and running estimate
+    over n, and beside it, when there is a test, the e-value over n (log scale) with the 1/alpha
+    line the stopping rule watches; returns an ``<svg>`` element."""
+    from matplotlib.figure import Figure
+
+    panels = 2 if log_evalues else 1
+    fig = Figure(figsize=(6.4 if panels == 1 else 10.0, 3.4))
+    ax = fig.add_subplot(1, panels, 1)
+    ns = np.asarray(look_ns, dtype=float)
+    colours = [f"C{j % 10}" for j in range(len(labels))]
+    for j, label in enumerate(labels):
+        ax.fill_between(ns, low[:, j], high[:, j], color=colours[j], alpha=0.12, step="post")
+        ax.step(ns, estimate[:, j], where="post", color=colours[j], linewidth=1.2, label=label)
+    ax.set_xlabel("n (reports; one step per release)")
+    ax.set_ylabel(what)
+    ax.set_title("confidence sequences", fontsize=9)
+    ax.grid(color="#dddddd", linewidth=0.6)
+    if len(labels) <= 12:
+        ax.legend(fontsize=7, loc="best")
+    if log_evalues:
+        right = fig.add_subplot(1, 2, 2)
+        shown = np.exp(np.minimum(np.asarray(log_evalues), 700.0))
+        right.step(ns[: len(shown)], shown, where="post", color="#1f4e79", label="e-value")
+        right.axhline(1 / alpha, color="#8a1c1c", linestyle="--", label=f"1/α = {1 / alpha:g}")
+        right.set_yscale("log")
+        right.set_xlabel("n (reports)")
+        right.set_title("e-value (stop when it passes 1/α)", fontsize=9)
+        right.grid(color="#dddddd", linewidth=0.6)
+        right.legend(fontsize=7, loc="best")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    return _bare_svg(buffer.getvalue(), title)

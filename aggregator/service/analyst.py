@@ -20,7 +20,7 @@ from aggregator.errors import (
     InsufficientDataError,
     InvalidInputError,
 )
-from aggregator.service import confirm_rpcs, release
+from aggregator.service import confirm_rpcs, monitor_rpc, release
 from aggregator.service.analysis import (
     AnalysisExecutor,
     AnalysisRefusedError,
@@ -31,7 +31,7 @@ from aggregator.service.analysis import (
 )
 from aggregator.service.answers import shortened
 from aggregator.service.rejections import abort, status_of
-from aggregator.service.store_api import Store
+from aggregator.service.store_api import AnalysisStore
 from aggregator.store import ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.survey_file.analyses import check_independent
@@ -54,17 +54,19 @@ NOT_PREREGISTERED_METADATA = ("ldp-label", "not preregistered")
 
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
-    """Estimates and tests computed from stored sufficient statistics."""
+    """Estimates and tests computed from stored sufficient statistics, on any store engine
+    (``store``: aggregator/service/store_api.py's analysis_of)."""
 
     def __init__(
         self,
         surveys: dict[str, SurveySpec],
-        store: Store,
+        store: AnalysisStore,
         executor: AnalysisExecutor | None = None,
     ) -> None:
         self._surveys = surveys
         self._store = store
         self.executor = executor or AnalysisExecutor()
+        self.monitors = monitor_rpc.MonitorCache()  # Monitor's e-processes between calls
 
     async def _released(
         self,
@@ -218,6 +220,10 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return ldp_pb2.StatisticsResponse(
             n=hist.n, values=hist.values, definition_digest=question.digest
         )
+
+    async def Monitor(self, request, context):
+        """Anytime-valid monitoring over the release history (aggregator/service/monitor_rpc.py)."""
+        return await monitor_rpc.monitor(self, request, context)
 
     async def _analyse(self, context, function: str, args: tuple, kwargs=None, *, heavy=True):
         """``aggregator.stats.<function>(*args, **kwargs)`` on the analysis executor, admitted

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -35,11 +36,12 @@ from aggregator.service.limits import (
     DEFAULT_MAX_INFLIGHT_REPORTS,
     CapCounter,
     KeyPseudonyms,
+    SharedLimits,
     UploadGuard,
 )
 from aggregator.service.observe import Observer
 from aggregator.service.ports import ensure_port_free
-from aggregator.service.store_api import Store
+from aggregator.service.store_api import Store, analysis_of
 from aggregator.service.streams import ConnectionLimits, StreamLimits
 from aggregator.store import definitions
 from aggregator.store.file_kind import create_private
@@ -49,8 +51,13 @@ from aggregator.survey_file.config import SurveyLimits
 from client.device.transport import MAX_MESSAGE_BYTES
 from client.survey import SurveySpec
 
+if TYPE_CHECKING:
+    from aggregator.store.postgres.engine import PostgresStore
+
 log = logging.getLogger(__name__)
 
+#: What every node of a shared store hashes to show it has the other nodes' limits secret.
+SECRET_CHECK = "ldp-survey: nodes sharing per-device limits"
 #: How often an idle server checks that its store can still make reports durable.
 STORE_PROBE_SECONDS = 1.0
 
@@ -144,7 +151,7 @@ def open_shared_store(
     *,
     max_delay: float = 0.002,
     on_commit: Callable[[float, int], None] | None = None,
-) -> Store:
+) -> PostgresStore:
     """Open the shared PostgreSQL store at ``url`` (extra [postgres]), check every question of
     the surveys against its pinned definition and register it: one ingest node of several."""
     from aggregator.store.postgres import pins
@@ -179,13 +186,17 @@ async def start_server(
     analyst_access: AnalystAccess | None = None,
     audit_log: str | os.PathLike[str] | None = None,
     store_url: str | None = None,
+    per_node_limits: bool = False,
 ) -> RunningServer:
     """Open the store, register every question, and start serving devices on ``address`` and
     analysts on ``analyst_address``.
 
-    ``store_url`` (postgresql://...) makes this server one ingest node of several on a shared
-    PostgreSQL store: it serves devices only (no Analyst), and ``db_path`` names the node's own
-    files (its lock, cap counts and pseudonym key), as docs/operations.md says.
+    ``store_url`` (postgresql://...) makes this server one node of several on a shared
+    PostgreSQL store: its Collector and Analyst serve the shared reports and analysis state,
+    its per-device limits are counted in the store (every node must share ``db_path``'s limits
+    secret), or with ``per_node_limits`` in the node's own ``<db>.caps`` as on SQLite, and
+    ``db_path`` names the node's own files (its lock, limits secret and audit log), as
+    docs/operations.md says.
 
     ``credentials`` (see ``aggregator.service.tls.server_credentials``) switch on TLS or mTLS;
     ``device_keys`` are the enrolled Ed25519 keys that signed uploads are verified with, and
@@ -204,13 +215,17 @@ async def start_server(
     observer = observer or Observer()
     lock = StoreLock(db_path)  # before anything is opened: one server per store
     try:
-        caps = CapFile.beside(db_path)
+        caps: CapFile | None = None
+        shared_store: PostgresStore | None = None
         store: Store
         if store_url is not None:
-            store = open_shared_store(
+            store = shared_store = open_shared_store(
                 surveys, store_url, max_delay=max_delay, on_commit=observer.recorder.commit
             )
+            if per_node_limits:
+                caps = CapFile.beside(db_path)
         else:
+            caps = CapFile.beside(db_path)
             caps.adopt_legacy(db_path)
             store = open_store(
                 surveys, db_path, max_delay=max_delay, on_commit=observer.recorder.commit
@@ -219,8 +234,15 @@ async def start_server(
         lock.release()
         raise
     try:
+        pseudonym = KeyPseudonyms.beside(db_path)
+        shared = None
+        if shared_store is not None and limits and not per_node_limits:
+            shared = shared_limits(shared_store, pseudonym)
         guard = UploadGuard(
-            limits or {}, CapCounter(caps.load()), max_inflight_reports=max_inflight_reports
+            limits or {},
+            CapCounter(caps.load() if caps is not None else {}),
+            max_inflight_reports=max_inflight_reports,
+            shared=shared,
         )
         registry = None
         if devices is not None:
@@ -238,12 +260,10 @@ async def start_server(
             credentials=credentials,
             auth=auth,
             observer=observer,
-            pseudonym=KeyPseudonyms.beside(db_path),
+            pseudonym=pseudonym,
             streams=streams,
             connections=connections,
-            analyst=None
-            if store_url is not None
-            else (
+            analyst=(
                 analyst_address,
                 analyst_access or AnalystAccess(),
                 Path(audit_log) if audit_log is not None else default_path(db_path),
@@ -257,9 +277,20 @@ async def start_server(
     if registry is not None:
         running.registry = registry
         registry.start()
-    running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
-    running.caps.start()
+    if caps is not None:
+        running.caps = CapPersistence(caps, guard.changed_counts, guard.keep_changed)
+        running.caps.start()
     return running
+
+
+def shared_limits(store: PostgresStore, pseudonym: KeyPseudonyms) -> SharedLimits:
+    """The per-device counts of a shared PostgreSQL store, after checking this node hashes
+    devices with the same secret as the other nodes."""
+    from aggregator.store.postgres.device_limits import SharedDeviceLimits
+
+    shared = SharedDeviceLimits(store)
+    shared.check_secret(pseudonym(SECRET_CHECK))
+    return shared
 
 
 async def serve(
@@ -362,7 +393,7 @@ async def serve_analyst(
             *(connections or ConnectionLimits()).options(),
         ],
     )
-    analyst = Analyst(surveys, store)
+    analyst = Analyst(surveys, analysis_of(store))
     add_analyst_to_server(analyst, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

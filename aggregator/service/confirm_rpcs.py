@@ -2,17 +2,19 @@
 check of the reading RPCs (docs/adaptive-analysis.md; status codes in docs/wire.md §8).
 
 Sealing and holdout queries read a snapshot of the confirmation side off the writer
-(confirmations.snapshot, on the analysis threads), compute their tests in an analysis worker
-process (aggregator/service/analysis.py: admitted, stopped when the caller goes away), and commit
-the result in one short write transaction that re-checks the state (compare-and-set,
-confirmations.commit_seal / commit_holdout): through the store's writer thread
-(ReportStore.run_in_writer), or for a ``--workers`` server's worker in a transaction of its own
-connection (RemoteStore.run_in_writer), which SQLite serializes with the writer's; the writer
-refuses confirmation-side reports from the next transaction on. A concurrent change (another
-query, a second seal, a confirmation-side upload) makes it compute again from a fresh snapshot;
-a second Confirm that finds the survey sealed answers the stored record (``already``)."""
+(AnalysisStore.confirmation_snapshot, on the analysis threads), compute their tests in an
+analysis worker process (aggregator/service/analysis.py: admitted, stopped when the caller goes
+away), and commit the result in one short write transaction that re-checks the state
+(compare-and-set, AnalysisStore.commit_seal / commit_holdout; aggregator/service/store_api.py
+says where each engine runs it). A seal first prepares (AnalysisStore.prepare_seal: a shared
+PostgreSQL store closes the confirmation side on every node before the plan runs; SQLite's
+single writer closes it in the commit). A concurrent change (another query, a second seal, a
+confirmation-side upload) makes it compute again from a fresh snapshot; a second Confirm that
+finds the survey sealed answers the stored record (``already``)."""
 
 from __future__ import annotations
+
+import asyncio
 
 import grpc
 
@@ -20,6 +22,7 @@ from aggregator.errors import ConfirmationError
 from aggregator.service.analysis import AnalysisExecutor, caller_of
 from aggregator.service.answers import shortened
 from aggregator.service.rejections import abort
+from aggregator.service.store_api import AnalysisStore
 from aggregator.store import confirmations
 from aggregator.store.report_store import StoreUnavailableError
 from client.device.transport import RETRY_AFTER_KEY
@@ -32,7 +35,7 @@ STORE_BUSY_RETRY_AFTER_MS = 1000
 
 
 async def read_side(
-    context, store, survey: SurveySpec, side: int, executor: AnalysisExecutor
+    context, store: AnalysisStore, survey: SurveySpec, side: int, executor: AnalysisExecutor
 ) -> int:
     """The side a reading RPC reads: a split survey's requested side (EXPLORATION when unset;
     CONFIRMATION only once sealed, else FAILED_PRECONDITION), 0 for a survey that is not split
@@ -47,7 +50,7 @@ async def read_side(
     side = side or ldp_pb2.EXPLORATION
     if side not in (ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown side {side}")
-    check = executor.in_thread(context, confirmations.check_readable_at, store.path, survey, side)
+    check = executor.in_thread(context, store.check_readable, survey, side)
     await answered(context, check)
     if side == ldp_pb2.EXPLORATION:
         context.set_trailing_metadata((EXPLORATORY_METADATA,))
@@ -88,7 +91,7 @@ async def answered(context, work):
 
 
 async def preregister(
-    context, store, surveys, request, executor: AnalysisExecutor
+    context, store: AnalysisStore, surveys, request, executor: AnalysisExecutor
 ) -> ldp_pb2.PreregisterResponse:
     survey = await _survey(context, surveys, request.survey_id)
     plan = await answered(context, executor.in_thread(context, _parse_plan, request.plan, surveys))
@@ -97,35 +100,46 @@ async def preregister(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"the plan is for survey {plan.survey_id!r}, not {survey.id!r}",
         )
-    work = executor.in_thread(
-        context, confirmations.preregister, store, survey, plan.text, plan.sha256
-    )
+    work = executor.in_thread(context, store.preregister, survey, plan.text, plan.sha256)
     when, already = await answered(context, work)
     return ldp_pb2.PreregisterResponse(plan_sha256=plan.sha256, registered_at=when, already=already)
 
 
 async def confirm(
-    context, store, surveys, request, executor: AnalysisExecutor
+    context, store: AnalysisStore, surveys, request, executor: AnalysisExecutor
 ) -> ldp_pb2.ConfirmResponse:
     survey = await _survey(context, surveys, request.survey_id)
 
     async def run():
         async with executor.admitted(caller_of(context)):
-            for attempt in range(1, confirmations.ATTEMPTS + 1):
-                snap = await executor.in_thread(context, confirmations.snapshot, store.path, survey)
-                plan = confirmations.seal_plan(snap, survey)
-                if plan is None:  # sealed before: its record is the answer
-                    return snap.state, True
-                record = await executor.in_process(
-                    context, sealed_record, plan, surveys, survey.id, snap.histograms
-                )
-                try:
-                    return await executor.in_thread(
-                        context, confirmations.commit_seal, store, survey, snap, record
+            prepared = False
+            try:
+                for attempt in range(1, confirmations.ATTEMPTS + 1):
+                    snap = await executor.in_thread(context, store.confirmation_snapshot, survey)
+                    plan = confirmations.seal_plan(snap, survey)
+                    if plan is not None and not prepared:  # then read again: the final counts
+                        await executor.in_thread(context, store.prepare_seal, survey)
+                        prepared = True
+                        snap = await executor.in_thread(
+                            context, store.confirmation_snapshot, survey
+                        )
+                        plan = confirmations.seal_plan(snap, survey)
+                    if plan is None:  # sealed before: its record is the answer
+                        return snap.state, True
+                    record = await executor.in_process(
+                        context, sealed_record, plan, surveys, survey.id, snap.histograms
                     )
-                except confirmations.StateChangedError:
-                    if attempt == confirmations.ATTEMPTS:
-                        raise
+                    try:
+                        return await executor.in_thread(
+                            context, store.commit_seal, survey, snap, record
+                        )
+                    except confirmations.StateChangedError:
+                        if attempt == confirmations.ATTEMPTS:
+                            raise
+            except BaseException:
+                if prepared:  # no seal: the side closed for it opens again
+                    await asyncio.to_thread(store.abandon_seal, survey)
+                raise
         raise AssertionError("unreachable")
 
     sealed, already = await answered(context, run())
@@ -138,7 +152,7 @@ async def confirm(
 
 
 async def holdout_test(
-    context, store, surveys, request, executor: AnalysisExecutor
+    context, store: AnalysisStore, surveys, request, executor: AnalysisExecutor
 ) -> ldp_pb2.HoldoutResponse:
     """One SparseValidate query; a holdout opened by this call gets the default alpha, m and B
     (confirmations.DEFAULT_HOLDOUT); ``ldp-aggregator holdout`` can open it with others."""
@@ -149,7 +163,7 @@ async def holdout_test(
     async def run():
         async with executor.admitted(caller_of(context)):
             for attempt in range(1, confirmations.ATTEMPTS + 1):
-                snap = await executor.in_thread(context, confirmations.snapshot, store.path, survey)
+                snap = await executor.in_thread(context, store.confirmation_snapshot, survey)
                 held = confirmations.holdout_state(snap, survey, None)
                 answer = await executor.in_process(
                     context, holdout_answer, held, survey, snap.histograms, *query, p0
@@ -157,8 +171,7 @@ async def holdout_test(
                 try:
                     state = await executor.in_thread(
                         context,
-                        confirmations.commit_holdout,
-                        store,
+                        store.commit_holdout,
                         survey,
                         snap,
                         held,

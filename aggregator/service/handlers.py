@@ -221,5 +221,11 @@ def add_analyst_to_server(analyst: Analyst, server: grpc.aio.Server) -> None:
             ldp_pb2.StatisticsResponse.SerializeToString,
             MAX_SMALL_REQUEST_BYTES,
         ),
+        "Monitor": _unary(
+            analyst.Monitor,
+            ldp_pb2.MonitorRequest,
+            ldp_pb2.MonitorResponse.SerializeToString,
+            MAX_ANALYST_REQUEST_BYTES,
+        ),
     }
     _register(server, SERVICE_NAMES[1], handlers)

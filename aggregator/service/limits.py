@@ -28,8 +28,10 @@ to settle from the store's writer thread while the event loop admits.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import logging
 import math
 import os
 import stat
@@ -39,11 +41,15 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Protocol
 
 from aggregator.errors import LdpError
+from aggregator.store.device_counts import CountKey, Rate, Refusal
 from aggregator.store.ingest import Rejection, ReportRejectedError
 from aggregator.store.report_store import STORED, ReportBatch
 from aggregator.survey_file.config import SurveyLimits
+
+log = logging.getLogger(__name__)
 
 #: Default bound on reports waiting for the store. The store commits about 40k reports/s on a
 #: 2-core machine (docs/performance.md), so 20,000 queued reports wait about half a second:
@@ -174,17 +180,8 @@ class RateLimiter:
         if not charges:
             return
         bucket, cost, wait, survey_id, limits = max(charges, key=lambda c: c[2])
-        if wait == math.inf:
-            raise LimitExceededError(
-                f"a batch of {cost} reports exceeds the burst of {limits.burst} for survey "
-                f"{survey_id!r}; send at most {limits.burst} per request"
-            )
         if wait > 0:
-            raise LimitExceededError(
-                f"rate limit of {limits.rate_per_minute:g} reports per minute for survey "
-                f"{survey_id!r}; retry after {math.ceil(wait * 1000)} ms",
-                retry_after=wait,
-            )
+            raise rate_refusal(survey_id, limits, cost, wait)
         for bucket, cost, *_ in charges:
             bucket.take(cost, now)
 
@@ -208,7 +205,36 @@ class RateLimiter:
         self._sweep_at = max(1024, 2 * len(self._buckets))
 
 
-CountKey = tuple[str, str, str]  # (limit key, survey id, question id)
+def rate_refusal(
+    survey_id: str, limits: SurveyLimits, cost: int, wait: float
+) -> LimitExceededError:
+    """The refusal of ``cost`` reports that would have to wait ``wait`` seconds for tokens
+    (inf: more than the burst, waiting does not help)."""
+    if wait == math.inf:
+        return LimitExceededError(
+            f"a batch of {cost} reports exceeds the burst of {limits.burst} for survey "
+            f"{survey_id!r}; send at most {limits.burst} per request"
+        )
+    return LimitExceededError(
+        f"rate limit of {limits.rate_per_minute:g} reports per minute for survey "
+        f"{survey_id!r}; retry after {math.ceil(wait * 1000)} ms",
+        retry_after=wait,
+    )
+
+
+class SharedLimits(Protocol):
+    """Per-device counts kept where every node sees them (a PostgreSQL store's,
+    aggregator/store/postgres/device_limits.py). Both calls block."""
+
+    def take(
+        self,
+        key: str,
+        wanted: Mapping[CountKey, int],
+        caps: Mapping[CountKey, int],
+        rates: Sequence[Rate],
+    ) -> Refusal | None: ...
+
+    def release(self, counts: Mapping[CountKey, int]) -> None: ...
 
 
 class CapCounter:
@@ -315,7 +341,9 @@ def _answered(key: CountKey) -> str:
 
 class UploadGuard:
     """Admits an upload against load, rate and cap, in that order of cost to the device: an
-    upload shed for load or refused for its cap consumes no tokens."""
+    upload shed for load or refused for its cap consumes no tokens. With ``shared`` counts (the
+    nodes of a shared store) rate and cap are decided there, in one transaction per upload, and
+    ``caps`` and the in-memory buckets are not used; the load stays this node's."""
 
     def __init__(
         self,
@@ -324,11 +352,13 @@ class UploadGuard:
         *,
         max_inflight_reports: int = DEFAULT_MAX_INFLIGHT_REPORTS,
         clock: Callable[[], float] = time.monotonic,
+        shared: SharedLimits | None = None,
     ) -> None:
         if max_inflight_reports < 1:
             raise ValueError("max_inflight_reports must be >= 1")
         self._limits = limits
         self._caps = caps
+        self._shared = shared
         self._rates = RateLimiter(limits, clock)
         self.max_inflight_reports = max_inflight_reports
         self._inflight = 0
@@ -360,6 +390,8 @@ class UploadGuard:
         when a cap would be passed, because reports stored before do not count again."""
         size = sum(len(b) for b in batches)
         capped = [b for b in batches if self.cap(b.survey_id, b.question_id) is not None]
+        if self._shared is not None:
+            return await self._admit_shared(self._shared, key, batches, capped, stored_ids)
         wanted = _per_question(key, capped)
         with self._lock:
             self._check_load(size)
@@ -371,14 +403,62 @@ class UploadGuard:
             self._check_load(size)
             full = self._caps.try_reserve(wanted, self._cap_table(wanted))
             if full is not None:
-                _, survey_id, question_id = full
-                if self._limits[survey_id].one_answer:
-                    raise ReportRejectedError(Rejection.ANSWERED_BEFORE, _answered(full))
-                raise LimitExceededError(
-                    f"cap reached: a device may send at most {self._cap_table([full])[full]} "
-                    f"reports for {survey_id}/{question_id}"
-                )
+                raise self._cap_refusal(full)
             return self._admit_rest(key, batches, size, wanted)
+
+    async def _admit_shared(
+        self,
+        shared: SharedLimits,
+        key: str,
+        batches: Sequence[ReportBatch],
+        capped: Sequence[ReportBatch],
+        stored_ids: Callable[[list[bytes]], Awaitable[set[bytes]]],
+    ) -> Admission:
+        """:meth:`admit` on shared counts: reserve and charge in the store (off the event
+        loop), asking which reports are stored already only when a cap would be passed."""
+        size = sum(len(b) for b in batches)
+        self.check_load(size)
+        per_survey: Counter[str] = Counter()
+        for batch in batches:
+            per_survey[batch.survey_id] += len(batch)
+        rates = [
+            Rate(survey_id, limits.rate_per_minute / 60.0, limits.burst, cost)
+            for survey_id, cost in sorted(per_survey.items())
+            if (limits := self._limits.get(survey_id)) is not None
+            and limits.rate_per_minute is not None
+            and limits.burst is not None
+        ]
+        wanted = _per_question(key, capped)
+        if not wanted and not rates:
+            refusal = None
+        else:
+            refusal = await asyncio.to_thread(
+                shared.take, key, wanted, self._cap_table(wanted), rates
+            )
+        if refusal is not None and refusal.cap is not None:
+            known = await stored_ids([i for b in capped for i in b.report_ids])
+            wanted = _per_question(key, capped, known)
+            refusal = await asyncio.to_thread(
+                shared.take, key, wanted, self._cap_table(wanted), rates
+            )
+        if refusal is not None:
+            if refusal.cap is not None:
+                raise self._cap_refusal(refusal.cap)
+            limits = self._limits[refusal.survey]
+            raise rate_refusal(refusal.survey, limits, per_survey[refusal.survey], refusal.wait)
+        with self._lock:
+            self._inflight += size
+        return Admission(self, key, batches, wanted)
+
+    def _cap_refusal(self, full: CountKey) -> Exception:
+        """The refusal of an upload that would pass ``full``'s cap."""
+        _, survey_id, question_id = full
+        if self._limits[survey_id].one_answer:
+            return ReportRejectedError(Rejection.ANSWERED_BEFORE, _answered(full))
+        return LimitExceededError(
+            f"cap reached: a device may send at most {self._cap_table([full])[full]} "
+            f"reports for {survey_id}/{question_id}"
+        )
 
     def changed_counts(self) -> dict[CountKey, int]:
         """Cap counts changed since the last call, to persist (:mod:`.cap_file`)."""
@@ -393,10 +473,19 @@ class UploadGuard:
     def settle(
         self, size: int, reserved: Mapping[CountKey, int], accepted: Mapping[CountKey, int]
     ) -> None:
-        """An admitted upload of ``size`` reports left the store: free its load, settle its caps."""
+        """An admitted upload of ``size`` reports left the store: free its load, settle its caps
+        (shared counts: hand back the reserved reports not stored as new, in a thread of its
+        own, since this runs on the store's writer thread)."""
         with self._lock:
             self._inflight -= size
-            self._caps.settle(reserved, accepted)
+            if self._shared is None:
+                self._caps.settle(reserved, accepted)
+                return
+        unused = {k: n - accepted.get(k, 0) for k, n in reserved.items() if n > accepted.get(k, 0)}
+        if unused:
+            threading.Thread(
+                target=_release, args=(self._shared, unused), name="cap-release", daemon=True
+            ).start()
 
     def _admit_rest(
         self, key: str, batches: Sequence[ReportBatch], size: int, wanted: Mapping[CountKey, int]
@@ -440,3 +529,12 @@ def _per_question(
         n = len(batch) if not known else sum(i not in known for i in batch.report_ids)
         counts[(key, batch.survey_id, batch.question_id)] += n
     return +counts
+
+
+def _release(shared: SharedLimits, unused: Mapping[CountKey, int]) -> None:
+    """Hand back reserved cap counts; a failure leaves them counted (a device may be refused a
+    few reports below its cap, never allowed above it)."""
+    try:
+        shared.release(unused)
+    except Exception as exc:  # the store is unreachable or closed: keep serving
+        log.warning("could not hand back %d reserved cap counts: %s", sum(unused.values()), exc)

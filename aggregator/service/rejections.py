@@ -16,6 +16,7 @@ STATUS_OF: dict[Rejection, grpc.StatusCode] = {
     Rejection.STALE_DEFINITION: grpc.StatusCode.FAILED_PRECONDITION,
     Rejection.WRONG_SIDE: grpc.StatusCode.FAILED_PRECONDITION,
     Rejection.WRONG_GROUP: grpc.StatusCode.INVALID_ARGUMENT,
+    Rejection.WRONG_DESIGN_KEY: grpc.StatusCode.INVALID_ARGUMENT,
     Rejection.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT,
     Rejection.REUSED_ID: grpc.StatusCode.INVALID_ARGUMENT,
     Rejection.OUT_OF_RANGE: grpc.StatusCode.OUT_OF_RANGE,

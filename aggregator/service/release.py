@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aggregator.store import releases
+from aggregator.service.store_api import AnalysisStore
 from client.survey import SurveySpec
 
 #: Trailing metadata key of a pooled read of a survey with a group label: the JSON list of the
@@ -38,7 +38,7 @@ class Release:
 
 
 def release(
-    store: releases.Writer, survey: SurveySpec, question_id: str, side: int, group: str
+    store: AnalysisStore, survey: SurveySpec, question_id: str, side: int, group: str
 ) -> Release:
     """The released statistic of ``question_id`` on ``side`` (0 for a survey that is not split)
     and of ``group`` ('': the whole question; for a survey with a group label, the sum of its
@@ -46,7 +46,7 @@ def release(
     label = survey.group_label
     pooled = label.values if label is not None and not group else None
     cells = [(survey.id, question_id, side, value) for value in pooled or (group,)]
-    snapshots = releases.release(store, cells, survey.min_batch_size)
+    snapshots = store.release(cells, survey.min_batch_size)
     summed = {cell[3]: snap for cell, snap in snapshots.items() if snap is not None}
     k = survey.question(question_id).statistic_size
     totals = [sum(column) for column in zip(*(sums for _, sums in summed.values()), strict=True)]

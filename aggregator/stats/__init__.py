@@ -65,6 +65,15 @@ if TYPE_CHECKING:
     from aggregator.stats.design_estimate import (
         design_estimate as design_estimate,
     )
+    from aggregator.stats.design_power import (
+        DesignEffect as DesignEffect,
+    )
+    from aggregator.stats.design_raking import (
+        Raked as Raked,
+    )
+    from aggregator.stats.design_raking import (
+        raked_estimate as raked_estimate,
+    )
     from aggregator.stats.design_tests import (
         DesignTestResult as DesignTestResult,
     )
@@ -144,6 +153,7 @@ _HOMES = {
     "sequential_independence": "anytime",
     "Advice": "power",
     "Design": "design",
+    "DesignEffect": "design_power",
     "DesignEstimate": "design_estimate",
     "DesignTestResult": "design_tests",
     "Estimate": "estimate",
@@ -152,6 +162,7 @@ _HOMES = {
     "IndependenceModel": "models",
     "ParametricModel": "models",
     "PostStratified": "design_calibration",
+    "Raked": "design_raking",
     "TestResult": "result",
     "advise": "power",
     "composite": "composite",
@@ -169,6 +180,7 @@ _HOMES = {
     "noncentrality": "power",
     "post_stratified_estimate": "design_calibration",
     "power": "power",
+    "raked_estimate": "design_raking",
     "sample_size": "power",
     "two_sample": "two_sample",
     "two_sample_power": "two_sample",

@@ -97,13 +97,17 @@ def contributions(mechanism: Mechanism, decoded: np.ndarray) -> np.ndarray:
     """(n, k) per-report unbiased contributions ``x_hat_i`` with ``E[x_hat_i] = e_{x_i}``:
     each report's statistic row, de-biased through the channel (the notation of the
     survey-design-and-monitoring spec)."""
+    _check_contributes(mechanism)
+    rows = mechanism.statistic_values(mechanism.statistic_rows(decoded))
+    return (np.asarray(rows, dtype=float) - mechanism.offset) / check_signal(mechanism)
+
+
+def _check_contributes(mechanism: Mechanism) -> None:
     if mechanism.statistic_kind == "groups":
         raise InvalidInputError(
             f"{mechanism.describe()} has no per-report contribution per category; a design "
             "needs a mechanism whose reports each estimate the one-hot answer"
         )
-    rows = mechanism.statistic_values(mechanism.statistic_rows(decoded))
-    return (np.asarray(rows, dtype=float) - mechanism.offset) / check_signal(mechanism)
 
 
 def srs_covariance(mechanism: Mechanism | None, p: np.ndarray) -> np.ndarray:
@@ -189,3 +193,25 @@ def _sampling_fraction(design: Design, stratum_of: np.ndarray, psus: np.ndarray)
                 f"stratum {h}: {psus[h]} PSUs sampled from a population of {values[0]:g}"
             )
     return fraction
+
+
+def contributions_from_counts(
+    mechanism: Mechanism, n: int, sums: np.ndarray, squares: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(sum_i x_hat_i, sum_i x_hat_i**2)`` (each (k,)) of ``n`` reports from the stored sums of
+    their statistic rows, equal to summing :func:`contributions`: ``x_hat`` is affine in the row.
+    A count mechanism's rows are 0/1 (a row's square is the row), so ``sums`` is enough; additive
+    noise needs ``squares``, the sums of the rows' squares (in the stored grid units)."""
+    _check_contributes(mechanism)
+    signal, offset = check_signal(mechanism), float(mechanism.offset)
+    values = mechanism.statistic_values(np.asarray(sums))
+    if mechanism.statistic_kind == "noise":
+        if squares is None:
+            raise InvalidInputError(f"{mechanism.describe()}: sums of squares are needed")
+        unit = float(mechanism.statistic_values(np.ones(1))[0])  # a grid unit in real units
+        value_squares = np.asarray(squares, dtype=float) * unit**2
+    else:
+        value_squares = values
+    total = (values - n * offset) / signal
+    square = (value_squares - 2 * offset * values + n * offset**2) / signal**2
+    return total, square

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,11 +33,24 @@ from aggregator.store.ingest import histogram
 from aggregator.store.report_store import (
     CONFIRMATION,
     STORE_KIND,
-    ReportStore,
     StoreError,
     read_side,
 )
 from client.survey import SurveySpec
+
+
+class Writer(Protocol):
+    """A SQLite store as the plan, seal and holdout write it: its file, one write transaction
+    (ReportStore's writer thread, or a ``--workers`` worker's own connection), and closing the
+    confirmation side inside that transaction."""
+
+    @property
+    def path(self) -> str: ...
+
+    def run_in_writer(self, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
+
+    def close_confirmation(self, survey_id: str) -> None: ...
+
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS confirmations (
@@ -136,9 +150,13 @@ def check_readable_at(path: str, survey: SurveySpec, side: int) -> None:
 def check_readable(conn: sqlite3.Connection, survey: SurveySpec, side: int) -> None:
     """ConfirmationError unless ``side`` of ``survey`` may be read directly: the exploration
     side always; the confirmation side only once a preregistered plan's results are sealed."""
-    if side != CONFIRMATION:
-        return
-    current = state(conn, survey.id)
+    if side == CONFIRMATION:
+        check_state_readable(survey, state(conn, survey.id))
+
+
+def check_state_readable(survey: SurveySpec, current: Confirmation | None) -> None:
+    """ConfirmationError unless the confirmation side of ``survey``, in state ``current``, may
+    be read directly (every engine's rule: only once a preregistered plan is sealed)."""
     if current is not None and current.sealed is not None:
         return
     if current is not None and current.mode == "holdout":
@@ -164,7 +182,7 @@ def side_histograms(conn: sqlite3.Connection, survey: SurveySpec, side: int) -> 
     return out
 
 
-def preregister(store: ReportStore, survey: SurveySpec, plan: str, sha256: str) -> tuple:
+def preregister(store: Writer, survey: SurveySpec, plan: str, sha256: str) -> tuple:
     """Register the plan: (registered_at, already). The identical plan again is a no-op; any
     other plan, a plan after holdout use, or a survey that is not split is a ConfirmationError."""
     if not survey.split:
@@ -264,7 +282,7 @@ def check_counts_unchanged(survey_id: str, counts: dict, now: dict) -> None:
 
 
 def commit_seal(
-    store: ReportStore, survey: SurveySpec, snap: Snapshot, record: dict
+    store: Writer, survey: SurveySpec, snap: Snapshot, record: dict
 ) -> tuple[Confirmation, bool]:
     """Store ``record`` (computed from ``snap``) and close the confirmation side, in one short
     write transaction that first checks nothing changed since ``snap`` (compare-and-set): the
@@ -294,7 +312,7 @@ def commit_seal(
 
 
 def seal(
-    store: ReportStore, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
+    store: Writer, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
 ) -> tuple[Confirmation, bool]:
     """Run the registered plan once: ``compute(plan text, confirmation histograms)`` gives the
     record (with its ``sealed_at``), computed from a read snapshot off the writer and stored
@@ -366,7 +384,7 @@ def holdout_state(snap: Snapshot, survey: SurveySpec, parameters: dict | None) -
 
 
 def commit_holdout(
-    store: ReportStore,
+    store: Writer,
     survey: SurveySpec,
     snap: Snapshot,
     held: dict,
@@ -406,7 +424,7 @@ def commit_holdout(
 
 
 def holdout_query(
-    store: ReportStore,
+    store: Writer,
     survey: SurveySpec,
     parameters: dict | None,
     query: tuple[str, str],

@@ -37,6 +37,7 @@ class Rejection(enum.Enum):
     STALE_DEFINITION = "randomized under another definition of the question"
     WRONG_SIDE = "a side that does not fit the survey"
     WRONG_GROUP = "a group that does not fit the survey"
+    WRONG_DESIGN_KEY = "a design key that does not fit the survey's sampling frame"
     MALFORMED = "a field or payload that does not parse"
     REUSED_ID = "a report id reused for other content in the request"
     OUT_OF_RANGE = "a value the mechanism cannot produce"
@@ -118,6 +119,15 @@ def check_group(survey: SurveySpec, group: str) -> None:
         raise ReportRejectedError(Rejection.WRONG_GROUP, str(exc)) from None
 
 
+def check_design_key(survey: SurveySpec, key: str) -> None:
+    """Refuse (WRONG_DESIGN_KEY) a report whose design key does not fit the survey: a key of
+    its sampling frame for a survey with a design, empty otherwise."""
+    try:
+        survey.check_design_key(key)
+    except SurveyError as exc:
+        raise ReportRejectedError(Rejection.WRONG_DESIGN_KEY, str(exc)) from None
+
+
 @contextmanager
 def _payload_rejections() -> Iterator[None]:
     """The mechanism's decoding errors as rejections: ``ReportRangeError`` is OUT_OF_RANGE, any
@@ -152,6 +162,7 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
     check_digests(question, (report.definition_digest,))
     check_side(survey, report.side)
     check_group(survey, report.group)
+    check_design_key(survey, report.design_key)
     return StoredReport(
         report_id=bytes(report.report_id),
         survey_id=report.survey_id,
@@ -160,6 +171,7 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
         contribution=contribution(question, report.payload),
         side=report.side,
         group=report.group,
+        design_key=report.design_key,
     )
 
 
@@ -196,31 +208,39 @@ def validate_upload(
     is refused (REUSED_ID) (docs/wire.md §6).
     """
     columns: dict[
-        tuple[str, str, int, str], tuple[list[int], list[bytes], list[bytes], set[bytes]]
+        tuple[str, str, int, str],
+        tuple[list[int], list[bytes], list[bytes], set[bytes], list[str]],
     ] = {}
     report_ids: list[bytes] = []
     for i, report in enumerate(reports):
         key = (report.survey_id, report.question_id, report.side, report.group)
         column = columns.get(key)
         if column is None:
-            column = columns[key] = ([], [], [], set())
+            column = columns[key] = ([], [], [], set(), [])
         report_id = report.report_id
         column[0].append(i)
         column[1].append(report_id)
         column[2].append(report.payload)
         column[3].add(report.definition_digest)
+        column[4].append(report.design_key)
         report_ids.append(report_id)
     batches = []
     try:
-        for (survey_id, question_id, side, group), (_, ids, payloads, digests) in columns.items():
+        for (survey_id, question_id, side, group), column in columns.items():
+            _, ids, payloads, digests, keys = column
             survey, question = find_question(surveys, survey_id, question_id)
             check_digests(question, digests)
             check_side(survey, side)
             check_group(survey, group)
+            for design_key in set(keys):
+                check_design_key(survey, design_key)
             if set(map(len, ids)) - {REPORT_ID_BYTES}:
                 raise ReportRejectedError(Rejection.MALFORMED, "report_id length")
             rows = _contributions(question, payloads)
-            batches.append(ReportBatch(survey_id, question_id, ids, payloads, rows, side, group))
+            design_keys = tuple(keys) if survey.design is not None else ()
+            batches.append(
+                ReportBatch(survey_id, question_id, ids, payloads, rows, side, group, design_keys)
+            )
     except ReportRejectedError:
         for i, report in enumerate(reports):  # find and name the first bad report
             try:
@@ -256,11 +276,19 @@ def validate_batch(
     upload = validate_upload(reports, surveys)
     out: list[StoredReport | None] = [None] * len(reports)
     for batch, positions in zip(upload.batches, upload.positions, strict=True):
-        for i, report_id, payload, row in zip(
-            positions, batch.report_ids, batch.payloads, batch.contributions, strict=True
+        keys = batch.design_keys or ("",) * len(batch)
+        for i, report_id, payload, row, design_key in zip(
+            positions, batch.report_ids, batch.payloads, batch.contributions, keys, strict=True
         ):
             out[i] = StoredReport(
-                report_id, batch.survey_id, batch.question_id, payload, row, batch.side, batch.group
+                report_id,
+                batch.survey_id,
+                batch.question_id,
+                payload,
+                row,
+                batch.side,
+                batch.group,
+                design_key,
             )
     return out  # type: ignore[return-value]
 

@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from aggregator.errors import LdpError
+from aggregator.store import design_statistics
 from aggregator.store.file_kind import (
     REPORT_STORE,
     FileKindError,
@@ -198,6 +199,7 @@ class StoredReport:
     contribution: np.ndarray  # int64, length k: what the report adds to the question's sums
     side: int = 0  # ldp.v1.Side: 0 for a survey that is not split
     group: str = ""  # the public group value; '' for a survey without a group label
+    design_key: str = ""  # the public design key; '' for a survey without a design
 
 
 WriteHook = Callable[[sqlite3.Connection, list[int]], None]
@@ -216,6 +218,8 @@ class ReportBatch:
     contributions: np.ndarray
     side: int = 0  # ldp.v1.Side of every report of the batch
     group: str = ""  # the public group value of every report of the batch
+    #: Each report's public design key (design_statistics); () for a survey without a design.
+    design_keys: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.report_ids)
@@ -239,6 +243,7 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
                 np.stack([r.contribution for r in group]),
                 side,
                 group_value,
+                tuple(r.design_key for r in group) if group[0].design_key else (),
             )
         )
     return out
@@ -858,6 +863,7 @@ class ReportStore:
         """Add the new reports' contributions to their questions' rows, pooled and per group
         (vectorized per question)."""
         by_question: dict[tuple, list[np.ndarray]] = {}
+        keyed: list[design_statistics.Keyed] = []
         start = 0
         for b in batches:
             mask = [flag == STORED for flag in fresh[start : start + len(b)]]
@@ -867,12 +873,17 @@ class ReportStore:
             if b.group:
                 key = (b.survey_id, b.question_id, b.side, b.group)
                 by_question.setdefault(key, []).append(rows)
+            if b.design_keys:
+                where = (b.survey_id, b.question_id, b.side, b.group)
+                keyed.append((where, list(itertools.compress(b.design_keys, mask)), rows))
         for key, parts in by_question.items():
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if len(rows):
                 n, sums = read_side(self._conn, *key)
                 n, sums = _accumulate(n, sums, rows)
                 _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
+        if keyed:
+            design_statistics.add(self._conn, keyed)
 
 
 _APPEND = f"INSERT INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"

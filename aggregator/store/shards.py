@@ -17,12 +17,11 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from aggregator.store.reader import StoreReader
-from aggregator.store.report_store import ReportStore
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -69,8 +68,21 @@ def shard_name(survey_id: str, index: int, shards: int) -> str:
     return f"{survey_id}-{index:05d}-of-{shards:05d}.ldpr"
 
 
+class ReportSource(Protocol):
+    """What an export reads: a store's reports of one survey in report_id order, from one
+    snapshot (ReportStore, StoreReader, or the shared PostgresStore)."""
+
+    def iter_reports(
+        self,
+        survey_id: str,
+        question_id: str | None = None,
+        batch: int = 10000,
+        side: int | None = None,
+    ) -> Iterator[tuple[bytes, str, bytes, str]]: ...
+
+
 def export_survey(
-    store: ReportStore | StoreReader,
+    store: ReportSource,
     survey: SurveySpec,
     out_dir: Path,
     shards: int,

@@ -12,6 +12,10 @@ Example (in a survey file)::
                                         # "uniform", or a table {great = 0.4, fine = 0.3, ...}
     groups = ["control", "treatment"]   # two_sample only: two values of group_values
     alpha = 0.05                        # optional, default 0.05
+    sequential = true                   # optional: also monitor it anytime-valid (watch, the
+                                        # report's "as of n"): stop once the e-value passes
+                                        # 1/alpha, or at max_n reports
+    max_n = 20000                       # optional, sequential only: the planned maximum n
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from client.survey import QuestionSpec, SurveySpec
 
 TESTS = ("goodness_of_fit", "independence", "two_sample")
 KEYS = frozenset({"title", "question", "test", "p0", "groups", "alpha"})
+#: What a survey file's analysis may add: the anytime-valid stopping rule (docs/monitoring.md).
+#: Not in KEYS: a confirmatory plan's tests are fixed-n.
+SEQUENTIAL_KEYS = frozenset({"sequential", "max_n"})
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class Analysis:
     alpha: float = 0.05
     p0: tuple[float, ...] | None = None
     groups: tuple[str, str] | None = None
+    sequential: bool = False
+    max_n: int | None = None
 
 
 def check_independent(survey: SurveySpec, question: QuestionSpec) -> None:
@@ -76,7 +85,12 @@ def load_analyses(path: str | Path, surveys: dict[str, SurveySpec]) -> dict[str,
                 f"{path}: survey {survey.id!r}: 'analysis' must be [[survey.analysis]]"
             )
         found[survey.id] = [
-            parse_analysis(item, survey, f"{path}: survey {survey.id!r} analysis {number}")
+            parse_analysis(
+                item,
+                survey,
+                f"{path}: survey {survey.id!r} analysis {number}",
+                KEYS | SEQUENTIAL_KEYS,
+            )
             for number, item in enumerate(analyses, start=1)
         ]
     return found
@@ -123,7 +137,24 @@ def parse_analysis(
     if groups:
         default_title += f", {groups[0]} vs {groups[1]}"
     title = entry.get("title") or default_title
-    return Analysis(str(title), question.id, test, float(alpha), p0_values, groups)
+    sequential, max_n = _stopping_rule(entry, where)
+    return Analysis(
+        str(title), question.id, test, float(alpha), p0_values, groups, sequential, max_n
+    )
+
+
+def _stopping_rule(entry: dict, where: str) -> tuple[bool, int | None]:
+    """``sequential`` (a boolean) and ``max_n`` (a positive integer, only with sequential)."""
+    sequential = entry.get("sequential", False)
+    if not isinstance(sequential, bool):
+        raise ConfigError(f"{where}: sequential must be true or false, got {sequential!r}")
+    max_n = entry.get("max_n")
+    if max_n is not None:
+        if not sequential:
+            raise ConfigError(f"{where}: max_n is the stopping rule of a sequential analysis")
+        if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
+            raise ConfigError(f"{where}: max_n must be a positive integer, got {max_n!r}")
+    return sequential, max_n
 
 
 def _groups(groups: object, survey: SurveySpec, where: str) -> tuple[str, str]:

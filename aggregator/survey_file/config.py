@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aggregator.survey_file.design import check_design_size, read_design
 from client.mechanisms import DEFAULT_GRANULARITY_BITS
 from client.survey import (
     REFUSE,
@@ -86,6 +87,7 @@ _SURVEY_KEYS = {
     "exploration_fraction",
     "group_label",
     "group_values",
+    "design",  # read by aggregator.survey_file.design
     "rate_per_minute",
     "burst",
     "max_reports_per_device",
@@ -127,7 +129,7 @@ def load_surveys(path: str | os.PathLike[str]) -> dict[str, SurveySpec]:
     surveys = {}
     for entry in _read(path).get("survey", []):
         try:
-            survey = _survey(_with_category_files(entry, Path(path).parent))
+            survey = _survey(_with_category_files(entry, Path(path).parent), Path(path).parent)
         except SurveyError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
         if survey.id in surveys:
@@ -282,7 +284,7 @@ def _read_categories(entry: dict, folder: Path, where: str) -> dict:
     }
 
 
-def _survey(entry: dict) -> SurveySpec:
+def _survey(entry: dict, folder: Path) -> SurveySpec:
     survey_id = entry.get("id")
     unknown = set(entry) - _SURVEY_KEYS
     if unknown:  # a misspelt limit would otherwise be silently unlimited
@@ -292,6 +294,8 @@ def _survey(entry: dict) -> SurveySpec:
     min_batch = entry.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     require_auth = entry.get("require_device_auth", False)
     group_label = _group_label(entry, survey_id)
+    design = read_design(entry.get("design"), folder, survey_id)
+    check_design_size(design, questions, survey_id)
     return SurveySpec(
         check_id("survey", survey_id),
         str(entry.get("title", "")),
@@ -301,6 +305,7 @@ def _survey(entry: dict) -> SurveySpec:
         household_members=entry.get("household_members", False),
         exploration_fraction=entry.get("exploration_fraction", 0.0),
         group_label=group_label,
+        design=design,
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from client.device.design_key import DeviceDesignKeys
 from client.device.group import DeviceGroups
 from client.device.household import Household, HouseholdError
 from client.device.ledger import Budget, Ledger
@@ -82,6 +83,7 @@ class Reporter:
         self.outbox = Outbox(self._path)
         self.cache = SurveyCache(self._path)
         self.groups = DeviceGroups(self._path)
+        self.design_keys = DeviceDesignKeys(self._path)
         self.repeats = Repeats(self._path)
         self._split_secret = split_secret(self._path)
         self._memoize = memoize
@@ -154,10 +156,14 @@ class Reporter:
         question_id: str,
         answer: str | list[str],
         group: str | None = None,
+        *,
+        design_key: str | None = None,
     ) -> bytes:
         """Randomize one answer, given by its category label ('a|b' or one label per attribute
         for a joint question), and queue it; returns the report id. ``group``: the device's
-        public group in a survey with a group label (None: the one it reported before).
+        public group in a survey with a group label (None: the one it reported before);
+        ``design_key`` likewise its row of a survey's sampling frame (``DesignKeyChangedError``
+        for another key than the one it reported under).
 
         Raises ``SurveyError`` for an unknown label (the message lists the valid ones) and
         ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
@@ -171,14 +177,20 @@ class Reporter:
         answer stands.
         """
         question = self._question(survey_id, question_id)
-        return self._queue(survey_id, question, question.index(answer), group)
+        return self._queue(survey_id, question, question.index(answer), group, design_key)
 
     def answer_index(
-        self, survey_id: str, question_id: str, index: int, group: str | None = None
+        self,
+        survey_id: str,
+        question_id: str,
+        index: int,
+        group: str | None = None,
+        *,
+        design_key: str | None = None,
     ) -> bytes:
         """:meth:`answer` for an answer given by its joint category index (0 .. k-1)."""
         question = self._question(survey_id, question_id)
-        return self._queue(survey_id, question, question.check_index(index), group)
+        return self._queue(survey_id, question, question.check_index(index), group, design_key)
 
     def _question(self, survey_id: str, question_id: str) -> QuestionSpec:
         try:
@@ -187,9 +199,15 @@ class Reporter:
             raise KeyError(f"survey {survey_id!r} has no question {question_id!r}") from None
 
     def _queue(
-        self, survey_id: str, question: QuestionSpec, index: int, group: str | None
+        self,
+        survey_id: str,
+        question: QuestionSpec,
+        index: int,
+        group: str | None,
+        design_key: str | None = None,
     ) -> bytes:
         group = self.groups.resolve(self.survey(survey_id), group)
+        design_key = self.design_keys.resolve(self.survey(survey_id), design_key)
         question_id, digest = question.id, question.digest
         first = self.repeats.first(survey_id, question_id)
         stale = first is not None and self._never_counted(first, digest)
@@ -223,6 +241,8 @@ class Reporter:
             household.charge(survey_id, question_id, mech.cost)
         if group:
             self.groups.fix(survey_id, group)
+        if design_key:
+            self.design_keys.fix(survey_id, design_key)
         payload = mech.randomize_payload(index)  # pure Python: no numpy on a device
         report = FirstReport(report_id, payload, digest)
         self.repeats.claim(survey_id, question_id, report, replacing=first if stale else None)
@@ -279,6 +299,7 @@ class Reporter:
     def _send(self, batch, totals: dict[str, int], refusals: dict[str, None]) -> None:
         surveys = {item.survey_id for item in batch}
         groups = {survey_id: self.groups.get(survey_id) or "" for survey_id in surveys}
+        keys = {survey_id: self.design_keys.get(survey_id) or "" for survey_id in surveys}
         reports = [
             ldp_pb2.Report(
                 report_id=item.report_id,
@@ -288,6 +309,7 @@ class Reporter:
                 definition_digest=item.definition_digest,
                 side=self.side(item.survey_id),
                 group=groups[item.survey_id],
+                design_key=keys[item.survey_id],
             )
             for item in batch
         ]
@@ -333,6 +355,7 @@ class Reporter:
         self.outbox.close()
         self.cache.close()
         self.groups.close()
+        self.design_keys.close()
         self.repeats.close()
         if self._household_ledger is not None:
             self._household_ledger.close()

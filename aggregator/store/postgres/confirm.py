@@ -5,7 +5,7 @@ single writer. A seal first closes the confirmation side holding the survey's
 confirmation-side lock exclusively; every node's commit of confirmation-side reports holds it
 shared and checks the side is open (engine.py), so no node acknowledges a report the seal did
 not count.
-(The reusable holdout is not served on PostgreSQL in this version.)"""
+(The holdout's commit and the Analyst's view of it all: aggregator/store/postgres/analysis.py.)"""
 
 from __future__ import annotations
 
@@ -135,6 +135,18 @@ def close_side(store: PostgresStore, survey: SurveySpec) -> None:
         )
 
 
+def reopen_side(store: PostgresStore, survey: SurveySpec) -> None:
+    """Open the confirmation side again after :func:`close_side` when no seal followed (its
+    plan could not run, e.g. on too little data), so that reports can still arrive, as on
+    SQLite, where a refused seal never closed it. A sealed side stays closed."""
+    with store.transaction() as conn:
+        lock_confirmation_side(conn, survey.id, exclusive=True)
+        conn.execute(
+            "UPDATE confirmations SET closed_at = NULL WHERE survey_id = %s AND sealed IS NULL",
+            (survey.id,),
+        )
+
+
 def seal(
     store: PostgresStore, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
 ) -> tuple[Confirmation, bool]:
@@ -142,13 +154,17 @@ def seal(
     single-writer SQLite store, it first closes the confirmation side (:func:`close_side`), so
     that uploads going on at many nodes cannot keep changing the counts the plan runs on:
     the snapshot after the close is final, and reports refused from then on would have been
-    refused after the seal anyway."""
+    refused after the seal anyway. A seal that fails opens the side again (:func:`reopen_side`)."""
     if not survey.split:
         raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
-    return seal_with_retries(
-        survey,
-        lambda: snapshot(store, survey),
-        lambda snap, record: commit_seal(store, survey, snap, record),
-        compute,
-        prepare=lambda: close_side(store, survey),
-    )
+    try:
+        return seal_with_retries(
+            survey,
+            lambda: snapshot(store, survey),
+            lambda snap, record: commit_seal(store, survey, snap, record),
+            compute,
+            prepare=lambda: close_side(store, survey),
+        )
+    except BaseException:
+        reopen_side(store, survey)
+        raise

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -52,6 +52,9 @@ from aggregator.store.report_store import (
     StoreUnavailableError,
     batches_of,
 )
+
+if TYPE_CHECKING:
+    from aggregator.store.postgres.analysis import PostgresAnalysis
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +211,16 @@ class PostgresStore:
         return self.submit(reports).result()
 
     def run_in_writer(self, fn: Callable[[Any], Any]) -> Any:
-        """SQLite-only (analysis state on the writer's connection): not served by PostgreSQL
-        nodes in this version (docs/operations.md, "Several ingest nodes")."""
-        raise StoreError("this operation needs the SQLite store; the PostgreSQL store ingests only")
+        """SQLite-only (a function of the writer's SQLite connection): refused. The Analyst's
+        state has its own methods here (:meth:`analysis`)."""
+        raise StoreError("this operation needs the SQLite store")
+
+    def analysis(self) -> PostgresAnalysis:
+        """The Analyst's state in this database (releases, plans, seals, the holdout), shared
+        by every node: aggregator/service/store_api.py's AnalysisStore."""
+        from aggregator.store.postgres.analysis import PostgresAnalysis
+
+        return PostgresAnalysis(self)
 
     def close(self) -> None:
         """Stop accepting, commit everything already submitted, stop the writer. Idempotent."""

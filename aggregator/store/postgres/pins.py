@@ -38,6 +38,17 @@ def register(store: PostgresStore, surveys: Mapping[str, SurveySpec], where: obj
             store.register_question(survey.id, question.id, question.statistic_size)
 
 
+def check(store: PostgresStore, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
+    """The checks of :func:`register` for a command that only reads: the same errors, and
+    nothing written (they run in a transaction that is rolled back)."""
+    with store.transaction() as conn, conn.transaction(force_rollback=True):
+        for survey in surveys.values():
+            _pin_split(conn, survey, where)
+            _pin_group_label(conn, survey, where)
+            for question in survey.questions:
+                _pin(conn, survey.id, question, where)
+
+
 def _pin_split(conn: psycopg.Connection, survey: SurveySpec, where: object) -> None:
     sql = "SELECT exploration_fraction FROM survey_splits WHERE survey_id = %s"
     row = conn.execute(sql, (survey.id,)).fetchone()

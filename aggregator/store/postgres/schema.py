@@ -7,7 +7,12 @@ nodes). The statistics are sharded: ``statistic_shards`` holds, per (survey, que
 group, shard), the sums of the reports that transactions choosing that shard stored, so
 concurrent commits seldom wait on one row; a read sums the shards. Group '' pools all groups.
 ``confirmations.closed_at`` is set when a seal closes the confirmation side, before its
-results are computed (aggregator/store/postgres/confirm.py)."""
+results are computed (aggregator/store/postgres/confirm.py). ``releases`` and ``holdout_queries``
+keep the Analyst's released snapshots and the holdout's query log, as in SQLite
+(aggregator/store/postgres/analysis.py); ``device_counts`` and ``device_buckets`` the per-device
+limits every node shares, under keyed hashes (aggregator/store/postgres/device_limits.py), and
+``node_settings`` the fingerprint of the nodes' common hashing secret. They are added by
+``CREATE TABLE IF NOT EXISTS`` to a store made before them, so the schema version stays 1."""
 
 from __future__ import annotations
 
@@ -75,6 +80,54 @@ _TABLES = (
     sealed_at text,
     holdout text,
     closed_at text
+)""",
+    """CREATE TABLE IF NOT EXISTS holdout_queries (
+    survey_id text NOT NULL,
+    query integer NOT NULL,
+    question_id text NOT NULL,
+    test text NOT NULL,
+    level double precision NOT NULL,
+    reject boolean NOT NULL,
+    asked_at text NOT NULL,
+    PRIMARY KEY (survey_id, query)
+)""",
+    """CREATE TABLE IF NOT EXISTS releases (
+    survey_id text NOT NULL,
+    question_id text NOT NULL,
+    side smallint NOT NULL,
+    group_value text NOT NULL,
+    n bigint NOT NULL,
+    sums bigint[] NOT NULL,
+    PRIMARY KEY (survey_id, question_id, side, group_value)
+)""",
+    """CREATE TABLE IF NOT EXISTS release_history (
+    seq bigserial PRIMARY KEY,
+    survey_id text NOT NULL,
+    question_id text NOT NULL,
+    side smallint NOT NULL,
+    group_value text NOT NULL,
+    n bigint NOT NULL,
+    sums bigint[] NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS release_history_cell"
+    " ON release_history (survey_id, question_id, side, group_value, seq)",
+    """CREATE TABLE IF NOT EXISTS device_counts (
+    pseudonym text NOT NULL,
+    survey_id text NOT NULL,
+    question_id text NOT NULL,
+    accepted bigint NOT NULL CHECK (accepted >= 0),
+    PRIMARY KEY (pseudonym, survey_id, question_id)
+)""",
+    """CREATE TABLE IF NOT EXISTS device_buckets (
+    pseudonym text NOT NULL,
+    survey_id text NOT NULL,
+    tokens double precision NOT NULL,
+    stamp double precision NOT NULL,
+    PRIMARY KEY (pseudonym, survey_id)
+)""",
+    """CREATE TABLE IF NOT EXISTS node_settings (
+    name text PRIMARY KEY,
+    value text NOT NULL
 )""",
 )
 

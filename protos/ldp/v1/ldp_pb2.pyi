@@ -94,7 +94,7 @@ class Question(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ..., public_seed: _Optional[int] = ..., groups: _Optional[int] = ..., repeat: _Optional[_Union[RepeatPolicy, str]] = ...) -> None: ...
 
 class Survey(_message.Message):
-    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label")
+    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label", "design_key_required")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     QUESTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +102,7 @@ class Survey(_message.Message):
     REQUIRE_DEVICE_AUTH_FIELD_NUMBER: _ClassVar[int]
     EXPLORATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
     GROUP_LABEL_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_KEY_REQUIRED_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     questions: _containers.RepeatedCompositeFieldContainer[Question]
@@ -109,7 +110,8 @@ class Survey(_message.Message):
     require_device_auth: bool
     exploration_fraction: float
     group_label: GroupLabel
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ..., exploration_fraction: _Optional[float] = ..., group_label: _Optional[_Union[GroupLabel, _Mapping]] = ...) -> None: ...
+    design_key_required: bool
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ..., exploration_fraction: _Optional[float] = ..., group_label: _Optional[_Union[GroupLabel, _Mapping]] = ..., design_key_required: _Optional[bool] = ...) -> None: ...
 
 class GroupLabel(_message.Message):
     __slots__ = ("name", "values")
@@ -120,7 +122,7 @@ class GroupLabel(_message.Message):
     def __init__(self, name: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("report_id", "survey_id", "question_id", "payload", "definition_digest", "side", "group")
+    __slots__ = ("report_id", "survey_id", "question_id", "payload", "definition_digest", "side", "group", "design_key")
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +130,7 @@ class Report(_message.Message):
     DEFINITION_DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_KEY_FIELD_NUMBER: _ClassVar[int]
     report_id: bytes
     survey_id: str
     question_id: str
@@ -135,7 +138,8 @@ class Report(_message.Message):
     definition_digest: bytes
     side: Side
     group: str
-    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., definition_digest: _Optional[bytes] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
+    design_key: str
+    def __init__(self, report_id: _Optional[bytes] = ..., survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., definition_digest: _Optional[bytes] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design_key: _Optional[str] = ...) -> None: ...
 
 class ReportResult(_message.Message):
     __slots__ = ("report_id", "status", "code", "reason", "retry_after_ms")
@@ -414,3 +418,79 @@ class StatisticsResponse(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[float]
     definition_digest: bytes
     def __init__(self, n: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ..., definition_digest: _Optional[bytes] = ...) -> None: ...
+
+class MonitorRequest(_message.Message):
+    __slots__ = ("survey_id", "question_id", "analysis", "p0", "alpha", "max_n", "side", "group", "group_a", "group_b", "with_path")
+    SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_FIELD_NUMBER: _ClassVar[int]
+    P0_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    MAX_N_FIELD_NUMBER: _ClassVar[int]
+    SIDE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_A_FIELD_NUMBER: _ClassVar[int]
+    GROUP_B_FIELD_NUMBER: _ClassVar[int]
+    WITH_PATH_FIELD_NUMBER: _ClassVar[int]
+    survey_id: str
+    question_id: str
+    analysis: str
+    p0: _containers.RepeatedScalarFieldContainer[float]
+    alpha: float
+    max_n: int
+    side: Side
+    group: str
+    group_a: str
+    group_b: str
+    with_path: bool
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., analysis: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., max_n: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., with_path: _Optional[bool] = ...) -> None: ...
+
+class MonitorLook(_message.Message):
+    __slots__ = ("n", "log_evalue", "estimate", "low", "high")
+    N_FIELD_NUMBER: _ClassVar[int]
+    LOG_EVALUE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    log_evalue: float
+    estimate: _containers.RepeatedScalarFieldContainer[float]
+    low: _containers.RepeatedScalarFieldContainer[float]
+    high: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, n: _Optional[int] = ..., log_evalue: _Optional[float] = ..., estimate: _Optional[_Iterable[float]] = ..., low: _Optional[_Iterable[float]] = ..., high: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class MonitorResponse(_message.Message):
+    __slots__ = ("n", "labels", "estimate", "low", "high", "interval_guarantee", "evalue", "max_evalue", "pvalue", "rejected_at", "test_guarantee", "method", "decision", "alpha", "max_n", "looks")
+    N_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    EVALUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVALUE_FIELD_NUMBER: _ClassVar[int]
+    PVALUE_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_AT_FIELD_NUMBER: _ClassVar[int]
+    TEST_GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    MAX_N_FIELD_NUMBER: _ClassVar[int]
+    LOOKS_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    estimate: _containers.RepeatedScalarFieldContainer[float]
+    low: _containers.RepeatedScalarFieldContainer[float]
+    high: _containers.RepeatedScalarFieldContainer[float]
+    interval_guarantee: str
+    evalue: float
+    max_evalue: float
+    pvalue: float
+    rejected_at: int
+    test_guarantee: str
+    method: str
+    decision: str
+    alpha: float
+    max_n: int
+    looks: _containers.RepeatedCompositeFieldContainer[MonitorLook]
+    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., estimate: _Optional[_Iterable[float]] = ..., low: _Optional[_Iterable[float]] = ..., high: _Optional[_Iterable[float]] = ..., interval_guarantee: _Optional[str] = ..., evalue: _Optional[float] = ..., max_evalue: _Optional[float] = ..., pvalue: _Optional[float] = ..., rejected_at: _Optional[int] = ..., test_guarantee: _Optional[str] = ..., method: _Optional[str] = ..., decision: _Optional[str] = ..., alpha: _Optional[float] = ..., max_n: _Optional[int] = ..., looks: _Optional[_Iterable[_Union[MonitorLook, _Mapping]]] = ...) -> None: ...

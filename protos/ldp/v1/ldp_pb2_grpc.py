@@ -283,6 +283,11 @@ class AnalystStub:
                 request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsRequest.SerializeToString,
                 response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsResponse.FromString,
                 _registered_method=True)
+        self.Monitor = channel.unary_unary(
+                '/ldp.v1.Analyst/Monitor',
+                request_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.MonitorRequest.SerializeToString,
+                response_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.MonitorResponse.FromString,
+                _registered_method=True)
 
 
 class AnalystServicer:
@@ -346,6 +351,13 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Monitor(self, request, context):
+        """Anytime-valid monitoring over the release history (docs/wire.md §8.8).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -393,6 +405,11 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.Statistics,
                     request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsRequest.FromString,
                     response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsResponse.SerializeToString,
+            ),
+            'Monitor': grpc.unary_unary_rpc_method_handler(
+                    servicer.Monitor,
+                    request_deserializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.MonitorRequest.FromString,
+                    response_serializer=protos_dot_ldp_dot_v1_dot_ldp__pb2.MonitorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -638,6 +655,33 @@ class Analyst:
             '/ldp.v1.Analyst/Statistics',
             protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsRequest.SerializeToString,
             protos_dot_ldp_dot_v1_dot_ldp__pb2.StatisticsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Monitor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ldp.v1.Analyst/Monitor',
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.MonitorRequest.SerializeToString,
+            protos_dot_ldp_dot_v1_dot_ldp__pb2.MonitorResponse.FromString,
             options,
             channel_credentials,
             insecure,
