@@ -531,23 +531,6 @@ def test_post_strata_mistakes_are_one_line(tmp_path, design, frame_extra, messag
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_import_refuses_shards_without_design_keys(populated, tmp_path):
-    """Shards carry no design keys (the log does not keep them): importing a design survey's
-    shards is refused in one line, and exporting changes nothing."""
-    server, _, _, config = populated
-    before = open_survey(config, server.db, "field", design=True)["rr"].design.n
-    out = tmp_path / "shards"
-    where = ["--config", config, "--db", server.db, "--survey", "field"]
-    run_cli("agg", "export", *where, "--out", out, check=True)
-    done = run_cli(
-        "agg", "import", "--config", config, "--db", tmp_path / "c.sqlite", "--from", out
-    )
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "no design key given" in lines[0]
-    assert open_survey(config, server.db, "field", design=True)["rr"].design.n == before
-
-
 def test_a_split_survey_reads_one_side_and_one_group(tmp_path):
     """Design statistics are kept per side and group: estimate --design --group G on the
     exploration side equals the design estimate of exactly those reports."""

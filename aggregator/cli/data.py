@@ -4,7 +4,9 @@ statistics recomputed from the report log."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -24,10 +26,11 @@ from aggregator.cli.common import (
     positive,
     side_of,
 )
-from aggregator.store import confirmations, definitions, ingest, shards
+from aggregator.store import confirmations, definitions, design_statistics, ingest, shards
+from aggregator.store.design_import import import_question
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.reader import StoreReader
-from aggregator.store.report_store import CONFLICT, STORED
+from aggregator.store.report_store import CONFLICT, STORED, StoredReport
 from aggregator.survey_file.config import load_surveys
 from client.progress import bar
 from client.survey import SurveySpec
@@ -80,16 +83,36 @@ def run_export(args: argparse.Namespace) -> int:
                 reader.statistics(survey.id, q.id, q.statistic_size, side)[0]
                 for q in survey.questions
             )
-            with bar(total, "export", unit="reports") as progress:
-                manifest = shards.export_survey(
-                    reader, survey, args.out, args.shards, progress.update, side
-                )
+            conn = reader.connection
+            conn.execute("BEGIN")  # one snapshot for the reports and the design statistics
+            try:
+                design = _design_rows(conn, survey, side)
+                with bar(total, "export", unit="reports") as progress:
+                    manifest = shards.export_survey(
+                        reader, survey, args.out, args.shards, progress.update, side, design
+                    )
+            finally:
+                conn.execute("COMMIT")
     which = f" ({shards.SIDE_NAMES[side]} side)" if side else ""
+    keys = " and their design statistics" if manifest.design is not None else ""
     print(
-        f"exported {manifest.reports} reports of {args.survey}{which} into "
+        f"exported {manifest.reports} reports of {args.survey}{which}{keys} into "
         f"{len(manifest.shards)} shard(s) in {args.out}"
     )
     return 0
+
+
+def _design_rows(
+    conn: sqlite3.Connection, survey: SurveySpec, side: int
+) -> shards.DesignRows | None:
+    """The survey's per design key statistics on ``side`` (None for a survey without a design)."""
+    if survey.design is None:
+        return None
+    return [
+        (question.id, stat)
+        for question in survey.questions
+        for stat in design_statistics.read(conn, survey.id, question.id, side)
+    ]
 
 
 def _export_shared(
@@ -101,6 +124,11 @@ def _export_shared(
     from aggregator.store.postgres import pins
     from aggregator.store.postgres.engine import PostgresStore
 
+    if survey.design is not None:
+        raise UserError(
+            f"survey {survey.id} has a sampling design: the PostgreSQL store keeps no design "
+            "statistics yet"
+        )
     with PostgresStore(args.store) as store:
         pins.check(store, surveys, args.config)
         store.analysis().check_readable(survey, side)
@@ -117,35 +145,78 @@ def run_import(args: argparse.Namespace) -> int:
         change = definitions.survey_change(manifest.survey, survey, args.config)
         raise UserError(f"{args.source}: {change}")
     shards.verify(args.source, manifest)
+    if survey is not None and survey.design is not None:
+        return _import_design_survey(args, surveys, survey, manifest)
     store = open_store(surveys, args.db, args.config)
     fresh: list[int] = []
     try:
         for name, _, _ in manifest.shards:
             batch = []
             for report in shards.read_shard(args.source / name):
-                report.side = shards.side_enum(
-                    manifest.side
-                )  # a split survey's export holds one side
-                try:
-                    batch.append(ingest.validate(report, surveys))
-                except ReportRejectedError as exc:
-                    raise UserError(f"{name}: invalid report ({exc.reason.value}): {exc}") from None
+                report.side = shards.side_enum(manifest.side)  # an export holds one side
+                batch.append(_validated(name, report, surveys))
                 if len(batch) == 5000:
                     fresh += store.put(batch)
                     batch = []
             fresh += store.put(batch) if batch else []
     finally:
         store.close()
+    _imported(args, fresh)
+    return 0
+
+
+def _imported(args: argparse.Namespace, fresh: list[int], design: str = "") -> None:
+    """Say what an import stored (``design``: what it did with design statistics)."""
     accepted, conflicts = fresh.count(STORED), fresh.count(CONFLICT)
     duplicate = len(fresh) - accepted - conflicts
-    print(f"imported {accepted} new reports ({duplicate} already present)")
+    print(f"imported {accepted} new reports ({duplicate} already present){design}")
     if conflicts:
         print(
             f"{args.source}: {conflicts} report ids are stored with other content; "
             "those reports were not imported",
             file=sys.stderr,
         )
+
+
+def _import_design_survey(
+    args: argparse.Namespace,
+    surveys: dict[str, SurveySpec],
+    survey: SurveySpec,
+    manifest: shards.Manifest,
+) -> int:
+    """Import a design survey's export one question per transaction: its reports (validated as
+    keyless: shards carry no keys) with its keys' statistics (aggregator/store/design_import.py)."""
+    try:
+        design = shards.read_design(args.source, manifest, survey)
+    except shards.ShardFormatError as exc:
+        raise UserError(str(exc)) from None
+    keyless = {**surveys, survey.id: dataclasses.replace(survey, design=None)}
+    side = shards.side_enum(manifest.side)
+    store = open_store(surveys, args.db, args.config)
+    fresh: list[int] = []
+    try:
+        known = {question.id for question in survey.questions}
+        for question in survey.questions:  # unknown questions are refused with the first
+            reports = []
+            for name, _, _ in manifest.shards:
+                for report in shards.read_shard(args.source / name):
+                    if report.question_id == question.id or report.question_id not in known:
+                        report.side = side
+                        reports.append(_validated(name, report, keyless))
+            keys = [stat for question_id, stat in design if question_id == question.id]
+            fresh += import_question(store, reports, keys)
+    finally:
+        store.close()
+    _imported(args, fresh, ", with their design statistics" if STORED in fresh else "")
     return 0
+
+
+def _validated(name: str, report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredReport:
+    """A shard's report validated for the store; a one-line UserError if it is invalid."""
+    try:
+        return ingest.validate(report, surveys)
+    except ReportRejectedError as exc:
+        raise UserError(f"{name}: invalid report ({exc.reason.value}): {exc}") from None
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
