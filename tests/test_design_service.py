@@ -221,7 +221,6 @@ def test_open_survey_design_gives_the_cells(populated):
         (("test", "gof", "--p0", "uniform", "--method", "pearson", "--design"), "--method is"),
         (("test", "independence", "--calibration", "monte-carlo", "--design"), "--calibration"),
         (("test", "homogeneity"), "homogeneity is for --design"),
-        (("estimate", "--design", "--store", "postgresql://x/y"), "keeps no design statistics"),
     ],
 )
 def test_options_that_do_not_apply_are_one_line(populated, extra, message):
@@ -408,15 +407,6 @@ def test_ldp_client_submit_design_key(fresh, tmp_path):
     assert second.returncode == 2
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and "under design key 'k020'" in lines[0]
-
-
-def test_serve_store_refuses_a_design_survey_in_one_line(tmp_path):
-    config = write_survey(tmp_path)
-    args = ["serve", "--config", config, "--db", tmp_path / "n", "--insecure"]
-    done = run_cli("agg", *args, "--store", "postgresql://x/y")
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "survey field has a sampling design" in lines[0]
 
 
 @pytest.mark.parametrize("fmt", ["html", "md"])

@@ -119,22 +119,23 @@ def _export_shared(
     args: argparse.Namespace, surveys: dict[str, SurveySpec], survey: SurveySpec, side: int
 ) -> shards.Manifest:
     """``export --store URL``: the same checks and shards from a shared PostgreSQL store, its
-    reports read in one snapshot (a single statement), so the Beam job runs on them unchanged."""
+    reports (and a design survey's per-key statistics) read in one snapshot, so the Beam job
+    runs on them unchanged."""
     check_store_url(args.store)
     from aggregator.store.postgres import pins
-    from aggregator.store.postgres.engine import PostgresStore
+    from aggregator.store.postgres.design import Snapshot
+    from aggregator.store.postgres.engine import PostgresStore, connect
 
-    if survey.design is not None:
-        raise UserError(
-            f"survey {survey.id} has a sampling design: the PostgreSQL store keeps no design "
-            "statistics yet"
-        )
     with PostgresStore(args.store) as store:
         pins.check(store, surveys, args.config)
         store.analysis().check_readable(survey, side)
         total = sum(store.statistics(survey.id, q.id, side)[0] for q in survey.questions)
+    with Snapshot(connect(args.store)) as snapshot:  # the reports and the keys: one snapshot
+        design = snapshot.design_rows(survey, side) if survey.design is not None else None
         with bar(total, "export", unit="reports") as progress:
-            return shards.export_survey(store, survey, args.out, args.shards, progress.update, side)
+            return shards.export_survey(
+                snapshot, survey, args.out, args.shards, progress.update, side, design
+            )
 
 
 def run_import(args: argparse.Namespace) -> int:

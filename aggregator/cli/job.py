@@ -106,7 +106,7 @@ def run_job(args: argparse.Namespace) -> int:
     if args.store is not None:  # checked before Beam loads
         check_store_url(args.store)
         if args.design:
-            raise UserError("--design reads exports; the PostgreSQL store keeps no design data")
+            raise UserError("--design reads exports: export --store, then run the job on it")
         if args.survey is None:
             raise UserError("--store needs --survey: the job reads one survey from the store")
         survey = find_survey(load_surveys(args.config), args.survey, args.config)
