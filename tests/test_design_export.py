@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from cli_runner import run_cli
 from conftest import ServerThread
-from test_design_service import messages, write_survey
+from test_design_service import SURVEYS, messages, write_survey
 
 from aggregator.store import design_statistics
 from aggregator.store.reader import StoreReader
@@ -193,3 +193,35 @@ def _fix_checksum(directory: Path) -> None:
     digest = hashlib.sha256((directory / "field.design.json").read_bytes()).hexdigest()
     manifest["design"]["sha256"] = digest
     (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_split_survey_exports_and_imports_one_side(tmp_path):
+    """A split survey's export holds one side: its keys' statistics of that side only, restored
+    on that side (the other side of the fresh store stays empty)."""
+    config = write_survey(tmp_path)
+    config.write_text(
+        SURVEYS.replace("min_batch_size = 50", "min_batch_size = 20\nexploration_fraction = 0.5")
+    )
+    server = ServerThread(config, tmp_path / "store.sqlite").start()
+    try:
+        batch, _ = messages(server.surveys["field"], "rr", 600, np.random.default_rng(12))
+        sides = np.random.default_rng(13).choice([ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION], 600)
+        for report, side in zip(batch, sides, strict=True):
+            report.side = int(side)
+        _upload(server, batch)
+    finally:
+        server.stop()
+    out = tmp_path / "export"
+    run_cli(
+        "agg", "export", "--config", config, "--db", server.db, "--survey", "field",
+        "--side", "exploration", "--out", out, check=True,
+    )  # fmt: skip
+    assert json.loads((out / "field.design.json").read_text())["side"] == "exploration"
+    fresh = tmp_path / "fresh.sqlite"
+    assert _import(config, fresh, out).returncode == 0
+    side = ("--side", "exploration")
+    _same_estimates(
+        _estimate(config, fresh, "rr", *side), _estimate(config, server.db, "rr", *side)
+    )
+    with StoreReader(fresh) as reader:
+        assert design_statistics.read(reader.connection, "field", "rr", ldp_pb2.CONFIRMATION) == []

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import sqlite3
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -151,15 +152,8 @@ def run_import(args: argparse.Namespace) -> int:
     store = open_store(surveys, args.db, args.config)
     fresh: list[int] = []
     try:
-        for name, _, _ in manifest.shards:
-            batch = []
-            for report in shards.read_shard(args.source / name):
-                report.side = shards.side_enum(manifest.side)  # an export holds one side
-                batch.append(_validated(name, report, surveys))
-                if len(batch) == 5000:
-                    fresh += store.put(batch)
-                    batch = []
-            fresh += store.put(batch) if batch else []
+        for batch in _validated(args.source, manifest, surveys):
+            fresh += store.put(batch)
     finally:
         store.close()
     _imported(args, fresh)
@@ -192,18 +186,17 @@ def _import_design_survey(
     except shards.ShardFormatError as exc:
         raise UserError(str(exc)) from None
     keyless = {**surveys, survey.id: dataclasses.replace(survey, design=None)}
-    side = shards.side_enum(manifest.side)
+    known = {question.id for question in survey.questions}
     store = open_store(surveys, args.db, args.config)
     fresh: list[int] = []
     try:
-        known = {question.id for question in survey.questions}
-        for question in survey.questions:  # unknown questions are refused with the first
-            reports = []
-            for name, _, _ in manifest.shards:
-                for report in shards.read_shard(args.source / name):
-                    if report.question_id == question.id or report.question_id not in known:
-                        report.side = side
-                        reports.append(_validated(name, report, keyless))
+        for question in survey.questions:  # a report of an unknown question: refused with the first
+
+            def mine(question_id: str, this: str = question.id) -> bool:
+                return question_id == this or question_id not in known
+
+            batches = _validated(args.source, manifest, keyless, mine)
+            reports = [report for batch in batches for report in batch]
             keys = [stat for question_id, stat in design if question_id == question.id]
             fresh += import_question(store, reports, keys)
     finally:
@@ -212,10 +205,33 @@ def _import_design_survey(
     return 0
 
 
-def _validated(name: str, report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredReport:
-    """A shard's report validated for the store; a one-line UserError if it is invalid."""
+def _validated(
+    source: Path,
+    manifest: shards.Manifest,
+    surveys: dict[str, SurveySpec],
+    keep: Callable[[str], bool] = lambda question_id: True,
+) -> Iterator[list[StoredReport]]:
+    """The export's reports (of the questions ``keep`` takes) validated for the store, in
+    batches of up to 5,000; a one-line UserError for an invalid one."""
+    side = shards.side_enum(manifest.side)  # an export holds one side; records do not say it
+    for name, _, _ in manifest.shards:
+        batch = []
+        for report in shards.read_shard(source / name):
+            if keep(report.question_id):
+                report.side = side
+                batch.append(report)
+            if len(batch) == 5000:
+                yield _valid(name, batch, surveys)
+                batch = []
+        if batch:
+            yield _valid(name, batch, surveys)
+
+
+def _valid(
+    name: str, reports: list[ldp_pb2.Report], surveys: dict[str, SurveySpec]
+) -> list[StoredReport]:
     try:
-        return ingest.validate(report, surveys)
+        return ingest.validate_batch(reports, surveys)
     except ReportRejectedError as exc:
         raise UserError(f"{name}: invalid report ({exc.reason.value}): {exc}") from None
 
