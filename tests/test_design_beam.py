@@ -17,6 +17,7 @@ pytest.importorskip(
 from cli_runner import run_cli
 from test_design_export import _estimate, _export, stores  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.slow  # Beam pipelines on the DirectRunner (docs/testing.md)
 FIELDS = ("estimate", "standard_error", "ci_low", "ci_high", "deff", "weighting_effect")
 
 
