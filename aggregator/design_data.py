@@ -99,8 +99,6 @@ def read_design_data(
 ) -> DesignData:
     """The question's design data on ``side``, of ``group`` ('': every group, each kept apart
     for ``cells(by_group=True)``)."""
-    if not isinstance(survey.design, SamplingFrame):
-        raise InvalidInputError(f"survey {survey.id!r} has no sampling design")
     return design_data_of(
         survey, question, design_statistics.read(conn, survey.id, question.id, side), group
     )
