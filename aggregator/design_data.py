@@ -5,6 +5,7 @@ sampling frame, as the design cells every design-based estimate and test reads
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,9 +99,18 @@ def read_design_data(
 ) -> DesignData:
     """The question's design data on ``side``, of ``group`` ('': every group, each kept apart
     for ``cells(by_group=True)``)."""
+    return design_data_of(
+        survey, question, design_statistics.read(conn, survey.id, question.id, side), group
+    )
+
+
+def design_data_of(
+    survey: SurveySpec, question: QuestionSpec, stats: Sequence[KeyStatistics], group: str
+) -> DesignData:
+    """The question's design data from its keys' statistics as a store read them (SQLite's, or
+    the shared PostgreSQL store's), of ``group`` ('': every group)."""
     if not isinstance(survey.design, SamplingFrame):
         raise InvalidInputError(f"survey {survey.id!r} has no sampling design")
-    stats = design_statistics.read(conn, survey.id, question.id, side)
     if group:
         stats = [stat for stat in stats if stat.group == group]
     groups = survey.group_label.values if survey.group_label else ("",)

@@ -221,7 +221,6 @@ def test_open_survey_design_gives_the_cells(populated):
         (("test", "gof", "--p0", "uniform", "--method", "pearson", "--design"), "--method is"),
         (("test", "independence", "--calibration", "monte-carlo", "--design"), "--calibration"),
         (("test", "homogeneity"), "homogeneity is for --design"),
-        (("estimate", "--design", "--store", "postgresql://x/y"), "keeps no design statistics"),
     ],
 )
 def test_options_that_do_not_apply_are_one_line(populated, extra, message):
@@ -410,15 +409,6 @@ def test_ldp_client_submit_design_key(fresh, tmp_path):
     assert len(lines) == 1 and "under design key 'k020'" in lines[0]
 
 
-def test_serve_store_refuses_a_design_survey_in_one_line(tmp_path):
-    config = write_survey(tmp_path)
-    args = ["serve", "--config", config, "--db", tmp_path / "n", "--insecure"]
-    done = run_cli("agg", *args, "--store", "postgresql://x/y")
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "survey field has a sampling design" in lines[0]
-
-
 @pytest.mark.parametrize("fmt", ["html", "md"])
 def test_the_report_shows_design_effects_beside_the_estimate(populated, tmp_path, fmt):
     server, _, _, config = populated
@@ -529,23 +519,6 @@ def test_post_strata_mistakes_are_one_line(tmp_path, design, frame_extra, messag
     with pytest.raises(ConfigError) as caught:
         load_surveys(config)
     assert message in str(caught.value) and "\n" not in str(caught.value)
-
-
-def test_import_refuses_shards_without_design_keys(populated, tmp_path):
-    """Shards carry no design keys (the log does not keep them): importing a design survey's
-    shards is refused in one line, and exporting changes nothing."""
-    server, _, _, config = populated
-    before = open_survey(config, server.db, "field", design=True)["rr"].design.n
-    out = tmp_path / "shards"
-    where = ["--config", config, "--db", server.db, "--survey", "field"]
-    run_cli("agg", "export", *where, "--out", out, check=True)
-    done = run_cli(
-        "agg", "import", "--config", config, "--db", tmp_path / "c.sqlite", "--from", out
-    )
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "no design key given" in lines[0]
-    assert open_survey(config, server.db, "field", design=True)["rr"].design.n == before
 
 
 def test_a_split_survey_reads_one_side_and_one_group(tmp_path):

@@ -4,8 +4,11 @@ statistics recomputed from the report log."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sqlite3
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +27,11 @@ from aggregator.cli.common import (
     positive,
     side_of,
 )
-from aggregator.store import confirmations, definitions, ingest, shards
+from aggregator.store import confirmations, definitions, design_statistics, ingest, shards
+from aggregator.store.design_import import import_question
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.reader import StoreReader
-from aggregator.store.report_store import CONFLICT, STORED
+from aggregator.store.report_store import CONFLICT, STORED, StoredReport
 from aggregator.survey_file.config import load_surveys
 from client.progress import bar
 from client.survey import SurveySpec
@@ -80,33 +84,59 @@ def run_export(args: argparse.Namespace) -> int:
                 reader.statistics(survey.id, q.id, q.statistic_size, side)[0]
                 for q in survey.questions
             )
-            with bar(total, "export", unit="reports") as progress:
-                manifest = shards.export_survey(
-                    reader, survey, args.out, args.shards, progress.update, side
-                )
+            conn = reader.connection
+            conn.execute("BEGIN")  # one snapshot for the reports and the design statistics
+            try:
+                design = _design_rows(conn, survey, side)
+                with bar(total, "export", unit="reports") as progress:
+                    manifest = shards.export_survey(
+                        reader, survey, args.out, args.shards, progress.update, side, design
+                    )
+            finally:
+                conn.execute("COMMIT")
     which = f" ({shards.SIDE_NAMES[side]} side)" if side else ""
+    keys = " and their design statistics" if manifest.design is not None else ""
     print(
-        f"exported {manifest.reports} reports of {args.survey}{which} into "
+        f"exported {manifest.reports} reports of {args.survey}{which}{keys} into "
         f"{len(manifest.shards)} shard(s) in {args.out}"
     )
     return 0
+
+
+def _design_rows(
+    conn: sqlite3.Connection, survey: SurveySpec, side: int
+) -> shards.DesignRows | None:
+    """The survey's per design key statistics on ``side`` (None for a survey without a design)."""
+    if survey.design is None:
+        return None
+    return [
+        (question.id, stat)
+        for question in survey.questions
+        for stat in design_statistics.read(conn, survey.id, question.id, side)
+    ]
 
 
 def _export_shared(
     args: argparse.Namespace, surveys: dict[str, SurveySpec], survey: SurveySpec, side: int
 ) -> shards.Manifest:
     """``export --store URL``: the same checks and shards from a shared PostgreSQL store, its
-    reports read in one snapshot (a single statement), so the Beam job runs on them unchanged."""
+    reports (and a design survey's per-key statistics) read in one snapshot, so the Beam job
+    runs on them unchanged."""
     check_store_url(args.store)
     from aggregator.store.postgres import pins
-    from aggregator.store.postgres.engine import PostgresStore
+    from aggregator.store.postgres.design import Snapshot
+    from aggregator.store.postgres.engine import PostgresStore, connect
 
     with PostgresStore(args.store) as store:
         pins.check(store, surveys, args.config)
         store.analysis().check_readable(survey, side)
         total = sum(store.statistics(survey.id, q.id, side)[0] for q in survey.questions)
+    with Snapshot(connect(args.store)) as snapshot:  # the reports and the keys: one snapshot
+        design = snapshot.design_rows(survey, side) if survey.design is not None else None
         with bar(total, "export", unit="reports") as progress:
-            return shards.export_survey(store, survey, args.out, args.shards, progress.update, side)
+            return shards.export_survey(
+                snapshot, survey, args.out, args.shards, progress.update, side, design
+            )
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -117,35 +147,93 @@ def run_import(args: argparse.Namespace) -> int:
         change = definitions.survey_change(manifest.survey, survey, args.config)
         raise UserError(f"{args.source}: {change}")
     shards.verify(args.source, manifest)
+    if survey is not None and survey.design is not None:
+        return _import_design_survey(args, surveys, survey, manifest)
     store = open_store(surveys, args.db, args.config)
     fresh: list[int] = []
     try:
-        for name, _, _ in manifest.shards:
-            batch = []
-            for report in shards.read_shard(args.source / name):
-                report.side = shards.side_enum(
-                    manifest.side
-                )  # a split survey's export holds one side
-                try:
-                    batch.append(ingest.validate(report, surveys))
-                except ReportRejectedError as exc:
-                    raise UserError(f"{name}: invalid report ({exc.reason.value}): {exc}") from None
-                if len(batch) == 5000:
-                    fresh += store.put(batch)
-                    batch = []
-            fresh += store.put(batch) if batch else []
+        for batch in _validated(args.source, manifest, surveys):
+            fresh += store.put(batch)
     finally:
         store.close()
+    _imported(args, fresh)
+    return 0
+
+
+def _imported(args: argparse.Namespace, fresh: list[int], design: str = "") -> None:
+    """Say what an import stored (``design``: what it did with design statistics)."""
     accepted, conflicts = fresh.count(STORED), fresh.count(CONFLICT)
     duplicate = len(fresh) - accepted - conflicts
-    print(f"imported {accepted} new reports ({duplicate} already present)")
+    print(f"imported {accepted} new reports ({duplicate} already present){design}")
     if conflicts:
         print(
             f"{args.source}: {conflicts} report ids are stored with other content; "
             "those reports were not imported",
             file=sys.stderr,
         )
+
+
+def _import_design_survey(
+    args: argparse.Namespace,
+    surveys: dict[str, SurveySpec],
+    survey: SurveySpec,
+    manifest: shards.Manifest,
+) -> int:
+    """Import a design survey's export one question per transaction: its reports (validated as
+    keyless: shards carry no keys) with its keys' statistics (aggregator/store/design_import.py)."""
+    try:
+        design = shards.read_design(args.source, manifest, survey)
+    except shards.ShardFormatError as exc:
+        raise UserError(str(exc)) from None
+    keyless = {**surveys, survey.id: dataclasses.replace(survey, design=None)}
+    known = {question.id for question in survey.questions}
+    store = open_store(surveys, args.db, args.config)
+    fresh: list[int] = []
+    try:
+        for question in survey.questions:  # a report of an unknown question: refused with the first
+
+            def mine(question_id: str, this: str = question.id) -> bool:
+                return question_id == this or question_id not in known
+
+            batches = _validated(args.source, manifest, keyless, mine)
+            reports = [report for batch in batches for report in batch]
+            keys = [stat for question_id, stat in design if question_id == question.id]
+            fresh += import_question(store, reports, keys)
+    finally:
+        store.close()
+    _imported(args, fresh, ", with their design statistics" if STORED in fresh else "")
     return 0
+
+
+def _validated(
+    source: Path,
+    manifest: shards.Manifest,
+    surveys: dict[str, SurveySpec],
+    keep: Callable[[str], bool] = lambda question_id: True,
+) -> Iterator[list[StoredReport]]:
+    """The export's reports (of the questions ``keep`` takes) validated for the store, in
+    batches of up to 5,000; a one-line UserError for an invalid one."""
+    side = shards.side_enum(manifest.side)  # an export holds one side; records do not say it
+    for name, _, _ in manifest.shards:
+        batch = []
+        for report in shards.read_shard(source / name):
+            if keep(report.question_id):
+                report.side = side
+                batch.append(report)
+            if len(batch) == 5000:
+                yield _valid(name, batch, surveys)
+                batch = []
+        if batch:
+            yield _valid(name, batch, surveys)
+
+
+def _valid(
+    name: str, reports: list[ldp_pb2.Report], surveys: dict[str, SurveySpec]
+) -> list[StoredReport]:
+    try:
+        return ingest.validate_batch(reports, surveys)
+    except ReportRejectedError as exc:
+        raise UserError(f"{name}: invalid report ({exc.reason.value}): {exc}") from None
 
 
 def run_rebuild(args: argparse.Namespace) -> int:

@@ -10,12 +10,13 @@ import json
 import numpy as np
 
 from aggregator.cli.common import UserError, load_histogram, null_distribution, side_of
-from aggregator.design_data import DesignData, read_design_data
+from aggregator.design_data import DesignData, design_data_of, read_design_data
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.loader import below_release
 from aggregator.presentation.numbers import interval, share
 from aggregator.store.reader import StoreReader
 from aggregator.survey_file.config import load_surveys
+from client.survey import QuestionSpec, SurveySpec
 
 VARIANCES = ("linearization", "jackknife", "bootstrap")
 CORRECTIONS = ("F", "second-order", "first-order", "wald")
@@ -54,8 +55,6 @@ def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
     over --server."""
     if args.server is not None:
         raise UserError("--design reads --db; the Analyst service does not serve design analyses")
-    if getattr(args, "store", None) is not None:
-        raise UserError("--design reads --db; the PostgreSQL store keeps no design statistics")
     unused = [
         flag
         for flag, given in (
@@ -71,8 +70,9 @@ def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
             f"{unused[0]} is not for --design (its options: --variance, --replicates, --seed"
             + (", --correction)" if test else ")")
         )
-    if args.config is None or args.db is None:
-        raise UserError("--design needs --config and --db")
+    shared = getattr(args, "store", None) is not None
+    if args.config is None or (args.db is None and not shared):
+        raise UserError("--design needs --config and --db (or --store)")
     survey = load_surveys(args.config).get(args.survey)
     if survey is not None and survey.design is None:
         raise UserError(f"survey {survey.id} has no sampling design (design = {{ table = ... }})")
@@ -80,10 +80,25 @@ def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
     if survey is None:  # load_histogram names the unknown survey first
         raise UserError(f"unknown survey {args.survey!r}")
     group = getattr(args, "group", None) or ""
+    if shared:
+        return _shared_design(args.store, survey, question, side_of(survey, args.side), group)
     with StoreReader(args.db) as reader:
         return read_design_data(
             reader.connection, survey, question, side_of(survey, args.side), group
         )
+
+
+def _shared_design(
+    url: str, survey: SurveySpec, question: QuestionSpec, side: int, group: str
+) -> DesignData:
+    """The question's design data in a shared PostgreSQL store (``load_histogram`` checked the
+    pinned definitions and the side first)."""
+    from aggregator.store.postgres import design
+    from aggregator.store.postgres.engine import PostgresStore
+
+    with PostgresStore(url) as store, store.transaction() as conn:
+        stats = design.read(conn, survey.id, question.id, side)
+    return design_data_of(survey, question, stats, group)
 
 
 def run_design_estimate(args: argparse.Namespace) -> int:

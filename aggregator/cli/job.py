@@ -18,6 +18,7 @@ from aggregator.cli.common import (
     positive,
     side_of,
 )
+from aggregator.cli.design import VARIANCES
 from aggregator.survey_file.config import load_surveys
 
 
@@ -68,6 +69,21 @@ def add_commands(subparsers: Subcommands) -> None:
     job.add_argument("--seed", type=int, help="seed for Monte Carlo and bootstrap tests")
     job.add_argument("--calibration", choices=["auto", "asymptotic", "monte-carlo"], default="auto")
     job.add_argument(
+        "--design",
+        action="store_true",
+        help="add design-based estimates of surveys with a sampling design, from the exports' "
+        "design statistics (docs/beam-job.md)",
+    )
+    job.add_argument(
+        "--variance",
+        choices=VARIANCES,
+        default="linearization",
+        help="with --design: the variance method (default linearization)",
+    )
+    job.add_argument(
+        "--replicates", type=positive, default=200, help="with --design: bootstrap replicates"
+    )
+    job.add_argument(
         "--dedup",
         choices=["auto", "always", "never"],
         default="auto",
@@ -89,6 +105,8 @@ def _ranges(text: str) -> int:
 def run_job(args: argparse.Namespace) -> int:
     if args.store is not None:  # checked before Beam loads
         check_store_url(args.store)
+        if args.design:
+            raise UserError("--design reads exports: export --store, then run the job on it")
         if args.survey is None:
             raise UserError("--store needs --survey: the job reads one survey from the store")
         survey = find_survey(load_surveys(args.config), args.survey, args.config)

@@ -230,12 +230,6 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
     surveys = load_surveys(args.config)
-    designed = [survey.id for survey in surveys.values() if survey.design is not None]
-    if args.store is not None and designed:
-        raise UserError(
-            f"survey {designed[0]} has a sampling design: the PostgreSQL store keeps no design "
-            "statistics yet; serve it with --db (docs/designs.md)"
-        )
     keys: dict[str, Ed25519PublicKey] = {}
     if args.devices is not None:
         with DeviceRegistry(args.devices, read_only=True) as registry:

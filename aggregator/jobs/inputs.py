@@ -14,6 +14,7 @@ from pathlib import Path
 
 from apache_beam.io.filesystems import FileSystems
 
+from aggregator.jobs.design import DesignInput
 from aggregator.store import shards
 from aggregator.store.definitions import reads_as, survey_change
 from client.survey import SurveySpec
@@ -39,11 +40,13 @@ class Inputs:
     shards: tuple[ShardInput, ...]
     may_overlap: bool
     sides: dict[str, int] = field(default_factory=dict)  # split survey -> the side its shards hold
+    designs: tuple[DesignInput, ...] = ()  # the export directories' design statistics files
 
 
 def resolve(sources: list[str], surveys: dict[str, SurveySpec]) -> Inputs:
     """Expand shard directories and patterns into shard files."""
     found: list[ShardInput] = []
+    designs: list[DesignInput] = []
     sides: dict[str, int] = {}
     from_patterns = False
     for source in sources:
@@ -61,6 +64,9 @@ def resolve(sources: list[str], surveys: dict[str, SurveySpec]) -> Inputs:
                 ShardInput(str(Path(source) / name), survey, count, digest)
                 for name, count, digest in manifest.shards
             ]
+            if manifest.design is not None:
+                name, digest = manifest.design
+                designs.append(DesignInput(str(Path(source) / name), survey, manifest.side, digest))
             continue
         from_patterns = True
         matches = FileSystems.match([source])[0].metadata_list
@@ -69,7 +75,8 @@ def resolve(sources: list[str], surveys: dict[str, SurveySpec]) -> Inputs:
         found += [ShardInput(m.path) for m in sorted(matches, key=lambda m: m.path)]
     if not found:
         raise JobInputError("no shard files to read")
-    return Inputs(tuple(found), may_overlap=from_patterns or len(sources) > 1, sides=sides)
+    overlap = from_patterns or len(sources) > 1
+    return Inputs(tuple(found), may_overlap=overlap, sides=sides, designs=tuple(designs))
 
 
 def _manifest(directory: Path, surveys: dict[str, SurveySpec]) -> shards.Manifest:

@@ -15,6 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from aggregator.errors import LdpError
 from aggregator.jobs import inputs, pipeline
+from aggregator.jobs.design import DesignAnalysis
 from aggregator.jobs.results import Analysis
 from aggregator.survey_file.config import load_surveys
 from aggregator.survey_file.null_text import NullTextError, parse_null
@@ -42,6 +43,8 @@ def run_job_command(args: argparse.Namespace) -> int:
         out=args.out,
         analysis=_analysis(args, surveys, found.sides),
         dedup_partitions=args.dedup_partitions if dedup else 0,
+        design=_design(args),
+        designs=found.designs,
     )
     options = _options(args)
     with shard_progress(args.runner, len(spec.shards)) as progress_dir:
@@ -77,6 +80,13 @@ def _run_on_store(args: argparse.Namespace, surveys: dict[str, SurveySpec]) -> i
     _summary(document)
     print(f"wrote {args.out} ({args.ranges} range(s) of one snapshot of the store)")
     return 0
+
+
+def _design(args: argparse.Namespace) -> DesignAnalysis | None:
+    """``--design``: design-based estimates with ``estimate --design``'s options."""
+    if not args.design:
+        return None
+    return DesignAnalysis(args.variance, args.replicates, args.seed or 0, args.confidence)
 
 
 def _analysis(

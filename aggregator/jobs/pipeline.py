@@ -26,6 +26,14 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from aggregator.jobs.dedup import deduplicate, split_by_partition
+from aggregator.jobs.design import (
+    DesignAnalysis,
+    DesignInput,
+    add_totals,
+    attach,
+    design_results,
+    read_design_file,
+)
 from aggregator.jobs.framing import DEFAULT_BLOCK_BYTES, iter_blocks
 from aggregator.jobs.inputs import ShardInput
 from aggregator.jobs.partial import Partial
@@ -51,6 +59,10 @@ class JobSpec:
     block_bytes: int = DEFAULT_BLOCK_BYTES
     progress_dir: str | None = None  # a local directory where each shard read leaves a mark
     tables: tuple[TableRange, ...] = ()  # instead of shards: ranges of a PostgreSQL store
+    #: Design-based estimates of the surveys with a sampling design (None: none), from the
+    #: exports' design statistics files ``designs``.
+    design: DesignAnalysis | None = None
+    designs: tuple[DesignInput, ...] = ()
 
 
 def run(spec: JobSpec, beam_args: list[str]) -> dict:
@@ -104,7 +116,7 @@ def _merge_and_write(pipeline: beam.Pipeline, partials, spec: JobSpec) -> None:
         ]
     )
     surveys, analysis = spec.surveys, spec.analysis
-    _ = (
+    results = (
         (partials | "AndPooled" >> beam.FlatMap(with_pooled), zeros)
         | "AllPartials" >> beam.Flatten()
         | "Merge" >> beam.CombinePerKey(MergePartials())
@@ -113,8 +125,20 @@ def _merge_and_write(pipeline: beam.Pipeline, partials, spec: JobSpec) -> None:
             lambda key, total: question_result(surveys[key[0]], key[1], total, analysis, key[2])
         )
         | "Collect" >> beam.combiners.ToList()
-        | "WriteJson" >> beam.Map(write_results, spec)
     )
+    if spec.design is None:
+        _ = results | "WriteJson" >> beam.Map(write_results, spec)
+        return
+    designs = (
+        pipeline
+        | "ListDesignFiles" >> beam.Create(list(spec.designs))
+        | "ReadDesignFiles" >> beam.FlatMap(read_design_file, surveys)
+        | "MergeKeys" >> beam.CombinePerKey(add_totals)
+        | "ByQuestion" >> beam.MapTuple(lambda cell, totals: (cell[:2], (*cell[2:], totals)))
+        | "GroupKeys" >> beam.GroupByKey()
+        | "DesignResults" >> beam.FlatMap(design_results, surveys, spec.design)
+    )
+    _ = results | "WriteJson" >> beam.Map(write_results, spec, beam.pvalue.AsDict(designs))
 
 
 def with_pooled(element: tuple[QuestionKey, Partial]) -> Iterator[tuple[QuestionKey, Partial]]:
@@ -229,9 +253,16 @@ class MergePartials(beam.CombineFn):
         return accumulator
 
 
-def write_results(results: list[dict], spec: JobSpec) -> None:
+def write_results(results: list[dict], spec: JobSpec, designs: dict | None = None) -> None:
     """Write the results document: every question of each survey named by a manifest or seen in
-    the shards (other configured surveys are left out), sorted by survey and question id."""
+    the shards (other configured surveys are left out), sorted by survey and question id; with
+    ``designs`` (survey, question, group) -> design-based estimate, each released result of a
+    survey with a sampling design gets its ``design`` entry."""
+    if designs is not None:
+        for result in results:
+            if spec.surveys[result["survey"]].design is not None:
+                key = (result["survey"], result["question"], result.get("group", ""))
+                attach(result, designs.get(key))
     seen = {r["survey"] for r in results if r["n"] or r["duplicates_dropped"]}
     wanted = seen | {s.survey for s in spec.shards if s.survey is not None}
     wanted |= {t.survey_id for t in spec.tables}

@@ -68,6 +68,25 @@ def add(conn: sqlite3.Connection, batches: Sequence[Keyed]) -> None:
             totals[0] += int(counts[j])
             totals[1] = totals[1] + sums[j]
             totals[2] = totals[2] + squares[j]
+    _write(conn, pending)
+
+
+def merge(
+    conn: sqlite3.Connection, rows: Sequence[tuple[tuple[str, str, int], KeyStatistics]]
+) -> None:
+    """Inside the caller's write transaction: add per-key totals (an imported export's) to the
+    store's; each row is ((survey, question, side), one group and key's statistics)."""
+    pending: dict[tuple, list] = {}
+    for where, stat in rows:
+        totals = pending.setdefault((*where, stat.group, stat.key), [0, 0, 0.0])
+        totals[0] += stat.n
+        totals[1] = totals[1] + np.asarray(stat.sums, dtype=np.int64)
+        totals[2] = totals[2] + np.asarray(stat.squares, dtype=np.float64)
+    _write(conn, pending)
+
+
+def _write(conn: sqlite3.Connection, pending: dict[tuple, list]) -> None:
+    """Add pending (n, sums, squares) per (survey, question, side, group, key) to the table."""
     if not pending:
         return
     conn.execute(_TABLE)

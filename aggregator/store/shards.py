@@ -8,6 +8,10 @@ needs no dependency beyond protobuf (already required), keeps the exact wire byt
 validation code reads it), streams record by record, and splits into shards trivially. Reports are
 assigned to shards by their random report id, so shards are balanced and an id always lands in
 the same shard.
+
+A survey with a sampling design adds ``<survey>.design.json``, its per design key statistics
+(aggregates keyed by public frame keys, never per report: the shards carry no keys), checksummed
+in the manifest like the shards, so an import and the Beam job can restore and merge them.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from aggregator.store.design_statistics import KeyStatistics
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -30,6 +36,7 @@ VERSION = 1
 HEADER = b"LDPR" + bytes([VERSION, 0, 0, 0])
 MAX_RECORD_BYTES = 1 << 20
 PROGRESS_EVERY = 4096  # reports between two progress calls of an export
+DESIGN_FORMAT = "ldp-design-statistics"
 SIDE_NAMES: dict[int, str] = {
     ldp_pb2.EXPLORATION: "exploration",
     ldp_pb2.CONFIRMATION: "confirmation",
@@ -53,6 +60,7 @@ class Manifest:
     survey: SurveySpec
     shards: tuple[tuple[str, int, str], ...]  # (file name, report count, sha256 hex)
     side: int = 0  # the side of a split survey the shards hold (ldp.v1.Side); 0: not split
+    design: tuple[str, str] | None = None  # (file name, sha256 hex) of the design statistics
 
     @property
     def reports(self) -> int:
@@ -66,6 +74,10 @@ def shard_of(report_id: bytes, shards: int) -> int:
 
 def shard_name(survey_id: str, index: int, shards: int) -> str:
     return f"{survey_id}-{index:05d}-of-{shards:05d}.ldpr"
+
+
+#: A survey's per design key statistics: (question id, one group and key's statistics).
+DesignRows = list[tuple[str, KeyStatistics]]
 
 
 class ReportSource(Protocol):
@@ -88,11 +100,16 @@ def export_survey(
     shards: int,
     progress: Callable[[int], object] | None = None,
     side: int = 0,
+    design: DesignRows | None = None,
 ) -> Manifest:
     """Write every stored report of ``survey`` into ``shards`` shard files plus a manifest;
     ``progress(count)`` hears of the reports written, every ``PROGRESS_EVERY`` of them.
     A split survey is exported one side at a time (``side``, named in the manifest; the caller
-    checks that the side may be read: docs/adaptive-analysis.md)."""
+    checks that the side may be read: docs/adaptive-analysis.md). A survey with a sampling
+    design needs its per-key ``design`` statistics, read from the same snapshot as the reports
+    (checked: their counts per question and group must be the reports')."""
+    if (survey.design is None) != (design is None):
+        raise ValueError(f"survey {survey.id}: design statistics go with a sampling design")
     if shards < 1:
         raise ValueError("shards must be at least 1")
     if survey.split and side not in SIDE_NAMES:
@@ -103,6 +120,7 @@ def export_survey(
     names = [shard_name(survey.id, i, shards) for i in range(shards)]
     files = [open(out_dir / name, "wb") for name in names]  # noqa: SIM115 - closed below
     counts = [0] * shards
+    cells: dict[tuple[str, str], int] = {}  # reports per (question, group)
     written = 0
     try:
         for file in files:
@@ -120,6 +138,7 @@ def export_survey(
             index = shard_of(report_id, shards)
             files[index].write(_varint(len(record)) + record)
             counts[index] += 1
+            cells[question_id, group] = cells.get((question_id, group), 0) + 1
             written += 1
             if progress is not None and written % PROGRESS_EVERY == 0:
                 progress(PROGRESS_EVERY)
@@ -128,13 +147,26 @@ def export_survey(
     finally:
         for file in files:
             file.close()
-    return write_manifest(out_dir, survey, list(zip(names, counts, strict=True)), side)
+    entry = None
+    if design is not None:
+        if design_counts(design) != cells:
+            raise ValueError(
+                f"survey {survey.id}: the design statistics do not count the exported reports "
+                "(read them from the same snapshot)"
+            )
+        entry = write_design(out_dir, survey.id, side, design)
+    return write_manifest(out_dir, survey, list(zip(names, counts, strict=True)), side, entry)
 
 
 def write_manifest(
-    out_dir: Path, survey: SurveySpec, shards: list[tuple[str, int]], side: int = 0
+    out_dir: Path,
+    survey: SurveySpec,
+    shards: list[tuple[str, int]],
+    side: int = 0,
+    design: tuple[str, str] | None = None,
 ) -> Manifest:
-    """Checksum the written shard files (name, report count) and write ``manifest.json``."""
+    """Checksum the written shard files (name, report count) and write ``manifest.json``;
+    ``design`` names the design statistics file and its checksum."""
     entries = tuple((name, count, _sha256(out_dir / name)) for name, count in shards)
     manifest = {
         "format": FORMAT,
@@ -144,8 +176,10 @@ def write_manifest(
     }
     if side:
         manifest["side"] = SIDE_NAMES[side]
+    if design is not None:
+        manifest["design"] = {"file": design[0], "sha256": design[1]}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    return Manifest(survey, entries, side)
+    return Manifest(survey, entries, side, design)
 
 
 def read_manifest(directory: Path) -> Manifest:
@@ -160,6 +194,7 @@ def read_manifest(directory: Path) -> Manifest:
         survey = SurveySpec.from_proto(json_format.ParseDict(data["survey"], ldp_pb2.Survey()))
         shards = tuple(_shard_entry(entry) for entry in data["shards"])
         side = _side(data.get("side"), survey)
+        design = _design_entry(data.get("design"), survey)
     except (
         KeyError,
         TypeError,
@@ -169,7 +204,7 @@ def read_manifest(directory: Path) -> Manifest:
         json_format.ParseError,
     ) as exc:
         raise ShardFormatError(f"{directory}: malformed manifest: {exc}") from exc
-    return Manifest(survey, shards, side)
+    return Manifest(survey, shards, side, design)
 
 
 def _side(name: object, survey: SurveySpec) -> int:
@@ -184,15 +219,128 @@ def _side(name: object, survey: SurveySpec) -> int:
     return sides[name]
 
 
+def _design_entry(entry: object, survey: SurveySpec) -> tuple[str, str] | None:
+    """The manifest's design statistics entry (file, sha256): only for a survey with a design."""
+    if entry is None:
+        return None
+    if survey.design is None:
+        raise ValueError(f"design statistics for survey {survey.id}, which has no design")
+    if not isinstance(entry, dict):
+        raise TypeError("design must be an object")
+    return _plain_file(entry["file"], entry["sha256"])
+
+
 def _shard_entry(entry: dict) -> tuple[str, int, str]:
     """One manifest shard entry; the file must be a plain name inside the shard directory."""
-    name, digest = entry["file"], entry["sha256"]
-    plain = isinstance(name, str) and name not in ("", ".", "..") and "\0" not in name
-    if not plain or Path(name).name != name:
+    name, digest = _plain_file(entry["file"], entry["sha256"])
+    return name, int(entry["reports"]), digest
+
+
+def _plain_file(name: object, digest: object) -> tuple[str, str]:
+    """A (file, sha256) of a manifest entry: a plain name inside the shard directory."""
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "\0" in name
+        or Path(name).name != name
+    ):
         raise ValueError(f"shard file {name!r} is not a plain file name")
     if not isinstance(digest, str):
         raise ValueError(f"sha256 of {name} is not a string")
-    return name, int(entry["reports"]), digest
+    return name, digest
+
+
+def design_name(survey_id: str) -> str:
+    return f"{survey_id}.design.json"
+
+
+def design_counts(rows: DesignRows) -> dict[tuple[str, str], int]:
+    """Reports per (question, group) that per-key statistics count."""
+    counts: dict[tuple[str, str], int] = {}
+    for question_id, stat in rows:
+        counts[question_id, stat.group] = counts.get((question_id, stat.group), 0) + stat.n
+    return counts
+
+
+def write_design(out_dir: Path, survey_id: str, side: int, rows: DesignRows) -> tuple[str, str]:
+    """Write the design statistics file (JSON: integers exact, float64 squares round-trip
+    exactly through ``repr``); its (file name, sha256)."""
+    document = {
+        "format": DESIGN_FORMAT,
+        "version": VERSION,
+        "survey": survey_id,
+        "rows": [
+            {
+                "question": question_id,
+                "group": stat.group,
+                "key": stat.key,
+                "n": int(stat.n),
+                "sums": [int(v) for v in stat.sums],
+                "squares": [float(v) for v in stat.squares],
+            }
+            for question_id, stat in rows
+        ],
+    }
+    if side:
+        document["side"] = SIDE_NAMES[side]
+    name = design_name(survey_id)
+    (out_dir / name).write_text(json.dumps(document, indent=1) + "\n")
+    return name, _sha256(out_dir / name)
+
+
+def read_design(directory: Path, manifest: Manifest, survey: SurveySpec) -> DesignRows:
+    """The export's design statistics, checked against the manifest's checksum and the
+    configured ``survey`` (its questions, groups, statistic sizes and frame's keys).
+    ShardFormatError for an export of a survey with a design that has none (written before
+    design statistics were exported)."""
+    if manifest.design is None:
+        raise ShardFormatError(
+            f"{directory}: survey {survey.id} has a sampling design but the export carries no "
+            "design statistics (export it again)"
+        )
+    name, digest = manifest.design
+    if _sha256(directory / name) != digest:
+        raise ShardFormatError(f"{directory / name}: checksum does not match the manifest")
+    return parse_design((directory / name).read_bytes(), survey, manifest.side, directory / name)
+
+
+def parse_design(text: bytes, survey: SurveySpec, side: int, where: object) -> DesignRows:
+    """Parse and check a design statistics file's bytes (``where`` names it in errors)."""
+    try:
+        data = json.loads(text)
+        if data["format"] != DESIGN_FORMAT or data["version"] != VERSION:
+            raise ValueError(f"not {DESIGN_FORMAT} version {VERSION}")
+        if data["survey"] != survey.id or data.get("side") != SIDE_NAMES.get(side):
+            raise ValueError("its survey or side is not the manifest's")
+        rows = [_design_row(row, survey) for row in data["rows"]]
+    except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise ShardFormatError(f"{where}: malformed design statistics: {exc}") from exc
+    if len({(q, s.group, s.key) for q, s in rows}) != len(rows):
+        raise ShardFormatError(f"{where}: a (question, group, key) is listed twice")
+    return rows
+
+
+def _design_row(row: dict, survey: SurveySpec) -> tuple[str, KeyStatistics]:
+    question = survey.question(str(row["question"]))
+    group, key, n = row["group"], row["key"], row["n"]
+    if not isinstance(group, str) or not isinstance(key, str) or type(n) is not int or n < 1:
+        raise ValueError("group and key must be strings and n a positive integer")
+    survey.check_group(group)
+    survey.check_design_key(key)
+    sums = np.array([_integer(v) for v in row["sums"]], dtype=np.int64)
+    squares = np.array(row["squares"], dtype=np.float64)
+    k = question.statistic_size
+    if sums.shape != (k,) or squares.shape != (k,):
+        raise ValueError(f"question {question.id} has statistics of length {k}")
+    if not np.all(np.isfinite(squares)) or np.any(squares < 0):
+        raise ValueError("sums of squares must be finite and non-negative")
+    return question.id, KeyStatistics(group, key, n, sums, squares)
+
+
+def _integer(value: object) -> int:
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not an integer")
+    return value
 
 
 def check_header(header: bytes, name: object) -> None:

@@ -10,7 +10,8 @@ aggregator/service/store_api.py) on a PostgreSQL database that any number of nod
   not insert to tell an identical resend (DUPLICATE) from another report under that id
   (CONFLICT). A concurrent insert of the same id is waited for, so exactly one node stores it.
 * No hot row: each transaction adds its reports' contributions to one randomly chosen shard of
-  each question's statistics (schema.py); reads sum the shards.
+  each question's statistics (schema.py), and of each design key's (design.py); reads sum the
+  shards.
 * A sealed confirmation side is refused on every node: a commit with confirmation-side reports
   holds the survey's confirmation-side lock shared and reads whether the side is closed in its
   own transaction; a seal closes it holding that lock exclusively
@@ -37,6 +38,7 @@ import numpy as np
 import psycopg
 from psycopg import errors
 
+from aggregator.store.postgres import design
 from aggregator.store.postgres.schema import migrate
 from aggregator.store.report_store import (
     CONFIRMATION,
@@ -498,6 +500,8 @@ class PostgresStore:
         for key in sorted(parts):
             rows = np.concatenate(parts[key])
             conn.execute(_ADD, (*key, shard, len(rows), exact_sums(rows)))
+        if any(b.design_keys for b in batches):  # a survey with a sampling design
+            design.add(conn, batches, flags, shard)
 
 
 def lock_confirmation_side(conn: psycopg.Connection, survey_id: str, exclusive: bool) -> None:

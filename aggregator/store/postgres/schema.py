@@ -6,6 +6,9 @@ The tables mirror the SQLite store's, with two differences. The log is keyed by 
 nodes). The statistics are sharded: ``statistic_shards`` holds, per (survey, question, side,
 group, shard), the sums of the reports that transactions choosing that shard stored, so
 concurrent commits seldom wait on one row; a read sums the shards. Group '' pools all groups.
+``design_statistic_shards`` does the same per design key for a survey with a sampling design
+(aggregator/store/postgres/design.py): n, sums and float64 sums of squares per (survey,
+question, side, group, key, shard), no pooled group (the keys of every group are read).
 ``confirmations.closed_at`` is set when a seal closes the confirmation side, before its
 results are computed (aggregator/store/postgres/confirm.py). ``releases`` and ``holdout_queries``
 keep the Analyst's released snapshots and the holdout's query log, as in SQLite
@@ -50,6 +53,18 @@ _TABLES = (
     n bigint NOT NULL,
     sums bigint[] NOT NULL,
     PRIMARY KEY (survey_id, question_id, side, group_value, shard)
+)""",
+    """CREATE TABLE IF NOT EXISTS design_statistic_shards (
+    survey_id text NOT NULL,
+    question_id text NOT NULL,
+    side smallint NOT NULL CHECK (side IN (0, 1, 2)),
+    group_value text NOT NULL,
+    design_key text NOT NULL CHECK (design_key != ''),
+    shard smallint NOT NULL,
+    n bigint NOT NULL,
+    sums bigint[] NOT NULL,
+    squares double precision[] NOT NULL,
+    PRIMARY KEY (survey_id, question_id, side, group_value, design_key, shard)
 )""",
     """CREATE TABLE IF NOT EXISTS question_definitions (
     survey_id text NOT NULL,
