@@ -42,17 +42,23 @@ class DesignEstimateAnswer:
 def design_estimate_answer(
     data: DesignData, variance: str, replicates: int, seed: int, confidence: float
 ) -> DesignEstimateAnswer:
-    """The design-based estimate of ``data`` (post-stratified when its frame has post-strata).
-    InsufficientDataError / InvalidInputError as the statistics raise them."""
+    """The design-based estimate of ``data`` (post-stratified when its frame has post-strata,
+    raked when it has margins). InsufficientDataError / InvalidInputError / RakingError as the
+    statistics raise them."""
     from aggregator.stats.design_calibration import post_stratified_estimate
     from aggregator.stats.design_estimate import design_estimate
+    from aggregator.stats.design_raking import raked_estimate
 
     question = data.question
     labels, mechanism = list(question.labels), question.mechanism.describe()
     described = data.description()
-    if data.post_strata:
-        post = post_stratified_estimate(
-            data.cells(by_post_stratum=True), data.population(), variance, replicates, seed
+    if data.post_strata or data.raking:
+        post = (
+            post_stratified_estimate(
+                data.cells(by_post_stratum=True), data.population(), variance, replicates, seed
+            )
+            if data.post_strata
+            else raked_estimate(data.raking_cells(), data.margins(), variance, replicates, seed)
         )
         low, high = post.intervals(confidence)
         return DesignEstimateAnswer(

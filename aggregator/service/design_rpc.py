@@ -43,9 +43,14 @@ async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateRespo
     executor = servicer.executor
 
     async def run():
+        from aggregator.stats.design_raking import RakingError
+
         async with executor.admitted(caller_of(context)):
             args = (data, variance, replicates, seed, confidence)
-            return await executor.in_thread(context, design_estimate_answer, *args)
+            try:
+                return await executor.in_thread(context, design_estimate_answer, *args)
+            except RakingError as exc:  # the released sample cannot carry the margins
+                await abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 
     return estimate_response(await analysed(context, run()))
 
