@@ -15,6 +15,7 @@ from cli_runner import run_cli
 from conftest import ServerThread
 from test_design_service import FRAME
 
+from aggregator.presentation.numbers import share
 from aggregator.stats.design import Design, contributions, design_cells
 from aggregator.stats.design_estimate import design_estimate
 from aggregator.stats.design_raking import joint_domains, raked_estimate
@@ -114,6 +115,17 @@ def test_estimate_design_rakes_to_the_survey_files_margins(raked, method):
     assert got["design"].endswith("raked to the margins of age, region")
     text = run_cli("agg", *where, "--config", config, "--db", server.db, check=True).stdout
     assert "raked to the margins of age, region" in text.splitlines()[0]
+
+
+def test_the_report_shows_the_raked_estimate(raked, tmp_path):
+    server, config, mech, decoded, keys = raked
+    expected, _ = _reference(mech, decoded, keys, "linearization")
+    out = tmp_path / "raked.md"
+    args = ["report", "--config", config, "--db", server.db, "--survey", "raked", "--out", out]
+    run_cli("agg", *args, "--format", "md", check=True)
+    text = out.read_text()
+    assert "raked to the margins of age, region; variance: linearization" in text
+    assert share(expected.estimate[0]) in text and share(expected.standard_error[0]) in text
 
 
 @pytest.mark.parametrize(
