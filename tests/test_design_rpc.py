@@ -151,6 +151,9 @@ def test_refusals_are_status_codes_and_one_line(served):
         (ldp_pb2.EstimateRequest(survey_id="field", question_id="rr",
                                  design=ldp_pb2.DesignOptions(variance="delta")),
          grpc.StatusCode.INVALID_ARGUMENT, "design variance must be one of"),
+        (ldp_pb2.EstimateRequest(survey_id="field", question_id="rr",
+                                 design=ldp_pb2.DesignOptions(replicates=10**6)),
+         grpc.StatusCode.INVALID_ARGUMENT, "design replicates must be at most 10,000"),
         (ldp_pb2.EstimateRequest(survey_id="nope", question_id="rr", design=design),
          grpc.StatusCode.NOT_FOUND, "unknown survey"),
     ]  # fmt: skip

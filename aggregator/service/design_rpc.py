@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 SQLITE_ONLY = "a survey with a sampling design is served from a SQLite store"
 VARIANCES = ("linearization", "jackknife", "bootstrap")
 CORRECTIONS = ("F", "second-order", "first-order", "wald")
+#: The most bootstrap replicates one call may ask for (each recomputes the analysis).
+MAX_REPLICATES = 10_000
 
 
 async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateResponse:
@@ -92,7 +94,7 @@ test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, int, str]:
     """(variance, replicates, seed, correction) of the request, defaults for the unset;
-    INVALID_ARGUMENT for a method or correction that does not exist."""
+    INVALID_ARGUMENT for a method or correction that does not exist, or too many replicates."""
     variance = design.variance or "linearization"
     correction = design.correction or "F"
     if variance not in VARIANCES:
@@ -104,6 +106,11 @@ async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, in
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"design correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}",
+        )
+    if design.replicates > MAX_REPLICATES:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"design replicates must be at most {MAX_REPLICATES:,}, got {design.replicates:,}",
         )
     return variance, design.replicates or 200, design.seed, correction
 
