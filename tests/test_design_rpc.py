@@ -109,6 +109,10 @@ def test_design_tests_over_the_server_equal_the_store(served):
     for extra in ([], ["--correction", "wald", "--json"], ["--group", "south", "--json"]):
         remote, local = _both(server, config, *gof, *extra)
         assert remote == local
+    homogeneity = ["test", "--survey", "field", "--question", "rr", "homogeneity", "--design"]
+    for extra in ([], ["--correction", "wald", "--variance", "jackknife", "--json"]):
+        remote, local = _both(server, config, *homogeneity, *extra)
+        assert remote == local and "k-sample homogeneity" in remote
     pair = ["test", "--survey", "field", "--question", "pair", "independence", "--design"]
     remote, local = _both(server, config, *pair, "--correction", "second-order", "--json")
     assert remote == local and json.loads(remote)["design_df"] == 15
@@ -171,8 +175,15 @@ def test_refusals_are_status_codes_and_one_line(served):
         assert out.returncode == status and "Traceback" not in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
     homogeneity = ["test", "--server", server.analyst_target, "--survey", "field"]
-    out = run_cli("agg", *homogeneity, "--question", "rr", "homogeneity", "--design")
-    assert out.returncode == 2 and "reads --db" in out.stderr
+    out = run_cli(
+        "agg", *homogeneity, "--question", "rr", "homogeneity", "--design", "--group", "north"
+    )
+    assert out.returncode == 2 and "(no --group)" in out.stderr
+    one_group = ldp_pb2.TwoSampleRequest(survey_a="field", question_a="rr", design=design)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.TwoSample(one_group, timeout=30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "compares group_a and group_b" in caught.value.details()
 
 
 def test_a_release_older_than_design_snapshots_waits_for_the_next(served):

@@ -219,11 +219,6 @@ def run_design_test(args: argparse.Namespace) -> int:
     options = (args.alpha, args.correction, args.variance, args.replicates, args.seed or 0)
     try:
         if args.server is not None:
-            if args.kind == "homogeneity":
-                raise UserError(
-                    "test homogeneity --design reads --db; the Analyst service answers gof and "
-                    "independence with a design"
-                )
             design, result = _remote(args, lambda analyst: analyst.design_test(
                 args.survey,
                 args.question,
@@ -232,6 +227,7 @@ def run_design_test(args: argparse.Namespace) -> int:
                 *options,
                 side=args.side,
                 group=args.group,
+                groups=_two_groups(args, analyst),
             ), test=True)  # fmt: skip
         else:
             data = load_design(args, test=True)
@@ -261,6 +257,25 @@ def _remote_p0(args: argparse.Namespace, analyst: RemoteAnalyst) -> np.ndarray |
     if args.kind != "gof":
         return None
     return null_distribution(args.p0, analyst.question(args.survey, args.question))
+
+
+def _two_groups(args: argparse.Namespace, analyst: RemoteAnalyst) -> tuple[str, str] | None:
+    """The two groups a homogeneity test over --server compares: those of a group label with
+    exactly two values (the Analyst compares two groups; more reads --db)."""
+    if args.kind != "homogeneity":
+        return None
+    label = analyst.survey(args.survey).group_label
+    if label is None or getattr(args, "group", None):
+        raise UserError(
+            "homogeneity compares the groups of a survey's group label: all of them (no --group)"
+        )
+    if len(label.values) != 2:
+        raise UserError(
+            f"over --server homogeneity compares two groups; {label.name} has "
+            f"{len(label.values)}: read --db for all of them"
+        )
+    first, second = label.values
+    return first, second
 
 
 def _check_groups_released(args: argparse.Namespace, data: DesignData) -> None:

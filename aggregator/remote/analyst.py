@@ -314,10 +314,11 @@ class RemoteAnalyst:
         *,
         side: str | None = None,
         group: str | None = None,
+        groups: tuple[str, str] | None = None,
     ) -> tuple[str, DesignTestResult]:
-        """The Rao-Scott test ``kind`` ("gof" against ``p0``, or "independence") of a survey
-        with a sampling design, on the server from its released design rows: the design it
-        rests on and the result."""
+        """The Rao-Scott test ``kind`` ("gof" against ``p0``, "independence", or "homogeneity"
+        of two ``groups`` of the survey's group label) of a survey with a sampling design, on
+        the server from its released design rows: the design it rests on and the result."""
         from aggregator.stats.design_tests import DesignTestResult
 
         options = ldp_pb2.DesignOptions(
@@ -348,8 +349,23 @@ class RemoteAnalyst:
                     design=options,
                 ),
             )
+        elif kind == "homogeneity" and groups is not None:
+            answer = self._call(
+                self._stub.TwoSample,
+                ldp_pb2.TwoSampleRequest(
+                    survey_a=survey_id,
+                    question_a=question_id,
+                    group_a=groups[0],
+                    group_b=groups[1],
+                    alpha=alpha,
+                    design=options,
+                ),
+            )
         else:
-            raise InvalidInputError(f"the server's design tests are gof and independence: {kind}")
+            raise InvalidInputError(
+                f"the server's design tests are gof, independence and homogeneity of two "
+                f"groups, not {kind}"
+            )
         result = DesignTestResult(
             statistic=answer.statistic,
             pvalue=answer.pvalue,

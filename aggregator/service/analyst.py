@@ -177,6 +177,8 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
 
     async def TwoSample(self, request, context):
+        if request.HasField("design"):
+            return await design_rpc.two_groups(self, request, context)
         groups = (request.group_a, request.group_b)
         survey_b = request.survey_b or (request.survey_a if any(groups) else "")
         question_b = request.question_b or (request.question_a if any(groups) else "")

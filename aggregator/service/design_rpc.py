@@ -1,5 +1,5 @@
-"""The Analyst's design-based answers: Estimate, GoodnessOfFit and Independence with
-``design`` set (docs/designs.md, docs/wire.md §8.4).
+"""The Analyst's design-based answers: Estimate, GoodnessOfFit, Independence and TwoSample (two
+groups of one question) with ``design`` set (docs/designs.md, docs/wire.md §8.4).
 
 A call releases as every reading RPC does (aggregator/service/release.py: the same checks, the
 same refusal below ``min_batch_size``, a due snapshot moves), then reads the design rows
@@ -22,6 +22,7 @@ from aggregator.service.analysis import caller_of
 from aggregator.service.rejections import abort
 from aggregator.service.store_api import ReleasesDesigns
 from aggregator.survey_file.design import SamplingFrame
+from aggregator.survey_file.groups import two_sample_request_problem
 from protos.ldp.v1 import ldp_pb2
 
 if TYPE_CHECKING:
@@ -40,7 +41,15 @@ async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateRespo
     from aggregator.service.analyst import analysed
 
     variance, replicates, seed, _ = await _options(context, request.design)
-    data = await _released_design(servicer, context, request, test=False)
+    data = await _released_design(
+        servicer,
+        context,
+        request.survey_id,
+        request.question_id,
+        request.side,
+        request.group,
+        test=False,
+    )
     confidence = request.confidence or 0.95
     executor = servicer.executor
 
@@ -59,10 +68,11 @@ async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateRespo
 
 async def test(servicer: Analyst, request, context, kind: str) -> ldp_pb2.TestResponse:
     """The Rao-Scott test ``kind`` ("gof" with the request's p0, or "independence")."""
-    from aggregator.service.analyst import analysed, test_response
 
     variance, replicates, seed, correction = await _options(context, request.design)
-    data = await _released_design(servicer, context, request, test=True)
+    data = await _released_design(
+        servicer, context, request.survey_id, request.question_id, request.side, request.group
+    )
     p0 = np.asarray(request.p0, dtype=float) if kind == "gof" else None
     if kind == "independence" and len(data.question.shape) != 2:
         await context.abort(
@@ -70,12 +80,56 @@ async def test(servicer: Analyst, request, context, kind: str) -> ldp_pb2.TestRe
             f"question {data.question.id!r} has {len(data.question.shape)} attribute(s); "
             "independence needs exactly 2",
         )
+    options = (request.alpha or 0.05, correction, variance, replicates, seed)
+    return await _tested(servicer, context, data, kind, p0, options)
+
+
+test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+async def two_groups(servicer: Analyst, request, context) -> ldp_pb2.TestResponse:
+    """The Rao-Scott homogeneity test of ``group_a`` and ``group_b`` of one question, each
+    group's released design rows a domain of one design."""
+    variance, replicates, seed, correction = await _options(context, request.design)
+    a = (request.survey_a, request.question_a, request.group_a)
+    b = (
+        request.survey_b or request.survey_a,
+        request.question_b or request.question_a,
+        request.group_b,
+    )
+    problem = (
+        "a design-based two-sample test compares group_a and group_b of one question"
+        if not (request.group_a and request.group_b)
+        else two_sample_request_problem(a, b)
+    )
+    if problem:
+        await abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
+    parts = [
+        await _released_design(servicer, context, request.survey_a, request.question_a, 0, group)
+        for group in (request.group_a, request.group_b)
+    ]
+    data = DesignData(
+        parts[0].question,
+        parts[0].frame,
+        parts[0].keys + parts[1].keys,
+        (request.group_a, request.group_b),
+    )
+    options = (request.alpha or 0.05, correction, variance, replicates, seed)
+    return await _tested(servicer, context, data, "homogeneity", None, options)
+
+
+async def _tested(
+    servicer: Analyst, context, data: DesignData, kind: str, p0: np.ndarray | None, options: tuple
+) -> ldp_pb2.TestResponse:
+    """design_answers.design_test in a worker process, admitted for the caller; its result as a
+    TestResponse with the design's fields."""
+    from aggregator.service.analyst import analysed, test_response
+
     executor = servicer.executor
 
     async def run():
         async with executor.admitted(caller_of(context)):
-            args = (data, kind, p0, request.alpha or 0.05, correction, variance, replicates, seed)
-            return await executor.in_process(context, design_test, *args)
+            return await executor.in_process(context, design_test, data, kind, p0, *options)
 
     result = await analysed(context, run())
     message = test_response(result)
@@ -87,9 +141,6 @@ async def test(servicer: Analyst, request, context, kind: str) -> ldp_pb2.TestRe
         message.denominator_df = result.denominator_df
     message.design_df = result.design_df
     return message
-
-
-test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, int, str]:
@@ -115,29 +166,37 @@ async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, in
     return variance, design.replicates or 200, design.seed, correction
 
 
-async def _released_design(servicer: Analyst, context, request, *, test: bool) -> DesignData:
-    """The question's released design rows (of ``request.group``, or of every released group
-    pooled), after the release and its checks. FAILED_PRECONDITION for a survey without a
-    design, a store that keeps no design statistics, or a release older than design snapshots."""
+async def _released_design(
+    servicer: Analyst,
+    context,
+    survey_id: str,
+    question_id: str,
+    side: int,
+    group: str,
+    *,
+    test: bool = True,
+) -> DesignData:
+    """The question's released design rows (of ``group``, or of every released group pooled),
+    after the release and its checks (for a ``test``: those of a test). FAILED_PRECONDITION
+    for a survey without a design, a store that keeps no design statistics, or a release older
+    than design snapshots."""
     from aggregator.service.analyst import analysed
 
-    survey = servicer._surveys.get(request.survey_id)
+    survey = servicer._surveys.get(survey_id)
     if survey is not None and not isinstance(survey.design, SamplingFrame):
         await context.abort(
             grpc.StatusCode.FAILED_PRECONDITION,
             f"survey {survey.id!r} has no sampling design; ask without design",
         )
-    question, _ = await servicer._released(
-        context, request.survey_id, request.question_id, request.side, request.group, test=test
-    )
+    question, _ = await servicer._released(context, survey_id, question_id, side, group, test=test)
     assert survey is not None and isinstance(survey.design, SamplingFrame)  # _released checked
     store = servicer._store
     if not isinstance(store, ReleasesDesigns):
         await abort(context, grpc.StatusCode.FAILED_PRECONDITION, SQLITE_ONLY)
-    side = (request.side or ldp_pb2.EXPLORATION) if survey.split else 0
+    side = (side or ldp_pb2.EXPLORATION) if survey.split else 0
     label = survey.group_label
     groups = tuple(label.values) if label is not None else ("",)
-    read = groups if label is not None and not request.group else (request.group,)
+    read = groups if label is not None and not group else (group,)
     cells = [(survey.id, question.id, side, value) for value in read]
     released = await analysed(
         context, servicer.executor.in_thread(context, store.design_release, cells)

@@ -306,7 +306,7 @@ class IndependenceRequest(_message.Message):
     def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
 
 class TwoSampleRequest(_message.Message):
-    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed", "group_a", "group_b")
+    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed", "group_a", "group_b", "design")
     SURVEY_A_FIELD_NUMBER: _ClassVar[int]
     QUESTION_A_FIELD_NUMBER: _ClassVar[int]
     SURVEY_B_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +316,7 @@ class TwoSampleRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     GROUP_A_FIELD_NUMBER: _ClassVar[int]
     GROUP_B_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_a: str
     question_a: str
     survey_b: str
@@ -325,7 +326,8 @@ class TwoSampleRequest(_message.Message):
     seed: int
     group_a: str
     group_b: str
-    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ...) -> None: ...
+    design: DesignOptions
+    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
 
 class TestResponse(_message.Message):
     __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism", "calibration", "calibration_reason", "n_draws", "design", "pearson", "eigenvalues", "numerator_df", "denominator_df", "design_df")
