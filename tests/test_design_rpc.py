@@ -18,6 +18,7 @@ from conftest import ServerThread
 from test_design_service import SURVEYS, messages, write_survey
 
 from aggregator.service.store_api import ReleasesDesigns, SqliteAnalysis
+from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 LONELY = """
@@ -232,3 +233,27 @@ def test_only_sqlite_releases_designs_and_plain_stores_are_unchanged(tmp_path):
         assert "releases" in tables and "design_releases" not in tables
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_design_answers_on_a_workers_server(tmp_path):
+    """serve --workers 1: the analyst worker moves the release on its own connection, and the
+    design rows move with it: --server equals --db at the release point."""
+    from test_workers import connection, start, stop
+
+    config = write_survey(tmp_path)
+    db = tmp_path / "store.sqlite"
+    process, target, analyst_target = start(config, db, tmp_path, workers=1)
+    try:
+        batch, _ = messages(load_surveys(config)["field"], "rr", 300, np.random.default_rng(5))
+        with connection(target) as channel:
+            ldp_pb2_grpc.CollectorStub(channel).Upload(
+                ldp_pb2.UploadRequest(reports=batch), timeout=30
+            )
+        where = ["estimate", "--survey", "field", "--question", "rr", "--design", "--json"]
+        remote = run_cli("agg", *where, "--server", analyst_target, check=True).stdout
+        local = run_cli("agg", *where, "--config", config, "--db", db, check=True).stdout
+        assert remote == local and json.loads(remote)["n"] == 300
+    finally:
+        status, stderr = stop(process)
+    assert status == 0, stderr
