@@ -3,7 +3,8 @@ power needs, for one mechanism or ranked over all of them, and the power curve a
 
 The numbers are those of ``aggregator.stats.power``, ``sample_size`` and ``advise`` (this module
 only chooses the candidates, builds alternatives from an effect size, and formats); with a survey
-design, those of the design-based test under its design effect (``stats.design_power``).
+design, those of the design-based test under its design effect (``stats.design_power``); a
+sequential plan adds the stopping forecast of ``aggregator.stats.anytime.stopping`` beside them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ import numpy as np
 from aggregator.errors import InvalidInputError
 from aggregator.group_planning import FAMILIES
 from aggregator.stats import advise, power, sample_size
+from aggregator.stats.anytime.stopping import (
+    SimulatedStopping,
+    StoppingForecast,
+    forecast_stopping,
+    simulate_stopping,
+)
 from aggregator.stats.design_power import (
     DesignEffect,
     DesignPlan,
@@ -368,3 +375,103 @@ def power_figure(plan: StudyPlan) -> Figure:
     ax.grid(color="#e0e0e0", linewidth=0.6)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return fig
+
+
+@dataclass(frozen=True)
+class SequentialRow:
+    """One mechanism's sequential figures beside its fixed-n plan row: the forecast stopping
+    law of the goodness-of-fit e-process, P(stopped by the planned n), and optionally a
+    simulation of the real e-process."""
+
+    row: PlanRow
+    forecast: StoppingForecast
+    stopped_by_n: float
+    simulated: SimulatedStopping | None
+
+    def to_dict(self) -> dict:
+        return {
+            "mechanism": self.row.mechanism.describe(),
+            "fixed_n": self.row.n,
+            "forecast": self.forecast.to_dict(),
+            "stopped_by_fixed_n": self.stopped_by_n,
+            "simulated": None if self.simulated is None else self.simulated.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class SequentialPlan:
+    """A goodness-of-fit plan with, per mechanism, where the sequential test (looked at every
+    ``batch`` reports) is expected to stop; ``quantile90`` is the maximum n to plan for."""
+
+    plan: StudyPlan
+    batch: int
+    rows: tuple[SequentialRow, ...]
+
+    def to_dict(self) -> dict:
+        return {**self.plan.to_dict(), "sequential": [row.to_dict() for row in self.rows]}
+
+    def summary(self) -> str:
+        lines = [
+            self.plan.summary(),
+            f"sequential test (e-process), looked at every {self.batch:,} reports: reports "
+            "to stop (mean, median; max n = the forecast 90% point)",
+        ]
+        width = max(len(row.row.mechanism.describe()) for row in self.rows)
+        for row in self.rows:
+            f = row.forecast
+            lines.append(
+                f"  {row.row.mechanism.describe():<{width}}  forecast mean {f.mean:>9,}  "
+                f"median {f.median:>9,}  max n {f.quantile90:>9,}  "
+                f"P(stopped by {row.row.n:,}) = {row.stopped_by_n:.2f}"
+            )
+            if row.simulated is not None:
+                s = row.simulated
+                lines.append(
+                    f"  {'':<{width}}  simulated mean {s.mean:>8,.0f}  median {s.median:>9,.0f}"
+                    f"  90% {s.quantile90:>11,.0f}  ({s.paths} paths up to {s.max_n:,}, "
+                    f"{s.stopped:.0%} stopped)"
+                )
+        return "\n".join(lines)
+
+
+def plan_sequential(
+    plan: StudyPlan, *, batch: int = 100, simulate: int = 0, seed: int = 0
+) -> SequentialPlan:
+    """Where the sequential goodness-of-fit test of each mechanism of ``plan`` is expected to
+    stop under its alternative (``forecast_stopping``), beside the fixed-n figure, and with
+    ``simulate`` > 0 that many simulated studies of the real e-process each (up to twice the
+    forecast's maximum n). Goodness-of-fit plans only; public-coin reports, which carry no
+    per-category channel for the e-process, are left out."""
+    if plan.null is None:
+        raise InvalidInputError(
+            "sequential plans cover goodness of fit (--p0 or --k); independence is not planned"
+        )
+    if plan.design is not None:
+        raise InvalidInputError(
+            "sequential plans assume independent reports (a simple random sample): the "
+            "e-process takes no design effect"
+        )
+    if isinstance(simulate, bool) or not isinstance(simulate, int) or simulate < 0:
+        raise InvalidInputError(f"simulate must be a number of paths >= 0, got {simulate!r}")
+    rows = []
+    kept: dict[str, PlanRow] = {}  # one row per mechanism (its best test): one e-process
+    for row in plan.rows:
+        if row.mechanism.statistic_kind != "groups":
+            kept.setdefault(row.mechanism.describe(), row)
+    for row in kept.values() or plan.rows:  # public-coin reports alone: refused by the forecast
+        mech = row.mechanism
+        forecast = forecast_stopping(mech, plan.alternative, plan.null, plan.alpha, batch)
+        simulated = None
+        if simulate:
+            simulated = simulate_stopping(
+                mech,
+                plan.alternative,
+                plan.null,
+                plan.alpha,
+                paths=simulate,
+                batch=batch,
+                max_n=2 * forecast.quantile90,
+                seed=seed,
+            )
+        rows.append(SequentialRow(row, forecast, forecast.stopped_by(row.n), simulated))
+    return SequentialPlan(plan, batch, tuple(rows))

@@ -17,6 +17,7 @@ from aggregator.stats.anytime import (
     frequency_path,
     frequency_sequence,
     looks_from_sums,
+    mean_score_sequence,
     sequential_goodness_of_fit,
     sequential_homogeneity,
     sequential_independence,
@@ -297,3 +298,35 @@ def test_a_store_made_before_the_history_starts_it_at_its_snapshot(tmp_path):
         ]
     finally:
         store.close()
+
+
+def test_the_mean_score_sequence_over_the_looks(world):
+    """analysis "mean_score": one row, the running mean score and its confidence sequence,
+    exactly mean_score_sequence on the stored looks (default scores 1..k, or given ones); not
+    for a question of two attributes, and scores of the wrong length are INVALID_ARGUMENT."""
+    surveys, server, analyst = world
+    mood = surveys["s"].question("mood")
+    for step in range(3):
+        upload(server, mood, "s", MOOD, 60, 40 + step)
+        monitor(analyst, survey_id="s", question_id="mood")  # a look at each release
+    history = release_history.read(str(server.db), [("s", "mood", 0, "")])
+    looks = looks_from_sums(mood.mechanism, [(n, sums) for _, n, sums in history])
+    for scores in ([], [0.0, 1.0, 5.0, 10.0]):
+        ask = {"survey_id": "s", "question_id": "mood", "analysis": "mean_score"}
+        answer = monitor(analyst, **ask, scores=scores, with_path=True)
+        given = scores or None
+        expected = mean_score_sequence(looks[-1], given, 0.05)
+        assert answer.labels == ["mean score"] and answer.n == 180
+        assert list(answer.estimate) == pytest.approx([expected.mean], abs=1e-12)
+        assert list(answer.low) == pytest.approx([expected.low], abs=1e-12)
+        assert list(answer.high) == pytest.approx([expected.high], abs=1e-12)
+        assert not answer.HasField("evalue") and answer.decision == "continue"
+        first = mean_score_sequence(looks[0], given, 0.05)
+        assert list(answer.looks[0].low) == pytest.approx([first.low], abs=1e-12)
+    with pytest.raises(grpc.RpcError) as info:
+        monitor(analyst, survey_id="s", question_id="mood", analysis="mean_score", scores=[1, 2])
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    upload(server, surveys["s"].question("pair"), "s", [0.25] * 4, 60, 50)
+    with pytest.raises(grpc.RpcError) as info:
+        monitor(analyst, survey_id="s", question_id="pair", analysis="mean_score")
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -19,6 +19,7 @@ from client.mechanisms import (
     LaplaceNoise,
     OptimizedUnaryEncoding,
     RandomizedResponse,
+    SubsetSelection,
 )
 
 pytestmark = pytest.mark.slow  # a statistical validation (docs/validation.md)
@@ -31,6 +32,7 @@ MECHANISMS = [
     FlipComponents(k=4, epsilon=1.0),
     OptimizedUnaryEncoding(k=4, epsilon=1.0),
     HadamardResponse(k=4, epsilon=1.0),
+    SubsetSelection(k=4, epsilon=1.0),
     GaussianNoise(k=4, rho=0.5),
     LaplaceNoise(k=4, epsilon=1.0),
 ]

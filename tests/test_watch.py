@@ -32,6 +32,7 @@ id = "mood"
 categories = ["great", "fine", "low", "bad"]
 mechanism = "randomized_response"
 epsilon = 1.0
+scores = [4, 3, 2, 1]
 
 [[survey.question]]
 id = "calm"
@@ -438,3 +439,28 @@ def test_on_a_terminal_the_table_is_redrawn_in_place(world):
     text = seen.decode()
     assert text.count("as of ") >= 2
     assert "\x1b[6F\x1b[J" in text  # 6 lines: the stamp, the header and 4 categories
+
+
+def test_the_mean_score_of_an_ordinal_question(world):
+    """--test mean_score: one row, the mean score under the survey file's scores, the same over
+    the server and from the store; a question not declared ordinal, or no --config, is one
+    line."""
+    config, db, server, surveys = world
+    upload(server, surveys, "mood", STRONG, 200, 3)
+    ask = ["--survey", "s", "--question", "mood", "--test", "mean_score", "--once"]
+    remote = run_cli("agg", "watch", "--server", server.analyst_target, "--config", config, *ask)
+    assert remote.returncode == 0, remote
+    row = remote.stdout.splitlines()[2].split()
+    assert row[:6] == ["mean", "score:", "mood", "mean", "score", "200"], row
+    estimate, low, high = map(float, row[6:9])
+    assert 1 <= low <= estimate <= high <= 4  # scores 4..1: STRONG's mean score is 3.4
+    assert low < 3.4 < high
+    local = run_cli("agg", "watch", "--config", config, "--db", db, *ask)
+    assert local.returncode == 0 and local.stdout.splitlines()[1:] == remote.stdout.splitlines()[1:]
+    no_config = run_cli("agg", "watch", "--server", server.analyst_target, *ask)
+    assert "give --config" in one_line(no_config)
+    calm = [*ask[:3], "calm", *ask[4:]]
+    not_ordinal = run_cli(
+        "agg", "watch", "--server", server.analyst_target, "--config", config, *calm
+    )
+    assert "not declared ordinal" in one_line(not_ordinal)

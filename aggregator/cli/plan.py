@@ -17,6 +17,7 @@ from aggregator.cli.common import Subcommands, UserError, add_command, add_json_
 from client.survey import MECHANISM_NAMES
 
 if TYPE_CHECKING:
+    from aggregator.planning import SequentialPlan, StudyPlan
     from aggregator.stats.design_power import DesignEffect
     from client.mechanisms import Mechanism
 
@@ -57,6 +58,24 @@ def add_commands(subparsers: Subcommands) -> None:
     goal.add_argument("--power", type=float, help="target power: give the reports needed")
     plan.add_argument("--alpha", type=float, default=0.05, help="significance level")
     plan.add_argument("--plot", type=Path, help="draw power against n here (.png, .svg, .pdf)")
+    plan.add_argument(
+        "--sequential",
+        action="store_true",
+        help="also where the sequential goodness-of-fit test (e-process) is expected to stop: "
+        "forecast mean, median and 90%% point, the max n to plan for (docs/planning.md)",
+    )
+    plan.add_argument(
+        "--look-every",
+        type=positive,
+        default=100,
+        help="with --sequential: reports between two looks (default 100)",
+    )
+    plan.add_argument(
+        "--simulate",
+        type=positive,
+        metavar="PATHS",
+        help="with --sequential: also run the real e-process on this many simulated studies",
+    )
     add_design_options(plan)
     add_json_option(plan)
     plan.set_defaults(run=run_plan)
@@ -153,12 +172,15 @@ def _design(args: argparse.Namespace) -> tuple[DesignEffect | None, int | None]:
 def run_plan(args: argparse.Namespace) -> int:
     from aggregator.planning import (
         interaction_alternative,
+        plan_sequential,
         plan_study,
         plot_power_curves,
         tilted_alternative,
     )
     from aggregator.stats.validate import check_distribution
 
+    if not args.sequential and (args.simulate is not None or args.look_every != 100):
+        raise UserError("--look-every and --simulate go with --sequential")
     null, shape = None, None
     if args.shape is not None:
         shape = _shape(args.shape)
@@ -195,7 +217,10 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     if args.plot is not None:
         plot_power_curves(plan, args.plot)
-    print(json.dumps(plan.to_dict()) if args.json else plan.summary())
+    shown: StudyPlan | SequentialPlan = plan
+    if args.sequential:
+        shown = plan_sequential(plan, batch=args.look_every, simulate=args.simulate or 0)
+    print(json.dumps(shown.to_dict()) if args.json else shown.summary())
     if args.plot is not None:  # on stderr: stdout stays the plan (and valid JSON with --json)
         print(f"power curves written to {args.plot.resolve()}", file=sys.stderr)
     return 0

@@ -36,9 +36,9 @@ from aggregator.cli.common import (
 from aggregator.errors import InsufficientDataError
 from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
 from aggregator.report.sequential import SequentialSection
-from aggregator.stats.anytime.status import ANALYSES, CONTINUE
+from aggregator.stats.anytime.status import ANALYSES, CONTINUE, SEQUENCES_ONLY
 from aggregator.survey_file.analyses import Analysis, check_independent, load_analyses
-from aggregator.survey_file.config import load_surveys
+from aggregator.survey_file.config import load_scores, load_surveys
 from client.survey import SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -65,6 +65,7 @@ class Watched:
     p0: tuple[float, ...] | None = None
     groups: tuple[str, str] | None = None
     max_n: int | None = None
+    scores: tuple[float, ...] | None = None
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -85,7 +86,8 @@ def add_commands(subparsers: Subcommands) -> None:
         "--test",
         choices=ANALYSES,
         default="frequencies",
-        help="with --question: what to watch",
+        help="with --question: what to watch (mean_score: an ordinal question's scores from "
+        "the survey file, --config)",
     )
     watch.add_argument("--p0", help="goodness_of_fit: the null (uniform, numbers, or @FILE)")
     watch.add_argument("--groups", nargs=2, metavar=("A", "B"), help="two_sample: two groups")
@@ -168,12 +170,28 @@ def _watched(args: argparse.Namespace, survey: SurveySpec) -> list[Watched]:
         raise UserError("--groups A B goes with --test two_sample, which needs it")
     if args.groups is not None and args.group:
         raise UserError("--group reads one group; two_sample compares --groups A B")
-    if args.test != "frequencies":  # tests assume independent reports (as the server checks)
+    if args.test not in SEQUENCES_ONLY:  # tests assume independent reports (as the server checks)
         check_independent(survey, question)
     p0 = None if args.p0 is None else tuple(null_distribution(args.p0, question))
     groups = None if args.groups is None else (args.groups[0], args.groups[1])
     title = f"{args.test.replace('_', ' ')}: {question.id}"
-    return [Watched(title, question.id, args.test, args.alpha, p0, groups, args.max_n)]
+    scores = _scores(args, survey.id, question.id) if args.test == "mean_score" else None
+    return [Watched(title, question.id, args.test, args.alpha, p0, groups, args.max_n, scores)]
+
+
+def _scores(args: argparse.Namespace, survey_id: str, question_id: str) -> tuple[float, ...]:
+    """An ordinal question's scores, declared in the survey file (as ``ordinal`` reads them)."""
+    if args.config is None:
+        raise UserError(
+            "--test mean_score reads the question's scores from the survey file: give --config"
+        )
+    scores = load_scores(args.config).get((survey_id, question_id))
+    if scores is None:
+        raise UserError(
+            f"question {question_id} is not declared ordinal: add 'ordinal = true' (scores "
+            "1..k) or 'scores = [...]' to it in the survey file"
+        )
+    return scores
 
 
 def _declared(analysis: Analysis) -> Watched:
@@ -235,6 +253,7 @@ def _server_look(args: argparse.Namespace, analyst: RemoteAnalyst, survey_id: st
             group=None if w.groups else args.group,
             groups=w.groups,
             with_path=with_path,
+            scores=w.scores,
         )
 
     return look
@@ -266,6 +285,7 @@ def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
             max_n=w.max_n,
             with_path=with_path,
             cache=cache,
+            scores=None if w.scores is None else list(w.scores),
         )
         return monitor_rpc.response(status, question)
 

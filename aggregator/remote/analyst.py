@@ -402,10 +402,12 @@ class RemoteAnalyst:
         group: str | None = None,
         groups: tuple[str, str] | None = None,
         with_path: bool = False,
+        scores: Sequence[float] | None = None,
     ) -> ldp_pb2.MonitorResponse:
         """Anytime-valid monitoring of the question on the server, over its release history
         (docs/monitoring.md): ``analysis`` is frequencies, goodness_of_fit (``p0``),
-        independence or two_sample (``groups``, two values of the group label). Computed on
+        independence, two_sample (``groups``, two values of the group label) or mean_score
+        (``scores``, one per category; default 1..k). Computed on
         the server, so every caller sees the same looks; NotReleasedError before a release.
         ``with_path``: also the confidence sequence at every look (MonitorLook.low/high)."""
         request = ldp_pb2.MonitorRequest(
@@ -420,6 +422,7 @@ class RemoteAnalyst:
             group_a=groups[0] if groups else "",
             group_b=groups[1] if groups else "",
             with_path=with_path,
+            scores=[] if scores is None else [float(x) for x in scores],
         )
         return self._call(self._stub.Monitor, request)
 

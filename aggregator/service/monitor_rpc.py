@@ -22,7 +22,7 @@ import numpy as np
 from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
 from aggregator.service.analysis import caller_of
-from aggregator.stats.anytime.status import ANALYSES, Monitor, MonitorStatus
+from aggregator.stats.anytime.status import ANALYSES, SEQUENCES_ONLY, Monitor, MonitorStatus
 from aggregator.store import release_history
 from aggregator.survey_file.groups import two_sample_request_problem
 from client.survey import QuestionSpec, SurveySpec
@@ -48,7 +48,7 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             grpc.StatusCode.INVALID_ARGUMENT,
             f"analysis must be one of {', '.join(ANALYSES)}, got {analysis!r}",
         )
-    test = analysis != "frequencies"
+    test = analysis not in SEQUENCES_ONLY
     if analysis == "two_sample":
         a = (request.survey_id, request.question_id, request.group_a)
         b = (request.survey_id, request.question_id, request.group_b)
@@ -77,6 +77,12 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             f"question {question.id!r} has {len(question.shape)} attribute(s); "
             "independence needs exactly 2",
         )
+    if analysis == "mean_score" and len(question.attributes) != 1:
+        await context.abort(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"question {question.id!r} has {len(question.attributes)} attributes; "
+            "a mean score needs exactly 1",
+        )
     survey = servicer._surveys[request.survey_id]
     streams = [cells(survey, question.id, request.side, group) for group in groups]
     executor = servicer.executor
@@ -94,6 +100,7 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             max_n=max_n,
             with_path=request.with_path,
             cache=servicer.monitors,
+            scores=list(request.scores) or None,
         )
 
     async def run():
@@ -125,6 +132,7 @@ def from_history(
     max_n: int | None = None,
     with_path: bool = False,
     cache: MonitorCache | None = None,
+    scores: list[float] | None = None,
 ) -> MonitorStatus:
     """The analysis over the streams' release history, read by ``read_history`` (blocking),
     continuing the ``cache``'s Monitor of the same analysis when there is one. Raises
@@ -140,12 +148,13 @@ def from_history(
 
     def build() -> Monitor:
         mechanisms = [question.mechanism] * len(streams)
-        return Monitor(analysis, mechanisms, alpha, p0=p0, shape=shape, max_n=max_n)
+        return Monitor(analysis, mechanisms, alpha, p0=p0, shape=shape, max_n=max_n, scores=scores)
 
     if cache is None:
         return build().advance(histograms, with_path=with_path)
     null = None if p0 is None else tuple(p0)
-    key = (question.digest, analysis, tuple(map(tuple, streams)), alpha, null, max_n)
+    scored = None if scores is None else tuple(scores)
+    key = (scored, question.digest, analysis, tuple(map(tuple, streams)), alpha, null, max_n)
     lock, monitor = cache.get(key, build)
     with lock:
         if not monitor.continues(histograms):  # not this one's continuation: restart
@@ -195,7 +204,7 @@ def response(status: MonitorStatus, question: QuestionSpec) -> ldp_pb2.MonitorRe
     """The MonitorResponse of ``status`` (also what ``watch --db`` shows)."""
     message = ldp_pb2.MonitorResponse(
         n=status.n,
-        labels=question.labels,
+        labels=["mean score"] if status.analysis == "mean_score" else question.labels,
         estimate=status.estimate,
         low=status.low,
         high=status.high,

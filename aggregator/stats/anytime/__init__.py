@@ -19,6 +19,12 @@ from aggregator.stats.anytime.sequences import (
     frequency_sequence,
     mean_score_sequence,
 )
+from aggregator.stats.anytime.stopping import (
+    SimulatedStopping,
+    StoppingForecast,
+    forecast_stopping,
+    simulate_stopping,
+)
 
 __all__ = [
     "ConfidenceSequence",
@@ -26,8 +32,11 @@ __all__ = [
     "EProcess",
     "MeanScoreSequence",
     "SequentialResult",
+    "SimulatedStopping",
+    "StoppingForecast",
     "difference_sequence",
     "expected_stopping_time",
+    "forecast_stopping",
     "frequency_path",
     "frequency_sequence",
     "looks_from_sums",
@@ -35,4 +44,5 @@ __all__ = [
     "sequential_goodness_of_fit",
     "sequential_homogeneity",
     "sequential_independence",
+    "simulate_stopping",
 ]

@@ -15,9 +15,9 @@ P(E_n ever >= 1/alpha) <= alpha under the null.
 The tilt: for randomized response ``log(A p_alt) - log(A p)``, which makes ``M_n(p)`` exactly the
 plug-in likelihood-ratio martingale of survey-design-and-monitoring spec S.2; otherwise
 ``Cov_p^+ (mu_alt - mu_p)``, the maximiser of the expected growth ``lam . mu_alt - kappa_p(lam)``
-to second order, shortened into the MGF's domain (Laplace noise) or, for support counts read
-through Hoeffding's bound, scaled to that bound's optimum. Only batch sums are read, so a service
-updates the e-process from its store's running sums.
+to second order, shortened into the MGF's domain (Laplace noise) or, for the support counts
+still read through Hoeffding's bound (local hashing), scaled to that bound's optimum. Only
+batch sums are read, so a service updates the e-process from its store's running sums.
 
 State kept between looks: per stream the last cumulative (n, values) and, per batch, n_b, T_b
 and p_alt (O(k) numbers); the running log e-value of a simple null; the last minimiser; the
@@ -228,7 +228,7 @@ def tilts(mech, p: np.ndarray, alts: np.ndarray) -> np.ndarray:
         return np.log(c0 + c1 * alts) - np.log(c0 + c1 * p)
     shift = c1 * (alts - p)
     lam = shift @ np.linalg.pinv(mech.report_covariance(p))
-    if mech.statistic_kind == "support":  # the optimum of t d . shift - t^2 (sum |d|)^2 / 8
+    if laws.hoeffding_bound(mech):  # the optimum of t d . shift - t^2 (sum |d|)^2 / 8
         spread = np.abs(lam).sum(axis=1, keepdims=True) ** 2
         gain = np.sum(lam * shift, axis=1, keepdims=True)
         lam = lam * np.where(spread > 0, 4 * gain / np.where(spread > 0, spread, 1.0), 0.0)

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from aggregator.errors import InvalidInputError
+from aggregator.stats.anytime import support_laws
 from aggregator.stats.channel import check_signal
 from aggregator.stats.validate import PUBLIC_COIN_REFUSAL
 from client.mechanisms import Mechanism
@@ -79,9 +80,11 @@ def coordinate_log_mgf(mechanism: Mechanism, m: np.ndarray, lam: np.ndarray) -> 
 def log_conditional_mgf(mechanism: Mechanism, lam: np.ndarray) -> np.ndarray:
     """log E[exp(lam . Y) | answer x] for every answer x: (..., k) for lam of shape (..., k).
 
-    Exact for randomized response (one category per report), flip components (independent bits)
-    and additive noise (one-hot plus independent noise); for the other support-count mechanisms
-    Hoeffding's bound on the 0/1 support row given x: lam . E[Y|x] + (sum |lam|)^2 / 8.
+    Exact for randomized response (one category per report), flip components (independent bits),
+    additive noise (one-hot plus independent noise) and the support mechanisms of
+    ``support_laws`` (optimized unary, subset selection, Hadamard response); for the others
+    (local hashing) Hoeffding's bound on the 0/1 support row given x:
+    lam . E[Y|x] + (sum |lam|)^2 / 8.
     """
     lam = np.asarray(lam, dtype=float)
     c0, c1 = float(mechanism.offset), float(mechanism.slope)
@@ -91,13 +94,19 @@ def log_conditional_mgf(mechanism: Mechanism, lam: np.ndarray) -> np.ndarray:
         shifted = np.exp(lam - top)
         return top + np.log(c0 * shifted.sum(axis=-1, keepdims=True) + c1 * shifted)
     if kind == "bits":  # independent bits, P(Y_j = 1 | x) = c0 + c1 [j = x]
-        other = bernoulli_log_mgf(np.full_like(lam, c0), lam) + c0 * lam
-        own = bernoulli_log_mgf(np.full_like(lam, c0 + c1), lam) + (c0 + c1) * lam
-        return other.sum(axis=-1, keepdims=True) - other + own
+        return support_laws.independent_bits(c0, c1, lam)
     if kind == "noise":
         return lam + noise_log_mgf(mechanism, lam).sum(axis=-1, keepdims=True)
+    exact = support_laws.exact_law(mechanism)
+    if exact is not None:
+        return exact(lam)
     spread = np.abs(lam).sum(axis=-1, keepdims=True)
     return c0 * lam.sum(axis=-1, keepdims=True) + c1 * lam + spread**2 / 8
+
+
+def hoeffding_bound(mechanism: Mechanism) -> bool:
+    """Whether ``log_conditional_mgf`` is Hoeffding's bound (a support law not known exactly)."""
+    return mechanism.statistic_kind == "support" and support_laws.exact_law(mechanism) is None
 
 
 def tilt_limit(mech: Mechanism) -> float:

@@ -5,21 +5,20 @@ look at once (docs/monitoring.md)."""
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
-from aggregator.stats.anytime import laws, nulls
+from aggregator.stats.anytime import nulls
 from aggregator.stats.anytime.eprocess import EProcess, SequentialResult
 from aggregator.stats.anytime.sequences import (
     DEFAULT_TUNED_N,
     ConfidenceSequence,
     frequency_sequence,
 )
-from aggregator.stats.validate import check_alpha, check_distribution
+from aggregator.stats.anytime.stopping import forecast_stopping
 from client.mechanisms import Mechanism
 
 
@@ -118,33 +117,16 @@ def _first(looks: Sequence[Histogram]) -> Histogram:
 
 
 def expected_stopping_time(
-    mechanism: Mechanism, alternative: object, null: object, alpha: float = 0.05
+    mechanism: Mechanism,
+    alternative: object,
+    null: object,
+    alpha: float = 0.05,
+    *,
+    batch: int = 1,
 ) -> int:
-    """The n at which the goodness-of-fit e-process is expected to pass 1/alpha under a planned
-    alternative: the smallest n with ``n KL - ((k - 1) / 2) log n >= log(1 / alpha)``
-    (survey-design-and-monitoring spec S.2), KL the divergence per report between the report
-    laws (exact for randomized response; the quadratic ``(1/2) d^T Cov^+ d``, d the mean shift,
-    otherwise). An approximation; the validation table measures the real one."""
-    laws.check_mechanism(mechanism, "expected stopping time")
-    alpha = check_alpha(alpha)
-    p1 = check_distribution(alternative, mechanism.k, "alternative")
-    p0 = check_distribution(null, mechanism.k, "null")
-    q0, q1 = mechanism.report_mean(p0), mechanism.report_mean(p1)
-    if mechanism.statistic_kind == "counts":
-        kl = float(np.sum(q1 * np.log(np.clip(q1, 1e-300, None) / q0)))
-    else:
-        shift = q1 - q0
-        kl = float(shift @ np.linalg.pinv(mechanism.report_covariance(p0)) @ shift) / 2
-    if not kl > 0:
-        raise InvalidInputError("the alternative satisfies the null: the e-process never stops")
-    target, half_dof = math.log(1 / alpha), (mechanism.k - 1) / 2
-    n = 1
-    while n * kl - half_dof * math.log(n) < target:
-        n *= 2
-        if n > 10**15:
-            raise InvalidInputError("the effect is too small to stop on in 10^15 reports")
-    low, high = n // 2, n
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if mid * kl - half_dof * math.log(mid) < target else (low, mid)
-    return high
+    """The mean number of reports the goodness-of-fit e-process needs to pass 1/alpha under a
+    planned alternative, looked at every ``batch`` reports: the mean of
+    ``stopping.forecast_stopping`` (its median and 90% point there too), a drift-and-regret
+    model of log E_n (survey-design-and-monitoring spec S.2) that the validation table and
+    tests/test_sequential_planning.py check against simulation."""
+    return forecast_stopping(mechanism, alternative, null, alpha, batch).mean

@@ -19,12 +19,16 @@ from aggregator.stats.anytime.sequences import (
     DEFAULT_TUNED_N,
     difference_sequence,
     frequency_sequence,
+    mean_score_sequence,
 )
 from aggregator.stats.validate import check_alpha
 from client.mechanisms import Mechanism
 
-#: What can be monitored: frequencies only (a confidence sequence), or a sequential test.
-ANALYSES = ("frequencies", "goodness_of_fit", "independence", "two_sample")
+#: What can be monitored: frequencies or a mean score (confidence sequences only), or a
+#: sequential test.
+ANALYSES = ("frequencies", "goodness_of_fit", "independence", "two_sample", "mean_score")
+#: The confidence-sequence-only analyses (no e-process).
+SEQUENCES_ONLY = ("frequencies", "mean_score")
 #: The stopping rule's verdicts.
 CONTINUE, REJECT, STOP_AT_MAX_N = "continue", "reject", "stop at max_n"
 
@@ -32,8 +36,9 @@ CONTINUE, REJECT, STOP_AT_MAX_N = "continue", "reject", "stop at max_n"
 @dataclass(frozen=True)
 class MonitorStatus:
     """An analysis at its latest look. ``estimate``/``low``/``high``: per category, the running
-    estimate and its confidence sequence (for two groups: of the difference A - B). ``test``
-    is None for ``frequencies``; ``decision`` is continue, reject (the e-value passed 1/alpha)
+    estimate and its confidence sequence (for two groups: of the difference A - B; for
+    ``mean_score`` one row, the mean score). ``test`` is None for ``frequencies`` and
+    ``mean_score``; ``decision`` is continue, reject (the e-value passed 1/alpha)
     or "stop at max_n"."""
 
     analysis: str
@@ -68,6 +73,7 @@ def monitor_status(
     shape: tuple[int, int] | None = None,
     max_n: int | None = None,
     with_path: bool = False,
+    scores: Sequence[float] | None = None,
 ) -> MonitorStatus:
     """``analysis`` (one of ANALYSES) over ``looks``: each look one cumulative histogram per
     stream (two streams for two_sample, one otherwise). The confidence sequence is tuned to
@@ -85,7 +91,7 @@ def monitor_status(
     if not looks or not looks[0]:
         raise InvalidInputError("need at least one look")
     mechanisms = [h.mechanism for h in looks[0]]
-    monitor = Monitor(analysis, mechanisms, alpha, p0=p0, shape=shape, max_n=max_n)
+    monitor = Monitor(analysis, mechanisms, alpha, p0=p0, shape=shape, max_n=max_n, scores=scores)
     return monitor.advance(looks, with_path=with_path)
 
 
@@ -104,6 +110,7 @@ class Monitor:
         p0: Sequence[float] | None = None,
         shape: tuple[int, int] | None = None,
         max_n: int | None = None,
+        scores: Sequence[float] | None = None,
     ) -> None:
         if analysis not in ANALYSES:
             raise InvalidInputError(
@@ -119,6 +126,11 @@ class Monitor:
         self.analysis, self.alpha, self.max_n = analysis, check_alpha(alpha), max_n
         self.tuned = DEFAULT_TUNED_N if max_n is None else max_n
         self.process = _process(analysis, mechanisms, self.alpha, p0, shape, max_n)
+        self.scores = None if scores is None else tuple(float(s) for s in scores)
+        if analysis == "mean_score":  # check the scores now, not at the first look
+            if shape is not None:
+                raise InvalidInputError("mean_score needs a question of one attribute")
+            mean_score_sequence(_empty(mechanisms[0]), self.scores, self.alpha)
         self.result: SequentialResult | None = None  # the test's, at the last look it took
         self.seen: list[tuple[int, ...]] = []  # every look's n per stream, to check a prefix
         self.intervals: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -181,8 +193,19 @@ class Monitor:
         if self.analysis == "two_sample":
             diff = difference_sequence(look[0], look[1], self.alpha, tuned_n=self.tuned)
             return diff.difference, diff.low, diff.high, diff.guarantee
+        if self.analysis == "mean_score":
+            ms = mean_score_sequence(look[0], self.scores, self.alpha, tuned_n=self.tuned)
+            one = (np.array([ms.mean]), np.array([ms.low]), np.array([ms.high]))
+            return (*one, ms.guarantee)
         cs = frequency_sequence(look[0], self.alpha, tuned_n=self.tuned)
         return cs.estimate, cs.low, cs.high, cs.guarantee
+
+
+def _empty(mechanism: Mechanism) -> Histogram:
+    """A histogram of no reports (to check a mean score's scores before the first look)."""
+    return Histogram(
+        mechanism, 0, mechanism.statistic_values(np.zeros(mechanism.statistic_size, np.int64))
+    )
 
 
 def _process(

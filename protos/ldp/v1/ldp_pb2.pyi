@@ -468,7 +468,7 @@ class StatisticsResponse(_message.Message):
     def __init__(self, n: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ..., definition_digest: _Optional[bytes] = ...) -> None: ...
 
 class MonitorRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "analysis", "p0", "alpha", "max_n", "side", "group", "group_a", "group_b", "with_path")
+    __slots__ = ("survey_id", "question_id", "analysis", "p0", "alpha", "max_n", "side", "group", "group_a", "group_b", "with_path", "scores")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_FIELD_NUMBER: _ClassVar[int]
@@ -480,6 +480,7 @@ class MonitorRequest(_message.Message):
     GROUP_A_FIELD_NUMBER: _ClassVar[int]
     GROUP_B_FIELD_NUMBER: _ClassVar[int]
     WITH_PATH_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     analysis: str
@@ -491,7 +492,8 @@ class MonitorRequest(_message.Message):
     group_a: str
     group_b: str
     with_path: bool
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., analysis: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., max_n: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., with_path: _Optional[bool] = ...) -> None: ...
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., analysis: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., max_n: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., with_path: _Optional[bool] = ..., scores: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class MonitorLook(_message.Message):
     __slots__ = ("n", "log_evalue", "estimate", "low", "high")
