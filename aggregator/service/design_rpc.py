@@ -68,7 +68,6 @@ async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateRespo
 
 async def test(servicer: Analyst, request, context, kind: str) -> ldp_pb2.TestResponse:
     """The Rao-Scott test ``kind`` ("gof" with the request's p0, or "independence")."""
-
     variance, replicates, seed, correction = await _options(context, request.design)
     data = await _released_design(
         servicer, context, request.survey_id, request.question_id, request.side, request.group
