@@ -41,12 +41,41 @@ class DesignData:
         """The known population count of each post-stratum, in ``post_strata`` order."""
         return np.array(list(self.frame.population.values()), dtype=float)
 
-    def cells(self, by_group: bool = False, by_post_stratum: bool = False) -> DesignCells:
-        """The design cells: one domain, or one per group value (``by_group``), or one per
-        post-stratum (``by_post_stratum``, for ``post_stratified_estimate``).
-        InvalidInputError for a key with reports that the frame no longer lists."""
-        if by_group and by_post_stratum:
-            raise InvalidInputError("domains are either the groups or the post-strata")
+    @property
+    def raking(self) -> tuple[str, ...]:
+        """The frame's raking variables in order (empty: no raking)."""
+        return tuple(self.frame.margins)
+
+    def margins(self) -> list[np.ndarray]:
+        """The known population margins, one array per raking variable in ``raking`` order,
+        its categories in the order the survey file lists them."""
+        return [np.array(list(m.values()), dtype=float) for m in self.frame.margins.values()]
+
+    def raking_cells(self) -> DesignCells:
+        """The design cells with the joint raking categories as domains (row-major over the
+        margins), for ``raked_estimate`` (design_raking.raking_cells on the keys with reports)."""
+        from aggregator.stats.design_raking import FrameKeys, raking_cells
+
+        frame = self._frame_rows()
+        margins = list(self.frame.margins.values())
+        categories = np.array(
+            [[list(m).index(c) for m, c in zip(margins, row.raking, strict=True)] for row in frame],
+            dtype=np.int64,
+        ).reshape(len(frame), len(margins))
+        fpc = [row.fpc for row in frame]
+        keys = FrameKeys(
+            np.array([row.stratum for row in frame], dtype=str),
+            np.array([row.psu for row in frame], dtype=str),
+            np.array([row.weight for row in frame]),
+            categories,
+            None if not frame or fpc[0] is None else np.array(fpc, dtype=float),
+        )
+        count, total, square = self._sums()
+        return raking_cells(keys, [len(m) for m in margins], count, total, square)
+
+    def _frame_rows(self) -> list:
+        """Each key's frame row; InvalidInputError for a key with reports the frame no longer
+        lists."""
         rows = self.frame.rows
         missing = sorted({stat.key for stat in self.keys} - set(rows))
         if missing:
@@ -54,10 +83,27 @@ class DesignData:
                 f"design key {missing[0]!r} has reports but is not in the sampling frame "
                 f"{self.frame.table} ({len(missing)} such keys): restore the frame's rows"
             )
-        frame = [rows[stat.key] for stat in self.keys]
+        return [rows[stat.key] for stat in self.keys]
+
+    def _sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per key: the report count and the sums of contributions and of their squares."""
+        k = self.question.statistic_size
         mechanism = self.question.mechanism
         sums = [contributions_from_counts(mechanism, s.n, s.sums, s.squares) for s in self.keys]
-        k = self.question.statistic_size
+        return (
+            np.array([stat.n for stat in self.keys]),
+            np.array([total for total, _ in sums]).reshape(-1, k),
+            np.array([square for _, square in sums]).reshape(-1, k),
+        )
+
+    def cells(self, by_group: bool = False, by_post_stratum: bool = False) -> DesignCells:
+        """The design cells: one domain, or one per group value (``by_group``), or one per
+        post-stratum (``by_post_stratum``, for ``post_stratified_estimate``).
+        InvalidInputError for a key with reports that the frame no longer lists."""
+        if by_group and by_post_stratum:
+            raise InvalidInputError("domains are either the groups or the post-strata")
+        frame = self._frame_rows()
+        count, total, square = self._sums()
         fpc = [row.fpc for row in frame]
         domains, n_domains = None, 1
         if by_group:
@@ -72,9 +118,9 @@ class DesignData:
             np.array([row.psu for row in frame], dtype=str),
             np.array([row.weight for row in frame]),
             None if not frame or fpc[0] is None else np.array(fpc, dtype=float),
-            np.array([stat.n for stat in self.keys]),
-            np.array([total for total, _ in sums]).reshape(-1, k),
-            np.array([square for _, square in sums]).reshape(-1, k),
+            count,
+            total,
+            square,
             domains,
             n_domains,
         )
@@ -91,6 +137,8 @@ class DesignData:
             extras.append("fpc")
         if self.post_strata:
             extras.append(f"post-stratified to {len(self.post_strata)} post-strata")
+        if self.raking:
+            extras.append(f"raked to the margins of {', '.join(self.raking)}")
         return f"{kind}: {strata} strata, {psus} PSUs, {', '.join(extras)}"
 
 

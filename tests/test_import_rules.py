@@ -32,6 +32,7 @@ ABOVE_THE_CORE = (
     "aggregator.group_planning",
     "aggregator.loader",
     "aggregator.design_data",
+    "aggregator.design_answers",
     "aggregator.remote",
 )
 
@@ -113,6 +114,12 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         ("aggregator.remote",),
         ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
         "a running server's analyst client knows the wire, not the server's insides",
+    ),
+    (
+        ("aggregator.design_answers",),
+        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli", "grpc"),
+        "a design answer is computed from design data its caller read (and rebuilt by the remote "
+        "client), so it knows neither the store nor the wire",
     ),
     (
         ("aggregator.planning", "aggregator.group_planning"),

@@ -1,25 +1,39 @@
 """``estimate --design`` and ``test --design``: design-based estimates with design effects and
 Rao-Scott tests of one question of a survey with a sampling design, from the store's per design
-key statistics joined to the survey's frame (read only; docs/designs.md)."""
+key statistics joined to the survey's frame (--db, read only), or as a running server's Analyst
+service answers them from its released design rows (--server; docs/designs.md)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
-from aggregator.cli.common import UserError, load_histogram, null_distribution, side_of
+from aggregator.cli.common import (
+    UserError,
+    check_source,
+    connect,
+    load_histogram,
+    null_distribution,
+    server_surveys,
+    side_of,
+)
+from aggregator.design_answers import DesignEstimateAnswer, design_estimate_answer, design_test
 from aggregator.design_data import DesignData, design_data_of, read_design_data
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.loader import below_release
 from aggregator.presentation.numbers import interval, share
+from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
 from aggregator.store.reader import StoreReader
 from aggregator.survey_file.config import load_surveys
 from client.survey import QuestionSpec, SurveySpec
 
 VARIANCES = ("linearization", "jackknife", "bootstrap")
 CORRECTIONS = ("F", "second-order", "first-order", "wald")
+T = TypeVar("T")
 
 
 def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
@@ -49,12 +63,8 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
         )
 
 
-def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
-    """The question's design data, after the same checks and release rule as its histogram
-    (``load_histogram``); one-line UserError (exit 2) for a survey without a design or a read
-    over --server."""
-    if args.server is not None:
-        raise UserError("--design reads --db; the Analyst service does not serve design analyses")
+def check_design_options(args: argparse.Namespace, *, test: bool = False) -> None:
+    """One-line UserError (exit 2) for an option --design does not take."""
     unused = [
         flag
         for flag, given in (
@@ -70,9 +80,16 @@ def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
             f"{unused[0]} is not for --design (its options: --variance, --replicates, --seed"
             + (", --correction)" if test else ")")
         )
+
+
+def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
+    """The question's design data on --db (or the shared --store), after the same checks and
+    release rule as its histogram (``load_histogram``); one-line UserError (exit 2) for a
+    survey without a design."""
+    check_design_options(args, test=test)
     shared = getattr(args, "store", None) is not None
     if args.config is None or (args.db is None and not shared):
-        raise UserError("--design needs --config and --db (or --store)")
+        raise UserError("--design needs --config and --db (or --store), or --server")
     survey = load_surveys(args.config).get(args.survey)
     if survey is not None and survey.design is None:
         raise UserError(f"survey {survey.id} has no sampling design (design = {{ table = ... }})")
@@ -102,167 +119,179 @@ def _shared_design(
 
 
 def run_design_estimate(args: argparse.Namespace) -> int:
-    from aggregator.stats.design_estimate import design_estimate
-
-    data = load_design(args)
-    if data.post_strata:
-        return _post_stratified(args, data)
     try:
-        est = design_estimate(
-            data.cells(), data.question.mechanism, args.variance, args.replicates, args.seed or 0
-        )
+        if args.server is not None:
+            answer = _remote(args, lambda analyst: analyst.design_estimate(
+                args.survey,
+                args.question,
+                args.confidence,
+                variance=args.variance,
+                replicates=args.replicates,
+                seed=args.seed or 0,
+                side=args.side,
+                group=args.group,
+            ))  # fmt: skip
+        else:
+            data = load_design(args)
+            answer = design_estimate_answer(
+                data, args.variance, args.replicates, args.seed or 0, args.confidence
+            )
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     except InvalidInputError as exc:
         raise UserError(str(exc)) from None
-    low, high = est.intervals(args.confidence)
-    labels = data.question.labels
-    columns = {
-        "estimate": est.estimate[0],
-        "standard_error": est.standard_error[0],
-        "ci_low": low[0],
-        "ci_high": high[0],
-        "deff": est.deff[0],
-        "weighting_effect": np.full(len(labels), est.weighting_effect[0]),
-        "clustering_effect": est.clustering_effect[0],
-    }
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "question": data.question.id,
-                    "labels": labels,
-                    "design": data.description(),
-                    "variance": est.variance_method,
-                    "n": est.n,
-                    "degrees_of_freedom": est.degrees_of_freedom,
-                    "confidence": args.confidence,
-                    **{name: _floats(values) for name, values in columns.items()},
-                }
+        print(json.dumps(_estimate_json(answer)))
+    else:
+        print(_estimate_text(answer))
+    return 0
+
+
+def _remote(args: argparse.Namespace, call: Callable[[RemoteAnalyst], T], test: bool = False) -> T:
+    """``call`` on the Analyst service --server names, after the option checks; the server's
+    refusals as one-line UserErrors (exit 3 when nothing is released yet)."""
+    check_design_options(args, test=test)
+    check_source(args)
+    with connect(args) as analyst:
+        if not server_surveys(args, analyst, args.survey):
+            raise UserError(f"unknown survey {args.survey!r} on the server at {args.server}")
+        try:
+            return call(analyst)
+        except NotReleasedError as exc:
+            raise UserError(str(exc), status=3) from None
+        except RemoteError as exc:
+            raise UserError(str(exc)) from None
+
+
+def _estimate_json(answer: DesignEstimateAnswer) -> dict:
+    """The JSON of ``estimate --design``."""
+    head: dict[str, object] = {
+        "question": answer.question,
+        "labels": answer.labels,
+        "design": answer.design,
+    }
+    if answer.post_strata:
+        head["post_strata"] = answer.post_strata
+    columns = {
+        "standard_error": answer.standard_error,
+        "ci_low": answer.ci_low,
+        "ci_high": answer.ci_high,
+    }
+    if answer.deff is not None:
+        columns["deff"] = answer.deff
+    for name in ("weighting_effect", "clustering_effect"):
+        values = getattr(answer, name)
+        if values is not None:
+            columns[name] = values
+    return {
+        **head,
+        "variance": answer.variance,
+        "n": answer.n,
+        "degrees_of_freedom": answer.degrees_of_freedom,
+        "confidence": answer.confidence,
+        "estimate": _floats(answer.estimate),
+        **{name: _floats(values) for name, values in columns.items()},
+    }
+
+
+def _estimate_text(answer: DesignEstimateAnswer) -> str:
+    """The table of ``estimate --design``: with the design effects, or (post-stratified) the
+    estimates and intervals alone (the calibration changes what a simple random sample would
+    be compared with)."""
+    width = max(8, *(len(label) for label in answer.labels))
+    level = f"{100 * answer.confidence:g}% CI"
+    lines = [
+        f"design-based estimate [{answer.mechanism}], n = {answer.n}, {answer.design}; "
+        f"variance: {answer.variance}, {answer.degrees_of_freedom} design degrees of freedom"
+    ]
+    deff, weighting, clustering = answer.deff, answer.weighting_effect, answer.clustering_effect
+    if deff is None or weighting is None or clustering is None:
+        lines.append(f"  {'category':<{width}}  estimate    s.e.   {level}")
+        for j, label in enumerate(answer.labels):
+            lines.append(
+                f"  {label:<{width}}  {share(answer.estimate[j]):>8}  "
+                f"{share(answer.standard_error[j]):>6}   "
+                f"{interval(answer.ci_low[j], answer.ci_high[j])}"
             )
-        )
-        return 0
-    width = max(8, *(len(label) for label in labels))
-    level = f"{100 * args.confidence:g}% CI"
-    print(
-        f"design-based estimate [{data.question.mechanism.describe()}], n = {est.n}, "
-        f"{data.description()}; variance: {est.variance_method}, {est.degrees_of_freedom} "
-        "design degrees of freedom"
+        return "\n".join(lines)
+    lines.append(
+        f"  {'category':<{width}}  estimate    s.e.   {level:<18}   deff  weighting  clustering"
     )
-    print(f"  {'category':<{width}}  estimate    s.e.   {level:<18}   deff  weighting  clustering")
-    for j, label in enumerate(labels):
-        print(
-            f"  {label:<{width}}  {share(est.estimate[0, j]):>8}  "
-            f"{share(est.standard_error[0, j]):>6}   {interval(low[0, j], high[0, j]):<18}  "
-            f"{est.deff[0, j]:>5.3g}  {est.weighting_effect[0]:>9.3g}  "
-            f"{est.clustering_effect[0, j]:>10.3g}"
+    for j, label in enumerate(answer.labels):
+        lines.append(
+            f"  {label:<{width}}  {share(answer.estimate[j]):>8}  "
+            f"{share(answer.standard_error[j]):>6}   "
+            f"{interval(answer.ci_low[j], answer.ci_high[j]):<18}  "
+            f"{deff[j]:>5.3g}  {weighting[j]:>9.3g}  {clustering[j]:>10.3g}"
         )
-    print(
+    lines.append(
         "  deff: design variance over a simple random sample's of the same size; weighting "
         "(Kish) x clustering make up the model design effect (docs/designs.md)"
     )
-    return 0
-
-
-def _post_stratified(args: argparse.Namespace, data: DesignData) -> int:
-    """``estimate --design`` of a frame with post-strata: post-stratified to their known
-    population counts (no design effects: the calibration changes what a simple random sample
-    would be compared with)."""
-    from aggregator.stats.design_calibration import post_stratified_estimate
-
-    try:
-        est = post_stratified_estimate(
-            data.cells(by_post_stratum=True),
-            data.population(),
-            args.variance,
-            args.replicates,
-            args.seed or 0,
-        )
-    except InsufficientDataError as exc:
-        raise UserError(str(exc), status=3) from None
-    except InvalidInputError as exc:
-        raise UserError(str(exc)) from None
-    low, high = est.intervals(args.confidence)
-    labels = data.question.labels
-    if args.json:
-        columns = {"standard_error": est.standard_error, "ci_low": low, "ci_high": high}
-        print(
-            json.dumps(
-                {
-                    "question": data.question.id,
-                    "labels": labels,
-                    "design": data.description(),
-                    "post_strata": data.frame.population,
-                    "variance": est.variance_method,
-                    "n": data.n,
-                    "degrees_of_freedom": est.degrees_of_freedom,
-                    "confidence": args.confidence,
-                    "estimate": _floats(est.estimate),
-                    **{name: _floats(values) for name, values in columns.items()},
-                }
-            )
-        )
-        return 0
-    width = max(8, *(len(label) for label in labels))
-    print(
-        f"design-based estimate [{data.question.mechanism.describe()}], n = {data.n}, "
-        f"{data.description()}; variance: {est.variance_method}, {est.degrees_of_freedom} "
-        "design degrees of freedom"
-    )
-    print(f"  {'category':<{width}}  estimate    s.e.   {100 * args.confidence:g}% CI")
-    for j, label in enumerate(labels):
-        print(
-            f"  {label:<{width}}  {share(est.estimate[j]):>8}  "
-            f"{share(est.standard_error[j]):>6}   {interval(low[j], high[j])}"
-        )
-    return 0
+    return "\n".join(lines)
 
 
 def run_design_test(args: argparse.Namespace) -> int:
-    from aggregator.stats import design_tests
-
-    data = load_design(args, test=True)
-    question = data.question
-    options = {
-        "correction": args.correction,
-        "alpha": args.alpha,
-        "method": args.variance,
-        "replicates": args.replicates,
-        "seed": args.seed or 0,
-    }
+    options = (args.alpha, args.correction, args.variance, args.replicates, args.seed or 0)
     try:
-        if args.kind == "gof":
-            p0 = null_distribution(args.p0, question)
-            result = design_tests.design_goodness_of_fit(
-                data.cells(), question.mechanism, p0, **options
-            )
-        elif args.kind == "independence":
-            if len(question.shape) != 2:
-                raise UserError(f"question {question.id} does not have exactly 2 attributes")
-            rows, columns = question.shape
-            result = design_tests.design_independence(
-                data.cells(), question.mechanism, rows, columns, **options
-            )
+        if args.server is not None:
+            design, result = _remote(args, lambda analyst: analyst.design_test(
+                args.survey,
+                args.question,
+                args.kind,
+                _remote_p0(args, analyst),
+                *options,
+                side=args.side,
+                group=args.group,
+                groups=_two_groups(args, analyst),
+            ), test=True)  # fmt: skip
         else:
-            if not data.groups[0] or getattr(args, "group", None):
-                raise UserError(
-                    "homogeneity compares the groups of a survey's group label: all of them "
-                    "(no --group)"
-                )
-            _check_groups_released(args, data)
-            result = design_tests.design_k_sample(
-                data.cells(by_group=True), question.mechanism, **options
-            )
+            data = load_design(args, test=True)
+            if args.kind == "homogeneity":
+                if not data.groups[0] or getattr(args, "group", None):
+                    raise UserError(
+                        "homogeneity compares the groups of a survey's group label: all of "
+                        "them (no --group)"
+                    )
+                _check_groups_released(args, data)
+            p0 = null_distribution(args.p0, data.question) if args.kind == "gof" else None
+            design, result = data.description(), design_test(data, args.kind, p0, *options)
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     except InvalidInputError as exc:
         raise UserError(str(exc)) from None
     if args.json:
-        print(json.dumps({"design": data.description(), **result.to_dict()}))
+        print(json.dumps({"design": design, **result.to_dict()}))
     else:
-        print(data.description())
+        print(design)
         print(result.summary())
     return 0
+
+
+def _remote_p0(args: argparse.Namespace, analyst: RemoteAnalyst) -> np.ndarray | None:
+    """The null distribution of a gof test, over the server's definition of the question."""
+    if args.kind != "gof":
+        return None
+    return null_distribution(args.p0, analyst.question(args.survey, args.question))
+
+
+def _two_groups(args: argparse.Namespace, analyst: RemoteAnalyst) -> tuple[str, str] | None:
+    """The two groups a homogeneity test over --server compares: those of a group label with
+    exactly two values (the Analyst compares two groups; more reads --db)."""
+    if args.kind != "homogeneity":
+        return None
+    label = analyst.survey(args.survey).group_label
+    if label is None or getattr(args, "group", None):
+        raise UserError(
+            "homogeneity compares the groups of a survey's group label: all of them (no --group)"
+        )
+    if len(label.values) != 2:
+        raise UserError(
+            f"over --server homogeneity compares two groups; {label.name} has "
+            f"{len(label.values)}: read --db for all of them"
+        )
+    first, second = label.values
+    return first, second
 
 
 def _check_groups_released(args: argparse.Namespace, data: DesignData) -> None:

@@ -88,6 +88,7 @@ def _designs(data: SurveyData, confidence: float) -> dict:
     from aggregator.report.design import DesignSummary
     from aggregator.stats.design_calibration import post_stratified_estimate
     from aggregator.stats.design_estimate import design_estimate
+    from aggregator.stats.design_raking import RakingError, raked_estimate
 
     out = {}
     for question_id, item in data.items():
@@ -102,10 +103,13 @@ def _designs(data: SurveyData, confidence: float) -> dict:
                 out[question_id] = DesignSummary.post_stratified(
                     calibrated, description, confidence
                 )
+            elif design.raking:  # raked: shown as a calibrated estimate (no design effects)
+                raked = raked_estimate(design.raking_cells(), design.margins())
+                out[question_id] = DesignSummary.post_stratified(raked, description, confidence)
             else:
                 est = design_estimate(design.cells(), item.question.mechanism)
                 out[question_id] = DesignSummary.of(est, description, confidence)
-        except (InsufficientDataError, InvalidInputError) as exc:
+        except (InsufficientDataError, InvalidInputError, RakingError) as exc:
             out[question_id] = DesignSummary(description, why=str(exc))
     return out
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import numpy as np
 
+from aggregator.design_answers import DesignEstimateAnswer
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.loader import SIDES, QuestionData, SurveyData
@@ -23,6 +24,7 @@ from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 if TYPE_CHECKING:
+    from aggregator.stats.design_tests import DesignTestResult
     from aggregator.stats.estimate import Estimate
     from aggregator.stats.result import TestResult
 
@@ -249,6 +251,143 @@ class RemoteAnalyst:
             raise InvalidInputError(f"question {question_id} does not have exactly 2 attributes")
         hist = self.histogram(survey_id, question_id, side, group, test=True)
         return independence(hist, shape, alpha, method, calibration=calibration, rng=rng)
+
+    def design_estimate(
+        self,
+        survey_id: str,
+        question_id: str,
+        confidence: float = 0.95,
+        *,
+        variance: str = "linearization",
+        replicates: int = 200,
+        seed: int = 0,
+        side: str | None = None,
+        group: str | None = None,
+    ) -> DesignEstimateAnswer:
+        """The design-based estimate of a survey with a sampling design, computed on the server
+        from the design rows released with the question's histogram (docs/designs.md): at a
+        release point the same as ``estimate --design`` on the store."""
+        question = self.question(survey_id, question_id)
+        request = ldp_pb2.EstimateRequest(
+            survey_id=survey_id,
+            question_id=question_id,
+            confidence=confidence,
+            side=_side_number(side),
+            group=group or "",
+            design=ldp_pb2.DesignOptions(variance=variance, replicates=replicates, seed=seed),
+        )
+        answer = self._call(self._stub.Estimate, request)
+        deff, weighting, clustering = (
+            np.array(values, dtype=float) if len(values) else None
+            for values in (answer.deff, answer.weighting_effect, answer.clustering_effect)
+        )
+        return DesignEstimateAnswer(
+            question.id,
+            list(answer.labels),
+            answer.mechanism,
+            answer.design,
+            answer.variance,
+            int(answer.n),
+            int(answer.design_df),
+            answer.confidence,
+            np.array(answer.frequencies, dtype=float),
+            np.array(answer.standard_errors, dtype=float),
+            np.array(answer.ci_low, dtype=float),
+            np.array(answer.ci_high, dtype=float),
+            deff,
+            weighting,
+            clustering,
+            post_strata=dict(zip(answer.post_strata, answer.population, strict=True)),
+        )
+
+    def design_test(
+        self,
+        survey_id: str,
+        question_id: str,
+        kind: str,
+        p0: Sequence[float] | np.ndarray | None = None,
+        alpha: float = 0.05,
+        correction: str = "F",
+        variance: str = "linearization",
+        replicates: int = 200,
+        seed: int = 0,
+        *,
+        side: str | None = None,
+        group: str | None = None,
+        groups: tuple[str, str] | None = None,
+    ) -> tuple[str, DesignTestResult]:
+        """The Rao-Scott test ``kind`` ("gof" against ``p0``, "independence", or "homogeneity"
+        of two ``groups`` of the survey's group label) of a survey with a sampling design, on
+        the server from its released design rows: the design it rests on and the result."""
+        from aggregator.stats.design_tests import DesignTestResult
+
+        options = ldp_pb2.DesignOptions(
+            variance=variance, replicates=replicates, seed=seed, correction=correction
+        )
+        if kind == "gof":
+            answer = self._call(
+                self._stub.GoodnessOfFit,
+                ldp_pb2.GoodnessOfFitRequest(
+                    survey_id=survey_id,
+                    question_id=question_id,
+                    p0=[] if p0 is None else [float(x) for x in p0],
+                    alpha=alpha,
+                    side=_side_number(side),
+                    group=group or "",
+                    design=options,
+                ),
+            )
+        elif kind == "independence":
+            answer = self._call(
+                self._stub.Independence,
+                ldp_pb2.IndependenceRequest(
+                    survey_id=survey_id,
+                    question_id=question_id,
+                    alpha=alpha,
+                    side=_side_number(side),
+                    group=group or "",
+                    design=options,
+                ),
+            )
+        elif kind == "homogeneity" and groups is not None:
+            answer = self._call(
+                self._stub.TwoSample,
+                ldp_pb2.TwoSampleRequest(
+                    survey_a=survey_id,
+                    question_a=question_id,
+                    group_a=groups[0],
+                    group_b=groups[1],
+                    alpha=alpha,
+                    design=options,
+                ),
+            )
+        else:
+            raise InvalidInputError(
+                f"the server's design tests are gof, independence and homogeneity of two "
+                f"groups, not {kind}"
+            )
+        result = DesignTestResult(
+            statistic=answer.statistic,
+            pvalue=answer.pvalue,
+            dof=answer.dof if answer.HasField("dof") else None,
+            method=answer.method,
+            n=int(answer.n),
+            alpha=answer.alpha,
+            reject=answer.reject,
+            expected=np.array(answer.expected, dtype=float),
+            observed=np.array(answer.observed, dtype=float),
+            mechanism=answer.mechanism,
+            inconclusive=answer.inconclusive,
+            reason=answer.reason,
+            calibration=answer.calibration,
+            calibration_reason=answer.calibration_reason,
+            pearson=answer.pearson,
+            eigenvalues=np.array(answer.eigenvalues, dtype=float),
+            numerator_df=answer.numerator_df,
+            denominator_df=answer.denominator_df if answer.HasField("denominator_df") else None,
+            design_df=int(answer.design_df),
+        )
+        return answer.design, result
 
     def monitor(
         self,

@@ -20,7 +20,7 @@ from aggregator.errors import (
     InsufficientDataError,
     InvalidInputError,
 )
-from aggregator.service import confirm_rpcs, monitor_rpc, release
+from aggregator.service import confirm_rpcs, design_rpc, monitor_rpc, release
 from aggregator.service.analysis import (
     AnalysisExecutor,
     AnalysisRefusedError,
@@ -113,6 +113,8 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return question, ingest.histogram(question, released.n, released.sums)
 
     async def Estimate(self, request, context):
+        if request.HasField("design"):  # design-based (aggregator/service/design_rpc.py)
+            return await design_rpc.estimate(self, request, context)
         question, hist = await self._released(
             context, request.survey_id, request.question_id, request.side, request.group
         )
@@ -132,6 +134,8 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
 
     async def GoodnessOfFit(self, request, context):
+        if request.HasField("design"):
+            return await design_rpc.test(self, request, context, "gof")
         _, hist = await self._released(
             context, request.survey_id, request.question_id, request.side, request.group, test=True
         )
@@ -142,6 +146,8 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return test_response(result)
 
     async def Independence(self, request, context):
+        if request.HasField("design"):
+            return await design_rpc.test(self, request, context, "independence")
         question, hist = await self._released(
             context, request.survey_id, request.question_id, request.side, request.group, test=True
         )
@@ -171,6 +177,8 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
 
     async def TwoSample(self, request, context):
+        if request.HasField("design"):
+            return await design_rpc.two_groups(self, request, context)
         groups = (request.group_a, request.group_b)
         survey_b = request.survey_b or (request.survey_a if any(groups) else "")
         question_b = request.question_b or (request.question_a if any(groups) else "")

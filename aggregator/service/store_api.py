@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, cast, runtime_checkable
 
-from aggregator.store import confirmations, release_history, releases
+from aggregator.store import confirmations, design_releases, release_history, releases
 from aggregator.store.confirmations import Confirmation, Snapshot
+from aggregator.store.design_statistics import KeyStatistics
 from aggregator.store.report_store import ReportBatch
 from client.survey import SurveySpec
 
@@ -73,6 +74,16 @@ class AnalysisStore(Protocol):
 
 
 @runtime_checkable
+class ReleasesDesigns(Protocol):
+    """An AnalysisStore that snapshots per design key statistics with its releases (SQLite:
+    aggregator/store/design_releases.py); PostgreSQL keeps no design statistics."""
+
+    def design_release(
+        self, cells: Sequence[releases.Cell]
+    ) -> dict[releases.Cell, tuple[int, list[KeyStatistics]]]: ...
+
+
+@runtime_checkable
 class ServesAnalysis(Protocol):
     """A store engine that keeps the Analyst's state itself (PostgresStore: shared by nodes)."""
 
@@ -102,6 +113,12 @@ class SqliteAnalysis:
         self, cells: Sequence[releases.Cell]
     ) -> list[tuple[releases.Cell, int, list[int]]]:
         return release_history.read(self._store.path, cells)
+
+    def design_release(
+        self, cells: Sequence[releases.Cell]
+    ) -> dict[releases.Cell, tuple[int, list[KeyStatistics]]]:
+        """Of each released cell: its released n and design rows (design_releases.released)."""
+        return design_releases.released(self._store.path, cells)
 
     def check_readable(self, survey: SurveySpec, side: int) -> None:
         confirmations.check_readable_at(self._store.path, survey, side)

@@ -4,7 +4,9 @@ sampling frame with one row per public design key (docs/designs.md).
 Columns ``key,stratum,psu,weight`` and optionally ``fpc`` (R-style: the number of PSUs in the
 stratum's population, or the stratum's PSU sampling fraction; constant within a stratum) and
 ``post_stratum`` (a public post-stratum, e.g. an age band, with ``population = { band = count,
-... }`` beside ``table``: the known population counts the estimates are post-stratified to). A key
+... }`` beside ``table``: the known population counts the estimates are post-stratified to), or
+instead one column per raking variable named by ``margins = { variable = { category = count,
+... }, ... }`` beside ``table`` (the known population margins the estimates are raked to). A key
 is typically one stratum x PSU x weight class; every report carries its device's key and the
 aggregator joins the frame to the per-key statistics at analysis time. The frame is validated on
 load, each problem one line naming the file and row.
@@ -39,6 +41,7 @@ class FrameRow:
     weight: float
     fpc: float | None = None
     post_stratum: str = ""
+    raking: tuple[str, ...] = ()  # the key's category of each raking variable, margins' order
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class SamplingFrame(DesignKeys):
     rows: dict[str, FrameRow] = field(default_factory=dict, compare=False)
     #: Known population count per post-stratum (empty: no post-stratification).
     population: dict[str, float] = field(default_factory=dict, compare=False)
+    #: Known population count per category of each raking variable (empty: no raking).
+    margins: dict[str, dict[str, float]] = field(default_factory=dict, compare=False)
 
     def check_key(self, survey_id: str, key: str) -> str:
         super().check_key(survey_id, key)
@@ -77,21 +82,26 @@ def read_design(value: object, folder: Path, survey_id: object) -> SamplingFrame
     if (
         not isinstance(value, dict)
         or not isinstance(value.get("table"), str)
-        or set(value) - {"table", "population"}
+        or set(value) - {"table", "population", "margins"}
     ):
         raise SurveyError(
             f'{where} must be {{ table = "frame.csv" }} (a CSV sampling frame), optionally '
-            "with population = { post_stratum = count, ... }"
+            "with population = { post_stratum = count, ... } or margins = { variable = "
+            "{ category = count, ... }, ... }"
         )
+    if "population" in value and "margins" in value:
+        raise SurveyError(f"{where}: give population (post-strata) or margins (raking), not both")
     path = folder / value["table"]
     population = _population(value.get("population", {}), where)
+    margins = _margins(value.get("margins", {}), where)
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:  # a BOM is not a column
-            rows = _rows(csv.reader(handle), f"{where} {path}")
+            rows = _rows(csv.reader(handle), f"{where} {path}", tuple(margins))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise SurveyError(f"{where}: cannot read {path}: {exc}") from None
     _check_post_strata(rows, population, f"{where} {path}")
-    return SamplingFrame(table=str(path), rows=rows, population=population)
+    _check_raking(rows, margins, f"{where} {path}")
+    return SamplingFrame(table=str(path), rows=rows, population=population, margins=margins)
 
 
 def check_design_size(
@@ -129,6 +139,48 @@ def _population(value: object, where: str) -> dict[str, float]:
     return out
 
 
+def _margins(value: object, where: str) -> dict[str, dict[str, float]]:
+    """Known population margins: per raking variable (a frame column) its categories' counts,
+    at least 2 categories each, every count finite and positive, every margin of one total."""
+    shape = "margins must be { variable = { category = count, ... }, ... }"
+    if not isinstance(value, dict):
+        raise SurveyError(f"{where}: {shape}")
+    out: dict[str, dict[str, float]] = {}
+    for name, counts in value.items():
+        if name in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
+            raise SurveyError(f"{where}: margin {name!r} names a frame column of its own")
+        if not isinstance(counts, dict) or len(counts) < 2:
+            raise SurveyError(f"{where}: margin {name!r} needs at least 2 categories ({shape})")
+        out[str(name)] = _population(counts, f"{where}: margin {name!r}")
+    totals = {name: sum(counts.values()) for name, counts in out.items()}
+    first = next(iter(totals.values()), 0.0)
+    for name, total in totals.items():
+        if not math.isclose(total, first, rel_tol=1e-9):
+            raise SurveyError(
+                f"{where}: margin {name!r} sums to {total:g}, another to {first:g}; every "
+                "margin counts the same population"
+            )
+    return out
+
+
+def _check_raking(
+    rows: dict[str, FrameRow], margins: dict[str, dict[str, float]], where: str
+) -> None:
+    """Every key's category of each raking variable is one of its margin's, and every margin
+    category has a key."""
+    for j, (name, counts) in enumerate(margins.items()):
+        named = {row.raking[j] for row in rows.values()}
+        unknown = sorted(named - set(counts))
+        if unknown:
+            raise SurveyError(
+                f"{where}: {name} {unknown[0]!r} is not a category of margin {name!r} "
+                f"({', '.join(counts)})"
+            )
+        missing = [category for category in counts if category not in named]
+        if missing:
+            raise SurveyError(f"{where}: no key lies in {name} {missing[0]!r} of its margin")
+
+
 def _check_post_strata(rows: dict[str, FrameRow], population: dict[str, float], where: str) -> None:
     """Every key in a post-stratum of ``population`` and every post-stratum in the frame, or
     neither declared."""
@@ -148,12 +200,13 @@ def _check_post_strata(rows: dict[str, FrameRow], population: dict[str, float], 
         raise SurveyError(f"{where}: no key lies in post-stratum {missing[0]!r} of population")
 
 
-def _rows(reader, where: str) -> dict[str, FrameRow]:
+def _rows(reader, where: str, raking: tuple[str, ...] = ()) -> dict[str, FrameRow]:
+    """The frame's rows by key; ``raking`` names the raking variables' columns."""
     header = [name.strip() for name in next(reader, [])]
-    missing = [name for name in REQUIRED_COLUMNS if name not in header]
+    missing = [name for name in (*REQUIRED_COLUMNS, *raking) if name not in header]
     if missing:
         raise SurveyError(f"{where}: missing column(s) {', '.join(missing)} (header {header})")
-    unknown = set(header) - set(REQUIRED_COLUMNS) - set(OPTIONAL_COLUMNS)
+    unknown = set(header) - set(REQUIRED_COLUMNS) - set(OPTIONAL_COLUMNS) - set(raking)
     if unknown or len(set(header)) != len(header):
         raise SurveyError(f"{where}: unexpected or repeated column(s) in header {header}")
     index = {name: header.index(name) for name in header}
@@ -187,7 +240,8 @@ def _rows(reader, where: str) -> dict[str, FrameRow]:
         if fpc_of.setdefault(stratum, fpc) != fpc:
             raise SurveyError(f"{at}: fpc differs within stratum {stratum!r}")
         post_stratum = cells[index["post_stratum"]].strip() if "post_stratum" in index else ""
-        rows[key] = FrameRow(stratum, psu, weight, fpc, post_stratum)
+        categories = tuple(cells[index[name]].strip() for name in raking)
+        rows[key] = FrameRow(stratum, psu, weight, fpc, post_stratum, categories)
     if not rows:
         raise SurveyError(f"{where}: lists no keys")
     return rows

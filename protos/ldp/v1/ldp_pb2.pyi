@@ -192,21 +192,35 @@ class ListSurveysResponse(_message.Message):
     def __init__(self, surveys: _Optional[_Iterable[_Union[Survey, _Mapping]]] = ...) -> None: ...
 
 class EstimateRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "confidence", "side", "group")
+    __slots__ = ("survey_id", "question_id", "confidence", "side", "group", "design")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     confidence: float
     side: Side
     group: str
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
+    design: DesignOptions
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
+
+class DesignOptions(_message.Message):
+    __slots__ = ("variance", "replicates", "seed", "correction")
+    VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    REPLICATES_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    CORRECTION_FIELD_NUMBER: _ClassVar[int]
+    variance: str
+    replicates: int
+    seed: int
+    correction: str
+    def __init__(self, variance: _Optional[str] = ..., replicates: _Optional[int] = ..., seed: _Optional[int] = ..., correction: _Optional[str] = ...) -> None: ...
 
 class EstimateResponse(_message.Message):
-    __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected", "interval_method")
+    __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected", "interval_method", "deff", "weighting_effect", "clustering_effect", "design", "variance", "design_df", "post_strata", "population")
     N_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FREQUENCIES_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +231,14 @@ class EstimateResponse(_message.Message):
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     PROJECTED_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_METHOD_FIELD_NUMBER: _ClassVar[int]
+    DEFF_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTING_EFFECT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERING_EFFECT_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_FIELD_NUMBER: _ClassVar[int]
+    VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_DF_FIELD_NUMBER: _ClassVar[int]
+    POST_STRATA_FIELD_NUMBER: _ClassVar[int]
+    POPULATION_FIELD_NUMBER: _ClassVar[int]
     n: int
     labels: _containers.RepeatedScalarFieldContainer[str]
     frequencies: _containers.RepeatedScalarFieldContainer[float]
@@ -227,10 +249,18 @@ class EstimateResponse(_message.Message):
     mechanism: str
     projected: _containers.RepeatedScalarFieldContainer[float]
     interval_method: str
-    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ..., interval_method: _Optional[str] = ...) -> None: ...
+    deff: _containers.RepeatedScalarFieldContainer[float]
+    weighting_effect: _containers.RepeatedScalarFieldContainer[float]
+    clustering_effect: _containers.RepeatedScalarFieldContainer[float]
+    design: str
+    variance: str
+    design_df: int
+    post_strata: _containers.RepeatedScalarFieldContainer[str]
+    population: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ..., interval_method: _Optional[str] = ..., deff: _Optional[_Iterable[float]] = ..., weighting_effect: _Optional[_Iterable[float]] = ..., clustering_effect: _Optional[_Iterable[float]] = ..., design: _Optional[str] = ..., variance: _Optional[str] = ..., design_df: _Optional[int] = ..., post_strata: _Optional[_Iterable[str]] = ..., population: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class GoodnessOfFitRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed", "side", "group")
+    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed", "side", "group", "design")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     P0_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +270,7 @@ class GoodnessOfFitRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     p0: _containers.RepeatedScalarFieldContainer[float]
@@ -249,10 +280,11 @@ class GoodnessOfFitRequest(_message.Message):
     seed: int
     side: Side
     group: str
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
+    design: DesignOptions
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
 
 class IndependenceRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed", "side", "group")
+    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed", "side", "group", "design")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +293,7 @@ class IndependenceRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     alpha: float
@@ -269,10 +302,11 @@ class IndependenceRequest(_message.Message):
     seed: int
     side: Side
     group: str
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ...) -> None: ...
+    design: DesignOptions
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
 
 class TwoSampleRequest(_message.Message):
-    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed", "group_a", "group_b")
+    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed", "group_a", "group_b", "design")
     SURVEY_A_FIELD_NUMBER: _ClassVar[int]
     QUESTION_A_FIELD_NUMBER: _ClassVar[int]
     SURVEY_B_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +316,7 @@ class TwoSampleRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     GROUP_A_FIELD_NUMBER: _ClassVar[int]
     GROUP_B_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_a: str
     question_a: str
     survey_b: str
@@ -291,10 +326,11 @@ class TwoSampleRequest(_message.Message):
     seed: int
     group_a: str
     group_b: str
-    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ...) -> None: ...
+    design: DesignOptions
+    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
 
 class TestResponse(_message.Message):
-    __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism", "calibration", "calibration_reason", "n_draws")
+    __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism", "calibration", "calibration_reason", "n_draws", "design", "pearson", "eigenvalues", "numerator_df", "denominator_df", "design_df")
     STATISTIC_FIELD_NUMBER: _ClassVar[int]
     PVALUE_FIELD_NUMBER: _ClassVar[int]
     DOF_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +346,12 @@ class TestResponse(_message.Message):
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_REASON_FIELD_NUMBER: _ClassVar[int]
     N_DRAWS_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_FIELD_NUMBER: _ClassVar[int]
+    PEARSON_FIELD_NUMBER: _ClassVar[int]
+    EIGENVALUES_FIELD_NUMBER: _ClassVar[int]
+    NUMERATOR_DF_FIELD_NUMBER: _ClassVar[int]
+    DENOMINATOR_DF_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_DF_FIELD_NUMBER: _ClassVar[int]
     statistic: float
     pvalue: float
     dof: int
@@ -325,7 +367,13 @@ class TestResponse(_message.Message):
     calibration: str
     calibration_reason: str
     n_draws: int
-    def __init__(self, statistic: _Optional[float] = ..., pvalue: _Optional[float] = ..., dof: _Optional[int] = ..., method: _Optional[str] = ..., n: _Optional[int] = ..., alpha: _Optional[float] = ..., reject: _Optional[bool] = ..., inconclusive: _Optional[bool] = ..., reason: _Optional[str] = ..., expected: _Optional[_Iterable[float]] = ..., observed: _Optional[_Iterable[float]] = ..., mechanism: _Optional[str] = ..., calibration: _Optional[str] = ..., calibration_reason: _Optional[str] = ..., n_draws: _Optional[int] = ...) -> None: ...
+    design: str
+    pearson: float
+    eigenvalues: _containers.RepeatedScalarFieldContainer[float]
+    numerator_df: float
+    denominator_df: float
+    design_df: int
+    def __init__(self, statistic: _Optional[float] = ..., pvalue: _Optional[float] = ..., dof: _Optional[int] = ..., method: _Optional[str] = ..., n: _Optional[int] = ..., alpha: _Optional[float] = ..., reject: _Optional[bool] = ..., inconclusive: _Optional[bool] = ..., reason: _Optional[str] = ..., expected: _Optional[_Iterable[float]] = ..., observed: _Optional[_Iterable[float]] = ..., mechanism: _Optional[str] = ..., calibration: _Optional[str] = ..., calibration_reason: _Optional[str] = ..., n_draws: _Optional[int] = ..., design: _Optional[str] = ..., pearson: _Optional[float] = ..., eigenvalues: _Optional[_Iterable[float]] = ..., numerator_df: _Optional[float] = ..., denominator_df: _Optional[float] = ..., design_df: _Optional[int] = ...) -> None: ...
 
 class PreregisterRequest(_message.Message):
     __slots__ = ("survey_id", "plan")
