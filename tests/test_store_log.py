@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from aggregator.store import report_store
-from aggregator.store.id_index import MAX_RUN, IdIndex, _merge
+from aggregator.store.id_index import IdIndex
 from aggregator.store.report_store import (
     CONFLICT,
     DUPLICATE,
@@ -213,23 +213,30 @@ def test_the_log_order_groups_no_upload(tmp_path, monkeypatch):
     assert seqs[:1280] == list(range(1, 1281)) and 1280 < min(seqs[1280:]) <= max(seqs) <= 1536
 
 
-def test_index_runs_merge_and_find_every_entry():
+def test_index_finds_every_entry_across_growth_and_a_reload():
+    """Exact candidate lists with many equal hashes (long probe chains), while the table
+    doubles several times; the same after export and load; the entries of a row range to save."""
     rng = np.random.default_rng(7)
     index = IdIndex()
-    keys = rng.integers(0, 50_000, size=20_000, dtype=np.uint64)  # many collisions on purpose
+    keys = rng.integers(0, 50_000, size=40_000, dtype=np.uint64)  # many collisions on purpose
+    keys[::9] = keys[0]  # one hash 4,445 times: chains far longer than a bucket
+    keys[1::9] = 0  # and the hash an empty slot holds
     for start in range(0, len(keys), 700):
         chunk = keys[start : start + 700]
         index.add(chunk, np.arange(start, start + len(chunk)))
-    assert len(index) == len(keys) and index.runs <= 8 and index.high_water == len(keys) - 1
+    assert len(index) == len(keys) and index.high_water == len(keys) - 1
+    assert index.nbytes <= 4 * 16 * len(keys)
     probe = np.concatenate((keys[::97], np.array([50_001, 60_000], dtype=np.uint64)))
-    found = index.candidates(probe)
-    for i, key in enumerate(probe.tolist()):
-        assert sorted(found.get(i, [])) == np.flatnonzero(keys == key).tolist()
-    a = (np.array([1, 3, 3, 9], np.uint64), np.array([0, 1, 2, 3]))
-    b = (np.array([0, 3, 10], np.uint64), np.array([4, 5, 6]))
-    merged = _merge(a, b)
-    assert merged[0].tolist() == [0, 1, 3, 3, 3, 9, 10]
-    assert sorted(merged[1][2:5].tolist()) == [1, 2, 5] and MAX_RUN >= 2**20
+    reloaded = IdIndex(index.secret)
+    reloaded.load(index.export(), index.high_water)
+    for found in (index.candidates(probe), reloaded.candidates(probe)):
+        for i, key in enumerate(probe.tolist()):
+            assert sorted(found.get(i, [])) == np.flatnonzero(keys == key).tolist()
+    part_keys, part_rows = index.entries_between(100, 15_000)
+    assert sorted(part_rows.tolist()) == list(range(101, 15_001))
+    assert np.all(part_keys[:-1] <= part_keys[1:])
+    index.forget_through(15_000)
+    assert sorted(index.entries_between(0, 10**9)[1].tolist()) == list(range(15_001, 40_000))
 
 
 def test_id_hashes_depend_on_the_key_and_on_every_byte():

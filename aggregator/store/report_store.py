@@ -694,6 +694,7 @@ class ReportStore:
             log.warning("cannot save the report id index (retried): %s", exc)
             return
         self._index_saved = covered
+        self._index.forget_through(covered)
 
     def _empty_wal(self) -> bool:
         """Copy the WAL into the database file and truncate it to zero bytes, waiting briefly
@@ -794,22 +795,8 @@ class ReportStore:
         conn = self._conn
         batches = [batch for submit in group for batch in submit.batches]
         now = int(time.time()) // RECEIVED_RESOLUTION * RECEIVED_RESOLUTION
-        rows = [
-            row
-            for b in batches
-            for row in zip(
-                b.report_ids,
-                itertools.repeat(b.survey_id),
-                itertools.repeat(b.question_id),
-                b.payloads,
-                itertools.repeat(now),
-                itertools.repeat(b.side),
-                itertools.repeat(b.group),
-                strict=False,  # equal lengths: _check; the rest repeat
-            )
-        ]
+        ids = list(itertools.chain.from_iterable(b.report_ids for b in batches))
         index = self._index
-        ids = [row[0] for row in rows]
         keys = index.keys(ids)
         with _transaction(conn):
             self._refuse_closed_sides(batches)
@@ -817,18 +804,16 @@ class ReportStore:
             if last > index.high_water:  # appended by another connection: index those too
                 _index_log(conn, index, index.high_water)
             candidates = index.candidates(keys)
+            new: np.ndarray | None = None  # which reports are new (None: all of them)
             if not candidates and len(set(ids)) == len(ids):
-                fresh = [STORED] * len(rows)
-                new_keys = keys
+                fresh = [STORED] * len(ids)
             else:
-                fresh = _outcomes(conn, rows, candidates)
-                new = [flag == STORED for flag in fresh]
-                rows = list(itertools.compress(rows, new))
-                new_keys = keys[np.array(new, dtype=bool)]
-            blocks, seqs = self._blocks.take(len(rows))
-            order, numbers = np.argsort(seqs).tolist(), seqs.tolist()
-            conn.executemany(_APPEND, [(*rows[i], numbers[i]) for i in order])  # in seq order
-            self._add_statistics(batches, fresh)
+                fresh = _outcomes(conn, _content_rows(batches), candidates)
+                new = np.array(fresh) == STORED
+            positions = np.arange(len(ids)) if new is None else np.flatnonzero(new)
+            blocks, seqs = self._blocks.take(len(positions))
+            conn.executemany(_APPEND, _log_rows(batches, ids, now, positions, seqs))
+            self._add_statistics(batches, new)
             out, start = [], 0
             for submit in group:
                 out.append(fresh[start : start + submit.size])
@@ -836,7 +821,7 @@ class ReportStore:
                 if submit.on_write is not None:
                     submit.on_write(conn, out[-1])
         self._blocks = blocks  # committed: from now on these ids are duplicates
-        index.add(new_keys, seqs)
+        index.add(keys if new is None else keys[new], seqs)
         return out
 
     def _refuse_closed_sides(self, batches: list[ReportBatch]) -> None:
@@ -854,15 +839,17 @@ class ReportStore:
                     "confirmatory results are sealed); the report is not needed"
                 )
 
-    def _add_statistics(self, batches: list[ReportBatch], fresh: list[int]) -> None:
-        """Add the new reports' contributions to their questions' rows, pooled and per group
-        (vectorized per question)."""
+    def _add_statistics(self, batches: list[ReportBatch], new: np.ndarray | None) -> None:
+        """Add the new reports' contributions (``new``: which reports of the batches, in order,
+        are new; None: all) to their questions' rows, pooled and per group (vectorized per
+        question)."""
         by_question: dict[tuple, list[np.ndarray]] = {}
         start = 0
         for b in batches:
-            mask = [flag == STORED for flag in fresh[start : start + len(b)]]
+            rows = b.contributions
+            if new is not None:
+                rows = rows[new[start : start + len(b)]]
             start += len(b)
-            rows = b.contributions if all(mask) else b.contributions[np.array(mask, dtype=bool)]
             by_question.setdefault((b.survey_id, b.question_id, b.side), []).append(rows)
             if b.group:
                 key = (b.survey_id, b.question_id, b.side, b.group)
@@ -876,6 +863,57 @@ class ReportStore:
 
 
 _APPEND = f"INSERT INTO reports ({_REPORT_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _log_rows(
+    batches: list[ReportBatch],
+    ids: list[bytes],
+    now: int,
+    positions: np.ndarray,
+    seqs: np.ndarray,
+) -> Iterator[tuple]:
+    """The log rows (``_APPEND``'s parameters) of the reports at ``positions`` of the batches
+    (in order; ``ids`` their report ids), report ``positions[i]`` at ``seqs[i]``, in ``seq``
+    order: each column is permuted at once (``itemgetter``) and zipped, with no Python step
+    per report, and a column that is one value for the whole group is that value repeated."""
+    order = np.argsort(seqs)
+    picked = positions[order].tolist()
+    if len(picked) > 1:
+        pick: Callable[[list[Any]], Iterable[Any]] = operator.itemgetter(*picked)
+    else:
+        pick = lambda column: [column[i] for i in picked]  # noqa: E731
+
+    def column(values: list[Any]) -> Iterable[Any]:
+        if len(set(values)) == 1:
+            return itertools.repeat(values[0])
+        spread = (itertools.repeat(v, len(b)) for v, b in zip(values, batches, strict=True))
+        return pick(list(itertools.chain.from_iterable(spread)))
+
+    return zip(
+        pick(ids),
+        column([b.survey_id for b in batches]),
+        column([b.question_id for b in batches]),
+        pick(list(itertools.chain.from_iterable(b.payloads for b in batches))),
+        itertools.repeat(now),
+        column([b.side for b in batches]),
+        column([b.group for b in batches]),
+        seqs[order].tolist(),
+    )
+
+
+def _content_rows(batches: list[ReportBatch]) -> list[tuple[bytes, str, str, bytes]]:
+    """(report_id, survey_id, question_id, payload) of every report of the batches, in order."""
+    return [
+        row
+        for b in batches
+        for row in zip(
+            b.report_ids,
+            itertools.repeat(b.survey_id),
+            itertools.repeat(b.question_id),
+            b.payloads,
+            strict=False,  # equal lengths: _check; the rest repeat
+        )
+    ]
 
 
 CONFIRMATION = 2  # ldp.v1.CONFIRMATION
