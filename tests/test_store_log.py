@@ -237,6 +237,8 @@ def test_index_finds_every_entry_across_growth_and_a_reload():
     assert np.all(part_keys[:-1] <= part_keys[1:])
     index.forget_through(15_000)
     assert sorted(index.entries_between(0, 10**9)[1].tolist()) == list(range(15_001, 40_000))
+    index.add(keys[:1], np.array([2**40]))  # a log row past 32 bits: the table widens its rows
+    assert 2**40 in index.candidates(keys[:1])[0] and len(index) == len(keys) + 1
 
 
 def test_id_hashes_depend_on_the_key_and_on_every_byte():

@@ -8,13 +8,13 @@ the whole id, so answers stay exact whatever the hash does, and no id is ever mi
 stored id has an entry). The hash is keyed with a secret drawn at start, so a device that
 chooses its ids cannot make them collide on purpose and turn each check into many row reads.
 
-The entries live in one open-addressing table of buckets of eight slots (linear probing over
+The entries live in one open-addressing table of buckets of 16 slots (linear probing over
 the buckets, no wrap-around: a short spare tail past the last home bucket), whose home bucket
-for a hash is its top bits: a lookup reads one bucket (two cache lines) and rarely the next, an
+for a hash is its top bits: a lookup reads one bucket (two cache lines), now and then the next, an
 insert writes one, whatever the table's size, so the cost per report stays flat as the log grows
 (sorted runs searched by bisection cost a cache miss per level, and more levels and runs as the
 log grew). A commit's ids are looked up and inserted vectorized (numpy), one bucket step for all
-of them at a time. The table doubles when it is more than half full: its entries, taken in slot
+of them at a time. The table doubles when it is more than 80 % full: its entries, taken in slot
 order, are almost sorted by hash and are placed again in one pass. Readers on other threads
 probe a snapshot: a bucket's slots fill in order and its fill count is raised after them, and a
 grown table replaces the old one in one assignment.
@@ -33,11 +33,14 @@ ID_BYTES = 16
 _U64 = np.dtype(np.uint64)
 _KEY_WORDS = 5
 SECRET_BYTES = 8 * 2 * _KEY_WORDS
-_WIDTH = 8  # slots per bucket
+_WIDTH = 16  # slots per bucket
 _MIN_BITS = 9  # home buckets of the smallest table: 2^9 buckets, 4,096 slots
 _SPARE = 64  # buckets past the last home bucket, so that probing never wraps around
-_LOAD = 0.5  # the table doubles past this share of taken home slots
+_LOAD = 0.8  # the table doubles past this share of taken home slots
 _SLOTS = np.arange(_WIDTH)
+_FEW = 16  # a probe that still runs for fewer entries than this goes on one entry at a time
+_NARROW = np.dtype(np.uint32)  # log rows below 2^32 take 4 bytes a slot (12 with the hash)
+_NARROW_MAX = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -47,15 +50,15 @@ class _Table:
 
     bits: int
     keys: np.ndarray  # (buckets, _WIDTH) uint64
-    rows: np.ndarray  # (buckets, _WIDTH) int64
+    rows: np.ndarray  # (buckets, _WIDTH) uint32 while every row fits, else int64
     fill: np.ndarray  # (buckets,) int64
 
     @classmethod
-    def empty(cls, bits: int, buckets: int) -> _Table:
+    def empty(cls, bits: int, buckets: int, last_row: int = 0) -> _Table:
         return cls(
             bits,
             np.zeros((buckets, _WIDTH), dtype=_U64),
-            np.zeros((buckets, _WIDTH), dtype=np.int64),
+            np.zeros((buckets, _WIDTH), dtype=_NARROW if last_row <= _NARROW_MAX else np.int64),
             np.zeros(buckets, dtype=np.int64),
         )
 
@@ -64,7 +67,7 @@ class _Table:
 
     def entries(self) -> tuple[np.ndarray, np.ndarray]:
         """The taken slots' (hashes, rows), in slot order."""
-        taken = _SLOTS < self.fill[:, None]
+        taken = self.fill[:, None] > _SLOTS
         return self.keys[taken], self.rows[taken]
 
 
@@ -89,8 +92,8 @@ class IdIndex:
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the table (16 bytes a slot, at most four times as many slots as
-        entries once past the smallest table; two to four times)."""
+        """Memory held by the table: 12 bytes a slot (20 past 2^32 log rows), 1.25 to 2.5
+        slots an entry once past the smallest table."""
         table = self._table
         return table.keys.nbytes + table.rows.nbytes + table.fill.nbytes
 
@@ -129,17 +132,28 @@ class IdIndex:
         table = self._table  # a snapshot: a grown table is a new object
         active = np.arange(len(keys))
         where = table.home(keys)
-        while len(active):
+        while len(active) >= _FEW:
             fill = table.fill.take(where)  # take: several times faster than fancy indexing
-            hit = (table.keys.take(where, axis=0) == keys[active, None]) & (_SLOTS < fill[:, None])
-            if hit.any():
-                at, slot = np.nonzero(hit)
-                for i, row in zip(
-                    active[at].tolist(), table.rows[where[at], slot].tolist(), strict=True
-                ):
+            match = table.keys.take(where, axis=0) == keys[active, None]
+            if match.any():
+                at, slot = np.nonzero(match)
+                taken = slot < fill[at]  # a free slot holds hash 0
+                at, slot = at[taken], slot[taken]
+                rows = table.rows.reshape(-1).take(where[at] * _WIDTH + slot)
+                for i, row in zip(active[at].tolist(), rows.tolist(), strict=True):
                     found.setdefault(i, []).append(row)
             full = fill == _WIDTH  # an entry of this home may sit in the next bucket
             active, where = active[full], where[full] + 1
+        for i, bucket in zip(active.tolist(), where.tolist(), strict=True):  # the last few
+            key = int(keys[i])
+            while True:
+                taken_slots = int(table.fill[bucket])
+                for j in range(taken_slots):
+                    if int(table.keys[bucket, j]) == key:
+                        found.setdefault(i, []).append(int(table.rows[bucket, j]))
+                if taken_slots < _WIDTH:
+                    break
+                bucket += 1
         return found
 
     def export(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -186,9 +200,10 @@ class IdIndex:
             self._recent.append((keys, rows))
             count = self._count + len(keys)
             table = self._table
-            rest = np.arange(len(keys))  # all of them go into a bigger table
-            if count <= _LOAD * _WIDTH * (1 << table.bits):  # else the ones that would run past
-                rest = _insert(table, keys, rows)  # the spare tail (none, almost surely)
+            rest = np.arange(len(keys))  # all of them go into a bigger (or wider) table
+            fits = table.rows.dtype != _NARROW or int(rows.max()) <= _NARROW_MAX
+            if fits and count <= _LOAD * _WIDTH * (1 << table.bits):  # else the ones that would
+                rest = _insert(table, keys, rows)  # run past the spare tail (almost surely none)
             if len(rest):
                 old_keys, old_rows = table.entries()
                 self._rebuild(
@@ -200,7 +215,7 @@ class IdIndex:
             self.high_water = max(self.high_water, int(rows.max()))
 
     def _rebuild(self, keys: np.ndarray, rows: np.ndarray, count: int) -> None:
-        """A new table for these entries: the smallest at most half full, filled in one pass
+        """A new table for these entries: the smallest at most _LOAD full, filled in one pass
         over the entries sorted by hash (each goes to the first slot at or after its home
         bucket's first that the entries before it left free). Replaces the table in one
         assignment."""
@@ -213,7 +228,7 @@ class IdIndex:
         slots = np.maximum.accumulate(_home(keys, bits) * _WIDTH - steps) + steps
         used = int(slots[-1]) // _WIDTH + 1 if len(slots) else 0
         buckets = max(1 << bits, used) + _SPARE
-        table = _Table.empty(bits, buckets)
+        table = _Table.empty(bits, buckets, int(rows.max()) if len(rows) else 0)
         table.keys.reshape(-1)[slots] = keys
         table.rows.reshape(-1)[slots] = rows
         table.fill[:] = np.bincount(slots // _WIDTH, minlength=buckets)
@@ -233,8 +248,8 @@ def _insert(table: _Table, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
     pending = np.arange(len(keys))
     where = table.home(keys)
     end = len(table.fill)
-    while len(pending):
-        order = np.argsort(where, kind="stable")
+    while len(pending) >= _FEW:
+        order = np.argsort(where)  # groups by bucket (a stable sort is three times slower)
         pending, where = pending[order], where[order]
         if int(where[-1]) >= end:
             return pending
@@ -244,10 +259,20 @@ def _insert(table: _Table, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
         rank = steps - np.maximum.accumulate(np.where(first, steps, 0))  # place in its group
         slot = table.fill.take(where) + rank
         fits = slot < _WIDTH
-        table.keys[where[fits], slot[fits]] = keys[pending[fits]]
-        table.rows[where[fits], slot[fits]] = rows[pending[fits]]
+        at = where[fits] * _WIDTH + slot[fits]  # flat slot numbers: put is several times faster
+        table.keys.reshape(-1).put(at, keys[pending[fits]])  # than 2-d fancy assignment
+        table.rows.reshape(-1).put(at, rows[pending[fits]])
         last = np.ones(len(pending), dtype=bool)  # the last of each bucket's group
         last[:-1] = first[1:]
         table.fill[where[last]] = np.minimum(slot[last] + 1, _WIDTH)  # after the slots
         pending, where = pending[~fits], where[~fits] + 1
-    return pending
+    fill, flat_keys, flat_rows = table.fill, table.keys.reshape(-1), table.rows.reshape(-1)
+    for n, (i, bucket) in enumerate(zip(pending.tolist(), where.tolist(), strict=True)):
+        while bucket < end and fill[bucket] == _WIDTH:  # the last few, one at a time
+            bucket += 1
+        if bucket == end:
+            return pending[n:]
+        flat_keys[bucket * _WIDTH + fill[bucket]] = keys[i]
+        flat_rows[bucket * _WIDTH + fill[bucket]] = rows[i]
+        fill[bucket] += 1
+    return pending[:0]
