@@ -157,9 +157,12 @@ class IdIndex:
         return found
 
     def export(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The entries (hashes, rows) in slot order, i.e. almost sorted by hash, to save;
-        :meth:`load` takes them back."""
-        return [self._table.entries()]
+        """The entries (hashes, rows) as one run sorted by hash, to save (the saved form of
+        the sorted runs before this table: stores stay readable both ways); :meth:`load` takes
+        them back. Slot order is almost hash order already, so the sort is one quick pass."""
+        keys, rows = self._table.entries()
+        order = np.argsort(keys, kind="stable")
+        return [(keys[order], rows[order].astype(np.int64))]
 
     def entries_between(self, after: int, through: int) -> tuple[np.ndarray, np.ndarray]:
         """The entries of log rows ``after < row <= through`` among those added since the last

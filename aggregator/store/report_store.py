@@ -14,7 +14,7 @@ Why this shape (notes/service-conventions.md §3):
   groups no upload.
 * ``report_id`` (16 random bytes chosen by the device) is unique in the log, so a resend is
   reported as a duplicate and counted once: the writer finds the ids a commit may repeat in an
-  in-memory index of keyed id hashes (aggregator/store/id_index.py, about 16 bytes a report,
+  in-memory hash table of keyed id hashes (aggregator/store/id_index.py, 15-30 bytes a report,
   saved at a clean close and rebuilt from the log otherwise), and compares the whole ids
   against the log rows it names. Ids are global, not scoped per survey: an id stored
   with a different survey, question or payload is a conflict (docs/wire.md §6), neither stored
