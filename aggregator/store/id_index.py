@@ -39,6 +39,7 @@ _SPARE = 64  # buckets past the last home bucket, so that probing never wraps ar
 _LOAD = 0.8  # the table doubles past this share of taken home slots
 _SLOTS = np.arange(_WIDTH)
 _FEW = 16  # a probe that still runs for fewer entries than this goes on one entry at a time
+_NO_KEYS, _NO_ROWS = np.empty(0, _U64), np.empty(0, np.int64)
 _NARROW = np.dtype(np.uint32)  # log rows below 2^32 take 4 bytes a slot (12 with the hash)
 _NARROW_MAX = 2**32 - 1
 
@@ -185,10 +186,11 @@ class IdIndex:
 
     def load(self, runs: list[tuple[np.ndarray, np.ndarray]], high_water: int) -> None:
         """Start from saved entries (parts of hashes and rows), made with this index's key."""
-        keys = np.concatenate([np.asarray(k, dtype=_U64) for k, _ in runs] or [np.empty(0, _U64)])
-        rows = np.concatenate(
-            [np.asarray(r, dtype=np.int64) for _, r in runs] or [np.empty(0, np.int64)]
-        )
+        if len(runs) == 1:  # the save of a clean close: no copy
+            keys, rows = np.asarray(runs[0][0], dtype=_U64), np.asarray(runs[0][1], np.int64)
+        else:
+            keys = np.concatenate([np.asarray(k, dtype=_U64) for k, _ in runs] or [_NO_KEYS])
+            rows = np.concatenate([np.asarray(r, dtype=np.int64) for _, r in runs] or [_NO_ROWS])
         with self._lock:
             self._rebuild(keys, rows, len(keys))
             self.high_water = high_water
@@ -225,16 +227,24 @@ class IdIndex:
         bits = _MIN_BITS
         while count > _LOAD * _WIDTH * (1 << bits):
             bits += 1
-        order = np.argsort(keys, kind="stable")  # almost sorted already: taken in slot order
-        keys, rows = keys[order], rows[order]
+        if len(keys) > 1 and not np.all(keys[:-1] <= keys[1:]):  # one saved run is sorted
+            order = np.argsort(keys, kind="stable")  # almost sorted: taken in slot order
+            keys, rows = keys[order], rows[order]
+            del order
+        slots = _home(keys, bits)  # in place from here: 10^7 entries are 80 MB an array
+        slots *= _WIDTH
         steps = np.arange(len(keys), dtype=np.int64)
-        slots = np.maximum.accumulate(_home(keys, bits) * _WIDTH - steps) + steps
+        slots -= steps
+        np.maximum.accumulate(slots, out=slots)
+        slots += steps
+        del steps
         used = int(slots[-1]) // _WIDTH + 1 if len(slots) else 0
         buckets = max(1 << bits, used) + _SPARE
         table = _Table.empty(bits, buckets, int(rows.max()) if len(rows) else 0)
-        table.keys.reshape(-1)[slots] = keys
-        table.rows.reshape(-1)[slots] = rows
-        table.fill[:] = np.bincount(slots // _WIDTH, minlength=buckets)
+        table.keys.reshape(-1).put(slots, keys)
+        table.rows.reshape(-1).put(slots, rows)
+        slots //= _WIDTH
+        table.fill[:] = np.bincount(slots, minlength=buckets)
         self._table, self._count = table, count
 
 
