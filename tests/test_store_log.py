@@ -249,3 +249,36 @@ def test_id_hashes_depend_on_the_key_and_on_every_byte():
     assert IdIndex(bytes(range(80))).keys(ids).tolist() == one.keys(ids).tolist()
     with pytest.raises(ValueError):
         one.keys([b"short"])
+
+
+def test_log_rows_keep_every_column_whether_bound_or_literal(tmp_path):
+    """The writer puts a column that is one plain value for the whole commit into its INSERT
+    as a literal and binds the others: either way the log holds exactly what was submitted
+    (quotes, spaces and non-ASCII text are bound, never quoted into the statement)."""
+    odd = "it's a 'survey'; --"
+    reports = [
+        StoredReport(
+            os.urandom(16),
+            survey,
+            question,
+            bytes([i % 4, 0, 0, 0]),
+            np.eye(4, dtype=np.int64)[i % 4],
+            side,
+            group,
+        )
+        for i, (survey, question, side, group) in enumerate(
+            [("s", "q", 0, "")] * 3
+            + [(odd, "q", 0, "")] * 2
+            + [("s", "qü", 1, "north east")] * 2
+            + [("s", "q", 0, "north")] * 2
+        )
+    ]
+    with ReportStore(tmp_path / "s.sqlite") as store:
+        for survey, question in {(r.survey_id, r.question_id) for r in reports}:
+            store.register_question(survey, question, 4)
+        assert store.put(reports[:3]) == [STORED] * 3  # one plain value a column: literals
+        assert store.put(reports[3:5]) == [STORED] * 2  # one odd survey id: bound
+        assert store.put(reports[5:]) == [STORED] * 4  # columns that vary: bound
+    assert log_rows(tmp_path / "s.sqlite") == sorted(
+        (r.report_id, r.survey_id, r.question_id, r.payload, r.side, r.group) for r in reports
+    )
