@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from aggregator.store import report_store
-from aggregator.store.id_index import MAX_RUN, IdIndex, _merge
+from aggregator.store.id_index import IdIndex
 from aggregator.store.report_store import (
     CONFLICT,
     DUPLICATE,
@@ -213,23 +213,32 @@ def test_the_log_order_groups_no_upload(tmp_path, monkeypatch):
     assert seqs[:1280] == list(range(1, 1281)) and 1280 < min(seqs[1280:]) <= max(seqs) <= 1536
 
 
-def test_index_runs_merge_and_find_every_entry():
+def test_index_finds_every_entry_across_growth_and_a_reload():
+    """Exact candidate lists with many equal hashes (long probe chains), while the table
+    doubles several times; the same after export and load; the entries of a row range to save."""
     rng = np.random.default_rng(7)
     index = IdIndex()
-    keys = rng.integers(0, 50_000, size=20_000, dtype=np.uint64)  # many collisions on purpose
+    keys = rng.integers(0, 50_000, size=40_000, dtype=np.uint64)  # many collisions on purpose
+    keys[::9] = keys[0]  # one hash 4,445 times: chains far longer than a bucket
+    keys[1::9] = 0  # and the hash an empty slot holds
     for start in range(0, len(keys), 700):
         chunk = keys[start : start + 700]
         index.add(chunk, np.arange(start, start + len(chunk)))
-    assert len(index) == len(keys) and index.runs <= 8 and index.high_water == len(keys) - 1
+    assert len(index) == len(keys) and index.high_water == len(keys) - 1
+    assert index.nbytes <= 4 * 16 * len(keys)
     probe = np.concatenate((keys[::97], np.array([50_001, 60_000], dtype=np.uint64)))
-    found = index.candidates(probe)
-    for i, key in enumerate(probe.tolist()):
-        assert sorted(found.get(i, [])) == np.flatnonzero(keys == key).tolist()
-    a = (np.array([1, 3, 3, 9], np.uint64), np.array([0, 1, 2, 3]))
-    b = (np.array([0, 3, 10], np.uint64), np.array([4, 5, 6]))
-    merged = _merge(a, b)
-    assert merged[0].tolist() == [0, 1, 3, 3, 3, 9, 10]
-    assert sorted(merged[1][2:5].tolist()) == [1, 2, 5] and MAX_RUN >= 2**20
+    reloaded = IdIndex(index.secret)
+    reloaded.load(index.export(), index.high_water)
+    for found in (index.candidates(probe), reloaded.candidates(probe)):
+        for i, key in enumerate(probe.tolist()):
+            assert sorted(found.get(i, [])) == np.flatnonzero(keys == key).tolist()
+    part_keys, part_rows = index.entries_between(100, 15_000)
+    assert sorted(part_rows.tolist()) == list(range(101, 15_001))
+    assert np.all(part_keys[:-1] <= part_keys[1:])
+    index.forget_through(15_000)
+    assert sorted(index.entries_between(0, 10**9)[1].tolist()) == list(range(15_001, 40_000))
+    index.add(keys[:1], np.array([2**40]))  # a log row past 32 bits: the table widens its rows
+    assert 2**40 in index.candidates(keys[:1])[0] and len(index) == len(keys) + 1
 
 
 def test_id_hashes_depend_on_the_key_and_on_every_byte():
@@ -240,3 +249,36 @@ def test_id_hashes_depend_on_the_key_and_on_every_byte():
     assert IdIndex(bytes(range(80))).keys(ids).tolist() == one.keys(ids).tolist()
     with pytest.raises(ValueError):
         one.keys([b"short"])
+
+
+def test_log_rows_keep_every_column_whether_bound_or_literal(tmp_path):
+    """The writer puts a column that is one plain value for the whole commit into its INSERT
+    as a literal and binds the others: either way the log holds exactly what was submitted
+    (quotes, spaces and non-ASCII text are bound, never quoted into the statement)."""
+    odd = "it's a 'survey'; --"
+    reports = [
+        StoredReport(
+            os.urandom(16),
+            survey,
+            question,
+            bytes([i % 4, 0, 0, 0]),
+            np.eye(4, dtype=np.int64)[i % 4],
+            side,
+            group,
+        )
+        for i, (survey, question, side, group) in enumerate(
+            [("s", "q", 0, "")] * 3
+            + [(odd, "q", 0, "")] * 2
+            + [("s", "qü", 1, "north east")] * 2
+            + [("s", "q", 0, "north")] * 2
+        )
+    ]
+    with ReportStore(tmp_path / "s.sqlite") as store:
+        for survey, question in {(r.survey_id, r.question_id) for r in reports}:
+            store.register_question(survey, question, 4)
+        assert store.put(reports[:3]) == [STORED] * 3  # one plain value a column: literals
+        assert store.put(reports[3:5]) == [STORED] * 2  # one odd survey id: bound
+        assert store.put(reports[5:]) == [STORED] * 4  # columns that vary: bound
+    assert log_rows(tmp_path / "s.sqlite") == sorted(
+        (r.report_id, r.survey_id, r.question_id, r.payload, r.side, r.group) for r in reports
+    )
