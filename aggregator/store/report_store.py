@@ -853,17 +853,19 @@ class ReportStore:
         keyed: list[design_statistics.Keyed] = []
         start = 0
         for b in batches:
-            rows = b.contributions
+            rows, keys = b.contributions, list(b.design_keys)
             if new is not None:
-                rows = rows[new[start : start + len(b)]]
+                mask = new[start : start + len(b)]
+                rows = rows[mask]
+                keys = list(itertools.compress(keys, mask))
             start += len(b)
             by_question.setdefault((b.survey_id, b.question_id, b.side), []).append(rows)
             if b.group:
                 key = (b.survey_id, b.question_id, b.side, b.group)
                 by_question.setdefault(key, []).append(rows)
-            if b.design_keys:
+            if keys:
                 where = (b.survey_id, b.question_id, b.side, b.group)
-                keyed.append((where, list(itertools.compress(b.design_keys, mask)), rows))
+                keyed.append((where, keys, rows))
         for key, parts in by_question.items():
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if len(rows):
