@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -35,12 +36,14 @@ from aggregator.cli.common import (
 )
 from aggregator.errors import InsufficientDataError
 from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
-from aggregator.report.sequential import SequentialSection
-from aggregator.stats.anytime.status import ANALYSES, CONTINUE, SEQUENCES_ONLY
+from aggregator.stats.anytime.names import ANALYSES, CONTINUE, SEQUENCES_ONLY
 from aggregator.survey_file.analyses import Analysis, check_independent, load_analyses
 from aggregator.survey_file.config import load_scores, load_surveys
 from client.survey import SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
+
+if TYPE_CHECKING:  # the report package loads SciPy: not on serve's import path
+    from aggregator.report.sequential import SequentialSection
 
 #: Status codes that mean "try again soon" while watching (not a mistake of the request).
 TRANSIENT = frozenset(
@@ -204,6 +207,8 @@ def report_sections(
 ) -> tuple[SequentialSection, ...]:
     """The report's "as of n" sections of the declared sequential ``analyses``, from the same
     source as the report (``--server`` or ``--db``), with the intervals at every look."""
+    from aggregator.report.sequential import SequentialSection
+
     analyst = connect(args) if args.server is not None else None
     try:
         look = (

@@ -22,7 +22,7 @@ import numpy as np
 from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
 from aggregator.service.analysis import caller_of
-from aggregator.stats.anytime.status import ANALYSES, SEQUENCES_ONLY, Monitor, MonitorStatus
+from aggregator.stats.anytime.names import ANALYSES, SEQUENCES_ONLY
 from aggregator.store import release_history
 from aggregator.survey_file.groups import two_sample_request_problem
 from client.survey import QuestionSpec, SurveySpec
@@ -33,6 +33,7 @@ History = list[tuple[release_history.Cell, int, list[int]]]
 
 if TYPE_CHECKING:
     from aggregator.service.analyst import Analyst
+    from aggregator.stats.anytime.status import Monitor, MonitorStatus
 
 #: Monitors a server keeps between calls (MonitorCache).
 CACHED_MONITORS = 256
@@ -145,6 +146,8 @@ def from_history(
         )
     histograms = [[_histogram(question, n, sums) for n, sums in look] for look in looks]
     shape = question.table_shape
+
+    from aggregator.stats.anytime.status import Monitor  # SciPy: on the first call, not at start
 
     def build() -> Monitor:
         mechanisms = [question.mechanism] * len(streams)

@@ -15,6 +15,7 @@ from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.anytime import nulls
 from aggregator.stats.anytime.eprocess import EProcess, SequentialResult
+from aggregator.stats.anytime.names import ANALYSES, CONTINUE, REJECT, STOP_AT_MAX_N
 from aggregator.stats.anytime.sequences import (
     DEFAULT_TUNED_N,
     difference_sequence,
@@ -23,14 +24,6 @@ from aggregator.stats.anytime.sequences import (
 )
 from aggregator.stats.validate import check_alpha
 from client.mechanisms import Mechanism
-
-#: What can be monitored: frequencies or a mean score (confidence sequences only), or a
-#: sequential test.
-ANALYSES = ("frequencies", "goodness_of_fit", "independence", "two_sample", "mean_score")
-#: The confidence-sequence-only analyses (no e-process).
-SEQUENCES_ONLY = ("frequencies", "mean_score")
-#: The stopping rule's verdicts.
-CONTINUE, REJECT, STOP_AT_MAX_N = "continue", "reject", "stop at max_n"
 
 
 @dataclass(frozen=True)
