@@ -38,6 +38,35 @@ class DesignEstimateAnswer:
     clustering_effect: np.ndarray | None = None
     post_strata: dict[str, float] = field(default_factory=dict)
 
+    def to_dict(self) -> dict:
+        """The JSON of ``estimate --design --json`` (and of the Beam job's design results):
+        NaN (a design effect undefined for a category) as null."""
+        head: dict[str, object] = {
+            "question": self.question,
+            "labels": self.labels,
+            "design": self.design,
+        }
+        if self.post_strata:
+            head["post_strata"] = self.post_strata
+        columns = {
+            "standard_error": self.standard_error,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+        }
+        for name in ("deff", "weighting_effect", "clustering_effect"):
+            values = getattr(self, name)
+            if values is not None:
+                columns[name] = values
+        return {
+            **head,
+            "variance": self.variance,
+            "n": self.n,
+            "degrees_of_freedom": self.degrees_of_freedom,
+            "confidence": self.confidence,
+            "estimate": _floats(self.estimate),
+            **{name: _floats(values) for name, values in columns.items()},
+        }
+
 
 def design_estimate_answer(
     data: DesignData, variance: str, replicates: int, seed: int, confidence: float
@@ -127,3 +156,8 @@ def design_test(
             data.cells(), question.mechanism, rows, columns, *options
         )
     return design_tests.design_k_sample(data.cells(by_group=True), question.mechanism, *options)
+
+
+def _floats(values: np.ndarray) -> list[float | None]:
+    """JSON numbers, None for NaN."""
+    return [None if np.isnan(v) else float(v) for v in np.asarray(values, dtype=float)]

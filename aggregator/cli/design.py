@@ -141,7 +141,7 @@ def run_design_estimate(args: argparse.Namespace) -> int:
     except InvalidInputError as exc:
         raise UserError(str(exc)) from None
     if args.json:
-        print(json.dumps(_estimate_json(answer)))
+        print(json.dumps(answer.to_dict()))
     else:
         print(_estimate_text(answer))
     return 0
@@ -161,37 +161,6 @@ def _remote(args: argparse.Namespace, call: Callable[[RemoteAnalyst], T], test: 
             raise UserError(str(exc), status=3) from None
         except RemoteError as exc:
             raise UserError(str(exc)) from None
-
-
-def _estimate_json(answer: DesignEstimateAnswer) -> dict:
-    """The JSON of ``estimate --design``."""
-    head: dict[str, object] = {
-        "question": answer.question,
-        "labels": answer.labels,
-        "design": answer.design,
-    }
-    if answer.post_strata:
-        head["post_strata"] = answer.post_strata
-    columns = {
-        "standard_error": answer.standard_error,
-        "ci_low": answer.ci_low,
-        "ci_high": answer.ci_high,
-    }
-    if answer.deff is not None:
-        columns["deff"] = answer.deff
-    for name in ("weighting_effect", "clustering_effect"):
-        values = getattr(answer, name)
-        if values is not None:
-            columns[name] = values
-    return {
-        **head,
-        "variance": answer.variance,
-        "n": answer.n,
-        "degrees_of_freedom": answer.degrees_of_freedom,
-        "confidence": answer.confidence,
-        "estimate": _floats(answer.estimate),
-        **{name: _floats(values) for name, values in columns.items()},
-    }
 
 
 def _estimate_text(answer: DesignEstimateAnswer) -> str:
@@ -302,8 +271,3 @@ def _check_groups_released(args: argparse.Namespace, data: DesignData) -> None:
         withheld = below_release(survey, data.question, n, group)
         if withheld:
             raise UserError(withheld, status=3)
-
-
-def _floats(values: np.ndarray) -> list[float | None]:
-    """JSON numbers, None for NaN (a design effect undefined for a category)."""
-    return [None if np.isnan(v) else float(v) for v in np.asarray(values, dtype=float)]

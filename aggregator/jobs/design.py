@@ -15,8 +15,9 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from aggregator.design_answers import design_estimate_answer
 from aggregator.design_data import DesignData
-from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.errors import LdpError
 from aggregator.store import shards
 from aggregator.store.design_statistics import KeyStatistics
 from aggregator.store.shards import ShardFormatError
@@ -100,43 +101,15 @@ def design_results(
 def estimate_dict(data: DesignData, analysis: DesignAnalysis) -> dict:
     """``estimate --design --json``'s numbers for one question's design data (without
     ``question`` and ``labels``), or {"error": ...} when the data cannot support it."""
-    from aggregator.stats.design_calibration import post_stratified_estimate
-    from aggregator.stats.design_estimate import design_estimate
-
-    options = (analysis.variance, analysis.replicates, analysis.seed)
     try:
-        if data.post_strata:
-            post = post_stratified_estimate(
-                data.cells(by_post_stratum=True), data.population(), *options
-            )
-            low, high = post.intervals(analysis.confidence)
-            columns = {"estimate": post.estimate, "standard_error": post.standard_error}
-            extra: dict = {"post_strata": data.frame.population}
-            method, dof = post.variance_method, post.degrees_of_freedom
-        else:
-            est = design_estimate(data.cells(), data.question.mechanism, *options)
-            low, high = (bound[0] for bound in est.intervals(analysis.confidence))
-            columns = {
-                "estimate": est.estimate[0],
-                "standard_error": est.standard_error[0],
-                "deff": est.deff[0],
-                "weighting_effect": np.full(len(est.estimate[0]), est.weighting_effect[0]),
-                "clustering_effect": est.clustering_effect[0],
-            }
-            extra, method, dof = {}, est.variance_method, est.degrees_of_freedom
-    except (InsufficientDataError, InvalidInputError) as exc:
+        answer = design_estimate_answer(
+            data, analysis.variance, analysis.replicates, analysis.seed, analysis.confidence
+        )
+    except LdpError as exc:  # too little data, a lonely PSU, margins raking cannot reach
         return {"error": str(exc)}
-    return {
-        "design": data.description(),
-        **extra,
-        "variance": method,
-        "n": data.n,
-        "degrees_of_freedom": dof,
-        "confidence": analysis.confidence,
-        **{name: _floats(values) for name, values in columns.items()},
-        "ci_low": _floats(low),
-        "ci_high": _floats(high),
-    }
+    result = answer.to_dict()
+    del result["question"], result["labels"]
+    return result
 
 
 def attach(result: dict, design: dict | None) -> None:
@@ -158,8 +131,3 @@ def attach(result: dict, design: dict | None) -> None:
         }
     else:
         result["design"] = design
-
-
-def _floats(values: np.ndarray) -> list[float | None]:
-    """JSON numbers, None for NaN (a design effect undefined for a category)."""
-    return [None if np.isnan(v) else float(v) for v in np.asarray(values, dtype=float)]
