@@ -157,10 +157,15 @@ def main() -> None:
             running_rss, running_peak = memory()
             index_mib = store._index.nbytes / 2**20
             crashed = path.with_name(f"crashed-{path.name}")
-            store.run_in_writer(lambda conn: None)  # after the writer's periodic index saves
-            for suffix in ("", "-wal"):  # the files as a kill of the running server leaves them
-                if Path(f"{path}{suffix}").exists():
-                    shutil.copyfile(f"{path}{suffix}", f"{crashed}{suffix}")
+
+            def copy_files(conn: object) -> None:
+                """The files as a kill of the running server leaves them, copied on the writer
+                thread after its periodic index saves, so no checkpoint runs between copies."""
+                for suffix in ("", "-wal"):
+                    if Path(f"{path}{suffix}").exists():
+                        shutil.copyfile(f"{path}{suffix}", f"{crashed}{suffix}")
+
+            store.run_in_writer(copy_files)
         finally:
             store.close()
             ref.close()

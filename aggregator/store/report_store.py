@@ -87,13 +87,16 @@ REPORT_ID_BYTES = 16
 _IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
 _INT64 = np.dtype(np.int64)
 _WRITER_CACHE_KIB = 64 * 1024
-_WAL_AUTOCHECKPOINT_PAGES = 40_000  # about 160 MB of WAL between checkpoints (default 1,000)
+#: About 16 MB of WAL between the writer's automatic (passive) checkpoints: the log is written in
+#: arrival order, so a checkpoint writes mostly new pages once whatever its size, and small ones
+#: keep every stretch of ingest paying the same share (docs/performance.md).
+_WAL_AUTOCHECKPOINT_PAGES = 4_000
 RECEIVED_RESOLUTION = 86_400  # received_at keeps the UTC day only: arrival seconds group uploads
 _BUSY_TIMEOUT_MS = 5000
 _CHECKPOINT_BUSY_MS = 200  # a timed checkpoint waits this long for readers, then tries later
 #: The id index's new entries are saved once this many log rows past the last save are final, so
 #: a start after a crash indexes at most about this many rows from the log (docs/performance.md).
-INDEX_SAVE_ROWS = 1 << 20
+INDEX_SAVE_ROWS = 1 << 18
 
 _SIDE_STATISTICS = """CREATE TABLE IF NOT EXISTS side_statistics (
     survey_id TEXT NOT NULL,
@@ -344,8 +347,7 @@ class ReportStore:
             raise StoreError(str(exc)) from None
         try:
             unstamped = check_kind(conn, STORE_KIND, self._path)
-            # A bigger page cache and fewer, larger checkpoints: random 16-byte keys dirty about
-            # one B-tree page per inserted report, and a checkpoint writes each page only once.
+            # A bigger page cache for the writer, and small passive checkpoints (above).
             conn.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
             conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT_PAGES}")
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
