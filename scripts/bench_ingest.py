@@ -41,6 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from aggregator.store.report_store import ReportBatch, ReportStore  # noqa: E402
 from client.device.transport import MAX_MESSAGE_BYTES  # noqa: E402
 from client.progress import bar  # noqa: E402
 from protos.ldp.v1 import ldp_pb2  # noqa: E402
@@ -311,14 +312,64 @@ def run_cpp_generators(
     return outcomes
 
 
+def prefilled_store(tmp: Path, reports: int) -> Path:
+    """A store of the bench survey already holding ``reports`` reports (a copy of it starts each
+    scenario: issue 27's ingest on a store that has grown): the server pins the definitions,
+    then the store takes uploads of 100 straight, queued faster than the writer commits."""
+    workdir = tmp / "prefill"
+    process, _, db = start_server(workdir)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+    rows = np.zeros((100, 4), dtype=np.int64)
+    rows[:, 1] = 1  # category "b", the payload below
+    payload = (1).to_bytes(4, "little")
+    store = ReportStore(db)
+    try:
+        with bar(reports // 100_000 or 1, "prefill", unit="100k reports") as progress:
+            for start in range(0, reports, 100_000):
+                size = min(100_000, reports - start)
+                futures = [
+                    store.submit_batches(
+                        [
+                            ReportBatch(
+                                "bench",
+                                "q",
+                                [os.urandom(16) for _ in range(n)],
+                                [payload] * n,
+                                rows[:n],
+                            )
+                        ]
+                    )
+                    for n in [100] * (size // 100) + ([size % 100] if size % 100 else [])
+                ]
+                for future in futures:
+                    future.result()
+                progress.update(1)
+    finally:
+        store.close()
+    return db
+
+
 def run_scenario(
-    tmp: Path, workers: int, batch: int, generators: int, seconds: float, cpp: Path | None
+    tmp: Path,
+    workers: int,
+    batch: int,
+    generators: int,
+    seconds: float,
+    cpp: Path | None,
+    template: Path | None = None,
 ) -> Figures:
     callers, target_text, target_value = SCENARIOS[batch]
     per_generator = max(1, callers // generators)
     rate = min(MAX_RPCS_PER_S, MAX_REPORTS_PER_S / batch)
     count = int(rate * seconds / generators) + per_generator + 10
     workdir = tmp / f"w{workers}-b{batch}"
+    prefilled = 0
+    if template is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template, workdir / "bench.sqlite")
+        with sqlite3.connect(template) as conn:
+            prefilled = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
     process, target, db = start_server(workdir, "--workers", str(workers))
     marks: dict[str, float] = {}
 
@@ -341,7 +392,7 @@ def run_scenario(
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
     with sqlite3.connect(db) as conn:
-        stored = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
+        stored = conn.execute("SELECT count(*) FROM reports").fetchone()[0] - prefilled
     latencies = np.concatenate([np.frombuffer(o.latencies) for o in outcomes]) * 1000
     rpcs = latencies.size
     elapsed = max(o.seconds for o in outcomes)
@@ -423,6 +474,13 @@ def main() -> None:
         default="auto",
         help="load generator (auto: cpp if it can be built)",
     )
+    parser.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start every scenario on a store already holding N reports (e.g. 5000000)",
+    )
     parser.add_argument("--out", type=Path, help="also write the report (Markdown) here")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
@@ -441,11 +499,12 @@ def main() -> None:
         cpp = None
         if args.generator != "python":
             cpp = build_cpp_generator(Path(tmp), required=args.generator == "cpp")
+        template = prefilled_store(Path(tmp), args.prefill) if args.prefill > 0 else None
         scenarios = [(w, b) for w in args.workers for b in args.batches]
         with bar(len(scenarios), "ingest", unit="scenarios") as progress:
             for workers, batch in scenarios:
                 figures = run_scenario(
-                    Path(tmp), workers, batch, args.generators, args.seconds, cpp
+                    Path(tmp), workers, batch, args.generators, args.seconds, cpp, template
                 )
                 progress.write(table([figures]).splitlines()[-1])
                 progress.update(1)
