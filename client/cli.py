@@ -23,7 +23,6 @@ if "--grpc-log" not in sys.argv:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import argparse
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as exc:
         message = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
         if getattr(args, "json", False):
-            print(json.dumps({"error": message, "status": 2}), file=sys.stderr)
+            print(_dumps({"error": message, "status": 2}), file=sys.stderr)
         else:
             print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
@@ -283,6 +282,13 @@ def _command(sub, name: str, text: str) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=text, description=text, formatter_class=DefaultsFormatter)
 
 
+def _dumps(value: object) -> str:
+    """JSON text of ``value``: json loads only for --json output, off one answer's path."""
+    import json
+
+    return json.dumps(value)
+
+
 def _json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="machine-readable output (errors too, on stderr)"
@@ -355,7 +361,7 @@ def run_selftest(args: argparse.Namespace) -> int:
         path = args.vectors or selftest.VECTORS_PATH
         raise UserError(f"cannot read the vectors {path}: {exc}") from None
     if args.json:
-        print(json.dumps({"ok": result.ok, **vars(result)}))
+        print(_dumps({"ok": result.ok, **vars(result)}))
     else:
         for failure in result.failures:
             print(failure)
@@ -397,7 +403,7 @@ def run_submit(args: argparse.Namespace) -> int:
         "flush": None if result is None else vars(result),
     }
     if args.json:
-        print(json.dumps(out))
+        print(_dumps(out))
     else:
         print(f"queued report {report_id.hex()}")
         if offline:
@@ -424,7 +430,7 @@ def run_flush(args: argparse.Namespace) -> int:
     finally:
         reporter.close()
     if args.json:
-        print(json.dumps(vars(result)))
+        print(_dumps(vars(result)))
     else:
         _print_flush(result)
     return 0 if not result.error else 1
@@ -477,7 +483,7 @@ def run_budget(args: argparse.Namespace) -> int:
     finally:
         ledger.close()
     if args.json:
-        print(json.dumps(info))
+        print(_dumps(info))
     else:
         for key, value in info.items():
             if key != "household":
@@ -503,7 +509,7 @@ def run_household_create(args: argparse.Namespace) -> int:
         args.code_out.write_text(code + "\n")
     shown = None if args.code_out is not None else code
     if args.json:
-        print(json.dumps({"household": status, "code": shown, "code_file": _str(args.code_out)}))
+        print(_dumps({"household": status, "code": shown, "code_file": _str(args.code_out)}))
         return 0
     print(
         f"created a household in {args.state}: cap epsilon {terms.epsilon_cap:g}, rho "
@@ -534,7 +540,7 @@ def run_household_join(args: argparse.Namespace) -> int:
     with Household.enrol(args.state, terms, "joined") as household:
         status = household.status()
     if args.json:
-        print(json.dumps({"household": status}))
+        print(_dumps({"household": status}))
     else:
         print(
             f"{args.state} joined the household: cap epsilon {terms.epsilon_cap:g}, rho "
@@ -570,7 +576,7 @@ def run_install_survey(args: argparse.Namespace) -> int:
     state = "installed" if changed else "already installed"
     digests = {q.id: q.digest.hex() for q in survey.questions}
     if args.json:
-        print(json.dumps({"survey": survey.id, "installed": changed, "digests": digests}))
+        print(_dumps({"survey": survey.id, "installed": changed, "digests": digests}))
     else:
         print(f"{state} survey {survey.id} ({len(survey.questions)} questions) in {args.state}")
     return 0
@@ -600,7 +606,7 @@ def run_surveys(args: argparse.Namespace) -> int:
         for c in cached
     ]
     if args.json:
-        print(json.dumps(rows))
+        print(_dumps(rows))
     elif not rows:
         print(f"no survey definitions cached in {args.state}")
     for row in [] if args.json else rows:
@@ -620,7 +626,7 @@ def run_device_key(args: argparse.Namespace) -> int:
     if args.out:
         args.out.write_text(pem)
     if args.json:
-        print(json.dumps({"device_id": key.device_id, "public_key_pem": pem}))
+        print(_dumps({"device_id": key.device_id, "public_key_pem": pem}))
     else:
         print(f"device id: {key.device_id}")
         if not args.out:
