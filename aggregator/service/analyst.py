@@ -17,18 +17,15 @@ import numpy as np
 from aggregator.errors import (
     ClusteredReportsError,
     IncompatibleHistogramsError,
-    InsufficientDataError,
-    InvalidInputError,
 )
 from aggregator.service import confirm_rpcs, design_rpc, monitor_rpc, release
 from aggregator.service.analysis import (
     AnalysisExecutor,
-    AnalysisRefusedError,
-    AnalysisStoppedError,
     analysis_cost,
     call_stats_kw,
     caller_of,
 )
+from aggregator.service.analyst_answers import analysed, test_response
 from aggregator.service.answers import shortened
 from aggregator.service.rejections import abort, status_of
 from aggregator.service.store_api import AnalysisStore
@@ -40,12 +37,11 @@ from aggregator.survey_file.groups import (
     group_name,
     two_sample_request_problem,
 )
-from client.device.transport import RETRY_AFTER_KEY
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 if TYPE_CHECKING:
-    from aggregator.stats.result import TestResult
+    pass
 
 #: Trailing metadata of a read of a survey with a group label that pools every group.
 POOLED_METADATA = ("ldp-groups", "pooled")
@@ -256,46 +252,3 @@ def _calibration(request) -> dict:
     """The calibration and seed arguments of a test request ("auto" when unset)."""
     seed = request.seed if request.HasField("seed") else None
     return {"calibration": request.calibration or "auto", "rng": seed}
-
-
-async def analysed(context, work):
-    """Await ``work`` (an analysis on the executor): a refusal by the analysis limits is
-    RESOURCE_EXHAUSTED (with the ``retry-after-ms`` trailer when waiting can help), an analysis
-    stopped by its deadline DEADLINE_EXCEEDED, user errors specific status codes."""
-    try:
-        return await work
-    except AnalysisRefusedError as exc:
-        hint = () if exc.retry_after_ms is None else ((RETRY_AFTER_KEY, str(exc.retry_after_ms)),)
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), trailing_metadata=hint)
-    except AnalysisStoppedError as exc:
-        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
-    except InsufficientDataError as exc:
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-    except (InvalidInputError, ValueError) as exc:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-
-
-def test_response(result: TestResult) -> ldp_pb2.TestResponse:
-    message = ldp_pb2.TestResponse(
-        statistic=result.statistic,
-        pvalue=result.pvalue,
-        method=result.method,
-        n=result.n,
-        alpha=result.alpha,
-        reject=result.reject,
-        inconclusive=result.inconclusive,
-        reason=result.reason,
-        expected=result.expected,
-        observed=result.observed,
-        mechanism=result.mechanism,
-        calibration=result.calibration,
-        calibration_reason=result.calibration_reason,
-    )
-    if result.dof is not None:
-        message.dof = result.dof
-    if result.n_draws is not None:
-        message.n_draws = result.n_draws
-    return message
-
-
-test_response.__test__ = False  # type: ignore[attr-defined]  # not a pytest test

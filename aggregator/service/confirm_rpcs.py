@@ -20,6 +20,7 @@ import grpc
 
 from aggregator.errors import ConfirmationError
 from aggregator.service.analysis import AnalysisExecutor, caller_of
+from aggregator.service.analyst_answers import analysed
 from aggregator.service.answers import shortened
 from aggregator.service.rejections import abort
 from aggregator.service.store_api import AnalysisStore
@@ -74,7 +75,6 @@ async def answered(context, work):
     a state that kept changing under a seal or query ABORTED (try again), a busy or unreachable
     store UNAVAILABLE with a retry hint, the analysis limits and user errors as
     analyst.analysed says."""
-    from aggregator.service.analyst import analysed
 
     try:
         return await analysed(context, work)

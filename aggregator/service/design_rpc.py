@@ -19,6 +19,7 @@ import numpy as np
 from aggregator.design_answers import DesignEstimateAnswer, design_estimate_answer, design_test
 from aggregator.design_data import DesignData
 from aggregator.service.analysis import caller_of
+from aggregator.service.analyst_answers import analysed, test_response
 from aggregator.service.rejections import abort
 from aggregator.service.store_api import ReleasesDesigns
 from aggregator.survey_file.design import SamplingFrame
@@ -38,7 +39,6 @@ MAX_REPLICATES = 10_000
 
 async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateResponse:
     """The design-based estimate of the released design rows."""
-    from aggregator.service.analyst import analysed
 
     variance, replicates, seed, _ = await _options(context, request.design)
     data = await _released_design(
@@ -122,7 +122,6 @@ async def _tested(
 ) -> ldp_pb2.TestResponse:
     """design_answers.design_test in a worker process, admitted for the caller; its result as a
     TestResponse with the design's fields."""
-    from aggregator.service.analyst import analysed, test_response
 
     executor = servicer.executor
 
@@ -179,7 +178,6 @@ async def _released_design(
     after the release and its checks (for a ``test``: those of a test). FAILED_PRECONDITION
     for a survey without a design, a store that keeps no design statistics, or a release older
     than design snapshots."""
-    from aggregator.service.analyst import analysed
 
     survey = servicer._surveys.get(survey_id)
     if survey is not None and not isinstance(survey.design, SamplingFrame):

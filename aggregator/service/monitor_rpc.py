@@ -22,6 +22,7 @@ import numpy as np
 from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
 from aggregator.service.analysis import caller_of
+from aggregator.service.analyst_answers import analysed
 from aggregator.stats.anytime.names import ANALYSES, SEQUENCES_ONLY
 from aggregator.store import release_history
 from aggregator.survey_file.groups import two_sample_request_problem
@@ -41,7 +42,6 @@ CACHED_MONITORS = 256
 
 async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorResponse:
     """Answer one MonitorRequest (status codes: docs/wire.md §8.8)."""
-    from aggregator.service.analyst import analysed
 
     analysis = request.analysis or "frequencies"
     if analysis not in ANALYSES:
