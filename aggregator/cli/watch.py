@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -297,10 +299,29 @@ def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
     return look
 
 
+#: The exit status of a watch stopped by Ctrl-C (as the shell reports a SIGINT).
+INTERRUPTED = 130
+
+
 def _loop(args: argparse.Namespace, watched: list[Watched], look: Look) -> int:
-    """Refresh until --once, a fired rule (--until-stop), --timeout or Ctrl-C."""
+    """Refresh until --once, a fired rule (--until-stop), --timeout or Ctrl-C. Ctrl-C only sets
+    a flag, checked after each refresh and ending the wait between refreshes: a KeyboardInterrupt
+    raised inside a blocking gRPC call can be swallowed by grpc's completion-queue loop."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        return _refresh(args, watched, look, stop)
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        return _refresh(args, watched, look, stop)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _refresh(
+    args: argparse.Namespace, watched: list[Watched], look: Look, stop: threading.Event
+) -> int:
     started, drawn, first = time.monotonic(), 0, True
-    while True:
+    while not stop.is_set():
         try:
             answers = [_answer(look, w) for w in watched]
         except RemoteError as exc:
@@ -327,7 +348,8 @@ def _loop(args: argparse.Namespace, watched: list[Watched], look: Look) -> int:
                 print(f"no stopping rule fired in {args.timeout:g} s", file=sys.stderr)
                 return NO_STOP
             return 0
-        time.sleep(args.every)
+        stop.wait(args.every)
+    return INTERRUPTED
 
 
 def _answer(look: Look, w: Watched) -> ldp_pb2.MonitorResponse | str:
