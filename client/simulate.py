@@ -64,7 +64,13 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
         by_group = _group_truths(survey, values, truths, args.truth_for)
         rng = np.random.default_rng(args.seed)
         groups = rng.choice(len(values), size=args.devices, p=shares)
-        device_keys = rng.choice(design_keys, size=args.devices).tolist()
+        # Only a survey with a design draws keys: the draws of every other survey's answers
+        # stay those of the same --seed before design keys existed.
+        device_keys = (
+            rng.choice(design_keys, size=args.devices).tolist()
+            if survey.design is not None
+            else design_keys * args.devices
+        )
         answers = {q.id: np.zeros(args.devices, dtype=np.int64) for q in survey.questions}
         for g, value in enumerate(values):
             members = np.flatnonzero(groups == g)
