@@ -41,6 +41,7 @@ from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
 from aggregator.stats.anytime.names import ANALYSES, CONTINUE, SEQUENCES_ONLY
 from aggregator.survey_file.analyses import Analysis, check_independent, load_analyses
 from aggregator.survey_file.config import load_scores, load_surveys
+from aggregator.survey_file.design import design_refusal
 from client.survey import SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -146,6 +147,8 @@ def _survey(args: argparse.Namespace, analyst: RemoteAnalyst | None) -> SurveySp
 
 def _watched(args: argparse.Namespace, survey: SurveySpec) -> list[Watched]:
     """The --question's analysis, or the survey file's sequential analyses."""
+    if survey.design is not None:
+        raise UserError(design_refusal(survey.id))
     for group in ([args.group] if args.group else []) + list(args.groups or []):
         try:
             survey.check_group(group)

@@ -25,6 +25,7 @@ from aggregator.service.analysis import caller_of
 from aggregator.service.analyst_answers import analysed
 from aggregator.stats.anytime.names import ANALYSES, SEQUENCES_ONLY
 from aggregator.store import release_history
+from aggregator.survey_file.design import design_refusal
 from aggregator.survey_file.groups import two_sample_request_problem
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -50,6 +51,9 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             f"analysis must be one of {', '.join(ANALYSES)}, got {analysis!r}",
         )
     test = analysis not in SEQUENCES_ONLY
+    known = servicer._surveys.get(request.survey_id)
+    if known is not None and known.design is not None:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, design_refusal(known.id))
     if analysis == "two_sample":
         a = (request.survey_id, request.question_id, request.group_a)
         b = (request.survey_id, request.question_id, request.group_b)

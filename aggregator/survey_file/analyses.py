@@ -26,6 +26,7 @@ from pathlib import Path
 
 from aggregator.errors import ClusteredReportsError
 from aggregator.survey_file.config import ConfigError
+from aggregator.survey_file.design import design_refusal
 from aggregator.survey_file.null_text import NullTextError, parse_null
 from client.survey import QuestionSpec, SurveySpec
 
@@ -138,6 +139,8 @@ def parse_analysis(
         default_title += f", {groups[0]} vs {groups[1]}"
     title = entry.get("title") or default_title
     sequential, max_n = _stopping_rule(entry, where)
+    if sequential and survey.design is not None:
+        raise ConfigError(f"{where}: sequential: {design_refusal(survey.id)}")
     return Analysis(
         str(title), question.id, test, float(alpha), p0_values, groups, sequential, max_n
     )

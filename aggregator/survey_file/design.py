@@ -256,3 +256,14 @@ def _number(text: str, name: str, at: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise SurveyError(f"{at}: {name} must be a finite positive number, got {text.strip()!r}")
     return value
+
+
+def design_refusal(survey_id: str) -> str:
+    """Why a survey with a sampling design is not monitored: the sequences and e-processes treat
+    reports as a simple random sample of independent devices, which weights and clusters are not
+    (unweighted they are biased, clustered they are too narrow)."""
+    return (
+        f"survey {survey_id} declares a sampling design: anytime-valid monitoring assumes a "
+        "simple random sample of independent devices; use estimate/test --design at fixed n "
+        "(docs/monitoring.md, Limits)"
+    )
