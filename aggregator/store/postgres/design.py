@@ -16,6 +16,7 @@ import numpy as np
 import psycopg
 
 from aggregator.store.design_statistics import KeyStatistics
+from aggregator.store.postgres.log import read_reports
 from aggregator.store.report_store import STORED, ReportBatch
 from client.survey import SurveySpec
 
@@ -122,17 +123,4 @@ class Snapshot:
         side: int | None = None,
     ) -> Iterator[tuple[bytes, str, bytes, str]]:
         """(report_id, question_id, payload, group) in report_id order (a server-side cursor)."""
-        sql = "SELECT report_id, question_id, payload, group_value FROM reports"
-        sql += " WHERE survey_id = %s"
-        params: tuple[str | int, ...] = (survey_id,)
-        if question_id is not None:
-            sql += " AND question_id = %s"
-            params += (question_id,)
-        if side is not None:
-            sql += " AND side = %s"
-            params += (side,)
-        with self._conn.cursor(name="export") as cursor:
-            cursor.itersize = batch
-            cursor.execute(sql + " ORDER BY report_id", params)
-            for report_id, question, payload, group in cursor:
-                yield bytes(report_id), question, bytes(payload), group
+        return read_reports(self._conn, survey_id, question_id, batch, side)

@@ -39,6 +39,7 @@ import psycopg
 from psycopg import errors
 
 from aggregator.store.postgres import design
+from aggregator.store.postgres.log import read_reports
 from aggregator.store.postgres.schema import migrate
 from aggregator.store.report_store import (
     CONFIRMATION,
@@ -309,20 +310,8 @@ class PostgresStore:
     ) -> Iterator[tuple[bytes, str, bytes, str]]:
         """Stream (report_id, question_id, payload, group) in report_id order from one snapshot
         (a server-side cursor)."""
-        sql = "SELECT report_id, question_id, payload, group_value FROM reports"
-        sql += " WHERE survey_id = %s"
-        params: tuple[str | int, ...] = (survey_id,)
-        if question_id is not None:
-            sql += " AND question_id = %s"
-            params += (question_id,)
-        if side is not None:
-            sql += " AND side = %s"
-            params += (side,)
-        with self.transaction() as conn, conn.cursor(name="reports") as cursor:
-            cursor.itersize = batch
-            cursor.execute(sql + " ORDER BY report_id", params)
-            for report_id, question, payload, group in cursor:
-                yield bytes(report_id), question, bytes(payload), group
+        with self.transaction() as conn:
+            yield from read_reports(conn, survey_id, question_id, batch, side)
 
     # -- internals -----------------------------------------------------------------------------
 
