@@ -110,13 +110,14 @@ def test_support_counts_follow_the_exact_channel(mech: SupportMechanism) -> None
 @pytest.mark.parametrize("mech", CASES, ids=ids)
 def test_secure_randomize_follows_the_channel(mech: SupportMechanism) -> None:
     """Per true answer, each category's support frequency from the real secure randomizer is
-    rho (or 1/2) for the answer and q (or 1/2) for the others: a 99.99% binomial band."""
+    rho (or 1/2) for the answer and q (or 1/2) for the others: a binomial band at 1 - 1e-7 per
+    answer (the secure source cannot be seeded: a false alarm once in millions of CI runs)."""
     trials = 3000
     for x in (0, mech.k - 1):
         reports = np.array([mech.randomize(x, SYSTEM_RANDOM) for _ in range(trials)])
         counts = mech.support(reports).sum(axis=0)
         expected = mech.report_mean(np.eye(mech.k)[x])
-        low, high = stats.binom.interval(1 - 1e-4 / mech.k, trials, expected)
+        low, high = stats.binom.interval(1 - 1e-7 / mech.k, trials, expected)
         assert ((counts >= low) & (counts <= high)).all(), (x, counts / trials, expected)
 
 
