@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from aggregator.loader import SurveyData
+    from aggregator.analysis.survey_data import SurveyData
 
 __all__ = ["open_survey"]
 
@@ -32,7 +32,9 @@ def open_survey(
     unknown one). As on the command line, nothing is released below min_batch_size: such a
     question's ``histogram`` raises InsufficientDataError. With ``design`` (a survey with a
     sampling design) each question's ``design`` gives its design cells (docs/designs.md). See
-    :func:`aggregator.loader.open_survey`."""
-    from aggregator.loader import open_survey as load  # lazily: keeps `import aggregator` light
+    :func:`aggregator.analysis.survey_data.open_survey`."""
+    from aggregator.analysis.survey_data import (
+        open_survey as load,  # lazily: keeps `import aggregator` light
+    )
 
     return load(config, db, survey, side, group, withhold=True, design=design)

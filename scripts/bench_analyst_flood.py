@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_ingest import process_tree_cpu_seconds, start_server  # noqa: E402  (same folder)
 
-from aggregator.service.devices import DeviceRegistry  # noqa: E402
+from aggregator.service.collector.registry import DeviceRegistry  # noqa: E402
 from aggregator.survey_file.config import load_surveys  # noqa: E402
 from client.device.keys import DeviceKey  # noqa: E402
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc  # noqa: E402

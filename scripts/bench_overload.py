@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_ingest import start_server  # noqa: E402  (same folder)
 
-from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS  # noqa: E402
+from aggregator.service.collector.limits import DEFAULT_MAX_INFLIGHT_REPORTS  # noqa: E402
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc  # noqa: E402
 
 DEADLINE = 5.0  # seconds per upload, half a device's default

@@ -114,6 +114,7 @@ from privacy_audit import SeededSource  # Mersenne Twister bytes: NOT secure, di
 
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate
+from client.cli.progress import track
 from client.mechanisms import (
     FlipComponents,
     HadamardResponse,
@@ -123,7 +124,6 @@ from client.mechanisms import (
     RandomizedResponse,
     SubsetSelection,
 )
-from client.progress import track
 
 SEED = 20261121
 KS = (4, 64, 1024)

@@ -24,8 +24,8 @@ import numpy as np
 from aggregator.jobs import inputs, pipeline
 from aggregator.jobs.results import Analysis
 from aggregator.store import shards
+from client.cli.progress import bar
 from client.mechanisms import FlipComponents, RandomizedResponse
-from client.progress import bar
 from client.survey import Attribute, SurveySpec, build_question
 from protos.ldp.v1 import ldp_pb2
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate, goodness_of_fit, independence
+from client.cli.progress import track
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -36,7 +37,6 @@ from client.mechanisms import (
     OptimizedUnaryEncoding,
     RandomizedResponse,
 )
-from client.progress import track
 
 EPSILON, RHO, N_HIST, SEED = 1.0, 0.5, 10**6, 20261121
 SCALE = {"µs": 1e6, "ms": 1e3, "M reports/s": 1e-6, "hist/s": 1.0}

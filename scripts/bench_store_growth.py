@@ -5,7 +5,8 @@ plain append-only SQLite table written with the same rows and commit size in the
 Why: a log keyed by random report ids lands every insert on a random page of its B-tree, so once
 it is large each report dirties a page of its own. The store now appends its log in ``seq`` order
 (random places within blocks of 4,096) and keeps the duplicate check in memory
-(aggregator/store/id_index.py); this script shows whether its rate stays flat as a long-running
+(aggregator/store/sqlite/id_index.py); this script shows whether its rate stays flat as a
+long-running
 study's log grows, against the rate of a table that only appends (the ceiling for these rows on
 this machine).
 
@@ -41,8 +42,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aggregator.store.report_store import ReportBatch, ReportStore  # noqa: E402
-from client.progress import bar  # noqa: E402
+from aggregator.store.sqlite.report_store import ReportBatch, ReportStore  # noqa: E402
+from client.cli.progress import bar  # noqa: E402
 
 K = 4
 COMMIT = 2000  # the store's default max_batch: reports per group commit when the queue is full

@@ -8,7 +8,7 @@ Expected outcomes are only the documented typed errors: ``DecodeError`` from pro
 else is a finding: another exception, ``validate`` and ``validate_batch`` disagreeing, an accepted
 contribution outside the mechanism's range, or an accepted payload that does not re-encode to the
 same bytes. libFuzzer then stops and writes the input to ``crash-<sha1>``; commit it to
-tests/fuzz_corpus/ (tests/test_fuzz_ingest_script.py replays every file there).
+tests/fuzz_corpus/ (tests/scripts/test_fuzz_ingest_script.py replays every file there).
 
 The first input byte picks the target (0: upload, 1: shard file, 2: mechanism decode); the rest is
 the target's input, so the seeds are plain serialized requests and shards.
@@ -36,7 +36,7 @@ import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from aggregator.service.rejections import status_of
+from aggregator.service.collector.rejections import status_of
 from aggregator.store import ingest, shards
 from aggregator.store.ingest import Rejection, ReportRejectedError
 from client.mechanisms import (

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 try:
-    from aggregator.service.pki import write_pki
+    from aggregator.service.server.pki import write_pki
 except ModuleNotFoundError as missing:  # run by a Python without the project installed
     package = "ldp-survey" if (missing.name or "").startswith("aggregator") else missing.name
     sys.exit(

@@ -13,7 +13,7 @@ larger numbers).
     python scripts/gen_test_vectors.py            # rewrite the committed file
     python scripts/gen_test_vectors.py --check    # exit 1 if the committed file is stale
 
-tests/test_wire_vectors.py runs the same comparison, so a change of a sampler, an encoding or
+tests/wire/test_wire_vectors.py runs the same comparison, so a change of a sampler, an encoding or
 the signed bytes fails the build until the vectors are regenerated (and the change is deliberate).
 """
 

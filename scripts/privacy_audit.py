@@ -16,7 +16,8 @@ choice does not bias the bound. Gaussian noise is rho-zCDP; it is audited as
 
 Randomization goes through each mechanism's real ``randomize`` (the secure integer samplers); only
 the entropy comes from a seeded byte stream instead of ``os.urandom``, so an audit is reproducible.
-tests/test_privacy_audit.py runs the audits in CI, including deliberately broken randomizers that
+tests/mechanisms/test_privacy_audit.py runs the audits in CI, including deliberately broken
+randomizers that
 the audit must catch. Print the table of docs/privacy-audit.md with::
 
     python scripts/privacy_audit.py [--trials 20000] [--additive-trials 8000]
@@ -34,6 +35,7 @@ from itertools import permutations
 import numpy as np
 from scipy import stats
 
+from client.cli.progress import track
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -47,7 +49,6 @@ from client.mechanisms import (
     SubsetSelection,
 )
 from client.mechanisms.secure_random import SecureRandom
-from client.progress import track
 
 CONFIDENCE = 0.999
 DELTA = 1e-5  # for the (epsilon, delta) reading of zCDP

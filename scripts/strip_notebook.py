@@ -1,5 +1,5 @@
 """Strip a notebook's outputs, execution counts and run metadata, so that git holds only its
-source (docs/examples/*.ipynb are executed by tests/test_notebook.py, never committed run).
+source (docs/examples/*.ipynb are executed by tests/project/test_notebook.py, never committed run).
 
 Usage: python scripts/strip_notebook.py NOTEBOOK...       strip in place
        python scripts/strip_notebook.py --check NOTEBOOK  exit 1 if any is not stripped

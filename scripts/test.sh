@@ -3,7 +3,7 @@
 #
 #   scripts/test.sh              the full tier: every test (what CI runs)
 #   scripts/test.sh --fast       the fast tier: every test not marked `slow` (docs/testing.md)
-#   scripts/test.sh tests/test_cli.py -k flow -n 0    other arguments go to pytest
+#   scripts/test.sh tests/cli/test_cli.py -k flow -n 0    other arguments go to pytest
 #
 # Tests run in $LDP_TEST_WORKERS pytest-xdist processes (default: auto, one per core), a test
 # file per process; `-n 0` on the command line runs them in this one.

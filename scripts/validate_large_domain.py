@@ -244,7 +244,7 @@ def section(rows: list[dict]) -> str:
         "needs; binomial moves; `client/mechanisms/subset.py`), OLH hashes every simulated "
         "report at every category with the real 3-wise independent polynomials, by finite "
         "differences in uint32 (`local_hashing.support_sums`). Exactness is tested in "
-        "`tests/test_large_domain_samplers.py` (SS: the enumerated law of 2-4 reports and "
+        "`tests/stats/test_large_domain_samplers.py` (SS: the enumerated law of 2-4 reports and "
         "per-report simulation; OLH: equal to the hash polynomials bit for bit). OLH's exact "
         "null stays O(n k) per draw (a report's support is a 3-wise independent hash of all k "
         "categories, and no smaller statistic carries it), so at k = 4,096 OLH is validated with "

@@ -62,6 +62,7 @@ from aggregator.stats.studies import (
     two_sample_rate,
     zipf,
 )
+from client.cli.progress import track
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -73,7 +74,6 @@ from client.mechanisms import (
     RandomizedResponse,
     SubsetSelection,
 )
-from client.progress import track
 
 ALPHA = 0.05
 UNIFORM4 = np.full(4, 0.25)

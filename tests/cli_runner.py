@@ -12,7 +12,7 @@ Nothing leaks into the next run or test: the root logger's handlers and level, `
 
 Keep a real process where the test is about the process: the console script, signals, a closed
 output pipe, gRPC's own C-core log lines (GRPC_VERBOSITY is read once per process), and a few
-"one line on stderr, no traceback" checks end to end (tests/test_cli.py).
+"one line on stderr, no traceback" checks end to end (tests/cli/test_cli.py).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ MODULES = {
     "agg": "aggregator.cli",
     "aggregator": "aggregator.cli",
     "aggregator.cli": "aggregator.cli",
-    "client": "client.cli",
-    "client.cli": "client.cli",
+    "client": "client.cli.main",
+    "client.cli": "client.cli.main",
 }
 #: Warnings a fresh interpreter does not show (Python's default filters outside ``__main__``).
 _HIDDEN_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)

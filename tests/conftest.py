@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from aggregator.service import pki as pki_builder
-from aggregator.service.app import RunningServer, start_server
+from aggregator.service.server import pki as pki_builder
+from aggregator.service.server.app import RunningServer, start_server
 from aggregator.survey_file.config import load_limits, load_surveys
 
 SURVEYS_TOML = """

@@ -53,10 +53,10 @@ from aggregator.cli import (
 )
 from aggregator.cli.common import PROG, UserError, fail
 from aggregator.errors import LdpError
-from aggregator.store.report_store import StoreError
+from aggregator.store.sqlite.report_store import StoreError
 from aggregator.survey_file.config import ConfigError
 from client import __version__
-from client.cli_parsing import DefaultsFormatter, OneLineParser, reader_went_away
+from client.cli.parsing import DefaultsFormatter, OneLineParser, reader_went_away
 
 #: The command groups, in the order ``ldp-aggregator --help`` lists their commands.
 COMMAND_GROUPS = (

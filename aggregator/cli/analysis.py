@@ -30,7 +30,7 @@ from aggregator.survey_file.analyses import EXPLORATORY
 if TYPE_CHECKING:
     from aggregator.stats.estimate import Estimate
 
-METHOD_HELP = (  # tests/test_labels_and_cost.py holds it against the statistics' method tables
+METHOD_HELP = (  # tests/cli/test_labels_and_cost.py holds it against the statistics' method tables
     "test method; default: the first one of the question's mechanism (t1, t2 are the "
     "large-domain U-statistics of docs/calibration.md). gof: "
     "randomized_response: pearson, t2; flip_components: projected, nonprojected, t1; gaussian: "

@@ -1,5 +1,5 @@
 """``analyst-token add|list|revoke``: the hashed bearer tokens ``serve --analyst-tokens`` checks
-Analyst callers against (aggregator/service/analyst_tokens.py, docs/operations.md)."""
+Analyst callers against (aggregator/service/analyst/tokens.py, docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from aggregator.cli.common import Subcommands, UserError, add_command
-from aggregator.service import analyst_tokens
+from aggregator.service.analyst import tokens as analyst_tokens
 
 
 def add_commands(subparsers: Subcommands) -> None:

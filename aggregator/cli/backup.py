@@ -53,7 +53,7 @@ def add_commands(subparsers: Subcommands) -> None:
 
 
 def run_backup(args: argparse.Namespace) -> int:
-    from aggregator.store.backup import backup
+    from aggregator.store.sqlite.backup import backup
 
     manifest = backup(args.db, args.out, SIDECAR_SUFFIXES, args.key)
     if args.json:
@@ -67,7 +67,7 @@ def run_backup(args: argparse.Namespace) -> int:
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    from aggregator.store.backup import restore
+    from aggregator.store.sqlite.backup import restore
 
     manifest = restore(args.source, args.db, args.force, args.key, args.allow_unauthenticated)
     if args.json:

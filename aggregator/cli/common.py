@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from aggregator.analysis.survey_data import below_release
 from aggregator.histogram import Histogram
-from aggregator.loader import below_release
 from aggregator.remote import (
     AnalystCredentials,
     NotReleasedError,
@@ -26,12 +26,12 @@ from aggregator.remote import (
 )
 from aggregator.store import confirmations, definitions, ingest
 from aggregator.store.ingest import ReportRejectedError
-from aggregator.store.reader import StoreReader
-from aggregator.store.report_store import ReportStore
+from aggregator.store.sqlite.reader import StoreReader
+from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.analyses import check_independent
 from aggregator.survey_file.config import load_surveys
 from aggregator.survey_file.null_text import NullTextError, parse_null
-from client.cli_parsing import DefaultsFormatter
+from client.cli.parsing import DefaultsFormatter
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 

@@ -28,14 +28,14 @@ from aggregator.errors import InsufficientDataError
 from aggregator.remote import NotReleasedError
 from aggregator.store import confirmations, ingest
 from aggregator.store.ingest import ReportRejectedError
-from aggregator.store.report_store import ReportStore
+from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
 from client.survey import SurveySpec
 
 if TYPE_CHECKING:
     from aggregator.confirm.plan import Plan
     from aggregator.remote import RemoteAnalyst
-    from aggregator.store.lock import StoreLock
+    from aggregator.store.sqlite.lock import StoreLock
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -77,7 +77,7 @@ def _open_for_writing(
 ) -> tuple[dict[str, SurveySpec], SurveySpec, ReportStore, StoreLock]:
     """The survey, and the store opened for writing under the server's lock (a running server
     must be used through its Analyst RPCs instead: it keeps the confirmation state in memory)."""
-    from aggregator.store.lock import StoreInUseError, StoreLock
+    from aggregator.store.sqlite.lock import StoreInUseError, StoreLock
 
     surveys = load_surveys(args.config)
     survey = find_survey(surveys, args.survey, args.config)

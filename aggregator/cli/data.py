@@ -28,12 +28,12 @@ from aggregator.cli.common import (
     side_of,
 )
 from aggregator.store import confirmations, definitions, design_statistics, ingest, shards
-from aggregator.store.design_import import import_question
 from aggregator.store.ingest import ReportRejectedError
-from aggregator.store.reader import StoreReader
-from aggregator.store.report_store import CONFLICT, STORED, StoredReport
+from aggregator.store.sqlite.design_import import import_question
+from aggregator.store.sqlite.reader import StoreReader
+from aggregator.store.sqlite.report_store import CONFLICT, STORED, StoredReport
 from aggregator.survey_file.config import load_surveys
-from client.progress import bar
+from client.cli.progress import bar
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
@@ -180,7 +180,8 @@ def _import_design_survey(
     manifest: shards.Manifest,
 ) -> int:
     """Import a design survey's export one question per transaction: its reports (validated as
-    keyless: shards carry no keys) with its keys' statistics (aggregator/store/design_import.py)."""
+    keyless: shards carry no keys) with its keys' statistics
+    (aggregator/store/sqlite/design_import.py)."""
     try:
         design = shards.read_design(args.source, manifest, survey)
     except shards.ShardFormatError as exc:

@@ -12,6 +12,13 @@ from typing import TypeVar
 
 import numpy as np
 
+from aggregator.analysis.design_answers import (
+    DesignEstimateAnswer,
+    design_estimate_answer,
+    design_test,
+)
+from aggregator.analysis.design_data import DesignData, design_data_of, read_design_data
+from aggregator.analysis.survey_data import below_release
 from aggregator.cli.common import (
     UserError,
     check_source,
@@ -21,13 +28,10 @@ from aggregator.cli.common import (
     server_surveys,
     side_of,
 )
-from aggregator.design_answers import DesignEstimateAnswer, design_estimate_answer, design_test
-from aggregator.design_data import DesignData, design_data_of, read_design_data
 from aggregator.errors import InsufficientDataError, InvalidInputError
-from aggregator.loader import below_release
 from aggregator.presentation.numbers import interval, share
 from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
-from aggregator.store.reader import StoreReader
+from aggregator.store.sqlite.reader import StoreReader
 from aggregator.survey_file.config import load_surveys
 from client.survey import QuestionSpec, SurveySpec
 

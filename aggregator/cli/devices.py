@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from aggregator.cli.common import Subcommands, UserError, add_command
-from aggregator.service.devices import DeviceRegistry, DeviceRegistryError
+from aggregator.service.collector.registry import DeviceRegistry, DeviceRegistryError
 
 
 def add_commands(subparsers: Subcommands) -> None:

@@ -17,8 +17,8 @@ from aggregator.cli.common import Subcommands, UserError, add_command, add_json_
 from client.survey import MECHANISM_NAMES
 
 if TYPE_CHECKING:
-    from aggregator.planning import SequentialPlan, StudyPlan
-    from aggregator.stats.design_power import DesignEffect
+    from aggregator.planning.study import SequentialPlan, StudyPlan
+    from aggregator.stats.design.power import DesignEffect
     from client.mechanisms import Mechanism
 
 #: What --mechanism takes: one mechanism of a survey file, or all of them ranked.
@@ -152,7 +152,7 @@ def add_design_options(parser: argparse.ArgumentParser) -> None:
 def _design(args: argparse.Namespace) -> tuple[DesignEffect | None, int | None]:
     """The planned design effect from the options (None: a simple random sample)."""
     from aggregator.errors import InvalidInputError
-    from aggregator.stats.design_power import DesignEffect
+    from aggregator.stats.design.power import DesignEffect
 
     parts = (args.clustering_effect, args.weighting_effect)
     if args.deff is not None and any(p is not None for p in parts):
@@ -170,7 +170,7 @@ def _design(args: argparse.Namespace) -> tuple[DesignEffect | None, int | None]:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from aggregator.planning import (
+    from aggregator.planning.study import (
         interaction_alternative,
         plan_sequential,
         plan_study,
@@ -227,7 +227,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def run_plan_groups(args: argparse.Namespace) -> int:
-    from aggregator.group_planning import plan_groups
+    from aggregator.planning.groups import plan_groups
 
     distributions = [_numbers("--distributions", text).tolist() for text in args.distributions]
     allocation = (

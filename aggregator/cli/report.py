@@ -26,7 +26,7 @@ from aggregator.survey_file.analyses import load_analyses
 from aggregator.survey_file.config import load_surveys
 
 if TYPE_CHECKING:
-    from aggregator.loader import SurveyData
+    from aggregator.analysis.survey_data import SurveyData
     from aggregator.report.content import SurveyReport
 
 
@@ -48,7 +48,7 @@ def add_commands(subparsers: Subcommands) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from aggregator.loader import open_survey
+    from aggregator.analysis.survey_data import open_survey
 
     check_source(args)
     if args.server is None:
@@ -86,9 +86,9 @@ def _designs(data: SurveyData, confidence: float) -> dict:
     """Per released question of a survey read with its design, its design-based estimate
     (or why there is none)."""
     from aggregator.report.design import DesignSummary
-    from aggregator.stats.design_calibration import post_stratified_estimate
-    from aggregator.stats.design_estimate import design_estimate
-    from aggregator.stats.design_raking import RakingError, raked_estimate
+    from aggregator.stats.design.calibration import post_stratified_estimate
+    from aggregator.stats.design.estimate import design_estimate
+    from aggregator.stats.design.raking import RakingError, raked_estimate
 
     out = {}
     for question_id, item in data.items():

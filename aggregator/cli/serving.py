@@ -27,16 +27,16 @@ from aggregator.cli.common import (
     check_store_url,
     positive,
 )
-from aggregator.service.auth import DEFAULT_WINDOW_SECONDS
-from aggregator.service.devices import DeviceRegistry
-from aggregator.service.limits import DEFAULT_MAX_INFLIGHT_REPORTS
-from aggregator.store.reader import StoreReader
+from aggregator.service.collector.device_auth import DEFAULT_WINDOW_SECONDS
+from aggregator.service.collector.limits import DEFAULT_MAX_INFLIGHT_REPORTS
+from aggregator.service.collector.registry import DeviceRegistry
+from aggregator.store.sqlite.reader import StoreReader
 from aggregator.survey_file.config import SurveyLimits, load_limits, load_surveys
 from client.survey import SurveySpec
 
 if TYPE_CHECKING:
-    from aggregator.service.analyst_auth import AnalystAccess
-    from aggregator.service.streams import ConnectionLimits, StreamLimits
+    from aggregator.service.analyst.auth import AnalystAccess
+    from aggregator.service.collector.streams import ConnectionLimits, StreamLimits
 
 DEFAULT_PORT = 50051
 #: Why a multi-process server does not hold a signed survey's devices to one answer per question.
@@ -168,7 +168,7 @@ def _tcp_port(text: str) -> int:
 
 def _add_connection_limits(serve: argparse.ArgumentParser) -> None:
     """The per-stream and per-connection limits (docs/limits.md); defaults from their classes."""
-    from aggregator.service.streams import ConnectionLimits, StreamLimits
+    from aggregator.service.collector.streams import ConnectionLimits, StreamLimits
 
     streams, connections = StreamLimits(), ConnectionLimits()
     flags: list[tuple[str, Callable[[str], float], float, str]] = [
@@ -201,7 +201,7 @@ def _add_connection_limits(serve: argparse.ArgumentParser) -> None:
 
 def _limits_of(args: argparse.Namespace) -> tuple[StreamLimits, ConnectionLimits]:
     """The StreamLimits and ConnectionLimits of the serve flags (ValueError if not positive)."""
-    from aggregator.service.streams import ConnectionLimits, StreamLimits
+    from aggregator.service.collector.streams import ConnectionLimits, StreamLimits
 
     streams = StreamLimits(
         max_messages=args.max_stream_messages,
@@ -263,7 +263,7 @@ def _metrics_endpoint(args: argparse.Namespace) -> Iterator[None]:
     if args.metrics_port is None:
         yield
         return
-    from aggregator.service import metrics
+    from aggregator.service.server import metrics
 
     folder = metrics.prepare_multiprocess() if args.workers > 1 else None
     try:
@@ -300,7 +300,7 @@ def _run_server(
                 "is not available here"
             ) from None
         return 0
-    from aggregator.service.workers import WorkerSecurity, serve_workers
+    from aggregator.service.server.workers import WorkerSecurity, serve_workers
 
     def serving(port: int, analyst_port: int) -> None:
         what = f"{len(surveys)} survey(s) with {args.workers} worker processes"
@@ -349,8 +349,8 @@ def _analyst_listener(args: argparse.Namespace) -> tuple[str, AnalystAccess, Pat
     """(address, access, audit log) of the Analyst's listener, checked: a non-loopback address
     without analyst credentials, tokens in plaintext off loopback, or an audit log that cannot
     be written are one-line errors before anything is bound."""
-    from aggregator.service.analyst_auth import AnalystAccess, AnalystAccessError
-    from aggregator.service.audit import AuditLog, AuditLogError, default_path
+    from aggregator.service.analyst.audit import AuditLog, AuditLogError, default_path
+    from aggregator.service.analyst.auth import AnalystAccess, AnalystAccessError
 
     if args.analyst_port is None:
         args.analyst_port = args.port + 1 if args.port else 0
@@ -393,7 +393,7 @@ def _server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | No
         )
     if args.tls_cert is None or args.tls_key is None:
         raise UserError("--tls-cert and --tls-key go together")
-    from aggregator.service.tls import server_credentials
+    from aggregator.service.server.tls import server_credentials
 
     return server_credentials(args.tls_cert, args.tls_key, args.client_ca)
 
@@ -406,9 +406,9 @@ async def _serve(
     keys: dict[str, Ed25519PublicKey],
 ) -> None:
     """Serve in this process until SIGINT or SIGTERM, then drain for up to 5 seconds."""
-    from aggregator.service.app import start_server
-    from aggregator.service.metrics import PrometheusMetrics
-    from aggregator.service.observe import Observer, access_log_stream
+    from aggregator.service.server.app import start_server
+    from aggregator.service.server.metrics import PrometheusMetrics
+    from aggregator.service.server.observe import Observer, access_log_stream
 
     recorder = PrometheusMetrics() if args.metrics_port is not None else None
     running = await start_server(

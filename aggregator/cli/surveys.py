@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.cli.common import Subcommands, UserError, add_command, add_json_option, find_survey
-from aggregator.store.reader import StoreReader
+from aggregator.store.sqlite.reader import StoreReader
 from aggregator.survey_file.analyses import load_analyses
 from aggregator.survey_file.config import load_limits, load_surveys
 from aggregator.survey_file.design import SamplingFrame

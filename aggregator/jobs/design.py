@@ -15,8 +15,8 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from aggregator.design_answers import design_estimate_answer
-from aggregator.design_data import DesignData
+from aggregator.analysis.design_answers import design_estimate_answer
+from aggregator.analysis.design_data import DesignData
 from aggregator.errors import LdpError
 from aggregator.store import shards
 from aggregator.store.design_statistics import KeyStatistics

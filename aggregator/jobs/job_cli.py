@@ -19,7 +19,7 @@ from aggregator.jobs.design import DesignAnalysis
 from aggregator.jobs.results import Analysis
 from aggregator.survey_file.config import load_surveys
 from aggregator.survey_file.null_text import NullTextError, parse_null
-from client.progress import bar, shown
+from client.cli.progress import bar, shown
 from client.survey import SurveySpec
 
 log = logging.getLogger(__name__)

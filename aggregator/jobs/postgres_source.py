@@ -25,7 +25,7 @@ from psycopg import sql
 from aggregator.jobs.partial import Partial
 from aggregator.jobs.records import QuestionKey
 from aggregator.store.postgres.engine import redacted
-from aggregator.store.report_store import StoreUnavailableError
+from aggregator.store.sqlite.report_store import StoreUnavailableError
 from client.survey import SurveySpec
 
 #: Rows fetched from the server per round trip, and summed at once.

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import numpy as np
 
-from aggregator.design_answers import DesignEstimateAnswer
+from aggregator.analysis.design_answers import DesignEstimateAnswer
+from aggregator.analysis.survey_data import SIDES, QuestionData, SurveyData
 from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
-from aggregator.loader import SIDES, QuestionData, SurveyData
 from aggregator.remote.channel import AnalystCredentials, open_channel
 from aggregator.remote.errors import NotReleasedError, RemoteError, remote_error
 from aggregator.survey_file.config import ConfigError
@@ -24,7 +24,7 @@ from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 if TYPE_CHECKING:
-    from aggregator.stats.design_tests import DesignTestResult
+    from aggregator.stats.design.rao_scott import DesignTestResult
     from aggregator.stats.estimate import Estimate
     from aggregator.stats.result import TestResult
 
@@ -171,7 +171,7 @@ class RemoteAnalyst:
         self, survey: str, side: str | None = None, group: str | None = None
     ) -> SurveyData:
         """Every question of ``survey`` with its released histogram, as
-        aggregator.loader.open_survey gives them from a report store; a question below
+        aggregator.analysis.survey_data.open_survey gives them from a report store; a question below
         ``min_batch_size`` is withheld (its ``histogram`` raises InsufficientDataError with the
         server's reason; the server does not say how many reports it has). ConfigError
         for a side of a survey that is not split or a group it does not declare, as there."""
@@ -319,7 +319,7 @@ class RemoteAnalyst:
         """The Rao-Scott test ``kind`` ("gof" against ``p0``, "independence", or "homogeneity"
         of two ``groups`` of the survey's group label) of a survey with a sampling design, on
         the server from its released design rows: the design it rests on and the result."""
-        from aggregator.stats.design_tests import DesignTestResult
+        from aggregator.stats.design.rao_scott import DesignTestResult
 
         options = ldp_pb2.DesignOptions(
             variance=variance, replicates=replicates, seed=seed, correction=correction

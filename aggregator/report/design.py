@@ -11,7 +11,7 @@ from html import escape
 import numpy as np
 
 from aggregator.presentation.numbers import interval, share
-from aggregator.stats.design_estimate import DesignEstimate
+from aggregator.stats.design.estimate import DesignEstimate
 
 
 @dataclass(frozen=True)

@@ -48,43 +48,43 @@ if TYPE_CHECKING:
     from aggregator.stats.composite import (
         independence as independence,
     )
-    from aggregator.stats.design import (
-        Design as Design,
-    )
-    from aggregator.stats.design import (
-        design_cells as design_cells,
-    )
-    from aggregator.stats.design_calibration import (
+    from aggregator.stats.design.calibration import (
         PostStratified as PostStratified,
     )
-    from aggregator.stats.design_calibration import (
+    from aggregator.stats.design.calibration import (
         post_stratified_estimate as post_stratified_estimate,
     )
-    from aggregator.stats.design_estimate import (
+    from aggregator.stats.design.cells import (
+        Design as Design,
+    )
+    from aggregator.stats.design.cells import (
+        design_cells as design_cells,
+    )
+    from aggregator.stats.design.estimate import (
         DesignEstimate as DesignEstimate,
     )
-    from aggregator.stats.design_estimate import (
+    from aggregator.stats.design.estimate import (
         design_estimate as design_estimate,
     )
-    from aggregator.stats.design_power import (
+    from aggregator.stats.design.power import (
         DesignEffect as DesignEffect,
     )
-    from aggregator.stats.design_raking import (
+    from aggregator.stats.design.raking import (
         Raked as Raked,
     )
-    from aggregator.stats.design_raking import (
+    from aggregator.stats.design.raking import (
         raked_estimate as raked_estimate,
     )
-    from aggregator.stats.design_tests import (
+    from aggregator.stats.design.rao_scott import (
         DesignTestResult as DesignTestResult,
     )
-    from aggregator.stats.design_tests import (
+    from aggregator.stats.design.rao_scott import (
         design_goodness_of_fit as design_goodness_of_fit,
     )
-    from aggregator.stats.design_tests import (
+    from aggregator.stats.design.rao_scott import (
         design_independence as design_independence,
     )
-    from aggregator.stats.design_tests import (
+    from aggregator.stats.design.rao_scott import (
         design_k_sample as design_k_sample,
     )
     from aggregator.stats.estimate import (
@@ -153,25 +153,25 @@ _HOMES = {
     "sequential_homogeneity": "anytime",
     "sequential_independence": "anytime",
     "Advice": "power",
-    "Design": "design",
-    "DesignEffect": "design_power",
-    "DesignEstimate": "design_estimate",
-    "DesignTestResult": "design_tests",
+    "Design": "design.cells",
+    "DesignEffect": "design.power",
+    "DesignEstimate": "design.estimate",
+    "DesignTestResult": "design.rao_scott",
     "Estimate": "estimate",
     "FunctionModel": "models",
     "HolmResult": "multiple",
     "IndependenceModel": "models",
     "ParametricModel": "models",
-    "PostStratified": "design_calibration",
-    "Raked": "design_raking",
+    "PostStratified": "design.calibration",
+    "Raked": "design.raking",
     "TestResult": "result",
     "advise": "power",
     "composite": "composite",
-    "design_cells": "design",
-    "design_estimate": "design_estimate",
-    "design_goodness_of_fit": "design_tests",
-    "design_independence": "design_tests",
-    "design_k_sample": "design_tests",
+    "design_cells": "design.cells",
+    "design_estimate": "design.estimate",
+    "design_goodness_of_fit": "design.rao_scott",
+    "design_independence": "design.rao_scott",
+    "design_k_sample": "design.rao_scott",
     "estimate": "estimate",
     "goodness_of_fit": "gof",
     "holm": "multiple",
@@ -179,9 +179,9 @@ _HOMES = {
     "k_sample": "k_sample",
     "k_sample_power": "k_sample",
     "noncentrality": "power",
-    "post_stratified_estimate": "design_calibration",
+    "post_stratified_estimate": "design.calibration",
     "power": "power",
-    "raked_estimate": "design_raking",
+    "raked_estimate": "design.raking",
     "sample_size": "power",
     "two_sample": "two_sample",
     "two_sample_power": "two_sample",

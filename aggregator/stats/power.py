@@ -61,7 +61,7 @@ from client.mechanisms import (
 
 #: Up to this many categories the support-count Pearson power uses the exact weighted chi-square
 #: (eigendecomposition, Imhof); above, the four-cumulant law, which agrees with it within 0.002
-#: in power from k = 3 (tests/test_advisor_ranking.py) and keeps the advisor interactive.
+#: in power from k = 3 (tests/stats/test_advisor_ranking.py) and keeps the advisor interactive.
 EXACT_SUPPORT_PLAN = 0
 #: Public random halves the advisor plans T3 with (large-domain spec §3: L = 5-20).
 RAPTOR_GROUPS = 5

@@ -28,9 +28,9 @@ import numpy as np
 from aggregator.errors import ConfirmationError
 from aggregator.histogram import Histogram
 from aggregator.store.definitions import has_table
-from aggregator.store.file_kind import open_read_only
 from aggregator.store.ingest import histogram
-from aggregator.store.report_store import (
+from aggregator.store.sqlite.file_kind import open_read_only
+from aggregator.store.sqlite.report_store import (
     CONFIRMATION,
     STORE_KIND,
     StoreError,

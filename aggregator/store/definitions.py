@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
-from aggregator.store.report_store import ReportStore, StoreError
+from aggregator.store.sqlite.report_store import ReportStore, StoreError
 from client.survey import GroupLabel, QuestionSpec, SurveySpec
 
 _SCHEMA = """

@@ -1,6 +1,6 @@
 """What a store that keeps per-device limit counts for several nodes is asked and answers
 (aggregator/store/postgres/device_limits.py), without its driver: the service's UploadGuard
-(aggregator/service/limits.py) imports this on every node."""
+(aggregator/service/collector/limits.py) imports this on every node."""
 
 from __future__ import annotations
 

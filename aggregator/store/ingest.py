@@ -2,7 +2,8 @@
 each failure (:class:`Rejection`; the service maps reasons to status codes), the report's integer
 contribution, and the histogram of a question
 from its stored integer sums. Requests are validated in bulk (numpy per question), into the
-per-question :class:`~aggregator.store.report_store.ReportBatch` form the store writes without
+per-question :class:`~aggregator.store.sqlite.report_store.ReportBatch` form the store writes
+without
 building an object per report."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aggregator.histogram import Histogram
-from aggregator.store.report_store import ReportBatch, StoredReport
+from aggregator.store.sqlite.report_store import ReportBatch, StoredReport
 from client.mechanisms import ReportRangeError
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -30,7 +31,7 @@ MAX_SUPPORT_CELLS = 2**25
 
 class Rejection(enum.Enum):
     """Why a report is refused, independent of any transport (docs/wire.md §8.2 gives each its
-    status code; ``aggregator/service/rejections.py`` holds the mapping)."""
+    status code; ``aggregator/service/collector/rejections.py`` holds the mapping)."""
 
     UNKNOWN_SURVEY = "unknown survey"
     UNKNOWN_QUESTION = "unknown question"

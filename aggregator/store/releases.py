@@ -8,8 +8,8 @@ first snapshot is taken once the cell holds at least ``step`` reports (the surve
 grown by at least ``step`` reports since; every read releases the snapshot. A cell's reports
 only ever grow, so the releases of one cell are nested sets of reports, each at least ``step``
 reports larger than the one before: no difference of releases isolates fewer. Every snapshot
-moved is also appended to :mod:`aggregator.store.release_history` (the looks of monitoring),
-and its per design key rows are copied to :mod:`aggregator.store.design_releases`.
+moved is also appended to :mod:`aggregator.store.sqlite.release_history` (the looks of monitoring),
+and its per design key rows are copied to :mod:`aggregator.store.sqlite.design_releases`.
 
 :func:`release` reads the snapshots and statistics in one read transaction of its own,
 off the writer. Only when a snapshot is due does it write, in one short write transaction
@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aggregator.store import design_releases, release_history
 from aggregator.store.definitions import has_table
-from aggregator.store.file_kind import open_read_only
-from aggregator.store.report_store import STORE_KIND, read_side
+from aggregator.store.sqlite import design_releases, release_history
+from aggregator.store.sqlite.file_kind import open_read_only
+from aggregator.store.sqlite.report_store import STORE_KIND, read_side
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS releases (
     survey_id TEXT NOT NULL,

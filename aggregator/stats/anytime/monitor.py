@@ -128,5 +128,5 @@ def expected_stopping_time(
     planned alternative, looked at every ``batch`` reports: the mean of
     ``stopping.forecast_stopping`` (its median and 90% point there too), a drift-and-regret
     model of log E_n (survey-design-and-monitoring spec S.2) that the validation table and
-    tests/test_sequential_planning.py check against simulation."""
+    tests/planning/test_sequential_planning.py check against simulation."""
     return forecast_stopping(mechanism, alternative, null, alpha, batch).mean

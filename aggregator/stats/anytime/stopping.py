@@ -10,7 +10,7 @@ doubling of n, counted per look (the alternative is re-estimated once a look), a
 batch bets nothing. P(stopped by n) is the first-passage law of such a motion over
 log(1/alpha) (raised by Siegmund's 0.583 standard deviations of one batch for discrete looks),
 frozen at n. The simulation runs the real e-process on paths drawn with the mechanism's exact
-aggregate sampler; tests/test_sequential_planning.py checks one against the other.
+aggregate sampler; tests/planning/test_sequential_planning.py checks one against the other.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from aggregator.store.confirmations import (
 )
 from aggregator.store.ingest import histogram
 from aggregator.store.postgres.engine import PostgresStore, lock_confirmation_side, read_side
-from aggregator.store.report_store import CONFIRMATION
+from aggregator.store.sqlite.report_store import CONFIRMATION
 from client.survey import SurveySpec
 
 _STATE = (

@@ -17,7 +17,7 @@ import psycopg
 
 from aggregator.store.design_statistics import KeyStatistics
 from aggregator.store.postgres.log import read_reports
-from aggregator.store.report_store import STORED, ReportBatch
+from aggregator.store.sqlite.report_store import STORED, ReportBatch
 from client.survey import SurveySpec
 
 _ADD = """INSERT INTO design_statistic_shards AS s

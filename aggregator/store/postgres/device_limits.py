@@ -1,5 +1,6 @@
 """Per-device limits counted in the PostgreSQL store, so that every node enforces one cap and one
-rate per device (aggregator/service/limits.py says what the limits are; this module only keeps
+rate per device (aggregator/service/collector/limits.py says what the limits are; this module only
+keeps
 their counts).
 
 Devices are named by keyed hashes (the service's KeyPseudonyms), never by an id, certificate
@@ -24,7 +25,7 @@ import psycopg
 
 from aggregator.store.device_counts import CountKey, Rate, Refusal
 from aggregator.store.postgres.engine import PostgresStore
-from aggregator.store.report_store import StoreError
+from aggregator.store.sqlite.report_store import StoreError
 
 #: The ``node_settings`` row of the secret's fingerprint.
 SECRET_SETTING = "limits_secret_fingerprint"

@@ -1,5 +1,5 @@
 """PostgresStore: the report store's contract (ReportStore's, as the service uses it through
-aggregator/service/store_api.py) on a PostgreSQL database that any number of nodes share.
+aggregator/store/contract.py) on a PostgreSQL database that any number of nodes share.
 
 * Ack after commit: a writer thread per node takes everything queued (up to ``max_batch``
   reports, waiting at most ``max_delay`` seconds) into ONE transaction and resolves the callers'
@@ -41,7 +41,7 @@ from psycopg import errors
 from aggregator.store.postgres import design
 from aggregator.store.postgres.log import read_reports
 from aggregator.store.postgres.schema import migrate
-from aggregator.store.report_store import (
+from aggregator.store.sqlite.report_store import (
     CONFIRMATION,
     CONFLICT,
     DUPLICATE,
@@ -220,7 +220,7 @@ class PostgresStore:
 
     def analysis(self) -> PostgresAnalysis:
         """The Analyst's state in this database (releases, plans, seals, the holdout), shared
-        by every node: aggregator/service/store_api.py's AnalysisStore."""
+        by every node: aggregator/store/contract.py's AnalysisStore."""
         from aggregator.store.postgres.analysis import PostgresAnalysis
 
         return PostgresAnalysis(self)

@@ -1,0 +1,163 @@
+"""Design-based answers as both ways of reading give them: computed from a question's design
+data (``estimate --design`` on ``--db``, and the Analyst service from its released design
+rows), or rebuilt from the Analyst's reply (``--server``), so both print the same
+(docs/designs.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from aggregator.analysis.design_data import DesignData
+    from aggregator.stats.design.rao_scott import DesignTestResult
+
+
+@dataclass(frozen=True)
+class DesignEstimateAnswer:
+    """A design-based estimate of one question: per category the estimate, standard error and
+    interval, and (not for a post-stratified estimate) the design effects; which design,
+    variance method and design degrees of freedom it rests on."""
+
+    question: str
+    labels: list[str]
+    mechanism: str
+    design: str
+    variance: str
+    n: int
+    degrees_of_freedom: int
+    confidence: float
+    estimate: np.ndarray
+    standard_error: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    deff: np.ndarray | None = None  # with the two below: None for a post-stratified estimate
+    weighting_effect: np.ndarray | None = None
+    clustering_effect: np.ndarray | None = None
+    post_strata: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The JSON of ``estimate --design --json`` (and of the Beam job's design results):
+        NaN (a design effect undefined for a category) as null."""
+        head: dict[str, object] = {
+            "question": self.question,
+            "labels": self.labels,
+            "design": self.design,
+        }
+        if self.post_strata:
+            head["post_strata"] = self.post_strata
+        columns = {
+            "standard_error": self.standard_error,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+        }
+        for name in ("deff", "weighting_effect", "clustering_effect"):
+            values = getattr(self, name)
+            if values is not None:
+                columns[name] = values
+        return {
+            **head,
+            "variance": self.variance,
+            "n": self.n,
+            "degrees_of_freedom": self.degrees_of_freedom,
+            "confidence": self.confidence,
+            "estimate": _floats(self.estimate),
+            **{name: _floats(values) for name, values in columns.items()},
+        }
+
+
+def design_estimate_answer(
+    data: DesignData, variance: str, replicates: int, seed: int, confidence: float
+) -> DesignEstimateAnswer:
+    """The design-based estimate of ``data`` (post-stratified when its frame has post-strata,
+    raked when it has margins). InsufficientDataError / InvalidInputError / RakingError as the
+    statistics raise them."""
+    from aggregator.stats.design.calibration import post_stratified_estimate
+    from aggregator.stats.design.estimate import design_estimate
+    from aggregator.stats.design.raking import raked_estimate
+
+    question = data.question
+    labels, mechanism = list(question.labels), question.mechanism.describe()
+    described = data.description()
+    if data.post_strata or data.raking:
+        post = (
+            post_stratified_estimate(
+                data.cells(by_post_stratum=True), data.population(), variance, replicates, seed
+            )
+            if data.post_strata
+            else raked_estimate(data.raking_cells(), data.margins(), variance, replicates, seed)
+        )
+        low, high = post.intervals(confidence)
+        return DesignEstimateAnswer(
+            question.id,
+            labels,
+            mechanism,
+            described,
+            post.variance_method,
+            data.n,
+            post.degrees_of_freedom,
+            confidence,
+            estimate=np.asarray(post.estimate),
+            standard_error=np.asarray(post.standard_error),
+            ci_low=np.asarray(low),
+            ci_high=np.asarray(high),
+            post_strata=dict(data.frame.population),
+        )
+    est = design_estimate(data.cells(), question.mechanism, variance, replicates, seed)
+    low, high = est.intervals(confidence)
+    return DesignEstimateAnswer(
+        question.id,
+        labels,
+        mechanism,
+        described,
+        est.variance_method,
+        est.n,
+        est.degrees_of_freedom,
+        confidence,
+        estimate=est.estimate[0],
+        standard_error=est.standard_error[0],
+        ci_low=low[0],
+        ci_high=high[0],
+        deff=est.deff[0],
+        weighting_effect=np.full(len(question.labels), est.weighting_effect[0]),
+        clustering_effect=est.clustering_effect[0],
+    )
+
+
+def design_test(
+    data: DesignData,
+    kind: str,
+    p0: np.ndarray | None,
+    alpha: float,
+    correction: str,
+    variance: str,
+    replicates: int,
+    seed: int,
+) -> DesignTestResult:
+    """The Rao-Scott test ``kind`` ("gof" against ``p0``, "independence" of a two-attribute
+    question, "homogeneity" of the survey's groups) of ``data``. InvalidInputError for an
+    independence test of a question without exactly 2 attributes."""
+    from aggregator.errors import InvalidInputError
+    from aggregator.stats.design import rao_scott as design_tests
+
+    question = data.question
+    options = (correction, alpha, variance, replicates, seed)
+    if kind == "gof":
+        if p0 is None:
+            raise InvalidInputError("a goodness-of-fit test needs p0")
+        return design_tests.design_goodness_of_fit(data.cells(), question.mechanism, p0, *options)
+    if kind == "independence":
+        if len(question.shape) != 2:
+            raise InvalidInputError(f"question {question.id} does not have exactly 2 attributes")
+        rows, columns = question.shape
+        return design_tests.design_independence(
+            data.cells(), question.mechanism, rows, columns, *options
+        )
+    return design_tests.design_k_sample(data.cells(by_group=True), question.mechanism, *options)
+
+
+def _floats(values: np.ndarray) -> list[float | None]:
+    """JSON numbers, None for NaN."""
+    return [None if np.isnan(v) else float(v) for v in np.asarray(values, dtype=float)]

@@ -1,0 +1,242 @@
+"""The Analyst's design-based answers: Estimate, GoodnessOfFit, Independence and TwoSample (two
+groups of one question) with ``design`` set (docs/designs.md, docs/wire.md §8.4).
+
+A call releases as every reading RPC does (aggregator/service/analyst/release.py: the same checks,
+the
+same refusal below ``min_batch_size``, a due snapshot moves), then reads the design rows
+snapshotted with those releases (aggregator/store/sqlite/design_releases.py) and never the live per
+key
+statistics: its n is the released n, and its answer moves only when the release does. The
+analysis runs on the analysis executor like the others (an estimate on its threads, a test in a
+worker process), admitted for the caller and stopped at its deadline.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import grpc
+import numpy as np
+
+from aggregator.analysis.design_answers import (
+    DesignEstimateAnswer,
+    design_estimate_answer,
+    design_test,
+)
+from aggregator.analysis.design_data import DesignData
+from aggregator.service.analyst.answers import analysed, test_response
+from aggregator.service.analyst.execution import caller_of
+from aggregator.service.collector.rejections import abort
+from aggregator.store.contract import ReleasesDesigns
+from aggregator.survey_file.design import SamplingFrame
+from aggregator.survey_file.groups import two_sample_request_problem
+from protos.ldp.v1 import ldp_pb2
+
+if TYPE_CHECKING:
+    from aggregator.service.analyst.servicer import Analyst
+
+#: Why a PostgreSQL-backed Analyst refuses (serve --store refuses design surveys at start).
+SQLITE_ONLY = "a survey with a sampling design is served from a SQLite store"
+VARIANCES = ("linearization", "jackknife", "bootstrap")
+CORRECTIONS = ("F", "second-order", "first-order", "wald")
+#: The most bootstrap replicates one call may ask for (each recomputes the analysis).
+MAX_REPLICATES = 10_000
+
+
+async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateResponse:
+    """The design-based estimate of the released design rows."""
+
+    variance, replicates, seed, _ = await _options(context, request.design)
+    data = await _released_design(
+        servicer,
+        context,
+        request.survey_id,
+        request.question_id,
+        request.side,
+        request.group,
+        test=False,
+    )
+    confidence = request.confidence or 0.95
+    executor = servicer.executor
+
+    async def run():
+        from aggregator.stats.design.raking import RakingError
+
+        async with executor.admitted(caller_of(context)):
+            args = (data, variance, replicates, seed, confidence)
+            try:
+                return await executor.in_thread(context, design_estimate_answer, *args)
+            except RakingError as exc:  # the released sample cannot carry the margins
+                await abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+
+    return estimate_response(await analysed(context, run()))
+
+
+async def test(servicer: Analyst, request, context, kind: str) -> ldp_pb2.TestResponse:
+    """The Rao-Scott test ``kind`` ("gof" with the request's p0, or "independence")."""
+    variance, replicates, seed, correction = await _options(context, request.design)
+    data = await _released_design(
+        servicer, context, request.survey_id, request.question_id, request.side, request.group
+    )
+    p0 = np.asarray(request.p0, dtype=float) if kind == "gof" else None
+    if kind == "independence" and len(data.question.shape) != 2:
+        await context.abort(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"question {data.question.id!r} has {len(data.question.shape)} attribute(s); "
+            "independence needs exactly 2",
+        )
+    options = (request.alpha or 0.05, correction, variance, replicates, seed)
+    return await _tested(servicer, context, data, kind, p0, options)
+
+
+test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+async def two_groups(servicer: Analyst, request, context) -> ldp_pb2.TestResponse:
+    """The Rao-Scott homogeneity test of ``group_a`` and ``group_b`` of one question, each
+    group's released design rows a domain of one design."""
+    variance, replicates, seed, correction = await _options(context, request.design)
+    a = (request.survey_a, request.question_a, request.group_a)
+    b = (
+        request.survey_b or request.survey_a,
+        request.question_b or request.question_a,
+        request.group_b,
+    )
+    problem = (
+        "a design-based two-sample test compares group_a and group_b of one question"
+        if not (request.group_a and request.group_b)
+        else two_sample_request_problem(a, b)
+    )
+    if problem:
+        await abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
+    parts = [
+        await _released_design(servicer, context, request.survey_a, request.question_a, 0, group)
+        for group in (request.group_a, request.group_b)
+    ]
+    data = DesignData(
+        parts[0].question,
+        parts[0].frame,
+        parts[0].keys + parts[1].keys,
+        (request.group_a, request.group_b),
+    )
+    options = (request.alpha or 0.05, correction, variance, replicates, seed)
+    return await _tested(servicer, context, data, "homogeneity", None, options)
+
+
+async def _tested(
+    servicer: Analyst, context, data: DesignData, kind: str, p0: np.ndarray | None, options: tuple
+) -> ldp_pb2.TestResponse:
+    """design_answers.design_test in a worker process, admitted for the caller; its result as a
+    TestResponse with the design's fields."""
+
+    executor = servicer.executor
+
+    async def run():
+        async with executor.admitted(caller_of(context)):
+            return await executor.in_process(context, design_test, data, kind, p0, *options)
+
+    result = await analysed(context, run())
+    message = test_response(result)
+    message.design = data.description()
+    message.pearson = result.pearson
+    message.eigenvalues.extend(result.eigenvalues.tolist())
+    message.numerator_df = result.numerator_df
+    if result.denominator_df is not None:
+        message.denominator_df = result.denominator_df
+    message.design_df = result.design_df
+    return message
+
+
+async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, int, str]:
+    """(variance, replicates, seed, correction) of the request, defaults for the unset;
+    INVALID_ARGUMENT for a method or correction that does not exist, or too many replicates."""
+    variance = design.variance or "linearization"
+    correction = design.correction or "F"
+    if variance not in VARIANCES:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"design variance must be one of {', '.join(VARIANCES)}, got {variance!r}",
+        )
+    if correction not in CORRECTIONS:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"design correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}",
+        )
+    if design.replicates > MAX_REPLICATES:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"design replicates must be at most {MAX_REPLICATES:,}, got {design.replicates:,}",
+        )
+    return variance, design.replicates or 200, design.seed, correction
+
+
+async def _released_design(
+    servicer: Analyst,
+    context,
+    survey_id: str,
+    question_id: str,
+    side: int,
+    group: str,
+    *,
+    test: bool = True,
+) -> DesignData:
+    """The question's released design rows (of ``group``, or of every released group pooled),
+    after the release and its checks (for a ``test``: those of a test). FAILED_PRECONDITION
+    for a survey without a design, a store that keeps no design statistics, or a release older
+    than design snapshots."""
+
+    survey = servicer._surveys.get(survey_id)
+    if survey is not None and not isinstance(survey.design, SamplingFrame):
+        await context.abort(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"survey {survey.id!r} has no sampling design; ask without design",
+        )
+    question, _ = await servicer._released(context, survey_id, question_id, side, group, test=test)
+    assert survey is not None and isinstance(survey.design, SamplingFrame)  # _released checked
+    store = servicer._store
+    if not isinstance(store, ReleasesDesigns):
+        await abort(context, grpc.StatusCode.FAILED_PRECONDITION, SQLITE_ONLY)
+    side = (side or ldp_pb2.EXPLORATION) if survey.split else 0
+    label = survey.group_label
+    groups = tuple(label.values) if label is not None else ("",)
+    read = groups if label is not None and not group else (group,)
+    cells = [(survey.id, question.id, side, value) for value in read]
+    released = await analysed(
+        context, servicer.executor.in_thread(context, store.design_release, cells)
+    )
+    keys = []
+    for n, rows in released.values():
+        if sum(row.n for row in rows) != n:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{survey.id}/{question.id}: this release predates design snapshots; the "
+                f"design-based answer starts at the next release ({survey.min_batch_size} "
+                "more reports)",
+            )
+        keys += rows
+    return DesignData(question, survey.design, tuple(keys), groups)
+
+
+def estimate_response(answer: DesignEstimateAnswer) -> ldp_pb2.EstimateResponse:
+    """The EstimateResponse of a design-based estimate."""
+    message = ldp_pb2.EstimateResponse(
+        n=answer.n,
+        labels=answer.labels,
+        frequencies=answer.estimate.tolist(),
+        standard_errors=answer.standard_error.tolist(),
+        ci_low=answer.ci_low.tolist(),
+        ci_high=answer.ci_high.tolist(),
+        confidence=answer.confidence,
+        mechanism=answer.mechanism,
+        interval_method=f"design-based: t({answer.degrees_of_freedom})",
+        design=answer.design,
+        variance=answer.variance,
+        design_df=answer.degrees_of_freedom,
+        post_strata=list(answer.post_strata),
+        population=list(answer.post_strata.values()),
+    )
+    for name in ("deff", "weighting_effect", "clustering_effect"):
+        values = getattr(answer, name)
+        if values is not None:
+            getattr(message, name).extend(np.asarray(values, dtype=float).tolist())
+    return message

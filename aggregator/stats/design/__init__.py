@@ -1,0 +1,3 @@
+"""Design-based statistics of locally private reports: cells per (stratum, PSU), Hajek estimates,
+linearization and replicate variances, Rao-Scott tests, post-stratification, raking, power under
+a design effect (survey-design-and-monitoring spec)."""

@@ -1,0 +1,106 @@
+"""Design-based covariance of smooth functions of the cell totals
+(survey-design-and-monitoring spec D.2).
+
+An estimate here is ``theta(S)``, S the column sums of ``DesignCells.columns()``. Two methods:
+
+* linearization: the PSU totals of the linearized values ``z_hc = J x_hc`` (J the Jacobian of
+  theta at S), centred within their stratum, ``V = sum_h (1 - f_h) n_h / (n_h - 1)
+  sum_c (z_hc - z_h)(z_hc - z_h)^T``: the with-replacement PSU approximation, with the finite
+  population correction where the design gives one (R ``survey``'s ``svyrecvar``,
+  [Lumley2010]);
+* replicates: theta recomputed on reweighted cells, a delete-one-PSU jackknife (JKn; JK1 with one
+  stratum) or the Rao-Wu rescaled bootstrap ([Rao1988]), spread around the replicates' mean
+  (R's default, ``survey.replicates.mse = FALSE``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from aggregator.errors import InsufficientDataError, InvalidInputError
+from aggregator.stats.design.cells import DesignCells
+
+Function = Callable[[np.ndarray], np.ndarray]
+
+LINEARIZATION = "linearization"
+JACKKNIFE = "jackknife"
+BOOTSTRAP = "bootstrap"
+METHODS = (LINEARIZATION, JACKKNIFE, BOOTSTRAP)
+
+
+def covariance(
+    cells: DesignCells,
+    theta: Function,
+    jacobian: Function,
+    method: str = LINEARIZATION,
+    replicates: int = 200,
+    seed: int = 0,
+) -> np.ndarray:
+    """The design covariance of ``theta(S)`` by ``method`` (one of ``METHODS``)."""
+    columns = cells.columns()
+    _check_psus(cells)
+    if method == LINEARIZATION:
+        z = columns @ np.atleast_2d(jacobian(columns.sum(axis=0))).T
+        return linearized(cells, z)
+    if method not in METHODS:
+        raise InvalidInputError(f"variance method must be one of {', '.join(METHODS)}")
+    factors, rscales, scale = replicate_factors(cells, method, replicates, seed)
+    thetas = np.stack([np.atleast_1d(theta(f @ columns)) for f in factors])
+    centred = thetas - thetas.mean(axis=0)
+    return scale * (centred * rscales[:, None]).T @ centred
+
+
+def linearized(cells: DesignCells, z: np.ndarray) -> np.ndarray:
+    """With-replacement PSU covariance of per-cell linearized totals ``z`` (m, p)."""
+    _check_psus(cells)
+    v = np.zeros((z.shape[1], z.shape[1]))
+    psus = cells.psus_per_stratum()
+    for h in range(cells.strata_count):
+        zh = z[cells.stratum == h]
+        centred = zh - zh.mean(axis=0)
+        factor = (1 - cells.sampling_fraction[h]) * psus[h] / (psus[h] - 1)
+        v += factor * centred.T @ centred
+    return v
+
+
+def replicate_factors(
+    cells: DesignCells, method: str, replicates: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(R, m) cell multipliers, per-replicate scales and the overall scale of a method."""
+    psus = cells.psus_per_stratum()
+    m = len(cells.stratum)
+    if method == JACKKNIFE:
+        factors = np.ones((m, m))
+        rscales = np.zeros(m)
+        for c in range(m):
+            h = cells.stratum[c]
+            inside = cells.stratum == h
+            factors[c, inside] = psus[h] / (psus[h] - 1)
+            factors[c, c] = 0.0
+            rscales[c] = (psus[h] - 1) / psus[h] * (1 - cells.sampling_fraction[h])
+        return factors, rscales, 1.0
+    if replicates < 2:
+        raise InvalidInputError("the bootstrap needs at least 2 replicates")
+    rng = np.random.default_rng(seed)
+    factors = np.zeros((replicates, m))
+    for h in range(cells.strata_count):
+        members = np.flatnonzero(cells.stratum == h)
+        draws = rng.integers(0, len(members), size=(replicates, len(members) - 1))
+        chosen = np.zeros((replicates, len(members)))
+        np.add.at(chosen, (np.arange(replicates)[:, None], draws), 1.0)
+        factors[:, members] = chosen * len(members) / (len(members) - 1)
+    return factors, np.ones(replicates), 1.0 / (replicates - 1)
+
+
+def _check_psus(cells: DesignCells) -> None:
+    psus = cells.psus_per_stratum()
+    if len(psus) == 0:
+        raise InsufficientDataError("a design-based variance needs reports")
+    lonely = np.flatnonzero(psus < 2)
+    if lonely.size:
+        raise InsufficientDataError(
+            f"{lonely.size} stratum(s) with a single PSU: its variance cannot be estimated "
+            "(merge it with a neighbouring stratum)"
+        )

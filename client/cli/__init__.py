@@ -1,0 +1,1 @@
+"""ldp-client, the device's command line."""

@@ -1,0 +1,1 @@
+"""ldp-client simulate: a population of simulated devices, loaded only for it."""
