@@ -53,13 +53,13 @@ from aggregator.histogram import Histogram
 from aggregator.stats import (
     Design,
     design_cells,
+    design_estimate,
     design_goodness_of_fit,
     design_k_sample,
     goodness_of_fit,
     raked_estimate,
     two_sample,
 )
-from aggregator.stats.design import estimate as design_estimate
 from aggregator.stats.design.cells import contributions
 from aggregator.stats.design.power import DesignEffect, plan_goodness_of_fit
 from aggregator.stats.design.raking import joint_domains

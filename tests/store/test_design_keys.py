@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from aggregator.errors import InvalidInputError
-from aggregator.stats.design import estimate as design_estimate
+from aggregator.stats import design_estimate
 from aggregator.stats.design.cells import (
     Design,
     contributions,

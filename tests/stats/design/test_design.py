@@ -17,6 +17,7 @@ from aggregator.histogram import Histogram
 from aggregator.stats import (
     Design,
     design_cells,
+    design_estimate,
     design_goodness_of_fit,
     design_independence,
     design_k_sample,
@@ -24,7 +25,6 @@ from aggregator.stats import (
     post_stratified_estimate,
 )
 from aggregator.stats.channel import debiased
-from aggregator.stats.design import estimate as design_estimate
 from aggregator.stats.design.cells import contributions, indicators
 from aggregator.stats.design.simulation import TwoStageSetting
 from client.mechanisms import (
