@@ -263,7 +263,7 @@ def _metrics_endpoint(args: argparse.Namespace) -> Iterator[None]:
     if args.metrics_port is None:
         yield
         return
-    from aggregator.service.server import metrics
+    from aggregator.service.collector import metrics
 
     folder = metrics.prepare_multiprocess() if args.workers > 1 else None
     try:
@@ -406,9 +406,9 @@ async def _serve(
     keys: dict[str, Ed25519PublicKey],
 ) -> None:
     """Serve in this process until SIGINT or SIGTERM, then drain for up to 5 seconds."""
+    from aggregator.service.collector.metrics import PrometheusMetrics
+    from aggregator.service.collector.observe import Observer, access_log_stream
     from aggregator.service.server.app import start_server
-    from aggregator.service.server.metrics import PrometheusMetrics
-    from aggregator.service.server.observe import Observer, access_log_stream
 
     recorder = PrometheusMetrics() if args.metrics_port is not None else None
     running = await start_server(

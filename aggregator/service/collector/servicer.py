@@ -32,9 +32,9 @@ from aggregator.service.collector.limits import (
     UploadGuard,
     limit_key,
 )
+from aggregator.service.collector.observe import INVALID_CODES, CallOutcome, Observer
 from aggregator.service.collector.rejections import abort, status_of
 from aggregator.service.collector.streams import StreamBudget, StreamLimitError, StreamLimits
-from aggregator.service.server.observe import INVALID_CODES, CallOutcome, Observer
 from aggregator.store import ingest
 from aggregator.store.contract import Store
 from aggregator.store.ingest import REPORT_ID_BYTES, Rejection, ReportRejectedError

@@ -32,6 +32,7 @@ from aggregator.service.collector.limits import (
     SharedLimits,
     UploadGuard,
 )
+from aggregator.service.collector.observe import Observer
 from aggregator.service.collector.registry import DeviceRegistry, RegistryWatch
 from aggregator.service.collector.servicer import Collector
 from aggregator.service.collector.streams import ConnectionLimits, StreamLimits
@@ -40,7 +41,6 @@ from aggregator.service.server.handlers import (
     add_analyst_to_server,
     add_collector_to_server,
 )
-from aggregator.service.server.observe import Observer
 from aggregator.service.server.ports import ensure_port_free
 from aggregator.store import definitions
 from aggregator.store.contract import Store, analysis_of

@@ -16,9 +16,9 @@ from google.protobuf.message import DecodeError, Message
 
 from aggregator.service.analyst.servicer import Analyst
 from aggregator.service.collector.answers import released
+from aggregator.service.collector.observe import CallOutcome
 from aggregator.service.collector.servicer import Collector
 from aggregator.service.collector.streams import StreamBudget, StreamLimitError, StreamLimits
-from aggregator.service.server.observe import CallOutcome
 from protos.ldp.v1 import ldp_pb2
 
 #: The largest GetSurvey or ListSurveys request taken (a survey id is a short name).

@@ -44,11 +44,11 @@ from aggregator.service.collector.limits import (
     CapCounter,
     UploadGuard,
 )
+from aggregator.service.collector.metrics import NoMetrics, PrometheusMetrics
+from aggregator.service.collector.observe import Observer, access_log_stream
 from aggregator.service.collector.registry import DeviceRegistry, RegistryWatch
 from aggregator.service.collector.streams import ConnectionLimits, StreamLimits
 from aggregator.service.server.app import open_store, serve
-from aggregator.service.server.metrics import NoMetrics, PrometheusMetrics
-from aggregator.service.server.observe import Observer, access_log_stream
 from aggregator.service.server.ports import ensure_port_free
 from aggregator.service.server.store_link import RemoteStore, serve_link
 from aggregator.service.server.tls import server_credentials
@@ -128,9 +128,10 @@ def serve_workers(
     """Serve until SIGTERM/SIGINT with ``workers`` processes (see the module docstring).
     ``on_serving(port, analyst_port)`` runs once every worker listens. Raises WorkerError if a
     worker fails. With ``metrics``, every process records into prometheus-client's
-    multiprocess directory (:func:`aggregator.service.server.metrics.prepare_multiprocess`, called
-    before this). ``analyst`` is (address, access, audit log) of the Analyst's listener, which
-    the first worker serves (its settings are checked here first)."""
+    multiprocess directory
+    (:func:`aggregator.service.collector.metrics.prepare_multiprocess`, called before this).
+    ``analyst`` is (address, access, audit log) of the Analyst's listener, which the first worker
+    serves (its settings are checked here first)."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
     if analyst is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 SCRAPE = """
 import urllib.request
-from aggregator.service.server.metrics import PrometheusMetrics, start_exporter
+from aggregator.service.collector.metrics import PrometheusMetrics, start_exporter
 metrics = PrometheusMetrics()
 metrics.upload("Upload", "OK", 0.004)
 metrics.upload("Upload", "RESOURCE_EXHAUSTED", 0.001)
@@ -30,17 +30,17 @@ MULTIPROCESS = """
 import multiprocessing, urllib.request
 
 def worker():
-    from aggregator.service.server.metrics import PrometheusMetrics
+    from aggregator.service.collector.metrics import PrometheusMetrics
     PrometheusMetrics().reports("accepted", 5)
 
 if __name__ == "__main__":
-    from aggregator.service.server.metrics import prepare_multiprocess
+    from aggregator.service.collector.metrics import prepare_multiprocess
     prepare_multiprocess()  # in the parent, before any worker starts
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=worker) for _ in range(3)]
     for p in procs: p.start()
     for p in procs: p.join()
-    from aggregator.service.server.metrics import start_exporter
+    from aggregator.service.collector.metrics import start_exporter
     port = start_exporter("127.0.0.1", 0)
     print(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
 """
@@ -78,8 +78,8 @@ import json, os, sys, time, urllib.request
 sys.path.insert(0, {tests!r})
 import grpc
 from conftest import ServerThread
-from aggregator.service.server.metrics import PrometheusMetrics, start_exporter
-from aggregator.service.server.observe import Observer
+from aggregator.service.collector.metrics import PrometheusMetrics, start_exporter
+from aggregator.service.collector.observe import Observer
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 metrics = PrometheusMetrics(publish_every=0.2)

@@ -15,7 +15,7 @@ from typing import TextIO
 
 import grpc
 
-from aggregator.service.server.metrics import NoMetrics, Recorder
+from aggregator.service.collector.metrics import NoMetrics, Recorder
 from aggregator.store.sqlite.report_store import STORED, ReportBatch
 
 #: Codes of a refused call whose reports were invalid (the rest were refused by a limit, by
