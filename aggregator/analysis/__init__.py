@@ -1,2 +1,10 @@
 """Reading and analysing one survey, the same for the command line, the Analyst service and the
-report: a survey's data from a store, its design data and design answers."""
+report: per question its histogram and labels from a report store (``survey_data``, behind
+``aggregator.open_survey``), its per design key sums joined to the sampling frame
+(``design_data``), and the design-based answers computed from them (``design_answers``).
+
+May import ``aggregator.store``, ``aggregator.stats``, ``aggregator.survey_file``,
+``aggregator.histogram``, ``aggregator.errors`` and ``client``; never ``grpc``, ``protos``,
+``aggregator.service``, ``aggregator.remote``, ``aggregator.jobs`` or ``aggregator.cli``: a local
+read is not a remote call, so a command on ``--db`` never loads the wire.
+"""

@@ -1,1 +1,7 @@
-"""ldp-client, the device's command line."""
+"""``ldp-client``, the device's command line: submit and flush answers, budget and cost,
+selftest, device keys (``main``); its help formatter (``parsing``) and progress bars, which the
+aggregator's command line and the scripts share (``progress``).
+
+May import ``client.device``, ``client.mechanisms``, ``client.survey`` and ``protos``; loads
+``client.simulate`` only for ``ldp-client simulate``; never the aggregator.
+"""

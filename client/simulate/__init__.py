@@ -1,1 +1,7 @@
-"""ldp-client simulate: a population of simulated devices, loaded only for it."""
+"""``ldp-client simulate``: a population of simulated devices that randomize and upload like real
+ones (``population``), their true distributions (``truths``) and signing keys (``keys``). Loaded
+only for that command, so a device's own commands never pay for it.
+
+May import ``client.device``, ``client.mechanisms``, ``client.survey``, ``client.cli.progress``,
+numpy and ``protos``; never the aggregator.
+"""

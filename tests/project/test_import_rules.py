@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -24,21 +25,31 @@ ABOVE_THE_CORE = (
     "aggregator.service",
     "aggregator.store",
     "aggregator.stats",
+    "aggregator.analysis",
+    "aggregator.planning",
     "aggregator.jobs",
     "aggregator.cli",
     "aggregator.report",
     "aggregator.confirm",
-    "aggregator.planning.study",
-    "aggregator.planning.groups",
-    "aggregator.analysis.survey_data",
-    "aggregator.analysis.design_data",
-    "aggregator.analysis.design_answers",
     "aggregator.remote",
 )
+#: The engines of the report store, each beside the other under ``aggregator.store``.
+ENGINES = ("aggregator.store.sqlite", "aggregator.store.postgres")
+#: The three rooms of the service; what they share sits in ``aggregator.service`` itself.
+ROOMS = ("aggregator.service.server", "aggregator.service.collector", "aggregator.service.analyst")
 
-# (modules a rule applies to, import prefixes they must never use, why)
-RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
-    (
+
+class Rule(NamedTuple):
+    """Modules under ``subjects`` (but not under ``exempt``) never import under ``forbidden``."""
+
+    subjects: tuple[str, ...]
+    forbidden: tuple[str, ...]
+    why: str
+    exempt: tuple[str, ...] = ()
+
+
+RULES: list[Rule] = [
+    Rule(
         ("client",),
         (
             "aggregator",
@@ -51,28 +62,81 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         ),
         "the device side installs little (no aggregator extra) and never depends on the aggregator",
     ),
-    (
+    Rule(
         ("client.mechanisms",),
-        ("client.device", "client.cli", "client.survey", "grpc", "protos"),
+        ("client.device", "client.cli", "client.simulate", "client.survey", "grpc", "protos"),
         "randomizers are pure numpy: no runtime, no wire",
     ),
-    (("protos",), ("client", "aggregator"), "the wire contract depends on nothing of ours"),
-    (
-        ("aggregator.service",),
-        ("aggregator.jobs", "aggregator.cli", "apache_beam"),
-        "the service never needs Beam or the command line",
+    Rule(
+        ("client.device",),
+        ("client.cli", "client.simulate"),
+        "a device's runtime needs neither its command line nor the population simulator",
     ),
-    (
+    Rule(("protos",), ("client", "aggregator"), "the wire contract depends on nothing of ours"),
+    Rule(
+        ("aggregator.service",),
+        ("aggregator.jobs", "aggregator.cli", "aggregator.remote", "apache_beam"),
+        "the service never needs Beam, the command line or the client of another server",
+    ),
+    Rule(
+        ("aggregator.service",),
+        ROOMS,
+        "what the rooms share sits below them and knows none of them",
+        exempt=ROOMS,
+    ),
+    Rule(
+        ("aggregator.service.collector",),
+        ("aggregator.service.analyst", "aggregator.service.server"),
+        "the devices' room knows neither the analysts' room nor the server that composes both",
+    ),
+    Rule(
+        ("aggregator.service.analyst",),
+        ("aggregator.service.collector", "aggregator.service.server"),
+        "the analysts' room knows neither the devices' room nor the server that composes both",
+    ),
+    Rule(
         ("aggregator.store",),
-        ("aggregator.service", "aggregator.stats", "aggregator.jobs", "aggregator.cli", "grpc"),
+        (
+            "aggregator.service",
+            "aggregator.stats",
+            "aggregator.analysis",
+            "aggregator.planning",
+            "aggregator.report",
+            "aggregator.confirm",
+            "aggregator.remote",
+            "aggregator.jobs",
+            "aggregator.cli",
+            "grpc",
+        ),
         "the store knows reports and statistics' inputs, not who serves or analyses them, nor "
         "over which transport (validation gives reasons; the service maps them to status codes)",
     ),
-    (
+    Rule(
+        ("aggregator.store",),
+        (*ENGINES, "sqlite3", "psycopg"),
+        "the store's contract, model, errors and rules hold for every engine",
+        exempt=ENGINES,
+    ),
+    Rule(
+        ("aggregator.store.sqlite",),
+        ("aggregator.store.postgres", "psycopg"),
+        "one engine never imports the other",
+    ),
+    Rule(
+        ("aggregator.store.postgres",),
+        ("aggregator.store.sqlite", "sqlite3"),
+        "one engine never imports the other",
+    ),
+    Rule(
         ("aggregator.stats",),
         (
             "aggregator.service",
             "aggregator.store",
+            "aggregator.analysis",
+            "aggregator.planning",
+            "aggregator.report",
+            "aggregator.confirm",
+            "aggregator.remote",
             "aggregator.jobs",
             "aggregator.cli",
             "aggregator.survey_file",
@@ -80,53 +144,74 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
         ),
         "statistics read histograms only",
     ),
-    (
+    Rule(
         ("aggregator.histogram", "aggregator.errors"),
         ABOVE_THE_CORE,
         "the core types sit below every other part of the aggregator",
     ),
-    (
+    Rule(
         ("aggregator.presentation",),
         ("client", "numpy", "scipy", *ABOVE_THE_CORE),
         "formatting takes plain values, so every part can print through it",
     ),
-    (
+    Rule(
         ("aggregator.survey_file",),
         tuple(name for name in ABOVE_THE_CORE if name != "aggregator.survey_file"),
         "the survey file layer sits below every part that reads a survey file",
     ),
-    (
+    Rule(
+        ("aggregator.analysis",),
+        (
+            "aggregator.service",
+            "aggregator.remote",
+            "aggregator.jobs",
+            "aggregator.cli",
+            "grpc",
+            "protos",
+        ),
+        "reading and analysing a survey is the same for the command line, the service and the "
+        "report: a local read never loads the wire",
+    ),
+    Rule(
         ("aggregator.jobs",),
-        ("aggregator.service", "aggregator.cli", "grpc"),
+        ("aggregator.service", "aggregator.remote", "aggregator.cli", "grpc"),
         "jobs run without a server (and so without gRPC)",
     ),
-    (
+    Rule(
         ("aggregator.report",),
-        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
-        "a report renders histograms its caller loaded",
+        (
+            "aggregator.service",
+            "aggregator.store",
+            "aggregator.remote",
+            "aggregator.jobs",
+            "aggregator.cli",
+            "grpc",
+        ),
+        "a report renders what its caller read",
     ),
-    (
+    Rule(
         ("aggregator.confirm",),
         ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
         "confirmation logic works on histograms its caller loaded",
     ),
-    (
+    Rule(
         ("aggregator.remote",),
         ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
         "a running server's analyst client knows the wire, not the server's insides",
     ),
-    (
-        ("aggregator.analysis.design_answers",),
-        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli", "grpc"),
-        "a design answer is computed from design data its caller read (and rebuilt by the remote "
-        "client), so it knows neither the store nor the wire",
-    ),
-    (
-        ("aggregator.planning.study", "aggregator.planning.groups"),
-        ("aggregator.service", "aggregator.store", "aggregator.jobs", "aggregator.cli"),
+    Rule(
+        ("aggregator.planning",),
+        (
+            "aggregator.service",
+            "aggregator.store",
+            "aggregator.analysis",
+            "aggregator.remote",
+            "aggregator.jobs",
+            "aggregator.cli",
+        ),
         "planning needs no data",
     ),
-    (
+    Rule(
         (
             *(name for name in ABOVE_THE_CORE if name != "aggregator.cli"),
             "aggregator.histogram",
@@ -168,8 +253,10 @@ def violations(module: str, imports: set[str]) -> list[str]:
         return name == prefix or name.startswith(prefix + ".")
 
     broken = []
-    for subjects, forbidden, why in RULES:
+    for subjects, forbidden, why, exempt in RULES:
         if not any(under(module, subject) for subject in subjects):
+            continue
+        if any(under(module, name) for name in exempt):
             continue
         for name in sorted(imports):
             for prefix in forbidden:
@@ -195,23 +282,116 @@ def test_every_module_keeps_the_import_rules():
     assert broken == []
 
 
+#: Every package of the layout (docs/architecture.md); each ``__init__`` says what it may import.
+PACKAGES_OF_THE_LAYOUT = (
+    "client/mechanisms",
+    "client/device",
+    "client/cli",
+    "client/simulate",
+    "aggregator/service",
+    "aggregator/service/server",
+    "aggregator/service/collector",
+    "aggregator/service/analyst",
+    "aggregator/store",
+    "aggregator/store/sqlite",
+    "aggregator/store/postgres",
+    "aggregator/stats",
+    "aggregator/stats/design",
+    "aggregator/stats/anytime",
+    "aggregator/analysis",
+    "aggregator/planning",
+    "aggregator/jobs",
+    "aggregator/report",
+    "aggregator/confirm",
+    "aggregator/remote",
+    "aggregator/survey_file",
+    "aggregator/presentation",
+    "aggregator/cli",
+)
+
+#: The only modules beside the packages at the top of each distribution: the core types every
+#: part shares and the entry point.
+TOP_LEVEL_MODULES = {
+    "client": {"__init__", "survey", "budgeting"},
+    "aggregator": {"__init__", "entry", "errors", "histogram"},
+}
+
+
 def test_the_layout_has_the_documented_packages():
-    for package in (
-        "client/mechanisms",
-        "client/device",
-        "aggregator/service",
-        "aggregator/store",
-        "aggregator/stats",
-        "aggregator/jobs",
-        "aggregator/report",
-        "aggregator/confirm",
-        "aggregator/survey_file",
-        "aggregator/presentation",
-    ):
+    for package in PACKAGES_OF_THE_LAYOUT:
         init = REPO / package / "__init__.py"
         assert init.is_file(), package
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and "import" in doc, f"{package}/__init__.py must say what it may import"
+
+
+def test_no_loose_modules_at_the_top():
+    for package, allowed in TOP_LEVEL_MODULES.items():
+        found = {path.stem for path in (REPO / package).glob("*.py")}
+        assert found == allowed, f"{package}/: {sorted(found - allowed)} belong in a package"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each of our modules and the modules of ours it imports (lazy imports too); ``from p import
+    m`` names the module ``p.m`` where ``m`` is one."""
+    modules = {module_name(path): path for path in our_modules()}
+    graph = {}
+    for module, path in modules.items():
+        named = imported_modules(path.read_text(), module)
+        graph[module] = {name for name in named if name in modules and name != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles():
+    """No module reaches itself through imports, lazy ones included: every room sits on the
+    rooms below it (docs/architecture.md, "Imports")."""
+    graph = import_graph()
+    # a package's __init__ importing its own modules is how a package exports names, not a circle
+    for module in graph:
+        graph[module] = {name for name in graph[module] if not module.startswith(name + ".")}
+    assert circles(graph) == []
+
+
+def test_the_circle_check_sees_one():
+    """Control: a circle through three modules, and one through a lazy import, are found."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = {"x": imported_modules("def f():\n    import y\n", "x") & {"y"}, "y": {"x"}}
+    assert circles(graph) == [["x", "y"]]
 
 
 @pytest.mark.parametrize(
@@ -340,15 +520,14 @@ def test_the_switch_check_sees_one(source):
 #: matplotlib. The gRPC plug-ins (grpc_health, grpc_reflection) cannot be checked here: where they
 #: are installed, ``import grpc`` itself imports them, which is one reason a device must not
 #: install them; scripts/check_device_install.sh checks a real device install has none of them.
-#: ``client.simulate.population`` (the population load generator) loads only for ``ldp-client
-#: simulate``.
+#: ``client.simulate`` (the population load generator) loads only for ``ldp-client simulate``.
 FORBIDDEN = (
     "scipy",
     "aggregator",
     "apache_beam",
     "matplotlib",
     "tqdm",
-    "client.simulate.population",
+    "client.simulate",
 )
 
 CLIENT_WORKLOAD = """
@@ -365,8 +544,8 @@ for mech in (RandomizedResponse(4, 1.0), FlipComponents(4, 1.0), GaussianNoise(4
 RandomizedResponse(4, 1.0).realized_epsilon, FlipComponents(4, 1.0).realized_epsilon
 GaussianNoise(4, 8.0, granularity_bits=0).noise_variance
 import client.device.reporter, client.cli.main, client.cli.progress
-client.cli.main.build_parser().parse_args(["submit", "--server", "h:1", "--state", "s", "--survey",
-                                      "s", "--question", "q", "--index", "0"])
+client.cli.main.build_parser().parse_args(["submit", "--server", "h:1", "--state", "s",
+                                           "--survey", "s", "--question", "q", "--index", "0"])
 client.cli.progress.bar(3, "x").close()
 """
 
