@@ -234,7 +234,7 @@ def test_analyst_calls_on_the_confirmation_side_carry_the_label(tmp_path, sealed
 
 
 def test_a_two_sample_test_on_the_confirmation_side_is_labelled(tmp_path):
-    import test_group_confirm as grouped
+    import confirm.test_group_confirm as grouped
 
     config, db, plan = tmp_path / "s.toml", tmp_path / "r.sqlite", tmp_path / "plan.toml"
     config.write_text(grouped.CONFIG)
