@@ -15,6 +15,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from aggregator.analysis.monitor_answers import Look
+from aggregator.analysis.monitoring import store_look
 from aggregator.analysis.survey_data import below_release
 from aggregator.histogram import Histogram
 from aggregator.remote import (
@@ -24,6 +26,7 @@ from aggregator.remote import (
     RemoteError,
     read_token,
 )
+from aggregator.remote.monitoring import server_look
 from aggregator.store import confirmations, definitions, ingest
 from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.sqlite.reader import StoreReader
@@ -187,6 +190,17 @@ def server_surveys(
             f"{args.server}; read it with the survey file the server runs (or without --config)"
         )
     return {survey_id: local[survey_id]}
+
+
+def monitor_look(
+    args: argparse.Namespace, survey: SurveySpec, analyst: RemoteAnalyst | None
+) -> Look:
+    """How ``watch`` and the report's "as of n" section ask for a monitored analysis: the
+    server's Monitor RPC (``analyst``, from --server) or the store's release history (--db,
+    read only), on --side and --group."""
+    if analyst is not None:
+        return server_look(analyst, survey.id, args.side, args.group)
+    return store_look(args.db, args.config, survey, side_of(survey, args.side), args.group)
 
 
 def survey_definitions(args: argparse.Namespace, survey_id: str) -> dict[str, SurveySpec]:

@@ -19,6 +19,7 @@ from aggregator.cli.common import (
     add_source_options,
     check_source,
     connect,
+    monitor_look,
     server_surveys,
 )
 from aggregator.errors import InsufficientDataError, InvalidInputError
@@ -28,6 +29,8 @@ from aggregator.survey_file.config import load_surveys
 if TYPE_CHECKING:
     from aggregator.analysis.survey_data import SurveyData
     from aggregator.report.content import SurveyReport
+    from aggregator.report.sequential import SequentialSection
+    from aggregator.survey_file.analyses import Analysis
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -164,10 +167,7 @@ def _write(
     report = _withheld_by_server(report, data, by_group)
     sequential = [analysis for analysis in analyses if analysis.sequential]
     if sequential:  # the "as of n" section (aggregator/report/sequential.py)
-        from aggregator.cli.watch import report_sections
-
-        sections = report_sections(args, data.survey, sequential)
-        report = dataclasses.replace(report, sequential=sections)
+        report = dataclasses.replace(report, sequential=_sequential(args, data, sequential))
     tables = {
         section.question.id: csv_name(args.out.stem, section)
         for section in report.questions
@@ -182,6 +182,21 @@ def _write(
     beside = f"; full tables: {', '.join(tables.values())}" if tables else ""
     print(f"wrote {args.out} ({len(report.questions)} questions{beside})")
     return 0
+
+
+def _sequential(
+    args: argparse.Namespace, data: SurveyData, analyses: list[Analysis]
+) -> tuple[SequentialSection, ...]:
+    """The "as of n" sections of the declared sequential ``analyses``, from the same source as
+    the report (--server or --db), with the intervals at every look."""
+    from aggregator.report.sequential import sequential_sections
+
+    analyst = connect(args) if args.server is not None else None
+    try:
+        return sequential_sections(analyses, monitor_look(args, data.survey, analyst))
+    finally:
+        if analyst is not None:
+            analyst.close()
 
 
 def _withheld_by_server(

@@ -2,26 +2,22 @@
 
 Each refresh asks for every watched analysis at its latest look: over a running server's
 Analyst service (``--server``, the Monitor RPC) or from a report store's release history
-(``--db``, read only). The looks are the releases, so the numbers are those every other client
-sees, and looking as often as you like costs no error rate: the intervals are confidence
-sequences and the p-values anytime-valid. ``--until-stop`` exits 0 once a stopping rule fires
-(the e-value passes 1/alpha, or n reaches max_n); Ctrl-C exits 130.
+(``--db``, read only), either way as the same plain answers (aggregator/analysis/
+monitor_answers.py), which this module only draws. The looks are the releases, so the numbers
+are those every other client sees, and looking as often as you like costs no error rate: the
+intervals are confidence sequences and the p-values anytime-valid. ``--until-stop`` exits 0
+once a stopping rule fires (the e-value passes 1/alpha, or n reaches max_n); Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-import grpc
-
+from aggregator.analysis.monitor_answers import Look, MonitorAnswer, Waiting, Watched, declared
 from aggregator.cli.common import (
     Subcommands,
     UserError,
@@ -31,47 +27,21 @@ from aggregator.cli.common import (
     check_source,
     connect,
     find_survey,
+    monitor_look,
     null_distribution,
     positive,
     server_surveys,
-    side_of,
 )
-from aggregator.errors import InsufficientDataError
-from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
+from aggregator.remote import RemoteAnalyst, RemoteError
+from aggregator.remote.errors import TRANSIENT
 from aggregator.stats.anytime.names import ANALYSES, CONTINUE, SEQUENCES_ONLY
-from aggregator.survey_file.analyses import Analysis, check_independent, load_analyses
+from aggregator.survey_file.analyses import check_independent, load_analyses
 from aggregator.survey_file.config import load_scores, load_surveys
 from aggregator.survey_file.design import design_refusal
 from client.survey import SurveyError, SurveySpec
-from protos.ldp.v1 import ldp_pb2
 
-if TYPE_CHECKING:  # the report package loads SciPy: not on serve's import path
-    from aggregator.report.sequential import SequentialSection
-
-#: Status codes that mean "try again soon" while watching (not a mistake of the request).
-TRANSIENT = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-    }
-)
 #: Exit status of --timeout without a stopping rule firing.
 NO_STOP = 1
-
-
-@dataclass(frozen=True)
-class Watched:
-    """One analysis to watch: what the Monitor RPC takes."""
-
-    title: str
-    question: str
-    analysis: str
-    alpha: float = 0.05
-    p0: tuple[float, ...] | None = None
-    groups: tuple[str, str] | None = None
-    max_n: int | None = None
-    scores: tuple[float, ...] | None = None
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -125,11 +95,7 @@ def run_watch(args: argparse.Namespace) -> int:
     try:
         survey = _survey(args, analyst)
         watched = _watched(args, survey)
-        look = (
-            _server_look(args, analyst, survey.id)
-            if analyst is not None
-            else _store_look(args, survey)
-        )
+        look = monitor_look(args, survey, analyst)
         return _loop(args, watched, look)
     finally:
         if analyst is not None:
@@ -160,8 +126,8 @@ def _watched(args: argparse.Namespace, survey: SurveySpec) -> list[Watched]:
             raise UserError(f"{extra[0]} goes with --question")
         if args.config is None:
             raise UserError("give --question, or --config with the survey's sequential analyses")
-        declared = load_analyses(args.config, {survey.id: survey}).get(survey.id, [])
-        sequential = [_declared(a) for a in declared if a.sequential]
+        analyses = load_analyses(args.config, {survey.id: survey}).get(survey.id, [])
+        sequential = [declared(a) for a in analyses if a.sequential]
         if not sequential:
             raise UserError(
                 f"{args.config} declares no sequential analysis of survey {survey.id!r} "
@@ -202,41 +168,6 @@ def _scores(args: argparse.Namespace, survey_id: str, question_id: str) -> tuple
     return scores
 
 
-def _declared(analysis: Analysis) -> Watched:
-    a = analysis
-    return Watched(a.title, a.question_id, a.test, a.alpha, a.p0, a.groups, a.max_n)
-
-
-def report_sections(
-    args: argparse.Namespace, survey: SurveySpec, analyses: list[Analysis]
-) -> tuple[SequentialSection, ...]:
-    """The report's "as of n" sections of the declared sequential ``analyses``, from the same
-    source as the report (``--server`` or ``--db``), with the intervals at every look."""
-    from aggregator.report.sequential import SequentialSection
-
-    analyst = connect(args) if args.server is not None else None
-    try:
-        look = (
-            _server_look(args, analyst, survey.id)
-            if analyst is not None
-            else _store_look(args, survey)
-        )
-        sections = []
-        for analysis in analyses:
-            w = _declared(analysis)
-            try:
-                answer = look(w, True)
-            except (NotReleasedError, InsufficientDataError) as exc:
-                waiting = f"Not shown yet: {' '.join(str(exc).split())}"
-                sections.append(SequentialSection(w.title, w.analysis, waiting=waiting))
-            else:
-                sections.append(SequentialSection.from_monitor(w.title, w.analysis, answer))
-        return tuple(sections)
-    finally:
-        if analyst is not None:
-            analyst.close()
-
-
 def _question_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
     return [
         ("--p0", args.p0),
@@ -244,63 +175,6 @@ def _question_flags(args: argparse.Namespace) -> list[tuple[str, object]]:
         ("--max-n", args.max_n),
         ("--test", args.test != "frequencies"),
     ]
-
-
-#: One analysis's answer at its latest look (with the intervals at every look when asked).
-Look = Callable[[Watched, bool], ldp_pb2.MonitorResponse]
-
-
-def _server_look(args: argparse.Namespace, analyst: RemoteAnalyst, survey_id: str) -> Look:
-    def look(w: Watched, with_path: bool = False) -> ldp_pb2.MonitorResponse:
-        return analyst.monitor(
-            survey_id,
-            w.question,
-            w.analysis,
-            p0=w.p0,
-            alpha=w.alpha,
-            max_n=w.max_n,
-            side=args.side,
-            group=None if w.groups else args.group,
-            groups=w.groups,
-            with_path=with_path,
-            scores=w.scores,
-        )
-
-    return look
-
-
-def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
-    """The same answer from the store's release history (read only; nothing moves)."""
-    from aggregator.service.analyst import monitor as monitor_rpc
-    from aggregator.store import confirmations
-    from aggregator.store.sqlite import release_history
-    from aggregator.store.sqlite.reader import StoreReader
-
-    side = side_of(survey, args.side)
-    with StoreReader(args.db) as reader:
-        reader.check_definitions({survey.id: survey}, args.config)
-        confirmations.check_readable(reader.connection, survey, side)
-    cache = monitor_rpc.MonitorCache()  # each refresh continues the e-processes
-
-    def look(w: Watched, with_path: bool = False) -> ldp_pb2.MonitorResponse:
-        question = survey.question(w.question)
-        groups = list(w.groups) if w.groups else [args.group or ""]
-        streams = [monitor_rpc.cells(survey, question.id, side, g) for g in groups]
-        status = monitor_rpc.from_history(
-            functools.partial(release_history.read, str(args.db)),
-            w.analysis,
-            question,
-            streams,
-            alpha=w.alpha,
-            p0=None if w.p0 is None else list(w.p0),
-            max_n=w.max_n,
-            with_path=with_path,
-            cache=cache,
-            scores=None if w.scores is None else list(w.scores),
-        )
-        return monitor_rpc.response(status, question)
-
-    return look
 
 
 #: The exit status of a watch stopped by Ctrl-C (as the shell reports a SIGINT).
@@ -327,7 +201,7 @@ def _refresh(
     started, drawn, first = time.monotonic(), 0, True
     while not stop.is_set():
         try:
-            answers = [_answer(look, w) for w in watched]
+            answers = [look(w, False) for w in watched]
         except RemoteError as exc:
             if first or exc.code not in TRANSIENT:
                 raise
@@ -338,14 +212,14 @@ def _refresh(
             fired = [
                 (w, a)
                 for w, a in zip(watched, answers, strict=True)
-                if not isinstance(a, str) and a.decision != CONTINUE
+                if isinstance(a, MonitorAnswer) and a.decision != CONTINUE
             ]
             if args.until_stop and fired:
                 for w, a in fired:
                     print(f"stopping rule fired: {w.title}: {_why(a)}", flush=True)
                 return 0
             if args.once:
-                return 3 if any(isinstance(a, str) for a in answers) else 0
+                return 3 if any(isinstance(a, Waiting) for a in answers) else 0
         first = False
         if args.timeout is not None and time.monotonic() - started + args.every > args.timeout:
             if args.until_stop:
@@ -356,19 +230,13 @@ def _refresh(
     return INTERRUPTED
 
 
-def _answer(look: Look, w: Watched) -> ldp_pb2.MonitorResponse | str:
-    """The answer, or why nothing is released yet (a state to show, not an error)."""
-    try:
-        return look(w, False)
-    except (NotReleasedError, InsufficientDataError) as exc:
-        return f"waiting: {' '.join(str(exc).split())}"
-
-
-def _why(answer: ldp_pb2.MonitorResponse) -> str:
+def _why(answer: MonitorAnswer) -> str:
     if answer.decision == "reject":
+        test = answer.test
+        assert test is not None  # only a test rejects
         return (
-            f"reject: the e-value passed {1 / answer.alpha:g} at n = {answer.rejected_at} "
-            f"(anytime p = {answer.pvalue:.3g}, alpha = {answer.alpha:g})"
+            f"reject: the e-value passed {1 / answer.alpha:g} at n = {test.rejected_at} "
+            f"(anytime p = {test.pvalue:.3g}, alpha = {answer.alpha:g})"
         )
     return f"stop at max_n: n = {answer.n} reached max_n = {answer.max_n}"
 
@@ -386,18 +254,17 @@ HEADER = (
 )
 
 
-def _table(watched: list[Watched], answers: list) -> list[str]:
+def _table(watched: list[Watched], answers: list[MonitorAnswer | Waiting]) -> list[str]:
     """One row per category of each analysis (the test's columns on its first row); an analysis
     with nothing released yet is one line saying so."""
     rows: list[tuple[str, ...]] = [HEADER]
     waiting: dict[int, str] = {}
     for w, a in zip(watched, answers, strict=True):
-        if isinstance(a, str):
-            waiting[len(rows)] = f"{w.title}  {a}"
+        if isinstance(a, Waiting):
+            waiting[len(rows)] = f"{w.title}  waiting: {a.why}"
             rows.append(("",) * len(HEADER))
             continue
-        has_test = a.HasField("evalue")
-        test = (f"{a.evalue:.3g}", f"{a.pvalue:.3g}") if has_test else ("-", "-")
+        test = (f"{a.test.evalue:.3g}", f"{a.test.pvalue:.3g}") if a.test else ("-", "-")
         for i, label in enumerate(a.labels):
             head = (w.title, label, str(a.n)) if i == 0 else ("", label, "")
             numbers = (f"{a.estimate[i]:.3f}", f"{a.low[i]:.3f}", f"{a.high[i]:.3f}")

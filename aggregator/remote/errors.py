@@ -19,6 +19,14 @@ REQUEST_CODES = frozenset(
         grpc.StatusCode.FAILED_PRECONDITION,
     }
 )
+#: Codes that mean "try again soon" (not a mistake of the request): a watch retries them.
+TRANSIENT = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    }
+)
 #: A refusal because nothing is released yet (docs/wire.md §8.4, §8.5, §8.7): its threshold.
 _BELOW_THRESHOLD = re.compile(r"; results are released from (\d+)\b")
 

@@ -5,7 +5,8 @@ file declares, each with a plain-language sentence; on a sealed confirmation sid
 family first (docs/reports.md). Rendered as one self-contained HTML page or as Markdown.
 
 May import ``aggregator.stats``, ``aggregator.histogram``, ``aggregator.survey_file``,
-``aggregator.presentation``, ``aggregator.confirm.labels``, ``aggregator.errors`` and
+``aggregator.presentation``, ``aggregator.confirm.labels``, ``aggregator.errors``,
+``aggregator.analysis.monitor_answers`` (the plain Monitor answers of the "as of n" section) and
 ``client``; matplotlib (the ``[plot]`` extra) only in ``plots``. Never
 ``aggregator.service``, ``aggregator.store`` or ``aggregator.jobs``: the caller loads histograms.
 """

@@ -3,9 +3,9 @@ drawn over its looks (the question's releases): the confidence sequences per cat
 e-value path against 1/alpha, and a sentence saying which guarantee each number carries
 (docs/monitoring.md, docs/reports.md).
 
-The caller gives each analysis's Monitor answer (the Analyst's MonitorResponse asked
-``with_path``, or the same computed from a store's release history): this module only reads
-its fields.
+The caller gives how to ask for each analysis's answer (aggregator/analysis/monitor_answers.py:
+a Look over the Analyst's Monitor RPC or a store's release history, asked ``with_path``): this
+module only reads the plain answers.
 """
 
 from __future__ import annotations
@@ -13,10 +13,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from html import escape
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from aggregator.analysis.monitor_answers import Waiting, declared
 from aggregator.report.plots import sequence_plot
+
+if TYPE_CHECKING:
+    from aggregator.analysis.monitor_answers import Look, MonitorAnswer
+    from aggregator.survey_file.analyses import Analysis
 
 #: Looks shown in the text table at most (evenly spread, the last always among them).
 TABLE_LOOKS = 12
@@ -47,14 +53,14 @@ class SequentialSection:
     waiting: str = ""
 
     @classmethod
-    def from_monitor(cls, title: str, analysis: str, answer) -> SequentialSection:
-        """From a MonitorResponse asked ``with_path`` (duck-typed: its fields only)."""
-        looks = list(answer.looks)
-        has_test = answer.HasField("evalue")
+    def from_monitor(cls, title: str, analysis: str, answer: MonitorAnswer) -> SequentialSection:
+        """From a Monitor answer asked ``with_path``."""
+        looks = answer.looks
+        test = answer.test
         return cls(
             title,
             analysis,
-            tuple(answer.labels),
+            answer.labels,
             answer.alpha,
             answer.max_n,
             answer.n,
@@ -62,14 +68,14 @@ class SequentialSection:
             np.array([list(look.estimate) for look in looks]),
             np.array([list(look.low) for look in looks]),
             np.array([list(look.high) for look in looks]),
-            tuple(look.log_evalue for look in looks if look.HasField("log_evalue")),
-            answer.evalue if has_test else None,
-            answer.max_evalue if has_test else None,
-            answer.pvalue if has_test else None,
-            answer.rejected_at if answer.HasField("rejected_at") else None,
+            tuple(look.log_evalue for look in looks if look.log_evalue is not None),
+            test.evalue if test else None,
+            test.max_evalue if test else None,
+            test.pvalue if test else None,
+            test.rejected_at if test else None,
             answer.decision,
             answer.interval_guarantee,
-            answer.test_guarantee,
+            test.guarantee if test else "",
         )
 
     @property
@@ -114,6 +120,21 @@ class SequentialSection:
         if self.max_n:
             return f"Stopping rule: not fired; collection goes on until n reaches {self.max_n:,}."
         return "Stopping rule: none (confidence sequences only)."
+
+
+def sequential_sections(analyses: list[Analysis], look: Look) -> tuple[SequentialSection, ...]:
+    """The "as of n" sections of the declared sequential ``analyses``, each asked of ``look``
+    with the intervals at every look (the report's source: a server or a store)."""
+    sections = []
+    for analysis in analyses:
+        w = declared(analysis)
+        answer = look(w, True)
+        if isinstance(answer, Waiting):
+            waiting = f"Not shown yet: {answer.why}"
+            sections.append(SequentialSection(w.title, w.analysis, waiting=waiting))
+        else:
+            sections.append(SequentialSection.from_monitor(w.title, w.analysis, answer))
+    return tuple(sections)
 
 
 def shown_looks(count: int) -> list[int]:

@@ -4,41 +4,29 @@
 The call first releases as every reading RPC does (aggregator/service/analyst/release.py: a snapshot
 that is due moves, and is appended to the history in the same transaction), then reads the
 history of the cells it watches and computes the confidence sequence and the e-process from
-those looks alone (aggregator.stats.anytime.status). The looks are the snapshots every caller
-could have seen, so the answer is the same for every caller and reveals nothing below
-``min_batch_size``.
+those looks alone (aggregator/analysis/monitoring.py), answered as a MonitorResponse. The looks
+are the snapshots every caller could have seen, so the answer is the same for every caller and
+reveals nothing below ``min_batch_size``.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import grpc
-import numpy as np
 
-from aggregator.errors import InsufficientDataError
-from aggregator.histogram import Histogram
+from aggregator.analysis.monitor_answers import MonitorAnswer, monitor_answer
+from aggregator.analysis.monitoring import cells, from_history
 from aggregator.service.analyst.answers import analysed
 from aggregator.service.analyst.execution import caller_of
 from aggregator.stats.anytime.names import ANALYSES, SEQUENCES_ONLY
-from aggregator.store.sqlite import release_history
 from aggregator.survey_file.design import design_refusal
 from aggregator.survey_file.groups import two_sample_request_problem
-from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
-
-#: Released snapshots in release order: (cell, n, sums), as release_history.read gives them.
-History = list[tuple[release_history.Cell, int, list[int]]]
 
 if TYPE_CHECKING:
     from aggregator.service.analyst.servicer import Analyst
-    from aggregator.stats.anytime.status import Monitor, MonitorStatus
-
-#: Monitors a server keeps between calls (MonitorCache).
-CACHED_MONITORS = 256
+    from aggregator.stats.anytime.status import MonitorStatus
 
 
 async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorResponse:
@@ -113,130 +101,36 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             return await executor.in_thread(context, work)
 
     status = await analysed(context, run())
-    return response(status, question)
+    return response(monitor_answer(status, question))
 
 
-def cells(
-    survey: SurveySpec, question_id: str, side: int, group: str
-) -> list[release_history.Cell]:
-    """The cells one stream sums: the group, or every group of a pooled read."""
-    side = (side or ldp_pb2.EXPLORATION) if survey.split else 0
-    label = survey.group_label
-    values = label.values if label is not None and not group else (group,)
-    return [(survey.id, question_id, side, value) for value in values]
-
-
-def from_history(
-    read_history: Callable[[Sequence[release_history.Cell]], History],
-    analysis: str,
-    question: QuestionSpec,
-    streams: list[list[release_history.Cell]],
-    *,
-    alpha: float = 0.05,
-    p0: list[float] | None = None,
-    max_n: int | None = None,
-    with_path: bool = False,
-    cache: MonitorCache | None = None,
-    scores: list[float] | None = None,
-) -> MonitorStatus:
-    """The analysis over the streams' release history, read by ``read_history`` (blocking),
-    continuing the ``cache``'s Monitor of the same analysis when there is one. Raises
-    InsufficientDataError when no release is recorded, InvalidInputError for bad arguments."""
-    history = read_history([cell for stream in streams for cell in stream])
-    looks = release_history.looks(history, streams, question.statistic_size)
-    if not looks:  # released before the store kept a history, and not moved since
-        raise InsufficientDataError(
-            f"{question.id}: no release recorded yet; looks start at the next release"
-        )
-    histograms = [[_histogram(question, n, sums) for n, sums in look] for look in looks]
-    shape = question.table_shape
-
-    from aggregator.stats.anytime.status import Monitor  # SciPy: on the first call, not at start
-
-    def build() -> Monitor:
-        mechanisms = [question.mechanism] * len(streams)
-        return Monitor(analysis, mechanisms, alpha, p0=p0, shape=shape, max_n=max_n, scores=scores)
-
-    if cache is None:
-        return build().advance(histograms, with_path=with_path)
-    null = None if p0 is None else tuple(p0)
-    scored = None if scores is None else tuple(scores)
-    key = (scored, question.digest, analysis, tuple(map(tuple, streams)), alpha, null, max_n)
-    lock, monitor = cache.get(key, build)
-    with lock:
-        if not monitor.continues(histograms):  # not this one's continuation: restart
-            monitor = cache.replace(key, build())
-        return monitor.advance(histograms, with_path=with_path)
-
-
-class MonitorCache:
-    """Each analysis's Monitor between calls, keyed by question, cells and arguments (one cache
-    per store; the least recently used dropped beyond ``size``): a refresh with no new release
-    costs a read of the history, a new release one update of the e-process, not a rerun over
-    every look."""
-
-    def __init__(self, size: int = CACHED_MONITORS) -> None:
-        self._size = size
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple, tuple[threading.Lock, Monitor]] = OrderedDict()
-
-    def get(self, key: tuple, build: Callable[[], Monitor]) -> tuple[threading.Lock, Monitor]:
-        """The entry of ``key`` (its lock and Monitor), built on first use."""
-        with self._lock:
-            entry = self._entries.get(key)
-        if entry is None:
-            fresh = (threading.Lock(), build())  # may raise: bad arguments are not kept
-            with self._lock:
-                entry = self._entries.setdefault(key, fresh)
-        with self._lock:
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-        return entry
-
-    def replace(self, key: tuple, monitor: Monitor) -> Monitor:
-        """Put a new Monitor under ``key`` (its lock held by the caller); return it."""
-        with self._lock:
-            lock = self._entries[key][0] if key in self._entries else threading.Lock()
-            self._entries[key] = (lock, monitor)
-        return monitor
-
-
-def _histogram(question: QuestionSpec, n: int, sums: list[int]) -> Histogram:
-    values = question.mechanism.statistic_values(np.asarray(sums, dtype=np.int64))
-    return Histogram(question.mechanism, n, values, question)
-
-
-def response(status: MonitorStatus, question: QuestionSpec) -> ldp_pb2.MonitorResponse:
-    """The MonitorResponse of ``status`` (also what ``watch --db`` shows)."""
+def response(answer: MonitorAnswer) -> ldp_pb2.MonitorResponse:
+    """The MonitorResponse of ``answer``."""
     message = ldp_pb2.MonitorResponse(
-        n=status.n,
-        labels=["mean score"] if status.analysis == "mean_score" else question.labels,
-        estimate=status.estimate,
-        low=status.low,
-        high=status.high,
-        interval_guarantee=status.interval_guarantee,
-        decision=status.decision,
-        alpha=status.alpha,
-        max_n=status.max_n or 0,
+        n=answer.n,
+        labels=answer.labels,
+        estimate=answer.estimate,
+        low=answer.low,
+        high=answer.high,
+        interval_guarantee=answer.interval_guarantee,
+        decision=answer.decision,
+        alpha=answer.alpha,
+        max_n=answer.max_n,
     )
-    result = status.test
-    if result is not None:
-        message.evalue = result.evalue
-        message.max_evalue = result.max_evalue
-        message.pvalue = result.pvalue
-        message.test_guarantee = result.guarantee
-        message.method = result.method
-        if result.rejected_at is not None:
-            message.rejected_at = result.rejected_at
-    log_e = status.log_evalues
-    for i, n in enumerate(status.look_ns):
-        look = message.looks.add(n=n)
-        if i < len(log_e):
-            look.log_evalue = log_e[i]
-        if status.intervals is not None:
-            estimate, low, high = status.intervals[i]
-            look.estimate.extend(estimate)
-            look.low.extend(low)
-            look.high.extend(high)
+    test = answer.test
+    if test is not None:
+        message.evalue = test.evalue
+        message.max_evalue = test.max_evalue
+        message.pvalue = test.pvalue
+        message.test_guarantee = test.guarantee
+        message.method = test.method
+        if test.rejected_at is not None:
+            message.rejected_at = test.rejected_at
+    for look in answer.looks:
+        sent = message.looks.add(n=look.n)
+        if look.log_evalue is not None:
+            sent.log_evalue = look.log_evalue
+        sent.estimate.extend(look.estimate)
+        sent.low.extend(look.low)
+        sent.high.extend(look.high)
     return message

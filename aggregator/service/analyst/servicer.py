@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import grpc
 import numpy as np
 
+from aggregator.analysis.monitoring import MonitorCache
 from aggregator.errors import (
     ClusteredReportsError,
     IncompatibleHistogramsError,
@@ -65,7 +66,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         self._surveys = surveys
         self._store = store
         self.executor = executor or AnalysisExecutor()
-        self.monitors = monitor_rpc.MonitorCache()  # Monitor's e-processes between calls
+        self.monitors = MonitorCache()  # Monitor's e-processes between calls
 
     async def _released(
         self,
