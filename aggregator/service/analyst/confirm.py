@@ -22,8 +22,7 @@ import grpc
 from aggregator.errors import ConfirmationError
 from aggregator.service.analyst.answers import analysed
 from aggregator.service.analyst.execution import AnalysisExecutor, caller_of
-from aggregator.service.collector.answers import shortened
-from aggregator.service.collector.rejections import abort
+from aggregator.service.status import abort, shortened
 from aggregator.store import confirmations
 from aggregator.store.contract import AnalysisStore
 from aggregator.store.sqlite.report_store import StoreUnavailableError

@@ -26,7 +26,7 @@ from aggregator.analysis.design_answers import (
 from aggregator.analysis.design_data import DesignData
 from aggregator.service.analyst.answers import analysed, test_response
 from aggregator.service.analyst.execution import caller_of
-from aggregator.service.collector.rejections import abort
+from aggregator.service.status import abort
 from aggregator.store.contract import ReleasesDesigns
 from aggregator.survey_file.design import SamplingFrame
 from aggregator.survey_file.groups import two_sample_request_problem

@@ -29,8 +29,7 @@ from aggregator.service.analyst.execution import (
     call_stats_kw,
     caller_of,
 )
-from aggregator.service.collector.answers import shortened
-from aggregator.service.collector.rejections import abort, status_of
+from aggregator.service.status import abort, shortened, status_of
 from aggregator.store import ingest
 from aggregator.store.contract import AnalysisStore
 from aggregator.store.ingest import ReportRejectedError
