@@ -27,6 +27,13 @@ from aggregator.analysis.design_data import DesignData
 from aggregator.service.analyst.answers import analysed, test_response
 from aggregator.service.analyst.execution import caller_of
 from aggregator.service.status import abort
+from aggregator.stats.design.options import (
+    CORRECTIONS,
+    DEFAULT_CORRECTION,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+    VARIANCES,
+)
 from aggregator.store.contract import ReleasesDesigns
 from aggregator.survey_file.design import SamplingFrame
 from aggregator.survey_file.groups import two_sample_request_problem
@@ -37,8 +44,6 @@ if TYPE_CHECKING:
 
 #: Why a PostgreSQL-backed Analyst refuses (serve --store refuses design surveys at start).
 SQLITE_ONLY = "a survey with a sampling design is served from a SQLite store"
-VARIANCES = ("linearization", "jackknife", "bootstrap")
-CORRECTIONS = ("F", "second-order", "first-order", "wald")
 #: The most bootstrap replicates one call may ask for (each recomputes the analysis).
 MAX_REPLICATES = 10_000
 
@@ -150,8 +155,8 @@ async def _tested(
 async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, int, str]:
     """(variance, replicates, seed, correction) of the request, defaults for the unset;
     INVALID_ARGUMENT for a method or correction that does not exist, or too many replicates."""
-    variance = design.variance or "linearization"
-    correction = design.correction or "F"
+    variance = design.variance or DEFAULT_VARIANCE
+    correction = design.correction or DEFAULT_CORRECTION
     if variance not in VARIANCES:
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -167,7 +172,7 @@ async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, in
             grpc.StatusCode.INVALID_ARGUMENT,
             f"design replicates must be at most {MAX_REPLICATES:,}, got {design.replicates:,}",
         )
-    return variance, design.replicates or 200, design.seed, correction
+    return variance, design.replicates or DEFAULT_REPLICATES, design.seed, correction
 
 
 async def _released_design(
