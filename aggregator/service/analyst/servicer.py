@@ -187,10 +187,10 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        question_a, hist_a = await self._released(
+        spec_a, hist_a = await self._released(
             context, request.survey_a, request.question_a, group=request.group_a, test=True
         )
-        question_b, hist_b = await self._released(
+        spec_b, hist_b = await self._released(
             context, survey_b, question_b, group=request.group_b, test=True
         )
         names = (
@@ -198,7 +198,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             group_name(survey_b, question_b, request.group_b),
         )
         try:
-            check_same_definition(question_a, question_b, names)
+            check_same_definition(spec_a, spec_b, names)
         except IncompatibleHistogramsError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         args = (hist_a, hist_b, request.alpha or 0.05)
