@@ -3,9 +3,8 @@ check of the reading RPCs (docs/adaptive-analysis.md; status codes in docs/wire.
 
 Sealing and holdout queries read a snapshot of the confirmation side off the writer
 (AnalysisStore.confirmation_snapshot, on the analysis threads), compute their tests in an
-analysis worker process (aggregator/service/analyst/execution.py: admitted, stopped when the caller
-goes
-away), and commit the result in one short write transaction that re-checks the state
+analysis worker process (aggregator/service/analyst/execution.py: admitted, stopped when the
+caller goes away), and commit the result in one short write transaction that re-checks the state
 (compare-and-set, AnalysisStore.commit_seal / commit_holdout; aggregator/store/contract.py
 says where each engine runs it). A seal first prepares (AnalysisStore.prepare_seal: a shared
 PostgreSQL store closes the confirmation side on every node before the plan runs; SQLite's
