@@ -36,7 +36,7 @@ import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from aggregator.service.collector.rejections import status_of
+from aggregator.service.status import status_of
 from aggregator.store import ingest, shards
 from aggregator.store.ingest import Rejection, ReportRejectedError
 from client.mechanisms import (

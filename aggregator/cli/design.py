@@ -31,12 +31,17 @@ from aggregator.cli.common import (
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.presentation.numbers import interval, share
 from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
+from aggregator.stats.design.options import (
+    CORRECTIONS,
+    DEFAULT_CORRECTION,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+    VARIANCES,
+)
 from aggregator.store.sqlite.reader import StoreReader
 from aggregator.survey_file.config import load_surveys
 from client.survey import QuestionSpec, SurveySpec
 
-VARIANCES = ("linearization", "jackknife", "bootstrap")
-CORRECTIONS = ("F", "second-order", "first-order", "wald")
 T = TypeVar("T")
 
 
@@ -51,17 +56,20 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
     design.add_argument(
         "--variance",
         choices=VARIANCES,
-        default="linearization",
-        help="with --design: the variance method (default linearization)",
+        default=DEFAULT_VARIANCE,
+        help=f"with --design: the variance method (default {DEFAULT_VARIANCE})",
     )
     design.add_argument(
-        "--replicates", type=int, default=200, help="with --variance bootstrap: replicates"
+        "--replicates",
+        type=int,
+        default=DEFAULT_REPLICATES,
+        help="with --variance bootstrap: replicates",
     )
     if test:
         design.add_argument(
             "--correction",
             choices=CORRECTIONS,
-            default="F",
+            default=DEFAULT_CORRECTION,
             help="with --design: Rao-Scott second order as F (default), second-order "
             "(Satterthwaite chi-square), first-order, or the adjusted Wald F",
         )

@@ -18,7 +18,7 @@ from aggregator.cli.common import (
     positive,
     side_of,
 )
-from aggregator.cli.design import VARIANCES
+from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE, VARIANCES
 from aggregator.survey_file.config import load_surveys
 
 
@@ -77,11 +77,14 @@ def add_commands(subparsers: Subcommands) -> None:
     job.add_argument(
         "--variance",
         choices=VARIANCES,
-        default="linearization",
-        help="with --design: the variance method (default linearization)",
+        default=DEFAULT_VARIANCE,
+        help=f"with --design: the variance method (default {DEFAULT_VARIANCE})",
     )
     job.add_argument(
-        "--replicates", type=positive, default=200, help="with --design: bootstrap replicates"
+        "--replicates",
+        type=positive,
+        default=DEFAULT_REPLICATES,
+        help="with --design: bootstrap replicates",
     )
     job.add_argument(
         "--dedup",

@@ -18,6 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from aggregator.analysis.design_answers import design_estimate_answer
 from aggregator.analysis.design_data import DesignData
 from aggregator.errors import LdpError
+from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
 from aggregator.store import shards
 from aggregator.store.design_statistics import KeyStatistics
 from aggregator.store.shards import ShardFormatError
@@ -44,8 +45,8 @@ class DesignInput:
 class DesignAnalysis:
     """How to estimate: the variance method and its options, as ``estimate --design``."""
 
-    variance: str = "linearization"
-    replicates: int = 200
+    variance: str = DEFAULT_VARIANCE
+    replicates: int = DEFAULT_REPLICATES
     seed: int = 0
     confidence: float = 0.95
 

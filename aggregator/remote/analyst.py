@@ -19,6 +19,7 @@ from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.remote.channel import AnalystCredentials, open_channel
 from aggregator.remote.errors import NotReleasedError, RemoteError, remote_error
+from aggregator.stats.design.options import DEFAULT_CORRECTION, DEFAULT_REPLICATES, DEFAULT_VARIANCE
 from aggregator.survey_file.config import ConfigError
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
@@ -258,8 +259,8 @@ class RemoteAnalyst:
         question_id: str,
         confidence: float = 0.95,
         *,
-        variance: str = "linearization",
-        replicates: int = 200,
+        variance: str = DEFAULT_VARIANCE,
+        replicates: int = DEFAULT_REPLICATES,
         seed: int = 0,
         side: str | None = None,
         group: str | None = None,
@@ -307,9 +308,9 @@ class RemoteAnalyst:
         kind: str,
         p0: Sequence[float] | np.ndarray | None = None,
         alpha: float = 0.05,
-        correction: str = "F",
-        variance: str = "linearization",
-        replicates: int = 200,
+        correction: str = DEFAULT_CORRECTION,
+        variance: str = DEFAULT_VARIANCE,
+        replicates: int = DEFAULT_REPLICATES,
         seed: int = 0,
         *,
         side: str | None = None,

@@ -31,7 +31,7 @@ MAX_SUPPORT_CELLS = 2**25
 
 class Rejection(enum.Enum):
     """Why a report is refused, independent of any transport (docs/wire.md §8.2 gives each its
-    status code; ``aggregator/service/collector/rejections.py`` holds the mapping)."""
+    status code; ``aggregator/service/status.py`` holds the mapping)."""
 
     UNKNOWN_SURVEY = "unknown survey"
     UNKNOWN_QUESTION = "unknown question"

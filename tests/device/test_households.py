@@ -19,7 +19,7 @@ from cli_runner import run_cli
 from conftest import ServerThread
 
 from aggregator.errors import ClusteredReportsError
-from aggregator.service.collector.rejections import status_of
+from aggregator.service.status import status_of
 from aggregator.store import ingest
 from aggregator.store.definitions import difference
 from aggregator.store.ingest import ReportRejectedError

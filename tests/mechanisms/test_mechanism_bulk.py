@@ -10,7 +10,7 @@ import pytest
 from fuzz_support import FUZZ_SURVEYS, payload_verdict
 
 from aggregator.histogram import Histogram
-from aggregator.service.collector.rejections import status_of
+from aggregator.service.status import status_of
 from aggregator.store import ingest
 from aggregator.store.ingest import ReportRejectedError
 from client import mechanisms as m

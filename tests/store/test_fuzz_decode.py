@@ -30,7 +30,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aggregator.service.collector.rejections import status_of
+from aggregator.service.status import status_of
 from aggregator.store import ingest
 from aggregator.store.ingest import ReportRejectedError
 from client.mechanisms import (

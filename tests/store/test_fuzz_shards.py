@@ -14,7 +14,7 @@ from google.protobuf import json_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.service.collector.rejections import status_of
+from aggregator.service.status import status_of
 from aggregator.store import ingest, shards
 from aggregator.store.ingest import ReportRejectedError
 from protos.ldp.v1 import ldp_pb2

@@ -8,7 +8,7 @@ import grpc
 import numpy as np
 import pytest
 
-from aggregator.service.collector.rejections import status_of
+from aggregator.service.status import status_of
 from aggregator.store import ingest
 from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2

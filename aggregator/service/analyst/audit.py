@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError, Message
 
 from aggregator.errors import LdpError
 from aggregator.service.analyst.auth import ANALYST_PREFIX, CALLER
-from aggregator.service.collector.answers import shortened
+from aggregator.service.status import shortened
 from protos.ldp.v1 import ldp_pb2
 
 log = logging.getLogger(__name__)

@@ -3,9 +3,8 @@ check of the reading RPCs (docs/adaptive-analysis.md; status codes in docs/wire.
 
 Sealing and holdout queries read a snapshot of the confirmation side off the writer
 (AnalysisStore.confirmation_snapshot, on the analysis threads), compute their tests in an
-analysis worker process (aggregator/service/analyst/execution.py: admitted, stopped when the caller
-goes
-away), and commit the result in one short write transaction that re-checks the state
+analysis worker process (aggregator/service/analyst/execution.py: admitted, stopped when the
+caller goes away), and commit the result in one short write transaction that re-checks the state
 (compare-and-set, AnalysisStore.commit_seal / commit_holdout; aggregator/store/contract.py
 says where each engine runs it). A seal first prepares (AnalysisStore.prepare_seal: a shared
 PostgreSQL store closes the confirmation side on every node before the plan runs; SQLite's
@@ -22,8 +21,7 @@ import grpc
 from aggregator.errors import ConfirmationError
 from aggregator.service.analyst.answers import analysed
 from aggregator.service.analyst.execution import AnalysisExecutor, caller_of
-from aggregator.service.collector.answers import shortened
-from aggregator.service.collector.rejections import abort
+from aggregator.service.status import abort, shortened
 from aggregator.store import confirmations
 from aggregator.store.contract import AnalysisStore
 from aggregator.store.sqlite.report_store import StoreUnavailableError

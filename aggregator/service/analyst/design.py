@@ -1,19 +1,16 @@
 """The Analyst's design-based answers: Estimate, GoodnessOfFit, Independence and TwoSample (two
 groups of one question) with ``design`` set (docs/designs.md, docs/wire.md §8.4).
 
-A call releases as every reading RPC does (aggregator/service/analyst/release.py: the same checks,
-the
-same refusal below ``min_batch_size``, a due snapshot moves), then reads the design rows
-snapshotted with those releases (aggregator/store/sqlite/design_releases.py) and never the live per
-key
-statistics: its n is the released n, and its answer moves only when the release does. The
-analysis runs on the analysis executor like the others (an estimate on its threads, a test in a
-worker process), admitted for the caller and stopped at its deadline.
+A call releases as every reading RPC does (ReleasedReads.histogram in
+aggregator/service/analyst/reads.py: the same checks, the same refusal below ``min_batch_size``,
+a due snapshot moves), then reads the design rows snapshotted with those releases
+(aggregator/store/sqlite/design_releases.py) and never the live per key statistics: its n is the
+released n, and its answer moves only when the release does. The analysis runs on the analysis
+executor like the others (an estimate on its threads, a test in a worker process), admitted for
+the caller and stopped at its deadline.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -26,29 +23,32 @@ from aggregator.analysis.design_answers import (
 from aggregator.analysis.design_data import DesignData
 from aggregator.service.analyst.answers import analysed, test_response
 from aggregator.service.analyst.execution import caller_of
-from aggregator.service.collector.rejections import abort
+from aggregator.service.analyst.reads import ReleasedReads
+from aggregator.service.status import abort
+from aggregator.stats.design.options import (
+    CORRECTIONS,
+    DEFAULT_CORRECTION,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+    VARIANCES,
+)
 from aggregator.store.contract import ReleasesDesigns
 from aggregator.survey_file.design import SamplingFrame
 from aggregator.survey_file.groups import two_sample_request_problem
 from protos.ldp.v1 import ldp_pb2
 
-if TYPE_CHECKING:
-    from aggregator.service.analyst.servicer import Analyst
-
 #: Why a PostgreSQL-backed Analyst refuses (serve --store refuses design surveys at start).
 SQLITE_ONLY = "a survey with a sampling design is served from a SQLite store"
-VARIANCES = ("linearization", "jackknife", "bootstrap")
-CORRECTIONS = ("F", "second-order", "first-order", "wald")
 #: The most bootstrap replicates one call may ask for (each recomputes the analysis).
 MAX_REPLICATES = 10_000
 
 
-async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateResponse:
+async def estimate(reads: ReleasedReads, request, context) -> ldp_pb2.EstimateResponse:
     """The design-based estimate of the released design rows."""
 
     variance, replicates, seed, _ = await _options(context, request.design)
     data = await _released_design(
-        servicer,
+        reads,
         context,
         request.survey_id,
         request.question_id,
@@ -57,7 +57,7 @@ async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateRespo
         test=False,
     )
     confidence = request.confidence or 0.95
-    executor = servicer.executor
+    executor = reads.executor
 
     async def run():
         from aggregator.stats.design.raking import RakingError
@@ -72,11 +72,11 @@ async def estimate(servicer: Analyst, request, context) -> ldp_pb2.EstimateRespo
     return estimate_response(await analysed(context, run()))
 
 
-async def test(servicer: Analyst, request, context, kind: str) -> ldp_pb2.TestResponse:
+async def test(reads: ReleasedReads, request, context, kind: str) -> ldp_pb2.TestResponse:
     """The Rao-Scott test ``kind`` ("gof" with the request's p0, or "independence")."""
     variance, replicates, seed, correction = await _options(context, request.design)
     data = await _released_design(
-        servicer, context, request.survey_id, request.question_id, request.side, request.group
+        reads, context, request.survey_id, request.question_id, request.side, request.group
     )
     p0 = np.asarray(request.p0, dtype=float) if kind == "gof" else None
     if kind == "independence" and len(data.question.shape) != 2:
@@ -86,13 +86,13 @@ async def test(servicer: Analyst, request, context, kind: str) -> ldp_pb2.TestRe
             "independence needs exactly 2",
         )
     options = (request.alpha or 0.05, correction, variance, replicates, seed)
-    return await _tested(servicer, context, data, kind, p0, options)
+    return await _tested(reads, context, data, kind, p0, options)
 
 
 test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-async def two_groups(servicer: Analyst, request, context) -> ldp_pb2.TestResponse:
+async def two_groups(reads: ReleasedReads, request, context) -> ldp_pb2.TestResponse:
     """The Rao-Scott homogeneity test of ``group_a`` and ``group_b`` of one question, each
     group's released design rows a domain of one design."""
     variance, replicates, seed, correction = await _options(context, request.design)
@@ -110,7 +110,7 @@ async def two_groups(servicer: Analyst, request, context) -> ldp_pb2.TestRespons
     if problem:
         await abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
     parts = [
-        await _released_design(servicer, context, request.survey_a, request.question_a, 0, group)
+        await _released_design(reads, context, request.survey_a, request.question_a, 0, group)
         for group in (request.group_a, request.group_b)
     ]
     data = DesignData(
@@ -120,16 +120,21 @@ async def two_groups(servicer: Analyst, request, context) -> ldp_pb2.TestRespons
         (request.group_a, request.group_b),
     )
     options = (request.alpha or 0.05, correction, variance, replicates, seed)
-    return await _tested(servicer, context, data, "homogeneity", None, options)
+    return await _tested(reads, context, data, "homogeneity", None, options)
 
 
 async def _tested(
-    servicer: Analyst, context, data: DesignData, kind: str, p0: np.ndarray | None, options: tuple
+    reads: ReleasedReads,
+    context,
+    data: DesignData,
+    kind: str,
+    p0: np.ndarray | None,
+    options: tuple,
 ) -> ldp_pb2.TestResponse:
     """design_answers.design_test in a worker process, admitted for the caller; its result as a
     TestResponse with the design's fields."""
 
-    executor = servicer.executor
+    executor = reads.executor
 
     async def run():
         async with executor.admitted(caller_of(context)):
@@ -150,8 +155,8 @@ async def _tested(
 async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, int, str]:
     """(variance, replicates, seed, correction) of the request, defaults for the unset;
     INVALID_ARGUMENT for a method or correction that does not exist, or too many replicates."""
-    variance = design.variance or "linearization"
-    correction = design.correction or "F"
+    variance = design.variance or DEFAULT_VARIANCE
+    correction = design.correction or DEFAULT_CORRECTION
     if variance not in VARIANCES:
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -167,11 +172,11 @@ async def _options(context, design: ldp_pb2.DesignOptions) -> tuple[str, int, in
             grpc.StatusCode.INVALID_ARGUMENT,
             f"design replicates must be at most {MAX_REPLICATES:,}, got {design.replicates:,}",
         )
-    return variance, design.replicates or 200, design.seed, correction
+    return variance, design.replicates or DEFAULT_REPLICATES, design.seed, correction
 
 
 async def _released_design(
-    servicer: Analyst,
+    reads: ReleasedReads,
     context,
     survey_id: str,
     question_id: str,
@@ -185,15 +190,17 @@ async def _released_design(
     for a survey without a design, a store that keeps no design statistics, or a release older
     than design snapshots."""
 
-    survey = servicer._surveys.get(survey_id)
+    survey = reads.surveys.get(survey_id)
     if survey is not None and not isinstance(survey.design, SamplingFrame):
         await context.abort(
             grpc.StatusCode.FAILED_PRECONDITION,
             f"survey {survey.id!r} has no sampling design; ask without design",
         )
-    question, _ = await servicer._released(context, survey_id, question_id, side, group, test=test)
-    assert survey is not None and isinstance(survey.design, SamplingFrame)  # _released checked
-    store = servicer._store
+    question, _ = await reads.histogram(context, survey_id, question_id, side, group, test=test)
+    assert survey is not None and isinstance(
+        survey.design, SamplingFrame
+    )  # reads.histogram checked
+    store = reads.store
     if not isinstance(store, ReleasesDesigns):
         await abort(context, grpc.StatusCode.FAILED_PRECONDITION, SQLITE_ONLY)
     side = (side or ldp_pb2.EXPLORATION) if survey.split else 0
@@ -202,7 +209,7 @@ async def _released_design(
     read = groups if label is not None and not group else (group,)
     cells = [(survey.id, question.id, side, value) for value in read]
     released = await analysed(
-        context, servicer.executor.in_thread(context, store.design_release, cells)
+        context, reads.executor.in_thread(context, store.design_release, cells)
     )
     keys = []
     for n, rows in released.values():

@@ -25,12 +25,15 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar, TypeVarTuple
 
 from aggregator.errors import LdpError
 from aggregator.service.analyst.auth import CALLER
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 #: Monte Carlo draws of a test that simulates its null (the statistics' defaults): goodness of
 #: fit and two-sample 999, composite nulls (independence) 199 bootstrap replicates.
@@ -178,7 +181,7 @@ class AnalysisExecutor:
         # analysis), and this timeout is the backstop for a call that is not cancelled.
         return max(0.0, min(float(remaining) + DEADLINE_SLACK_SECONDS, self.limits.max_seconds))
 
-    async def in_thread(self, context: Any, function: Callable[..., Any], *args: Any) -> Any:
+    async def in_thread(self, context: Any, function: Callable[[*Args], T], *args: *Args) -> T:
         """``function(*args)`` on the analysis threads (cheap work: it is not killed, only no
         longer waited for after the deadline)."""
         loop = asyncio.get_running_loop()
@@ -189,7 +192,7 @@ class AnalysisExecutor:
             self.stopped += 1
             raise AnalysisStoppedError("the analysis ran out of time") from None
 
-    async def in_process(self, context: Any, function: Callable[..., Any], *args: Any) -> Any:
+    async def in_process(self, context: Any, function: Callable[[*Args], T], *args: *Args) -> T:
         """``function(*args)`` in a worker process (function and arguments are pickled: a
         module-level function). The call's cancellation, its deadline or ``max_seconds`` stop
         it: the worker is interrupted (SIGUSR1), and killed if it has not answered within
@@ -417,16 +420,3 @@ def _worker_main(conn: Connection, running: Any, stop: Any) -> None:
             conn.send(answer)
         except Exception as exc:  # e.g. an answer that cannot be pickled
             conn.send(("error", AnalysisStoppedError(f"the analysis failed: {exc}")))
-
-
-def call_stats(function: str, *args: Any, **kwargs: Any) -> Any:
-    """``aggregator.stats.<function>(*args, **kwargs)``, imported on first use: SciPy would add
-    about a second to every start and stall the event loop if imported there."""
-    from aggregator import stats
-
-    return getattr(stats, function)(*args, **kwargs)
-
-
-def call_stats_kw(function: str, args: tuple, kwargs: dict) -> Any:
-    """:func:`call_stats` with its keyword arguments as one dict (a worker's call is positional)."""
-    return call_stats(function, *args, **kwargs)

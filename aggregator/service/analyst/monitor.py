@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from aggregator.analysis.monitor_answers import MonitorAnswer, monitor_answer
-from aggregator.analysis.monitoring import cells, from_history
+from aggregator.analysis.monitoring import MonitorCache, cells, from_history
 from aggregator.service.analyst.answers import analysed
 from aggregator.service.analyst.execution import caller_of
 from aggregator.stats.anytime.names import ANALYSES, SEQUENCES_ONLY
@@ -25,12 +25,15 @@ from aggregator.survey_file.groups import two_sample_request_problem
 from protos.ldp.v1 import ldp_pb2
 
 if TYPE_CHECKING:
-    from aggregator.service.analyst.servicer import Analyst
+    from aggregator.service.analyst.reads import ReleasedReads
     from aggregator.stats.anytime.status import MonitorStatus
 
 
-async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorResponse:
-    """Answer one MonitorRequest (status codes: docs/wire.md §8.8)."""
+async def monitor(
+    reads: ReleasedReads, monitors: MonitorCache, request, context
+) -> ldp_pb2.MonitorResponse:
+    """Answer one MonitorRequest (status codes: docs/wire.md §8.8), continuing the e-processes
+    kept in ``monitors``."""
 
     analysis = request.analysis or "frequencies"
     if analysis not in ANALYSES:
@@ -39,7 +42,7 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             f"analysis must be one of {', '.join(ANALYSES)}, got {analysis!r}",
         )
     test = analysis not in SEQUENCES_ONLY
-    known = servicer._surveys.get(request.survey_id)
+    known = reads.surveys.get(request.survey_id)
     if known is not None and known.design is not None:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, design_refusal(known.id))
     if analysis == "two_sample":
@@ -60,7 +63,7 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
         groups = [request.group]
     question = None
     for group in groups:  # release (moves due snapshots) and refuse what is not released
-        question, _ = await servicer._released(
+        question, _ = await reads.histogram(
             context, request.survey_id, request.question_id, request.side, group, test=test
         )
     assert question is not None
@@ -76,15 +79,15 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             f"question {question.id!r} has {len(question.attributes)} attributes; "
             "a mean score needs exactly 1",
         )
-    survey = servicer._surveys[request.survey_id]
+    survey = reads.surveys[request.survey_id]
     streams = [cells(survey, question.id, request.side, group) for group in groups]
-    executor = servicer.executor
+    executor = reads.executor
     alpha, max_n = request.alpha or 0.05, request.max_n or None
     p0 = list(request.p0) if analysis == "goodness_of_fit" else None
 
     def work() -> MonitorStatus:
         return from_history(
-            servicer._store.release_history,
+            reads.store.release_history,
             analysis,
             question,
             streams,
@@ -92,7 +95,7 @@ async def monitor(servicer: Analyst, request, context) -> ldp_pb2.MonitorRespons
             p0=p0,
             max_n=max_n,
             with_path=request.with_path,
-            cache=servicer.monitors,
+            cache=monitors,
             scores=list(request.scores) or None,
         )
 

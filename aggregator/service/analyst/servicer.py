@@ -1,41 +1,33 @@
 """The Analyst servicer: estimates and tests computed from the stored sufficient statistics.
 
-Nothing is released below a survey's minimum batch size; tests refuse questions whose reports
-may be clustered by household. The statistics run on the analysis executor (aggregator/service/
-analysis.py), never on the threads that serve uploads: estimates on its threads, tests in its
-worker processes, each admitted against the concurrency and cost limits and stopped when its
-caller goes away.
+Every RPC reads a question through the servicer's ReleasedReads (aggregator/service/analyst/
+reads.py): nothing is released below a survey's minimum batch size, and tests refuse questions
+whose reports may be clustered by household. The design-based, confirmation and monitoring RPCs
+are answered by their own modules (design.py, confirm.py, monitor.py), which this one imports.
+The statistics (statistics.py) run on the analysis executor (execution.py), never on the threads
+that serve uploads: estimates on its threads, tests in its worker processes, each admitted
+against the concurrency and cost limits and stopped when its caller goes away.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TypeVar, TypeVarTuple
 
 import grpc
 import numpy as np
 
 from aggregator.analysis.monitoring import MonitorCache
-from aggregator.errors import (
-    ClusteredReportsError,
-    IncompatibleHistogramsError,
-)
+from aggregator.errors import IncompatibleHistogramsError
 from aggregator.service.analyst import confirm as confirm_rpcs
 from aggregator.service.analyst import design as design_rpc
 from aggregator.service.analyst import monitor as monitor_rpc
-from aggregator.service.analyst import release
+from aggregator.service.analyst import statistics
 from aggregator.service.analyst.answers import analysed, test_response
-from aggregator.service.analyst.execution import (
-    AnalysisExecutor,
-    analysis_cost,
-    call_stats_kw,
-    caller_of,
-)
-from aggregator.service.collector.answers import shortened
-from aggregator.service.collector.rejections import abort, status_of
-from aggregator.store import ingest
+from aggregator.service.analyst.execution import AnalysisExecutor, analysis_cost, caller_of
+from aggregator.service.analyst.reads import ReleasedReads
+from aggregator.service.status import abort, shortened
 from aggregator.store.contract import AnalysisStore
-from aggregator.store.ingest import ReportRejectedError
-from aggregator.survey_file.analyses import check_independent
 from aggregator.survey_file.groups import (
     check_same_definition,
     group_name,
@@ -44,13 +36,8 @@ from aggregator.survey_file.groups import (
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
-if TYPE_CHECKING:
-    pass
-
-#: Trailing metadata of a read of a survey with a group label that pools every group.
-POOLED_METADATA = ("ldp-groups", "pooled")
-#: Trailing metadata of a read of the confirmation side (after sealing): not in the sealed family.
-NOT_PREREGISTERED_METADATA = ("ldp-label", "not preregistered")
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
@@ -63,64 +50,18 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         store: AnalysisStore,
         executor: AnalysisExecutor | None = None,
     ) -> None:
-        self._surveys = surveys
-        self._store = store
         self.executor = executor or AnalysisExecutor()
+        self._reads = ReleasedReads(surveys, store, self.executor)
         self.monitors = MonitorCache()  # Monitor's e-processes between calls
-
-    async def _released(
-        self,
-        context,
-        survey_id: str,
-        question_id: str,
-        side: int = 0,
-        group: str = "",
-        *,
-        test: bool = False,
-    ):
-        """The question's released histogram (aggregator/service/analyst/release.py) on the
-        requested
-        side (confirm_rpcs.read_side) and of one public ``group`` ('': all groups pooled: the
-        sum of the groups released), once the survey's minimum batch size is reached (by the
-        group); for a ``test``, FAILED_PRECONDITION if its reports may be clustered by
-        household (privacy-accounting spec §D.3). A group the survey does not declare is
-        INVALID_ARGUMENT."""
-        try:
-            survey, question = ingest.find_question(self._surveys, survey_id, question_id)
-            if group:
-                ingest.check_group(survey, group)
-        except ReportRejectedError as exc:
-            await context.abort(status_of(exc.reason), shortened(exc.message))
-        if test:
-            try:
-                check_independent(survey, question)
-            except ClusteredReportsError as exc:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, shortened(str(exc)))
-        side = await confirm_rpcs.read_side(context, self._store, survey, side, self.executor)
-        work = self.executor.in_thread(
-            context, release.release, self._store, survey, question_id, side, group
-        )
-        released = await confirm_rpcs.answered(context, work)
-        labels = [NOT_PREREGISTERED_METADATA] if side == ldp_pb2.CONFIRMATION else []
-        if released.groups is not None:  # every group pooled: say so, and which were summed
-            labels += [POOLED_METADATA, released.groups_metadata()]
-            if side == ldp_pb2.EXPLORATION:
-                labels.append(confirm_rpcs.EXPLORATORY_METADATA)
-        if labels:
-            context.set_trailing_metadata(tuple(labels))
-        if released.n < survey.min_batch_size:
-            refusal = release.too_few(survey, question_id, group)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
-        return question, ingest.histogram(question, released.n, released.sums)
 
     async def Estimate(self, request, context):
         if request.HasField("design"):  # design-based (aggregator/service/analyst/design.py)
-            return await design_rpc.estimate(self, request, context)
-        question, hist = await self._released(
+            return await design_rpc.estimate(self._reads, request, context)
+        question, hist = await self._reads.histogram(
             context, request.survey_id, request.question_id, request.side, request.group
         )
         confidence = request.confidence or 0.95
-        est = await self._analyse(context, "estimate", (hist, confidence), heavy=False)
+        est = await self._estimated(context, statistics.estimate, hist, confidence)
         return ldp_pb2.EstimateResponse(
             n=est.n,
             labels=question.labels,
@@ -136,20 +77,28 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
 
     async def GoodnessOfFit(self, request, context):
         if request.HasField("design"):
-            return await design_rpc.test(self, request, context, "gof")
-        _, hist = await self._released(
+            return await design_rpc.test(self._reads, request, context, "gof")
+        _, hist = await self._reads.histogram(
             context, request.survey_id, request.question_id, request.side, request.group, test=True
         )
-        args = (hist, np.asarray(request.p0, dtype=float), request.alpha or 0.05)
-        result = await self._analyse(
-            context, "goodness_of_fit", (*args, request.method or None), _calibration(request)
+        calibration, seed = _calibration(request)
+        result = await self._tested(
+            context,
+            analysis_cost("goodness_of_fit", hist.k, hist.n, calibration),
+            statistics.goodness_of_fit,
+            hist,
+            np.asarray(request.p0, dtype=float),
+            request.alpha or 0.05,
+            request.method or None,
+            calibration,
+            seed,
         )
         return test_response(result)
 
     async def Independence(self, request, context):
         if request.HasField("design"):
-            return await design_rpc.test(self, request, context, "independence")
-        question, hist = await self._released(
+            return await design_rpc.test(self._reads, request, context, "independence")
+        question, hist = await self._reads.histogram(
             context, request.survey_id, request.question_id, request.side, request.group, test=True
         )
         if len(question.shape) != 2:
@@ -158,28 +107,41 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
                 f"question {question.id!r} has {len(question.shape)} attribute(s); "
                 "independence needs exactly 2",
             )
-        args = (hist, question.shape, request.alpha or 0.05, request.method or None)
-        result = await self._analyse(context, "independence", args, _calibration(request))
+        calibration, seed = _calibration(request)
+        result = await self._tested(
+            context,
+            analysis_cost("independence", hist.k, hist.n, calibration),
+            statistics.independence,
+            hist,
+            question.table_shape,
+            request.alpha or 0.05,
+            request.method or None,
+            calibration,
+            seed,
+        )
         return test_response(result)
 
     async def Preregister(self, request, context):
+        reads = self._reads
         return await confirm_rpcs.preregister(
-            context, self._store, self._surveys, request, self.executor
+            context, reads.store, reads.surveys, request, self.executor
         )
 
     async def Confirm(self, request, context):
+        reads = self._reads
         return await confirm_rpcs.confirm(
-            context, self._store, self._surveys, request, self.executor
+            context, reads.store, reads.surveys, request, self.executor
         )
 
     async def HoldoutTest(self, request, context):
+        reads = self._reads
         return await confirm_rpcs.holdout_test(
-            context, self._store, self._surveys, request, self.executor
+            context, reads.store, reads.surveys, request, self.executor
         )
 
     async def TwoSample(self, request, context):
         if request.HasField("design"):
-            return await design_rpc.two_groups(self, request, context)
+            return await design_rpc.two_groups(self._reads, request, context)
         groups = (request.group_a, request.group_b)
         survey_b = request.survey_b or (request.survey_a if any(groups) else "")
         question_b = request.question_b or (request.question_a if any(groups) else "")
@@ -189,10 +151,10 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        question_a, hist_a = await self._released(
+        spec_a, hist_a = await self._reads.histogram(
             context, request.survey_a, request.question_a, group=request.group_a, test=True
         )
-        question_b, hist_b = await self._released(
+        spec_b, hist_b = await self._reads.histogram(
             context, survey_b, question_b, group=request.group_b, test=True
         )
         names = (
@@ -200,25 +162,34 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
             group_name(survey_b, question_b, request.group_b),
         )
         try:
-            check_same_definition(question_a, question_b, names)
+            check_same_definition(spec_a, spec_b, names)
         except IncompatibleHistogramsError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        args = (hist_a, hist_b, request.alpha or 0.05)
-        result = await self._analyse(context, "two_sample", args, _calibration(request))
+        calibration, seed = _calibration(request)
+        result = await self._tested(
+            context,
+            analysis_cost("two_sample", hist_a.k, hist_a.n, calibration),
+            statistics.two_sample,
+            hist_a,
+            hist_b,
+            request.alpha or 0.05,
+            calibration,
+            seed,
+        )
         return test_response(result)
 
     async def GetSurvey(self, request, context):
         """The survey's definition, for an analyst client that rebuilds histograms itself."""
-        survey = self._surveys.get(request.survey_id)
+        survey = self._reads.surveys.get(request.survey_id)
         if survey is None:
             unknown = shortened(f"unknown survey {request.survey_id!r}")
             await abort(context, grpc.StatusCode.NOT_FOUND, unknown)
         return survey.to_proto()
 
     async def Statistics(self, request, context):
-        """The question's released sufficient statistic (through ``_released``, exactly as
-        Estimate reads it): the client computes the same estimates and tests from it."""
-        question, hist = await self._released(
+        """The question's released sufficient statistic (through ReleasedReads.histogram, exactly
+        as Estimate reads it): the client computes the same estimates and tests from it."""
+        question, hist = await self._reads.histogram(
             context,
             request.survey_id,
             request.question_id,
@@ -233,28 +204,36 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
     async def Monitor(self, request, context):
         """Anytime-valid monitoring over the release history
         (aggregator/service/analyst/monitor.py)."""
-        return await monitor_rpc.monitor(self, request, context)
+        return await monitor_rpc.monitor(self._reads, self.monitors, request, context)
 
-    async def _analyse(self, context, function: str, args: tuple, kwargs=None, *, heavy=True):
-        """``aggregator.stats.<function>(*args, **kwargs)`` on the analysis executor, admitted
-        for this caller: a test (``heavy``) in a worker process after its cost is checked
-        (args[0] is its histogram), an estimate on the analysis threads."""
+    async def _estimated(self, context, function: Callable[[*Args], T], *args: *Args) -> T:
+        """``function(*args)`` (an estimate of aggregator/service/analyst/statistics.py) on the
+        analysis threads, admitted for this caller."""
         executor = self.executor
-        kwargs = kwargs or {}
 
-        async def run():
+        async def run() -> T:
             async with executor.admitted(caller_of(context)):
-                if not heavy:
-                    return await executor.in_thread(context, call_stats_kw, function, args, kwargs)
-                hist = args[0]
-                calibration = kwargs.get("calibration", "auto")
-                executor.check_cost(analysis_cost(function, hist.k, hist.n, calibration))
-                return await executor.in_process(context, call_stats_kw, function, args, kwargs)
+                return await executor.in_thread(context, function, *args)
+
+        return await analysed(context, run())
+
+    async def _tested(
+        self, context, cost: float, function: Callable[[*Args], T], *args: *Args
+    ) -> T:
+        """``function(*args)`` (a test of aggregator/service/analyst/statistics.py) in an
+        analysis worker process, admitted for this caller once its ``cost`` (analysis_cost) is
+        under the ceiling."""
+        executor = self.executor
+
+        async def run() -> T:
+            async with executor.admitted(caller_of(context)):
+                executor.check_cost(cost)
+                return await executor.in_process(context, function, *args)
 
         return await analysed(context, run())
 
 
-def _calibration(request) -> dict:
-    """The calibration and seed arguments of a test request ("auto" when unset)."""
+def _calibration(request) -> tuple[str, int | None]:
+    """The calibration ("auto" when unset) and seed (None when unset) of a test request."""
     seed = request.seed if request.HasField("seed") else None
-    return {"calibration": request.calibration or "auto", "rng": seed}
+    return request.calibration or "auto", seed

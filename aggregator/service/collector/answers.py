@@ -1,7 +1,6 @@
-"""What the collection service answers, kept small and safe: reasons cut to a bounded length,
-retry hints, each report's result, an upload's response written straight to bytes, a stream's
-response that never passes the message limit, and refusals cut loose from the handler frames
-they were raised in."""
+"""What the collection service answers, kept small and safe: retry hints, each report's result,
+an upload's response written straight to bytes, a stream's response that never passes the
+message limit, and refusals cut loose from the handler frames they were raised in."""
 
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ from aggregator.store.sqlite.report_store import CONFLICT, STORED
 from client.device.transport import MAX_MESSAGE_BYTES, RETRY_AFTER_KEY
 from protos.ldp.v1 import ldp_pb2
 
-#: Reasons of REJECTED results, and messages quoting client-chosen ids, are cut to this length.
-MAX_REASON_CHARS = 160
 #: A stream's response stays this far below the message limit (room for the status trailer).
 MAX_RESPONSE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
@@ -30,11 +27,6 @@ def retry_hint(exc: LimitExceededError) -> tuple[tuple[str, str], ...]:
     """Trailing metadata telling the device when to retry (none if retrying cannot help)."""
     wait = retry_after_ms(exc)
     return ((RETRY_AFTER_KEY, str(wait)),) if wait else ()
-
-
-def shortened(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    """``text`` cut to ``limit`` characters: reasons may quote ids a client chose, of any size."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 CONFLICT_REASON = "this report id is stored with another survey, question or payload"

@@ -34,7 +34,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from aggregator.errors import LdpError
-from aggregator.service.collector.rejections import abort
+from aggregator.service.status import abort
 from client.device import signature as sig
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2

@@ -21,7 +21,6 @@ from aggregator.service.collector.answers import (
     report_result,
     retry_after_ms,
     retry_hint,
-    shortened,
     stream_response,
 )
 from aggregator.service.collector.device_auth import UNSIGNED, DeviceAuthenticator
@@ -33,8 +32,8 @@ from aggregator.service.collector.limits import (
     limit_key,
 )
 from aggregator.service.collector.observe import INVALID_CODES, CallOutcome, Observer
-from aggregator.service.collector.rejections import abort, status_of
 from aggregator.service.collector.streams import StreamBudget, StreamLimitError, StreamLimits
+from aggregator.service.status import abort, shortened, status_of
 from aggregator.store import ingest
 from aggregator.store.contract import Store
 from aggregator.store.ingest import REPORT_ID_BYTES, Rejection, ReportRejectedError

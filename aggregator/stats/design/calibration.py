@@ -18,7 +18,8 @@ from scipy import stats
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.stats.design.cells import DesignCells
 from aggregator.stats.design.estimate import mean, mean_jacobian
-from aggregator.stats.design.variance import LINEARIZATION, covariance
+from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
+from aggregator.stats.design.variance import covariance
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class PostStratified:
 def post_stratified_estimate(
     cells: DesignCells,
     population: np.ndarray,
-    method: str = LINEARIZATION,
-    replicates: int = 200,
+    method: str = DEFAULT_VARIANCE,
+    replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
 ) -> PostStratified:
     """Post-stratify the domains of ``cells`` to ``population`` (known counts, or shares, one

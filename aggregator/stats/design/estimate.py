@@ -17,7 +17,8 @@ from scipy import stats
 from aggregator.errors import InsufficientDataError
 from aggregator.stats.channel import project_simplex
 from aggregator.stats.design.cells import DesignCells, srs_covariance
-from aggregator.stats.design.variance import LINEARIZATION, covariance
+from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
+from aggregator.stats.design.variance import covariance
 from client.mechanisms import Mechanism
 
 
@@ -70,8 +71,8 @@ class DesignEstimate:
 def design_estimate(
     cells: DesignCells,
     mechanism: Mechanism | None,
-    method: str = LINEARIZATION,
-    replicates: int = 200,
+    method: str = DEFAULT_VARIANCE,
+    replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
 ) -> DesignEstimate:
     """Hajek estimates and design effects from the cells (``mechanism`` None: answers seen

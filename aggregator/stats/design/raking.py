@@ -23,7 +23,8 @@ from scipy import stats
 from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
 from aggregator.stats.design.cells import DesignCells
 from aggregator.stats.design.keys import keyed_cells
-from aggregator.stats.design.variance import LINEARIZATION, covariance
+from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
+from aggregator.stats.design.variance import covariance
 
 
 class RakingError(LdpError):
@@ -155,8 +156,8 @@ def rake(
 def raked_estimate(
     cells: DesignCells,
     margins: Sequence[np.ndarray],
-    method: str = LINEARIZATION,
-    replicates: int = 200,
+    method: str = DEFAULT_VARIANCE,
+    replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
     tolerance: float = 1e-10,
     max_iterations: int = 1000,

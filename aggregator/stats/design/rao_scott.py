@@ -36,11 +36,16 @@ from scipy import linalg, stats
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.stats.channel import project_simplex
 from aggregator.stats.design.cells import DesignCells, srs_covariance
-from aggregator.stats.design.variance import LINEARIZATION, Function, covariance
+from aggregator.stats.design.options import (
+    CORRECTIONS,
+    DEFAULT_CORRECTION,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+)
+from aggregator.stats.design.variance import Function, covariance
 from aggregator.stats.result import TestResult
 from client.mechanisms import Mechanism
 
-CORRECTIONS = ("F", "second-order", "first-order", "wald")
 _CORRECTION_NAMES = {
     "F": "Rao-Scott second order, F",
     "second-order": "Rao-Scott second order, Satterthwaite chi-square",
@@ -102,10 +107,10 @@ def design_goodness_of_fit(
     cells: DesignCells,
     mechanism: Mechanism | None,
     p0: np.ndarray,
-    correction: str = "F",
+    correction: str = DEFAULT_CORRECTION,
     alpha: float = 0.05,
-    method: str = LINEARIZATION,
-    replicates: int = 200,
+    method: str = DEFAULT_VARIANCE,
+    replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
 ) -> DesignTestResult:
     """H0: the answers' distribution is ``p0``. The residual ``(T - p0 N) / sqrt(N)`` on the
@@ -152,10 +157,10 @@ def design_independence(
     mechanism: Mechanism | None,
     rows: int,
     columns: int,
-    correction: str = "F",
+    correction: str = DEFAULT_CORRECTION,
     alpha: float = 0.05,
-    method: str = LINEARIZATION,
-    replicates: int = 200,
+    method: str = DEFAULT_VARIANCE,
+    replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
 ) -> DesignTestResult:
     """H0: the two attributes of a ``rows`` x ``columns`` question (cell (i, j) at index
@@ -180,10 +185,10 @@ def design_independence(
 def design_k_sample(
     cells: DesignCells,
     mechanism: Mechanism | None,
-    correction: str = "F",
+    correction: str = DEFAULT_CORRECTION,
     alpha: float = 0.05,
-    method: str = LINEARIZATION,
-    replicates: int = 200,
+    method: str = DEFAULT_VARIANCE,
+    replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
 ) -> DesignTestResult:
     """H0: every domain (public group: arm, region, wave) has the same answer distribution.

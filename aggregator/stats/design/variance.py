@@ -21,31 +21,33 @@ import numpy as np
 
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.stats.design.cells import DesignCells
+from aggregator.stats.design.options import (
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+    JACKKNIFE,
+    LINEARIZATION,
+    VARIANCES,
+)
 
 Function = Callable[[np.ndarray], np.ndarray]
-
-LINEARIZATION = "linearization"
-JACKKNIFE = "jackknife"
-BOOTSTRAP = "bootstrap"
-METHODS = (LINEARIZATION, JACKKNIFE, BOOTSTRAP)
 
 
 def covariance(
     cells: DesignCells,
     theta: Function,
     jacobian: Function,
-    method: str = LINEARIZATION,
-    replicates: int = 200,
+    method: str = DEFAULT_VARIANCE,
+    replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
 ) -> np.ndarray:
-    """The design covariance of ``theta(S)`` by ``method`` (one of ``METHODS``)."""
+    """The design covariance of ``theta(S)`` by ``method`` (one of ``VARIANCES``)."""
     columns = cells.columns()
     _check_psus(cells)
     if method == LINEARIZATION:
         z = columns @ np.atleast_2d(jacobian(columns.sum(axis=0))).T
         return linearized(cells, z)
-    if method not in METHODS:
-        raise InvalidInputError(f"variance method must be one of {', '.join(METHODS)}")
+    if method not in VARIANCES:
+        raise InvalidInputError(f"variance method must be one of {', '.join(VARIANCES)}")
     factors, rscales, scale = replicate_factors(cells, method, replicates, seed)
     thetas = np.stack([np.atleast_1d(theta(f @ columns)) for f in factors])
     centred = thetas - thetas.mean(axis=0)

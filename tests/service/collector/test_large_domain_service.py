@@ -14,7 +14,7 @@ import pytest
 from conftest import ServerThread
 
 from aggregator.histogram import Histogram
-from aggregator.service.collector.rejections import status_of
+from aggregator.service.status import status_of
 from aggregator.stats import estimate, goodness_of_fit
 from aggregator.store import ingest, shards
 from aggregator.store.sqlite.report_store import ReportStore

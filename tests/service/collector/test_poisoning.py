@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aggregator.histogram import Histogram
-from aggregator.service.collector.rejections import status_of
+from aggregator.service.status import status_of
 from aggregator.stats import estimate
 from aggregator.store import ingest
 from aggregator.store.ingest import ReportRejectedError

@@ -1,6 +1,6 @@
 """Each reason validation gives for refusing a report has one status code on the wire, and that
 code is the one docs/wire.md documents for it (§5, §8.2): the table in
-aggregator/service/collector/rejections.py is checked against the normative text, row by row."""
+aggregator/service/status.py is checked against the normative text, row by row."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from aggregator.service.collector.rejections import STATUS_OF, status_of
+from aggregator.service.status import STATUS_OF, status_of
 from aggregator.store.ingest import Rejection
 
-WIRE = (Path(__file__).resolve().parents[3] / "docs" / "wire.md").read_text()
+WIRE = (Path(__file__).resolve().parents[2] / "docs" / "wire.md").read_text()
 
 #: For each reason, words of the wire.md table row that documents it.
 DOCUMENTED_AS = {

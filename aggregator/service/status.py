@@ -1,6 +1,9 @@
-"""The status code of each reason a report is refused (docs/wire.md §8.2, §8.3): validation says
-why in transport-neutral terms (:class:`aggregator.store.ingest.Rejection`); this table is the
-one place that turns a reason into gRPC."""
+"""How any servicer (Collector and Analyst alike) ends a call on a refusal: the status code of each
+reason a report or a read is refused (docs/wire.md §8.2, §8.3), a reason cut to a bounded length,
+and an abort that says it never returns.
+
+Validation says why in transport-neutral terms (:class:`aggregator.store.ingest.Rejection`); the
+table here is the one place that turns a reason into gRPC."""
 
 from __future__ import annotations
 
@@ -9,6 +12,9 @@ from typing import NoReturn
 import grpc
 
 from aggregator.store.ingest import Rejection
+
+#: Reasons of REJECTED results, and messages quoting client-chosen ids, are cut to this length.
+MAX_REASON_CHARS = 160
 
 STATUS_OF: dict[Rejection, grpc.StatusCode] = {
     Rejection.UNKNOWN_SURVEY: grpc.StatusCode.NOT_FOUND,
@@ -30,6 +36,11 @@ STATUS_OF: dict[Rejection, grpc.StatusCode] = {
 def status_of(reason: Rejection) -> grpc.StatusCode:
     """The status code a refused report answers with on the wire."""
     return STATUS_OF[reason]
+
+
+def shortened(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """``text`` cut to ``limit`` characters: reasons may quote ids a client chose, of any size."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 async def abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:

@@ -1,0 +1,21 @@
+"""The words of design-based options, defined once for the statistics, the command line, the
+service and the remote client: the variance methods, the Rao-Scott corrections and their
+defaults (docs/designs.md). It imports nothing, so the command line and ``serve`` read it
+without loading the statistics (SciPy)."""
+
+from __future__ import annotations
+
+LINEARIZATION = "linearization"
+JACKKNIFE = "jackknife"
+BOOTSTRAP = "bootstrap"
+#: The variance methods (aggregator/stats/design/variance.py).
+VARIANCES = (LINEARIZATION, JACKKNIFE, BOOTSTRAP)
+#: The variance method when none is asked for.
+DEFAULT_VARIANCE = LINEARIZATION
+#: Replicates of a replicate variance (the bootstrap) when none are asked for.
+DEFAULT_REPLICATES = 200
+
+#: The corrections of a Rao-Scott test (aggregator/stats/design/rao_scott.py).
+CORRECTIONS = ("F", "second-order", "first-order", "wald")
+#: The correction when none is asked for: Rao-Scott second order as an F.
+DEFAULT_CORRECTION = "F"
