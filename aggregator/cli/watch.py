@@ -272,8 +272,7 @@ def _server_look(args: argparse.Namespace, analyst: RemoteAnalyst, survey_id: st
 def _store_look(args: argparse.Namespace, survey: SurveySpec) -> Look:
     """The same answer from the store's release history (read only; nothing moves)."""
     from aggregator.service.analyst import monitor as monitor_rpc
-    from aggregator.store import confirmations
-    from aggregator.store.sqlite import release_history
+    from aggregator.store.sqlite import confirmations, release_history
     from aggregator.store.sqlite.reader import StoreReader
 
     side = side_of(survey, args.side)

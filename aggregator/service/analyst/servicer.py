@@ -54,7 +54,7 @@ NOT_PREREGISTERED_METADATA = ("ldp-label", "not preregistered")
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
     """Estimates and tests computed from stored sufficient statistics, on any store engine
-    (``store``: aggregator/store/contract.py's analysis_of)."""
+    (``store``: aggregator/store/contract.py's Store.analysis)."""
 
     def __init__(
         self,

@@ -18,9 +18,9 @@ from contextlib import closing
 
 import numpy as np
 
-from aggregator.store.definitions import has_table
+from aggregator.store.sqlite.connection import has_table
 from aggregator.store.sqlite.file_kind import open_read_only
-from aggregator.store.sqlite.report_store import STORE_KIND
+from aggregator.store.sqlite.schema import STORE_KIND
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS release_history (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
