@@ -44,7 +44,8 @@ def build(folder: Path) -> None:
     if (folder / "store.sqlite").exists():
         return
     sys.path.insert(0, str(ROOT))
-    from aggregator.store.sqlite.report_store import ReportStore, StoredReport
+    from aggregator.store.model import StoredReport
+    from aggregator.store.sqlite.report_store import ReportStore
     from client.mechanisms import HadamardResponse
 
     folder.mkdir(parents=True, exist_ok=True)

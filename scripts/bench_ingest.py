@@ -41,7 +41,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aggregator.store.sqlite.report_store import ReportBatch, ReportStore  # noqa: E402
+from aggregator.store.model import ReportBatch  # noqa: E402
+from aggregator.store.sqlite.report_store import ReportStore  # noqa: E402
 from client.cli.progress import bar  # noqa: E402
 from client.device.transport import MAX_MESSAGE_BYTES  # noqa: E402
 from protos.ldp.v1 import ldp_pb2  # noqa: E402

@@ -42,7 +42,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aggregator.store.sqlite.report_store import ReportBatch, ReportStore  # noqa: E402
+from aggregator.store.model import ReportBatch  # noqa: E402
+from aggregator.store.sqlite.report_store import ReportStore  # noqa: E402
 from client.cli.progress import bar  # noqa: E402
 
 K = 4

@@ -13,8 +13,8 @@ import numpy as np
 from aggregator.errors import InvalidInputError
 from aggregator.stats.design.cells import DesignCells, contributions_from_counts
 from aggregator.stats.design.keys import keyed_cells
-from aggregator.store import design_statistics
 from aggregator.store.design_statistics import KeyStatistics
+from aggregator.store.sqlite import design_statistics
 from aggregator.survey_file.design import SamplingFrame
 from client.survey import QuestionSpec, SurveySpec
 

@@ -20,8 +20,7 @@ from aggregator.analysis.monitor_answers import Look, Waiting, Watched, monitor_
 from aggregator.analysis.survey_data import SIDES
 from aggregator.errors import InsufficientDataError
 from aggregator.histogram import Histogram
-from aggregator.store import confirmations
-from aggregator.store.sqlite import release_history
+from aggregator.store.sqlite import confirmations, release_history
 from aggregator.store.sqlite.reader import StoreReader
 from client.survey import QuestionSpec, SurveySpec
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
-from aggregator.store import confirmations, ingest
+from aggregator.store import ingest
+from aggregator.store.sqlite import confirmations
 from aggregator.store.sqlite.reader import StoreReader
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.survey import QuestionSpec, SurveyError, SurveySpec

@@ -53,7 +53,7 @@ from aggregator.cli import (
 )
 from aggregator.cli.common import PROG, UserError, fail
 from aggregator.errors import LdpError
-from aggregator.store.sqlite.report_store import StoreError
+from aggregator.store.errors import StoreError
 from aggregator.survey_file.config import ConfigError
 from client import __version__
 from client.cli.parsing import DefaultsFormatter, OneLineParser, reader_went_away

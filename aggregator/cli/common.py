@@ -27,8 +27,9 @@ from aggregator.remote import (
     read_token,
 )
 from aggregator.remote.monitoring import server_look
-from aggregator.store import confirmations, definitions, ingest
+from aggregator.store import ingest
 from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.sqlite import confirmations, pins
 from aggregator.store.sqlite.reader import StoreReader
 from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.analyses import check_independent
@@ -390,7 +391,7 @@ def open_store(surveys: dict[str, SurveySpec], db: Path, where: object) -> Repor
     """The store for writing, with every question checked against its pinned definition."""
     store = ReportStore(db)
     try:
-        definitions.register(store, surveys, where)
+        pins.register(store, surveys, where)
     except BaseException:
         store.close()
         raise

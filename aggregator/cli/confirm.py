@@ -26,8 +26,10 @@ from aggregator.cli.common import (
 )
 from aggregator.errors import InsufficientDataError
 from aggregator.remote import NotReleasedError
-from aggregator.store import confirmations, ingest
+from aggregator.store import ingest
+from aggregator.store.confirmations import DEFAULT_HOLDOUT
 from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.sqlite import confirmations
 from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
 from client.survey import SurveySpec
@@ -185,7 +187,7 @@ def run_holdout(args: argparse.Namespace) -> int:
         raise UserError("gof needs --p0 (one probability per category, comma-separated)")
     test = "goodness_of_fit" if args.kind == "gof" else "independence"
     given = (args.alpha, args.max_queries, args.max_rejections)
-    parameters = None if given == (None,) * 3 else dict(confirmations.DEFAULT_HOLDOUT)
+    parameters = None if given == (None,) * 3 else dict(DEFAULT_HOLDOUT)
     if parameters is not None:
         for key, value in zip(("alpha", "m", "budget"), given, strict=True):
             parameters[key] = parameters[key] if value is None else value

@@ -27,11 +27,12 @@ from aggregator.cli.common import (
     positive,
     side_of,
 )
-from aggregator.store import confirmations, definitions, design_statistics, ingest, shards
+from aggregator.store import definitions, ingest, shards
 from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.model import CONFLICT, STORED, StoredReport
+from aggregator.store.sqlite import confirmations, design_statistics
 from aggregator.store.sqlite.design_import import import_question
 from aggregator.store.sqlite.reader import StoreReader
-from aggregator.store.sqlite.report_store import CONFLICT, STORED, StoredReport
 from aggregator.survey_file.config import load_surveys
 from client.cli.progress import bar
 from client.survey import SurveySpec
@@ -124,8 +125,9 @@ def _export_shared(
     runs on them unchanged."""
     check_store_url(args.store)
     from aggregator.store.postgres import pins
+    from aggregator.store.postgres.connection import connect
     from aggregator.store.postgres.design import Snapshot
-    from aggregator.store.postgres.engine import PostgresStore, connect
+    from aggregator.store.postgres.engine import PostgresStore
 
     with PostgresStore(args.store) as store:
         pins.check(store, surveys, args.config)

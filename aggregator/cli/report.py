@@ -230,7 +230,7 @@ def _withheld_by_server(
 
 def _sealed_record(db: Path, survey_id: str) -> dict:
     """The confirmation side's sealed record (open_survey has checked that it is sealed)."""
-    from aggregator.store import confirmations
+    from aggregator.store.sqlite import confirmations
 
     state = confirmations.read_state(str(db), survey_id)
     if state is None:  # open_survey refuses an unsealed confirmation side first

@@ -24,8 +24,8 @@ from psycopg import sql
 
 from aggregator.jobs.partial import Partial
 from aggregator.jobs.records import QuestionKey
-from aggregator.store.postgres.engine import redacted
-from aggregator.store.sqlite.report_store import StoreUnavailableError
+from aggregator.store.errors import StoreUnavailableError
+from aggregator.store.postgres.connection import redacted
 from client.survey import SurveySpec
 
 #: Rows fetched from the server per round trip, and summed at once.

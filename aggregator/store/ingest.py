@@ -1,10 +1,9 @@
 """How a wire report becomes part of a question's statistics: validation with a typed reason for
 each failure (:class:`Rejection`; the service maps reasons to status codes), the report's integer
-contribution, and the histogram of a question
-from its stored integer sums. Requests are validated in bulk (numpy per question), into the
-per-question :class:`~aggregator.store.sqlite.report_store.ReportBatch` form the store writes
-without
-building an object per report."""
+contribution, and the histogram of a question from its stored integer sums. Requests are
+validated in bulk (numpy per question), into the per-question
+:class:`~aggregator.store.model.ReportBatch` form the store writes without building an object
+per report."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aggregator.histogram import Histogram
-from aggregator.store.sqlite.report_store import ReportBatch, StoredReport
+from aggregator.store.model import ReportBatch, StoredReport
 from client.mechanisms import ReportRangeError
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2

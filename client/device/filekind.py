@@ -34,7 +34,7 @@ class FileKind:
 
 
 # The 32-bit ids spell the kind in ASCII: "LDPS", "LDPD", "LDPR". The report store's version is
-# aggregator/store/sqlite/report_store.py's SCHEMA_VERSION (its STORE_KIND replaces the one here).
+# aggregator/store/sqlite/schema.py's SCHEMA_VERSION (its STORE_KIND replaces the one here).
 REPORT_STORE = FileKind("report store", 0x4C445053, 5, frozenset({"reports", "statistics"}))
 DEVICE_STATE = FileKind(
     "device state", 0x4C445044, 2, frozenset({"ledger_budget", "outbox", "device_secret"})

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from cli_runner import run_cli
 
-from aggregator.store.sqlite.report_store import ReportStore, StoredReport
+from aggregator.store.model import StoredReport
+from aggregator.store.sqlite.report_store import ReportStore
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -16,6 +16,7 @@ from store.test_definitions import store_with_reports
 from aggregator.service.server.tls import server_credentials
 from aggregator.store import definitions
 from aggregator.store.definitions import DefinitionChangedError
+from aggregator.store.sqlite import pins
 from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
 from client.device.tls import TlsSettings
@@ -85,7 +86,7 @@ def test_renaming_one_of_2000_labels_names_that_label_only(tmp_path):
     labels[1234] = "occupation-1234-renamed"
     (tmp_path / "labels.txt").write_text("\n".join(labels) + "\n")
     with ReportStore(db) as store, pytest.raises(DefinitionChangedError) as caught:
-        definitions.register(store, load_surveys(config), config)
+        pins.register(store, load_surveys(config), config)
     message = str(caught.value)
     assert len(message) < 400 and message.count("occupation-") == 2, message
     assert "category 1235 is 'occupation-1234-renamed'" in message

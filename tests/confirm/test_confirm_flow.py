@@ -19,9 +19,11 @@ from aggregator.cli import main
 from aggregator.confirm.sparse_validate import level
 from aggregator.errors import ConfirmationError
 from aggregator.service.server.app import open_store
-from aggregator.store import definitions, ingest
+from aggregator.store import ingest
 from aggregator.store.definitions import SplitChangedError
-from aggregator.store.sqlite.report_store import SCHEMA_VERSION, ReportStore
+from aggregator.store.sqlite import pins
+from aggregator.store.sqlite.report_store import ReportStore
+from aggregator.store.sqlite.schema import SCHEMA_VERSION
 from aggregator.survey_file.config import load_surveys
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
@@ -461,7 +463,7 @@ def test_a_version_1_store_is_migrated(tmp_path, config):
     conn.close()
     surveys = load_surveys(config)
     with ReportStore(db) as store:
-        definitions.register(store, surveys)
+        pins.register(store, surveys)
         assert store.statistics("plain", "q")[0] == 1
         one_hot = lambda s, q, p: ingest.contribution(surveys[s].question(q), p)  # noqa: E731
         assert store.rebuild(one_hot)["plain", "q"][0] == 1
@@ -572,7 +574,8 @@ def test_a_closed_side_fails_only_its_own_upload_through_a_worker_link(tmp_path)
     from multiprocessing import Pipe
 
     from aggregator.service.server.store_link import RemoteStore, serve_link
-    from aggregator.store.sqlite.report_store import ConfirmationClosedError, ReportBatch
+    from aggregator.store.errors import ConfirmationClosedError
+    from aggregator.store.model import ReportBatch
 
     db = tmp_path / "link.sqlite"
     store = ReportStore(db)

@@ -90,6 +90,11 @@ RULES: list[Rule] = [
         "the devices' room knows neither the analysts' room nor the server that composes both",
     ),
     Rule(
+        ("aggregator.service.collector",),
+        ("aggregator.stats", "aggregator.analysis", "aggregator.confirm"),
+        "nothing on the upload path analyses",
+    ),
+    Rule(
         ("aggregator.service.analyst",),
         ("aggregator.service.collector", "aggregator.service.server"),
         "the analysts' room knows neither the devices' room nor the server that composes both",

@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aggregator.store.model import StoredReport
 from aggregator.store.sqlite.backup import MANIFEST, BackupError, backup, default_key_file, restore
 from aggregator.store.sqlite.lock import StoreLock
-from aggregator.store.sqlite.report_store import ReportStore, StoredReport
+from aggregator.store.sqlite.report_store import ReportStore
 
 K = 4
 EYE = np.eye(K, dtype=np.int64)

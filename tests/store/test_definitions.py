@@ -17,8 +17,8 @@ import pytest
 from cli_runner import run_cli, run_process
 from conftest import ServerThread
 
-from aggregator.store import definitions
 from aggregator.store.definitions import DefinitionChangedError
+from aggregator.store.sqlite import pins
 from aggregator.store.sqlite.reader import StoreReader
 from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
@@ -125,23 +125,23 @@ def test_store_refuses_a_changed_question_with_reports(tmp_path, survey_file, ol
     store_with_reports(survey_file, db)
     surveys = load_surveys(changed(survey_file, tmp_path, old, new))
     with ReportStore(db) as store, pytest.raises(DefinitionChangedError) as caught:
-        definitions.register(store, surveys)
+        pins.register(store, surveys)
     assert f"question rr: {field}" in str(caught.value)
     with StoreReader(db) as reader, pytest.raises(DefinitionChangedError, match=field):
         reader.check_definitions(surveys)
     with ReportStore(db) as store:  # the original file is still fine
-        definitions.register(store, load_surveys(survey_file))
+        pins.register(store, load_surveys(survey_file))
 
 
 def test_a_question_without_reports_follows_the_file(tmp_path, survey_file):
     db = tmp_path / "reports.sqlite"
     with ReportStore(db) as store:
-        definitions.register(store, load_surveys(survey_file))
+        pins.register(store, load_surveys(survey_file))
     edited = changed(
         survey_file, tmp_path, 'categories = ["a", "b", "c", "d"]', 'categories = ["a", "b"]'
     )
     with ReportStore(db) as store:  # no data yet: the pin (and k) follow the new definition
-        definitions.register(store, load_surveys(edited))
+        pins.register(store, load_surveys(edited))
         assert store.statistics("s1", "rr")[1].size == 2
     with sqlite3.connect(db) as conn:
         row = conn.execute(
@@ -163,7 +163,7 @@ def test_legacy_store_is_pinned_on_first_write(tmp_path, survey_file):
     with StoreReader(db) as reader, pytest.raises(DefinitionChangedError, match="4"):
         reader.check_definitions(load_surveys(edited))
     with ReportStore(db) as store:
-        definitions.register(store, load_surveys(survey_file))
+        pins.register(store, load_surveys(survey_file))
     eps = changed(survey_file, tmp_path, "epsilon = 1.0", "epsilon = 2.0")
     with StoreReader(db) as reader, pytest.raises(DefinitionChangedError, match="epsilon"):
         reader.check_definitions(load_surveys(eps))

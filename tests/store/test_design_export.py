@@ -18,7 +18,7 @@ from cli_runner import run_cli
 from conftest import ServerThread
 from service.collector.test_design_service import SURVEYS, messages, write_survey
 
-from aggregator.store import design_statistics
+from aggregator.store.sqlite import design_statistics
 from aggregator.store.sqlite.reader import StoreReader
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 

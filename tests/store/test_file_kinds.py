@@ -16,7 +16,7 @@ import pytest
 from aggregator_process import spawn_serve
 from cli_runner import run_cli, run_process
 
-from aggregator.store.sqlite.report_store import SCHEMA_VERSION
+from aggregator.store.sqlite.schema import SCHEMA_VERSION
 from client.device.filekind import DEVICE_REGISTRY, DEVICE_STATE, REPORT_STORE
 from client.device.ledger import Budget, Ledger
 

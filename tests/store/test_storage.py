@@ -18,12 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.store.sqlite.report_store import (
-    SCHEMA_VERSION,
-    ReportStore,
-    StoredReport,
-    StoreError,
-)
+from aggregator.store.errors import StoreError
+from aggregator.store.model import StoredReport
+from aggregator.store.sqlite.report_store import ReportStore
+from aggregator.store.sqlite.schema import SCHEMA_VERSION
 
 K = 4
 EYE = np.eye(K, dtype=np.int64)
@@ -265,7 +263,8 @@ def test_cancelled_submit_is_not_written_and_asyncio_can_await(store: ReportStor
 CHILD = """
 import sys
 import numpy as np
-from aggregator.store.sqlite.report_store import ReportStore, StoredReport
+from aggregator.store.model import StoredReport
+from aggregator.store.sqlite.report_store import ReportStore
 
 path, start = sys.argv[1], int(sys.argv[2])
 eye = np.eye(4, dtype=np.int64)

@@ -18,18 +18,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aggregator.store import confirmations, definitions
 from aggregator.store.definitions import DefinitionChangedError, SplitChangedError
-from aggregator.store.sqlite.report_store import (
-    CONFLICT,
-    DUPLICATE,
-    STORED,
-    ConfirmationClosedError,
-    ReportBatch,
-    ReportStore,
-    StoredReport,
-    StoreError,
-)
+from aggregator.store.errors import ConfirmationClosedError, StoreError
+from aggregator.store.model import CONFLICT, DUPLICATE, STORED, ReportBatch, StoredReport
+from aggregator.store.sqlite import confirmations, pins
+from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
 
 K = 4
@@ -91,7 +84,7 @@ def _sqlite(tmp_path: Path) -> Engine:
     return Engine(
         "sqlite",
         lambda **kw: ReportStore(path, **kw),
-        definitions.register,
+        pins.register,
         confirmations.preregister,
         confirmations.seal,
     )
@@ -317,9 +310,9 @@ def test_postgres_store_rides_out_a_lost_connection(postgres_url: str, tmp_path)
     is gone is StoreUnavailableError (UNAVAILABLE to devices), and nothing is half-written."""
     import psycopg
 
+    from aggregator.store.errors import StoreUnavailableError
     from aggregator.store.postgres import pins
     from aggregator.store.postgres.engine import PostgresStore
-    from aggregator.store.sqlite.report_store import StoreUnavailableError
 
     with PostgresStore(postgres_url) as store:
         pins.register(store, surveys(tmp_path))

@@ -14,16 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.store.sqlite import report_store
+from aggregator.store.model import CONFLICT, DUPLICATE, STORED, StoredReport
+from aggregator.store.sqlite import report_store, saved_index
 from aggregator.store.sqlite.id_index import IdIndex
-from aggregator.store.sqlite.report_store import (
-    CONFLICT,
-    DUPLICATE,
-    SCHEMA_VERSION,
-    STORED,
-    ReportStore,
-    StoredReport,
-)
+from aggregator.store.sqlite.report_store import ReportStore
+from aggregator.store.sqlite.schema import SCHEMA_VERSION
 
 #: Written by the previous version's code (schema 4, the log keyed by report_id, WITHOUT ROWID):
 #: 300 + 100 reports of survey "plain" (rr k=4, fc k=3), 100 of the split survey "split" (sides 1
@@ -139,7 +134,7 @@ def test_duplicates_are_found_after_a_clean_close_and_after_a_crash(tmp_path):
 def test_the_index_is_saved_as_the_log_grows_so_a_crash_costs_little(tmp_path, monkeypatch):
     """Without a clean close, the start indexes only the rows after the last periodic save:
     each save appends the entries of the rows that became final since the one before."""
-    monkeypatch.setattr(report_store, "BLOCK", 8)
+    monkeypatch.setattr("aggregator.store.sqlite.log.BLOCK", 8)
     monkeypatch.setattr(report_store, "INDEX_SAVE_ROWS", 64)
     db = tmp_path / "s.sqlite"
     reports = [rr(os.urandom(16), i % 4) for i in range(500)]
@@ -153,7 +148,7 @@ def test_the_index_is_saved_as_the_log_grows_so_a_crash_costs_little(tmp_path, m
         for suffix in ("", "-wal"):  # the files as a kill would leave them
             shutil.copy(f"{db}{suffix}", crashed / f"s.sqlite{suffix}")
     with closing(sqlite3.connect(crashed / "s.sqlite")) as conn:
-        index, saved = report_store._open_index(conn)
+        index, saved = saved_index.open_index(conn)
         parts = conn.execute("SELECT count(*) FROM id_index WHERE part > 0").fetchone()[0]
         saved_entries = sum(
             len(h) // 8 for (h,) in conn.execute("SELECT hashes FROM id_index WHERE part > 0")
@@ -166,7 +161,7 @@ def test_the_index_is_saved_as_the_log_grows_so_a_crash_costs_little(tmp_path, m
 
 
 def test_a_saved_index_that_does_not_fit_the_log_is_rebuilt(tmp_path, monkeypatch):
-    monkeypatch.setattr(report_store, "BLOCK", 8)
+    monkeypatch.setattr("aggregator.store.sqlite.log.BLOCK", 8)
     db = tmp_path / "s.sqlite"
     reports = [rr(os.urandom(16), 1) for _ in range(50)]
     with ReportStore(db) as store:
@@ -188,7 +183,7 @@ def test_the_log_order_groups_no_upload(tmp_path, monkeypatch):
     """Uploads of 4 reports, each its own commit, as from one device at a time: each report
     takes a random free place of the log's current block, so in the log's order an upload's
     reports are apart (neighbours from one upload about as rare as by chance, 3 in 256 here)."""
-    monkeypatch.setattr(report_store, "BLOCK", 256)
+    monkeypatch.setattr("aggregator.store.sqlite.log.BLOCK", 256)
     db = tmp_path / "s.sqlite"
     upload_of = {}
     with ReportStore(db) as store:

@@ -18,7 +18,9 @@ from conftest import ServerThread
 from service.collector.test_limits_service import LIMITED_TOML, reports
 
 from aggregator.service.collector.limits import KeyPseudonyms, SecretFileError
-from aggregator.store.sqlite.report_store import RECEIVED_RESOLUTION, SCHEMA_VERSION, ReportStore
+from aggregator.store.model import RECEIVED_RESOLUTION
+from aggregator.store.sqlite.report_store import ReportStore
+from aggregator.store.sqlite.schema import SCHEMA_VERSION
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 

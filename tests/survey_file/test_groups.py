@@ -21,9 +21,11 @@ from conftest import ServerThread
 from aggregator.histogram import Histogram
 from aggregator.service.server.app import open_store
 from aggregator.stats import estimate, two_sample
-from aggregator.store import definitions, ingest, shards
+from aggregator.store import ingest, shards
 from aggregator.store.definitions import GroupLabelChangedError
-from aggregator.store.sqlite.report_store import SCHEMA_VERSION, ReportStore
+from aggregator.store.sqlite import pins
+from aggregator.store.sqlite.report_store import ReportStore
+from aggregator.store.sqlite.schema import SCHEMA_VERSION
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.group import GroupChangedError
 from client.device.ledger import Budget
@@ -548,7 +550,7 @@ def test_a_schema_3_store_is_migrated(tmp_path):
     conn.close()
     surveys = load_surveys(config)
     with ReportStore(db) as store:
-        definitions.register(store, surveys)
+        pins.register(store, surveys)
         assert store.statistics("plain", "rr")[0] == 1
         contribution = lambda s, q, p: ingest.contribution(surveys[s].question(q), p)  # noqa: E731
         assert store.rebuild(contribution)["plain", "rr"][0] == 1

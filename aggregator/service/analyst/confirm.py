@@ -24,7 +24,7 @@ from aggregator.service.analyst.execution import AnalysisExecutor, caller_of
 from aggregator.service.status import abort, shortened
 from aggregator.store import confirmations
 from aggregator.store.contract import AnalysisStore
-from aggregator.store.sqlite.report_store import StoreUnavailableError
+from aggregator.store.errors import StoreUnavailableError
 from client.device.transport import RETRY_AFTER_KEY
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2

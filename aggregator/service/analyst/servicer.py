@@ -42,7 +42,7 @@ Args = TypeVarTuple("Args")
 
 class Analyst(ldp_pb2_grpc.AnalystServicer):
     """Estimates and tests computed from stored sufficient statistics, on any store engine
-    (``store``: aggregator/store/contract.py's analysis_of)."""
+    (``store``: aggregator/store/contract.py's Store.analysis)."""
 
     def __init__(
         self,

@@ -1,2 +1,12 @@
-"""The Collector role: what devices call (survey definitions, uploads), their authentication and
-registry, and everything that bounds an upload before it reaches the store."""
+"""The Collector: what devices call. Survey definitions and uploads (``servicer``), checked on
+their raw bytes before protobuf parses them (``wire``) and bounded per stream (``streams``),
+device signatures against the registry of enrolled keys (``device_auth``, ``registry``), abuse
+limits and cap counts at rest (``limits``, ``cap_file``), the answers written straight to bytes
+(``answers``), and what operators see of each upload: Prometheus metrics and an access log
+(``metrics``, ``observe``).
+
+May import ``aggregator.store`` (its engine-neutral contract and rules), the shared
+``aggregator.service`` modules, ``aggregator.survey_file``, ``client`` and ``protos``; never
+``aggregator.service.analyst`` or ``aggregator.service.server`` (which composes it), nor
+``aggregator.stats``: nothing on the upload path analyses.
+"""

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 
 from aggregator.service.collector.limits import LimitExceededError
-from aggregator.store.sqlite.report_store import CONFLICT, STORED
+from aggregator.store.model import CONFLICT, STORED
 from client.device.transport import MAX_MESSAGE_BYTES, RETRY_AFTER_KEY
 from protos.ldp.v1 import ldp_pb2
 

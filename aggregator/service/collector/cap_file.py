@@ -25,6 +25,7 @@ from contextlib import closing
 from pathlib import Path
 
 from aggregator.errors import LdpError
+from aggregator.store.errors import StoreError
 from aggregator.store.sqlite.file_kind import (
     REPORT_STORE,
     FileKindError,
@@ -32,7 +33,6 @@ from aggregator.store.sqlite.file_kind import (
     create_private,
     open_file,
 )
-from aggregator.store.sqlite.report_store import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from typing import Protocol
 from aggregator.errors import LdpError
 from aggregator.store.device_counts import CountKey, Rate, Refusal
 from aggregator.store.ingest import Rejection, ReportRejectedError
-from aggregator.store.sqlite.report_store import STORED, ReportBatch
+from aggregator.store.model import STORED, ReportBatch
 from aggregator.survey_file.config import SurveyLimits
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import TextIO
 import grpc
 
 from aggregator.service.collector.metrics import NoMetrics, Recorder
-from aggregator.store.sqlite.report_store import STORED, ReportBatch
+from aggregator.store.model import STORED, ReportBatch
 
 #: Codes of a refused call whose reports were invalid (the rest were refused by a limit, by
 #: authentication, or could not be stored).

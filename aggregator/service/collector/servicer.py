@@ -36,17 +36,19 @@ from aggregator.service.collector.streams import StreamBudget, StreamLimitError,
 from aggregator.service.status import abort, shortened, status_of
 from aggregator.store import ingest
 from aggregator.store.contract import Store
-from aggregator.store.ingest import REPORT_ID_BYTES, Rejection, ReportRejectedError
-from aggregator.store.sqlite.report_store import (
-    CONFLICT,
-    DUPLICATE,
-    STORED,
+from aggregator.store.errors import (
     ConfirmationClosedError,
-    ReportBatch,
-    StoredReport,
     StoreError,
     StoreFailedError,
     StoreUnavailableError,
+)
+from aggregator.store.ingest import REPORT_ID_BYTES, Rejection, ReportRejectedError
+from aggregator.store.model import (
+    CONFLICT,
+    DUPLICATE,
+    STORED,
+    ReportBatch,
+    StoredReport,
     batches_of,
 )
 from client.device.transport import RETRY_AFTER_KEY

@@ -42,11 +42,12 @@ from aggregator.service.server.handlers import (
     add_collector_to_server,
 )
 from aggregator.service.server.ports import ensure_port_free
-from aggregator.store import definitions
-from aggregator.store.contract import Store, analysis_of
+from aggregator.store.contract import Store
+from aggregator.store.errors import StoreError, StoreFailedError
+from aggregator.store.sqlite import pins as sqlite_pins
 from aggregator.store.sqlite.file_kind import create_private
 from aggregator.store.sqlite.lock import StoreLock
-from aggregator.store.sqlite.report_store import ReportStore, StoreError, StoreFailedError
+from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import SurveyLimits
 from client.device.transport import MAX_MESSAGE_BYTES
 from client.survey import SurveySpec
@@ -138,7 +139,7 @@ def open_store(
             create_private(db_path + suffix)
     store = ReportStore(db_path, max_delay=max_delay, on_commit=on_commit)
     try:
-        definitions.register(store, surveys)
+        sqlite_pins.register(store, surveys)
     except BaseException:
         store.close()
         raise
@@ -394,7 +395,7 @@ async def serve_analyst(
             *(connections or ConnectionLimits()).options(),
         ],
     )
-    analyst = Analyst(surveys, analysis_of(store))
+    analyst = Analyst(surveys, store.analysis())
     add_analyst_to_server(analyst, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

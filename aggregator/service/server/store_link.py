@@ -3,10 +3,12 @@
 SQLite allows one writer, so the process that owns the :class:`ReportStore` (the writer) serves
 every worker process through its own duplex pipe. A worker's :class:`RemoteStore` has the part
 of the store's interface the gRPC servicers use (``submit_batches``, ``stored_ids``,
-``run_in_writer``, ``close``). Uploads cross in bulk form, and the writer answers only after the
-transaction holding them committed, so an acknowledgement still means "durable". Reads go
-straight to the SQLite file (WAL readers never wait for the writer); the Analyst reads released
-snapshots only (aggregator/service/analyst/release.py).
+``analysis``, ``close``: aggregator/store/contract.py's Store); the Analyst's state is written
+through ``run_in_writer``, a transaction of the worker's own connection. Uploads cross in bulk
+form, and the writer answers only after the transaction holding them committed, so an
+acknowledgement still means "durable". Reads go straight to the SQLite file (WAL readers never
+wait for the writer); the Analyst reads released snapshots only
+(aggregator/service/analyst/release.py).
 
 Why the worker's side lives on its event loop: per upload, a receiving thread cost a GIL
 hand-off and a wake-up of the loop, which at one report per upload was a large share of a
@@ -42,17 +44,17 @@ from concurrent.futures import Future
 from functools import partial
 from multiprocessing.connection import Connection
 
-from aggregator.store.sqlite.report_store import (
+from aggregator.store.errors import (
     ConfirmationClosedError,
-    ReportBatch,
-    ReportStore,
-    StoreBusyError,
     StoreError,
     StoreFailedError,
     StoreUnavailableError,
-    read_stored_ids,
-    run_in_transaction,
 )
+from aggregator.store.model import ReportBatch
+from aggregator.store.sqlite.analysis import SqliteAnalysis
+from aggregator.store.sqlite.connection import StoreBusyError, run_in_transaction
+from aggregator.store.sqlite.log import read_stored_ids
+from aggregator.store.sqlite.report_store import ReportStore
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +214,11 @@ class RemoteStore(asyncio.Protocol):
     def close_confirmation(self, survey_id: str) -> None:
         """Nothing to do here: the writer reads the sealed surveys again when another connection
         has committed (ReportStore._refuse_closed_sides)."""
+
+    def analysis(self) -> SqliteAnalysis:
+        """The Analyst's state in the store, written through this worker's own connection
+        (:meth:`run_in_writer`): aggregator/store/contract.py's AnalysisStore."""
+        return SqliteAnalysis(self)
 
     def close(self) -> None:
         """Say goodbye after the last submit and wait for the writer's answers to everything

@@ -23,11 +23,12 @@ from aggregator.store.confirmations import (
     StateChangedError,
     check_state_readable,
 )
+from aggregator.store.model import CONFIRMATION
 from aggregator.store.postgres import confirm
-from aggregator.store.postgres.engine import PostgresStore, read_side
+from aggregator.store.postgres.connection import Transactions
+from aggregator.store.postgres.statistics import read_side
 from aggregator.store.releases import Cell
 from aggregator.store.releases import Snapshot as Released
-from aggregator.store.sqlite.report_store import CONFIRMATION
 from client.survey import SurveySpec
 
 #: The first key of the releases' advisory locks (the second: the cell's hash).
@@ -37,7 +38,7 @@ _RELEASE_LOCKS = 0x4C445052  # "LDPR"
 class PostgresAnalysis:
     """aggregator/store/contract.py's AnalysisStore on a PostgreSQL store."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: Transactions) -> None:
         self._store = store
 
     def release(self, cells: Sequence[Cell], step: int) -> dict[Cell, Released | None]:
@@ -146,7 +147,7 @@ def _append_history(
 ) -> None:
     """In the transaction that moves ``cell``'s snapshot: record it in the history of looks
     (and ``before``, the snapshot it replaces, when the cell has no history yet), as
-    aggregator/store/sqlite/release_history.py does in SQLite."""
+    the SQLite engine's release_history.py does."""
     insert = "INSERT INTO release_history (survey_id, question_id, side, group_value, n, sums)"
     insert += " VALUES (%s, %s, %s, %s, %s, %s)"
     if before is not None:

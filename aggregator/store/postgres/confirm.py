@@ -2,9 +2,9 @@
 rules of aggregator/store/confirmations.py (one plan per survey, final once registered; a seal
 computed from a snapshot and committed by compare-and-set), with locks in place of SQLite's
 single writer. A seal first closes the confirmation side holding the survey's
-confirmation-side lock exclusively; every node's commit of confirmation-side reports holds it
-shared and checks the side is open (engine.py), so no node acknowledges a report the seal did
-not count.
+confirmation-side lock (confirmation_lock.py) exclusively; every node's commit of
+confirmation-side reports holds it shared and checks the side is open (engine.py), so no node
+acknowledges a report the seal did not count.
 (The holdout's commit and the Analyst's view of it all: aggregator/store/postgres/analysis.py.)"""
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from aggregator.store.confirmations import (
     unchanged_plan,
 )
 from aggregator.store.ingest import histogram
-from aggregator.store.postgres.engine import PostgresStore, lock_confirmation_side, read_side
-from aggregator.store.sqlite.report_store import CONFIRMATION
+from aggregator.store.model import CONFIRMATION
+from aggregator.store.postgres.confirmation_lock import lock_confirmation_side
+from aggregator.store.postgres.connection import Transactions
+from aggregator.store.postgres.statistics import read_side
 from client.survey import SurveySpec
 
 _STATE = (
@@ -46,7 +48,7 @@ def state(conn: psycopg.Connection, survey_id: str, lock: str = "") -> Confirmat
     return Confirmation(survey, mode, plan_sha256, plan, registered_at, sealed, sealed_at, held)
 
 
-def preregister(store: PostgresStore, survey: SurveySpec, plan: str, sha256: str) -> tuple:
+def preregister(store: Transactions, survey: SurveySpec, plan: str, sha256: str) -> tuple:
     """Register the plan: (registered_at, already); see confirmations.preregister."""
     if not survey.split:
         raise ConfirmationError(f"survey {survey.id} has no confirmation side (not split)")
@@ -87,7 +89,7 @@ def side_histograms(conn: psycopg.Connection, survey: SurveySpec, side: int) -> 
     return out
 
 
-def snapshot(store: PostgresStore, survey: SurveySpec) -> Snapshot:
+def snapshot(store: Transactions, survey: SurveySpec) -> Snapshot:
     """The state and confirmation-side histograms from one REPEATABLE READ snapshot."""
     with store.transaction() as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -95,7 +97,7 @@ def snapshot(store: PostgresStore, survey: SurveySpec) -> Snapshot:
 
 
 def commit_seal(
-    store: PostgresStore, survey: SurveySpec, snap: Snapshot, record: dict
+    store: Transactions, survey: SurveySpec, snap: Snapshot, record: dict
 ) -> tuple[Confirmation, bool]:
     """Store ``record`` and close the confirmation side on every node, if nothing changed since
     ``snap`` (the row held FOR UPDATE while the counts are compared); see
@@ -119,7 +121,7 @@ def commit_seal(
     return replace(current, sealed=text, sealed_at=record["sealed_at"]), False
 
 
-def close_side(store: PostgresStore, survey: SurveySpec) -> None:
+def close_side(store: Transactions, survey: SurveySpec) -> None:
     """Close the survey's confirmation side to new reports on every node (idempotent): the
     first step of a seal. It holds the confirmation-side lock exclusively, so it waits for the
     commits of confirmation-side reports under way, and every later one sees it closed."""
@@ -135,7 +137,7 @@ def close_side(store: PostgresStore, survey: SurveySpec) -> None:
         )
 
 
-def reopen_side(store: PostgresStore, survey: SurveySpec) -> None:
+def reopen_side(store: Transactions, survey: SurveySpec) -> None:
     """Open the confirmation side again after :func:`close_side` when no seal followed (its
     plan could not run, e.g. on too little data), so that reports can still arrive, as on
     SQLite, where a refused seal never closed it. A sealed side stays closed."""
@@ -148,7 +150,7 @@ def reopen_side(store: PostgresStore, survey: SurveySpec) -> None:
 
 
 def seal(
-    store: PostgresStore, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
+    store: Transactions, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
 ) -> tuple[Confirmation, bool]:
     """Run the registered plan once and seal its results; see confirmations.seal. Unlike the
     single-writer SQLite store, it first closes the confirmation side (:func:`close_side`), so

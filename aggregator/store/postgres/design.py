@@ -1,5 +1,5 @@
-"""Per design key statistics in the shared PostgreSQL store (docs/designs.md): what
-aggregator/store/design_statistics.py keeps in SQLite, sharded like the group statistics.
+"""Per design key statistics in the shared PostgreSQL store (docs/designs.md): what the SQLite
+engine's design_statistics.py keeps, sharded like the group statistics.
 
 Each ingest transaction adds its stored reports' (n, int64 sums, float64 sums of squares) per
 (survey, question, side, group, design key) to the shard it chose for its other statistics, so
@@ -16,8 +16,8 @@ import numpy as np
 import psycopg
 
 from aggregator.store.design_statistics import KeyStatistics
+from aggregator.store.model import STORED, ReportBatch
 from aggregator.store.postgres.log import read_reports
-from aggregator.store.sqlite.report_store import STORED, ReportBatch
 from client.survey import SurveySpec
 
 _ADD = """INSERT INTO design_statistic_shards AS s
@@ -56,7 +56,7 @@ def read(
     conn: psycopg.Connection, survey_id: str, question_id: str, side: int = 0
 ) -> list[KeyStatistics]:
     """Every (group, design key) of the question on ``side`` with reports, its shards summed, in
-    key order (as design_statistics.read)."""
+    key order (as the SQLite engine's design_statistics.read)."""
     rows = conn.execute(
         "SELECT group_value, design_key, n, sums, squares FROM design_statistic_shards"
         " WHERE survey_id = %s AND question_id = %s AND side = %s"

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 import psycopg
 
 from aggregator.store.device_counts import CountKey, Rate, Refusal
+from aggregator.store.errors import StoreError
 from aggregator.store.postgres.engine import PostgresStore
-from aggregator.store.sqlite.report_store import StoreError
 
 #: The ``node_settings`` row of the secret's fingerprint.
 SECRET_SETTING = "limits_secret_fingerprint"

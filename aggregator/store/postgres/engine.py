@@ -31,33 +31,30 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
 from psycopg import errors
 
-from aggregator.store.postgres import design
-from aggregator.store.postgres.log import read_reports
-from aggregator.store.postgres.schema import migrate
-from aggregator.store.sqlite.report_store import (
+from aggregator.store.errors import ConfirmationClosedError, StoreError, StoreUnavailableError
+from aggregator.store.model import (
     CONFIRMATION,
     CONFLICT,
     DUPLICATE,
     RECEIVED_RESOLUTION,
     REPORT_ID_BYTES,
     STORED,
-    ConfirmationClosedError,
     ReportBatch,
     StoredReport,
-    StoreError,
-    StoreUnavailableError,
     batches_of,
 )
-
-if TYPE_CHECKING:
-    from aggregator.store.postgres.analysis import PostgresAnalysis
+from aggregator.store.postgres import design
+from aggregator.store.postgres.analysis import PostgresAnalysis
+from aggregator.store.postgres.confirmation_lock import lock_confirmation_side
+from aggregator.store.postgres.connection import connect, redacted
+from aggregator.store.postgres.log import read_reports
+from aggregator.store.postgres.schema import migrate
+from aggregator.store.postgres.statistics import read_side
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +64,6 @@ DEFAULT_SHARDS = 16
 IDLE_READERS = 4
 #: Times a transaction is run again after a deadlock or serialization failure.
 RETRIES = 5
-#: The first key of the confirmation-side advisory locks (the second: the survey id's hash).
-_CONFIRMATION_LOCKS = 0x4C445043  # "LDPC"
 _INT64 = np.dtype(np.int64)
 
 _INSERT = """INSERT INTO reports
@@ -83,26 +78,6 @@ ON CONFLICT (survey_id, question_id, side, group_value, shard) DO UPDATE SET
     n = s.n + excluded.n,
     sums = ARRAY(SELECT a + b FROM unnest(s.sums, excluded.sums) WITH ORDINALITY AS t(a, b, i)
         ORDER BY i)"""
-
-
-def redacted(url: str) -> str:
-    """``url`` without its password, for messages and ``path``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def connect(url: str) -> psycopg.Connection:
-    """A connection in autocommit mode (transactions are explicit), or StoreUnavailableError."""
-    try:
-        return psycopg.connect(url, autocommit=True, connect_timeout=10)
-    except psycopg.Error as exc:
-        raise StoreUnavailableError(
-            f"cannot reach the PostgreSQL store {redacted(url)}: {exc}"
-        ) from None
 
 
 @dataclass(slots=True)
@@ -213,16 +188,9 @@ class PostgresStore:
         """Blocking submit: the flags once the reports are durable."""
         return self.submit(reports).result()
 
-    def run_in_writer(self, fn: Callable[[Any], Any]) -> Any:
-        """SQLite-only (a function of the writer's SQLite connection): refused. The Analyst's
-        state has its own methods here (:meth:`analysis`)."""
-        raise StoreError("this operation needs the SQLite store")
-
     def analysis(self) -> PostgresAnalysis:
         """The Analyst's state in this database (releases, plans, seals, the holdout), shared
         by every node: aggregator/store/contract.py's AnalysisStore."""
-        from aggregator.store.postgres.analysis import PostgresAnalysis
-
         return PostgresAnalysis(self)
 
     def close(self) -> None:
@@ -493,15 +461,6 @@ class PostgresStore:
             design.add(conn, batches, flags, shard)
 
 
-def lock_confirmation_side(conn: psycopg.Connection, survey_id: str, exclusive: bool) -> None:
-    """Take the survey's confirmation-side lock until the transaction ends: shared by commits
-    of its confirmation-side reports, exclusive by a seal. (An advisory lock, not a row lock:
-    it exists before any plan row does, and taking it shared writes nothing.)"""
-    kind = "" if exclusive else "_shared"
-    sql = f"SELECT pg_advisory_xact_lock{kind}(%s, hashtext(%s))"
-    conn.execute(sql, (_CONFIRMATION_LOCKS, survey_id))
-
-
 def _refuse_closed_sides(conn: psycopg.Connection, batches: list[ReportBatch]) -> None:
     """Inside the write transaction: take the confirmation-side lock (shared) of the surveys
     with confirmation-side reports, then refuse the commit if one of them is closed (sealed,
@@ -527,43 +486,3 @@ def exact_sums(rows: np.ndarray) -> list[int]:
     if bound * len(rows) < 2**62:
         return [int(x) for x in rows.sum(axis=0)]
     return [int(x) for x in rows.astype(object).sum(axis=0)]
-
-
-def read_side(
-    conn: psycopg.Connection, survey_id: str, question_id: str, side: int = 0, group: str = ""
-) -> tuple[int, np.ndarray]:
-    """(n, int64 sums) of a registered question on ``side`` and of ``group``: its shards summed
-    ((0, zeros) before any report)."""
-    row = conn.execute(
-        "SELECT k FROM questions WHERE survey_id = %s AND question_id = %s",
-        (survey_id, question_id),
-    ).fetchone()
-    if row is None:
-        raise StoreError(f"unknown question {survey_id}/{question_id}")
-    sums = [0] * row[0]
-    n = 0
-    shards = conn.execute(
-        "SELECT n, sums FROM statistic_shards WHERE survey_id = %s AND question_id = %s"
-        " AND side = %s AND group_value = %s",
-        (survey_id, question_id, side, group),
-    )
-    for shard_n, shard_sums in shards:
-        n += shard_n
-        sums = [a + b for a, b in zip(sums, shard_sums, strict=True)]
-    return n, np.array(sums, dtype=np.int64)
-
-
-def survey_has_reports(conn: psycopg.Connection, survey_id: str) -> bool:
-    """True if any question of the survey has a stored report (on any side)."""
-    sql = "SELECT 1 FROM statistic_shards WHERE survey_id = %s AND group_value = '' AND n > 0"
-    return conn.execute(sql + " LIMIT 1", (survey_id,)).fetchone() is not None
-
-
-def question_count(conn: psycopg.Connection, survey_id: str, question_id: str) -> int:
-    """Reports of a question on every side."""
-    sql = (
-        "SELECT coalesce(sum(n), 0) FROM statistic_shards WHERE survey_id = %s"
-        " AND question_id = %s AND group_value = ''"
-    )
-    row = conn.execute(sql, (survey_id, question_id)).fetchone()
-    return int(row[0]) if row else 0

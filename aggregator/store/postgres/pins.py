@@ -17,8 +17,9 @@ from aggregator.store.definitions import (
     SplitChangedError,
     difference,
 )
-from aggregator.store.postgres.engine import PostgresStore, question_count, survey_has_reports
+from aggregator.store.postgres.engine import PostgresStore
 from aggregator.store.postgres.schema import SCHEMA_LOCK
+from aggregator.store.postgres.statistics import question_count, survey_has_reports
 from client.survey import GroupLabel, QuestionSpec, SurveySpec
 
 

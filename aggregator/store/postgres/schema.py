@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import psycopg
 
-from aggregator.store.sqlite.report_store import StoreError
+from aggregator.store.errors import StoreError
 
 SCHEMA_VERSION = 1
 #: Any fixed 64-bit number: the advisory lock that serializes schema changes and pinning.

@@ -24,8 +24,8 @@ from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
+from aggregator.store.errors import StoreError
 from aggregator.store.sqlite.lock import StoreInUseError, StoreLock
-from aggregator.store.sqlite.report_store import StoreError
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "ldp-survey-backup"

@@ -16,15 +16,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from aggregator.store import design_statistics
 from aggregator.store.design_statistics import KeyStatistics
-from aggregator.store.sqlite.report_store import (
-    DUPLICATE,
-    STORED,
-    ReportStore,
-    StoredReport,
-    StoreError,
-)
+from aggregator.store.errors import StoreError
+from aggregator.store.model import DUPLICATE, STORED, StoredReport
+from aggregator.store.sqlite import design_statistics
+from aggregator.store.sqlite.report_store import ReportStore
 
 
 class DesignImportError(StoreError):

@@ -1,12 +1,12 @@
 """The design rows of each released snapshot (docs/designs.md, docs/threat-model.md "What is
 released").
 
-When :mod:`aggregator.store.releases` moves a cell's snapshot, the same write transaction
-copies that cell's per design key statistics (:mod:`aggregator.store.design_statistics`) here,
-replacing the cell's previous copy. A design-based answer of the Analyst service reads only
-these rows, so its n is the released n and it moves exactly when the histogram's release moves:
-it reveals nothing a release does not. The table is created by the first snapshot of a cell with
-design rows, so a store of surveys without a design opens (and releases) unchanged.
+When :mod:`aggregator.store.sqlite.releases` moves a cell's snapshot, the same write transaction
+copies that cell's per design key statistics (:mod:`aggregator.store.sqlite.design_statistics`)
+here, replacing the cell's previous copy. A design-based answer of the Analyst service reads only
+these rows, so its n is the released n and it moves exactly when the histogram's release moves: it
+reveals nothing a release does not. The table is created by the first snapshot of a cell with design
+rows, so a store of surveys without a design opens (and releases) unchanged.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from contextlib import closing
 
 import numpy as np
 
-from aggregator.store.definitions import has_table
 from aggregator.store.design_statistics import KeyStatistics
+from aggregator.store.sqlite.connection import has_table
 from aggregator.store.sqlite.file_kind import open_read_only
-from aggregator.store.sqlite.report_store import STORE_KIND
+from aggregator.store.sqlite.schema import STORE_KIND
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS design_releases (
     survey_id TEXT NOT NULL,

@@ -14,7 +14,7 @@ import fcntl
 import os
 
 from aggregator.errors import LdpError
-from aggregator.store.sqlite.report_store import StoreError
+from aggregator.store.errors import StoreError
 
 
 class StoreInUseError(LdpError):

@@ -14,9 +14,10 @@ from contextlib import closing
 
 import numpy as np
 
-from aggregator.store import definitions
+from aggregator.store.sqlite import pins
+from aggregator.store.sqlite.connection import has_table
 from aggregator.store.sqlite.file_kind import open_read_only
-from aggregator.store.sqlite.report_store import STORE_KIND
+from aggregator.store.sqlite.schema import STORE_KIND
 from client.survey import SurveySpec
 
 
@@ -29,7 +30,7 @@ class StoreReader:
 
     def check_definitions(self, surveys: Mapping[str, SurveySpec], where: object = "") -> None:
         """DefinitionChangedError if ``surveys`` change a question that has reports here."""
-        definitions.check(self._conn, surveys, where)
+        pins.check(self._conn, surveys, where)
 
     def statistics(
         self, survey_id: str, question_id: str, k: int, side: int = 0, group: str = ""
@@ -39,7 +40,7 @@ class StoreReader:
         row yet."""
         key = (survey_id, question_id)
         if group:
-            if not definitions.has_table(self._conn, "group_statistics"):
+            if not has_table(self._conn, "group_statistics"):
                 return 0, np.zeros(k, dtype=np.int64)  # a store from before group labels
             sql = (
                 "SELECT n, sums FROM group_statistics WHERE survey_id = ? AND question_id = ?"
@@ -47,7 +48,7 @@ class StoreReader:
             )
             row = self._conn.execute(sql, (*key, side, group)).fetchone()
         elif side:
-            if not definitions.has_table(self._conn, "side_statistics"):
+            if not has_table(self._conn, "side_statistics"):
                 return 0, np.zeros(k, dtype=np.int64)  # a store from before splits
             sql = "SELECT n, sums FROM side_statistics WHERE survey_id = ? AND question_id = ?"
             row = self._conn.execute(sql + " AND side = ?", (*key, side)).fetchone()

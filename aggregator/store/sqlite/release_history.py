@@ -1,13 +1,12 @@
 """Every snapshot each cell has released, in the order released: the looks of anytime-valid
 monitoring (docs/monitoring.md, "Looks are release points").
 
-:mod:`aggregator.store.releases` keeps only a cell's latest snapshot; each time it moves one, it
-calls :func:`append` in the same write transaction, so the history holds exactly the snapshots
-ever released, and nothing a read did not already reveal. Rows are numbered by one global
-sequence: several cells (the groups of a pooled read, the two groups of a two-sample monitor)
-merge into looks deterministically. The table is created by its first write, so stores made
-before it open unchanged; a cell released before it existed starts its history at the snapshot
-it held then.
+:mod:`aggregator.store.sqlite.releases` keeps only a cell's latest snapshot; each time it moves one,
+it calls :func:`append` in the same write transaction, so the history holds exactly the snapshots
+ever released, and nothing a read did not already reveal. Rows are numbered by one global sequence:
+several cells (the groups of a pooled read, the two groups of a two-sample monitor) merge into looks
+deterministically. The table is created by its first write, so stores made before it open unchanged;
+a cell released before it existed starts its history at the snapshot it held then.
 """
 
 from __future__ import annotations
@@ -18,9 +17,9 @@ from contextlib import closing
 
 import numpy as np
 
-from aggregator.store.definitions import has_table
+from aggregator.store.sqlite.connection import has_table
 from aggregator.store.sqlite.file_kind import open_read_only
-from aggregator.store.sqlite.report_store import STORE_KIND
+from aggregator.store.sqlite.schema import STORE_KIND
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS release_history (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -1,5 +1,8 @@
 """Durable embedded store of randomized reports: an append-only SQLite log of reports plus each
-question's integer sufficient statistic, updated in the same transaction.
+question's integer sufficient statistic, updated in the same transaction. This module is the
+store's writer (group commit on one thread) and its reads; the file's schema is in schema.py,
+the log in log.py, the statistics in statistics.py and the saved id index in saved_index.py
+(all in aggregator/store/sqlite/).
 
 Why this shape (notes/service-conventions.md §3):
 
@@ -10,25 +13,23 @@ Why this shape (notes/service-conventions.md §3):
 * The log (``reports``) is appended to: its rows are keyed by ``seq``, so a commit writes the
   pages of the log's current block however large it is (a log keyed by the random report ids
   made each report dirty a page of its own once it was large: docs/performance.md). Within a block
-  of BLOCK numbers the places are taken in random order (:class:`_Blocks`), so the log's order
-  groups no upload.
+  of BLOCK numbers the places are taken in random order (log.py's :class:`Blocks`), so the log's
+  order groups no upload.
 * ``report_id`` (16 random bytes chosen by the device) is unique in the log, so a resend is
   reported as a duplicate and counted once: the writer finds the ids a commit may repeat in an
   in-memory hash table of keyed id hashes (aggregator/store/sqlite/id_index.py, 15-30 bytes a
-  report,
-  saved at a clean close and rebuilt from the log otherwise), and compares the whole ids
+  report, saved at a clean close and rebuilt from the log otherwise), and compares the whole ids
   against the log rows it names. Ids are global, not scoped per survey: an id stored
   with a different survey, question or payload is a conflict (docs/wire.md §6), neither stored
   nor counted, and never mistaken for a resend. No device identity is stored with a report (the
   per-device cap counts of aggregator/service/collector/limits.py live in their own table, with no
-  report
-  ids).
+  report ids).
 * The statistics are derived data: :meth:`ReportStore.rebuild` recomputes them from the log.
 * A split survey's reports carry their side (1 exploration, 2 confirmation; 0 for a survey that
   is not split). Side 0 statistics live in ``statistics``, a split survey's per side in
   ``side_statistics``, so nothing that reads ``statistics`` ever sees the confirmation side.
   Once a survey's confirmation side is closed (its results sealed: ``confirmations``, written
-  by aggregator/store/confirmations.py), the writer refuses its confirmation-side reports.
+  by aggregator/store/sqlite/confirmations.py), the writer refuses its confirmation-side reports.
 * A survey with a public group label (docs/two-sample.md) stores each report's group
   (``reports.group_value``; '' for a survey without one). ``statistics`` and ``side_statistics``
   pool all groups; ``group_statistics`` holds each (question, side, group) of a grouped report
@@ -54,206 +55,63 @@ import logging
 import operator
 import os
 import queue
-import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import closing, contextmanager, suppress
-from dataclasses import dataclass, replace
+from contextlib import closing, suppress
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from aggregator.errors import LdpError
-from aggregator.store import design_statistics
-from aggregator.store.sqlite.file_kind import (
-    REPORT_STORE,
-    FileKindError,
-    check_kind,
-    open_file,
-    stamp_kind,
+from aggregator.store.errors import ConfirmationClosedError, StoreError, StoreFailedError
+from aggregator.store.model import (
+    CONFIRMATION,
+    RECEIVED_RESOLUTION,
+    REPORT_ID_BYTES,
+    STORED,
+    ReportBatch,
+    StoredReport,
+    batches_of,
 )
-from aggregator.store.sqlite.id_index import SECRET_BYTES, IdIndex
+from aggregator.store.sqlite import design_statistics
+from aggregator.store.sqlite.analysis import SqliteAnalysis
+from aggregator.store.sqlite.confirmations import closed_confirmations
+from aggregator.store.sqlite.connection import BUSY_TIMEOUT_MS, busy_error, read_only, transaction
+from aggregator.store.sqlite.file_kind import FileKindError, check_kind, open_file, stamp_kind
 from aggregator.store.sqlite.integrity import FileWatch, failure_message
+from aggregator.store.sqlite.log import Blocks, content_rows, contents_at, log_rows, outcomes
+from aggregator.store.sqlite.saved_index import (
+    index_log,
+    open_index,
+    save_index,
+    save_index_entries,
+)
+from aggregator.store.sqlite.schema import STORE_KIND, migrate
+from aggregator.store.sqlite.statistics import (
+    accumulate,
+    read_side,
+    read_statistics,
+    write_statistics,
+)
 
 log = logging.getLogger(__name__)
 
-#: 2: received_at keeps the arrival day only; 3: reports.side, side_statistics;
-#: 4: reports.group_value, group_statistics; 5: the log is appended in ``seq`` order (no longer
-#: a B-tree keyed by report_id), its ids indexed in memory (aggregator/store/sqlite/id_index.py)
-SCHEMA_VERSION = 5
-STORE_KIND = replace(REPORT_STORE, version=SCHEMA_VERSION)  # application_id "LDPS" + this version
-REPORT_ID_BYTES = 16
-_IN_CHUNK = 999  # bound parameters per "IN (...)" query: SQLite's lowest historical limit
 _INT64 = np.dtype(np.int64)
 _WRITER_CACHE_KIB = 64 * 1024
 #: About 16 MB of WAL between the writer's automatic (passive) checkpoints: the log is written in
 #: arrival order, so a checkpoint writes mostly new pages once whatever its size, and small ones
 #: keep every stretch of ingest paying the same share (docs/performance.md).
 _WAL_AUTOCHECKPOINT_PAGES = 4_000
-RECEIVED_RESOLUTION = 86_400  # received_at keeps the UTC day only: arrival seconds group uploads
-_BUSY_TIMEOUT_MS = 5000
 _CHECKPOINT_BUSY_MS = 200  # a timed checkpoint waits this long for readers, then tries later
 #: The id index's new entries are saved once this many log rows past the last save are final, so
 #: a start after a crash indexes at most about this many rows from the log (docs/performance.md).
 INDEX_SAVE_ROWS = 1 << 18
 
-_SIDE_STATISTICS = """CREATE TABLE IF NOT EXISTS side_statistics (
-    survey_id TEXT NOT NULL,
-    question_id TEXT NOT NULL,
-    side INTEGER NOT NULL CHECK (side IN (1, 2)),
-    n INTEGER NOT NULL,
-    sums BLOB NOT NULL,
-    PRIMARY KEY (survey_id, question_id, side)
-);"""
-_GROUP_STATISTICS = """CREATE TABLE IF NOT EXISTS group_statistics (
-    survey_id TEXT NOT NULL,
-    question_id TEXT NOT NULL,
-    side INTEGER NOT NULL CHECK (side IN (0, 1, 2)),
-    group_value TEXT NOT NULL CHECK (group_value != ''),
-    n INTEGER NOT NULL,
-    sums BLOB NOT NULL,
-    PRIMARY KEY (survey_id, question_id, side, group_value)
-);"""
-_ID_INDEX = """CREATE TABLE IF NOT EXISTS id_index (
-    part INTEGER PRIMARY KEY,
-    secret BLOB,
-    high_water INTEGER,
-    hashes BLOB,
-    seqs BLOB
-)"""
-_REPORTS = """CREATE TABLE IF NOT EXISTS {name} (
-    report_id BLOB NOT NULL,
-    survey_id TEXT NOT NULL,
-    question_id TEXT NOT NULL,
-    payload BLOB NOT NULL,
-    received_at INTEGER NOT NULL,
-    side INTEGER NOT NULL DEFAULT 0,
-    group_value TEXT NOT NULL DEFAULT '',
-    seq INTEGER PRIMARY KEY
-);"""
-_REPORT_COLUMNS = "report_id, survey_id, question_id, payload, received_at, side, group_value"
-_SCHEMA = f"""
-BEGIN IMMEDIATE;
-{_REPORTS.format(name="reports")}
-CREATE TABLE IF NOT EXISTS statistics (
-    survey_id TEXT NOT NULL,
-    question_id TEXT NOT NULL,
-    k INTEGER NOT NULL,
-    n INTEGER NOT NULL,
-    sums BLOB NOT NULL,
-    PRIMARY KEY (survey_id, question_id)
-);
-{_SIDE_STATISTICS}
-{_GROUP_STATISTICS}
-{_ID_INDEX};
-PRAGMA user_version = {SCHEMA_VERSION};
-COMMIT;
-"""
-
-
-#: What the store did with one submitted report (the flags its futures resolve to). STORED is 1
-#: and DUPLICATE 0, so they read as the booleans "newly stored" / "not stored" they once were.
-STORED = 1  # newly stored and counted
-DUPLICATE = 0  # the identical report (same id, survey, question, payload) was stored before
-CONFLICT = 2  # the id is stored with another survey, question or payload: refused
-
-
-class StoreError(LdpError):
-    """The store refused an operation: closed, unknown question, malformed report, failed commit."""
-
-
-class StoreUnavailableError(StoreError):
-    """The store's writer is gone (a crashed writer process): nothing was acknowledged, and a
-    retry against a restarted server is safe."""
-
-
-class StoreBusyError(StoreUnavailableError):
-    """SQLite's write lock stayed taken past the busy timeout (another connection's write
-    transaction): nothing of the operation was written; a retry soon is safe."""
-
-
-def busy_error(exc: BaseException) -> StoreBusyError | None:
-    """A StoreBusyError for SQLite's "database is locked" / "database is busy" (SQLITE_BUSY,
-    SQLITE_LOCKED), else None."""
-    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
-    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-        return StoreBusyError(f"the store is busy, try again: {exc}")
-    return None
-
-
-class ConfirmationClosedError(StoreError):
-    """A confirmation-side report of a survey whose confirmatory results are sealed."""
-
-
-class StoreFailedError(StoreUnavailableError):
-    """The store can no longer make reports durable (disk full, read-only, I/O error, its files
-    deleted or replaced; see aggregator/store/sqlite/integrity.py). It acknowledges nothing more
-    until
-    restarted; everything acknowledged before is durable."""
-
-
-@dataclass(frozen=True)
-class StoredReport:
-    """One validated randomized report, as the store keeps it."""
-
-    report_id: bytes
-    survey_id: str
-    question_id: str
-    payload: bytes
-    contribution: np.ndarray  # int64, length k: what the report adds to the question's sums
-    side: int = 0  # ldp.v1.Side: 0 for a survey that is not split
-    group: str = ""  # the public group value; '' for a survey without a group label
-    design_key: str = ""  # the public design key; '' for a survey without a design
-
 
 WriteHook = Callable[[sqlite3.Connection, list[int]], None]
-
-
-@dataclass(frozen=True, slots=True)
-class ReportBatch:
-    """Validated reports of ONE question in bulk form: the shape the writer consumes without
-    building an object per report. Row i of ``contributions`` (int64, shape (m, k)) is what
-    report i adds to the question's sums."""
-
-    survey_id: str
-    question_id: str
-    report_ids: list[bytes]
-    payloads: list[bytes]
-    contributions: np.ndarray
-    side: int = 0  # ldp.v1.Side of every report of the batch
-    group: str = ""  # the public group value of every report of the batch
-    #: Each report's public design key (design_statistics); () for a survey without a design.
-    design_keys: tuple[str, ...] = ()
-
-    def __len__(self) -> int:
-        return len(self.report_ids)
-
-
-def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
-    """Reports as batches, one per run of consecutive reports of the same question, so the
-    batches' flags concatenated are in the order of the reports. Each question's contribution
-    vectors must have one length (``ReportStore.submit`` checks them first)."""
-    out = []
-    for (survey_id, question_id, side, group_value), run in itertools.groupby(
-        reports, key=lambda r: (r.survey_id, r.question_id, r.side, r.group)
-    ):
-        group = list(run)
-        out.append(
-            ReportBatch(
-                survey_id,
-                question_id,
-                [r.report_id for r in group],
-                [r.payload for r in group],
-                np.stack([r.contribution for r in group]),
-                side,
-                group_value,
-                tuple(r.design_key for r in group) if group[0].design_key else (),
-            )
-        )
-    return out
 
 
 @dataclass(slots=True)
@@ -275,52 +133,6 @@ class _Stop:
 
 
 _Item = _Submit | _Call | _Stop
-
-#: The log's order follows arrival in blocks of this many reports only (docs/threat-model.md).
-BLOCK = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class _Blocks:
-    """Where the next reports go in the log: a new report takes a random free ``seq`` of the
-    current block of BLOCK numbers, and the next block opens once it is full. So the log's
-    order follows arrival in blocks of BLOCK reports only: within a block, one upload's reports
-    sit at random places among those of the BLOCK reports around them, even when nobody else
-    uploads at the time, and each report is written once, into pages of the current block
-    (hot in the page cache: the writes stay local however large the log)."""
-
-    start: int  # the current block's first seq
-    free: np.ndarray  # its free seqs (int64), in random order; the next ones taken from the end
-
-    @classmethod
-    def read(cls, conn: sqlite3.Connection) -> _Blocks:
-        """The block of the log's last seq and its free places (the next block if full)."""
-        last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
-        start = (last - 1) // BLOCK * BLOCK + 1 if last else 1
-        taken = [row[0] for row in conn.execute("SELECT seq FROM reports WHERE seq >= ?", (start,))]
-        free = np.setdiff1d(np.arange(start, start + BLOCK, dtype=np.int64), taken)
-        if not len(free):
-            return cls(start + BLOCK, _shuffled(np.arange(BLOCK, dtype=np.int64) + start + BLOCK))
-        return cls(start, _shuffled(free))
-
-    def take(self, m: int) -> tuple[_Blocks, np.ndarray]:
-        """``m`` seqs for new reports, and the state after them (this one is left as it was,
-        for a transaction that rolls back)."""
-        parts, start, free = [], self.start, self.free
-        while m:
-            if not len(free):
-                start += BLOCK
-                free = _shuffled(np.arange(start, start + BLOCK, dtype=np.int64))
-            n = min(m, len(free))
-            parts.append(free[len(free) - n :])
-            free, m = free[: len(free) - n], m - n
-        taken = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-        return _Blocks(start, free), taken
-
-
-def _shuffled(seqs: np.ndarray) -> np.ndarray:
-    """``seqs`` in an order drawn afresh from the system's randomness."""
-    return np.random.default_rng(int.from_bytes(os.urandom(16), "little")).permutation(seqs)
 
 
 class ReportStore:
@@ -356,29 +168,15 @@ class ReportStore:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
                 raise StoreError(f"cannot put {self._path} in WAL mode (got {mode!r})")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
-                conn.executescript(_SCHEMA)
-            elif version in (1, 2, 3, 4):
-                if version == 1:
-                    _coarsen_arrival_times(conn)
-                if version <= 2:
-                    _add_sides(conn)
-                if version <= 3:
-                    _add_groups(conn)
-                _append_only_log(conn)
-            elif version != SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self._path} has schema version {version}, need {SCHEMA_VERSION}"
-                )
+            migrate(conn, self._path)
             if unstamped:
                 stamp_kind(conn, STORE_KIND)
             rows = conn.execute("SELECT survey_id, question_id, k FROM statistics")
             self._k = {(s, q): k for s, q, k in rows}
             self._closed_sides = closed_confirmations(conn)
             self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
-            self._index, self._index_saved = _open_index(conn)
-            self._blocks = _Blocks.read(conn)
+            self._index, self._index_saved = open_index(conn)
+            self._blocks = Blocks.read(conn)
             self._watch = FileWatch(self._path)
         except FileKindError as exc:
             conn.close()
@@ -471,6 +269,11 @@ class ReportStore:
         """Run ``fn(connection)`` in one write transaction on the writer thread; its result."""
         return self._call(fn)
 
+    def analysis(self) -> SqliteAnalysis:
+        """The Analyst's state in this store (releases, plans, seals, the holdout), written
+        through this writer: aggregator/store/contract.py's AnalysisStore."""
+        return SqliteAnalysis(self)
+
     def put(self, reports: Sequence[StoredReport]) -> list[int]:
         """Blocking submit: returns the flags once the reports are durable."""
         return self.submit(reports).result()
@@ -514,11 +317,11 @@ class ReportStore:
                         pending.setdefault(key, []).append(vector)
                 for key, vectors in pending.items():
                     start = totals.get(key, (0, [0] * ks[key[:2]]))
-                    totals[key] = _accumulate(*start, np.stack(vectors))
+                    totals[key] = accumulate(*start, np.stack(vectors))
                 if progress is not None:
                     progress(len(rows))
             for key, (n, sums) in totals.items():
-                _write_statistics(conn, *key[:2], n, sums, *key[2:])
+                write_statistics(conn, *key[:2], n, sums, *key[2:])
             return {
                 key[:2] if key[2:] == (0,) else key: (n, np.array(sums, dtype=np.int64))
                 for key, (n, sums) in totals.items()
@@ -562,7 +365,7 @@ class ReportStore:
         if not candidates:
             return set()
         with closing(self._reader()) as conn:
-            found = _contents_at(conn, sorted({s for seqs in candidates.values() for s in seqs}))
+            found = contents_at(conn, sorted({s for seqs in candidates.values() for s in seqs}))
         return {ids[i] for i in candidates if ids[i] in found}
 
     def count_reports(self, survey_id: str | None = None) -> int:
@@ -645,7 +448,7 @@ class ReportStore:
     def _reader(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError("store is closed")
-        return _read_only(self._path)
+        return read_only(self._path)
 
     def _run(self) -> None:
         """The writer thread: group submits into transactions until the stop marker, and empty
@@ -687,7 +490,7 @@ class ReportStore:
         try:
             if self._failure is None:
                 with suppress(sqlite3.Error):  # only start-up time is lost without it
-                    _save_index(self._conn, self._index, self._blocks.start - 1)
+                    save_index(self._conn, self._index, self._blocks.start - 1)
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             self._conn.close()
@@ -700,7 +503,7 @@ class ReportStore:
         if self._failure is not None or covered - self._index_saved < INDEX_SAVE_ROWS:
             return
         try:
-            _save_index_entries(self._conn, self._index, self._index_saved, covered)
+            save_index_entries(self._conn, self._index, self._index_saved, covered)
         except sqlite3.Error as exc:  # only start-up time after a crash is lost: retried later
             log.warning("cannot save the report id index (retried): %s", exc)
             return
@@ -719,14 +522,14 @@ class ReportStore:
         except sqlite3.Error:
             return False
         finally:
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         return busy == 0
 
     def _run_call(self, item: _Call) -> None:
         if not item.future.set_running_or_notify_cancel():
             return
         try:
-            with _transaction(self._conn):
+            with transaction(self._conn):
                 result = item.fn(self._conn)
         except Exception as exc:
             item.future.set_exception(busy_error(exc) or exc)
@@ -797,7 +600,7 @@ class ReportStore:
         (or earlier in the group), add the new ones' contributions to their questions' rows;
         after the commit, index the ids that reached the log.
 
-        A new report takes a random free place of the log's current block (:class:`_Blocks`).
+        A new report takes a random free place of the log's current block (:class:`Blocks`).
         The usual case, no duplicates, costs one lookup of the group's id hashes in the
         in-memory index and one insert per report, into the current block's pages. Only ids
         whose hash is indexed (or repeated in the group) are looked up in the log by ``seq``
@@ -809,21 +612,21 @@ class ReportStore:
         ids = list(itertools.chain.from_iterable(b.report_ids for b in batches))
         index = self._index
         keys = index.keys(ids)
-        with _transaction(conn):
+        with transaction(conn):
             self._refuse_closed_sides(batches)
             last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
             if last > index.high_water:  # appended by another connection: index those too
-                _index_log(conn, index, index.high_water)
+                index_log(conn, index, index.high_water)
             candidates = index.candidates(keys)
             new: np.ndarray | None = None  # which reports are new (None: all of them)
             if not candidates and len(set(ids)) == len(ids):
                 fresh = [STORED] * len(ids)
             else:
-                fresh = _outcomes(conn, _content_rows(batches), candidates)
+                fresh = outcomes(conn, content_rows(batches), candidates)
                 new = np.array(fresh) == STORED
             positions = np.arange(len(ids)) if new is None else np.flatnonzero(new)
             blocks, seqs = self._blocks.take(len(positions))
-            conn.executemany(*_log_rows(batches, ids, now, positions, seqs))
+            conn.executemany(*log_rows(batches, ids, now, positions, seqs))
             self._add_statistics(batches, new)
             out, start = [], 0
             for submit in group:
@@ -875,417 +678,12 @@ class ReportStore:
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if len(rows):
                 n, sums = read_side(self._conn, *key)
-                n, sums = _accumulate(n, sums, rows)
-                _write_statistics(self._conn, *key[:2], n, sums, *key[2:])
+                n, sums = accumulate(n, sums, rows)
+                write_statistics(self._conn, *key[:2], n, sums, *key[2:])
         if keyed:
             design_statistics.add(self._conn, keyed)
-
-
-#: A text value the log's INSERT may carry as a literal: the survey file's id characters only
-#: (client/survey.py), so quoting it cannot go wrong; any other value is bound.
-_LITERAL_TEXT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-def _log_rows(
-    batches: list[ReportBatch],
-    ids: list[bytes],
-    now: int,
-    positions: np.ndarray,
-    seqs: np.ndarray,
-) -> tuple[str, Iterator[tuple]]:
-    """The INSERT into the log and its parameter rows for the reports at ``positions`` of the
-    batches (in order; ``ids`` their report ids), report ``positions[i]`` at ``seqs[i]``, in
-    ``seq`` order. Each column is permuted at once (``itemgetter``) and zipped, with no Python
-    step per report. A column that is one value for the whole group commit (the arrival day
-    always; survey, question, side and group usually) is a literal of the statement when it is
-    an integer or plain id text, not bound per row: each bound value costs SQLite's
-    executemany about 0.1 µs a report (2.9 against 2.5 µs a row with survey and question bound
-    or literal)."""
-    order = np.argsort(seqs)
-    picked = positions[order].tolist()
-    if len(picked) > 1:
-        pick: Callable[[list[Any]], Iterable[Any]] = operator.itemgetter(*picked)
-    else:
-        pick = lambda column: [column[i] for i in picked]  # noqa: E731
-    names = ["report_id", "payload", "seq", "received_at"]
-    marks = ["?", "?", "?", str(operator.index(now))]
-    columns = [
-        pick(ids),
-        pick(list(itertools.chain.from_iterable(b.payloads for b in batches))),
-        seqs[order].tolist(),
-    ]
-    for name, values in (
-        ("survey_id", [b.survey_id for b in batches]),
-        ("question_id", [b.question_id for b in batches]),
-        ("side", [b.side for b in batches]),
-        ("group_value", [b.group for b in batches]),
-    ):
-        names.append(name)
-        one = set(values)
-        value = one.pop() if len(one) == 1 else None
-        if isinstance(value, int):
-            marks.append(str(operator.index(value)))
-        elif isinstance(value, str) and (not value or _LITERAL_TEXT.fullmatch(value)):
-            marks.append(f"'{value}'")
-        else:
-            marks.append("?")
-            each = (itertools.repeat(v, len(b)) for v, b in zip(values, batches, strict=True))
-            columns.append(pick(list(itertools.chain.from_iterable(each))))
-    sql = f"INSERT INTO reports ({', '.join(names)}) VALUES ({', '.join(marks)})"
-    return sql, zip(*columns, strict=True)
-
-
-def _content_rows(batches: list[ReportBatch]) -> list[tuple[bytes, str, str, bytes]]:
-    """(report_id, survey_id, question_id, payload) of every report of the batches, in order."""
-    return [
-        row
-        for b in batches
-        for row in zip(
-            b.report_ids,
-            itertools.repeat(b.survey_id),
-            itertools.repeat(b.question_id),
-            b.payloads,
-            strict=False,  # equal lengths: _check; the rest repeat
-        )
-    ]
-
-
-CONFIRMATION = 2  # ldp.v1.CONFIRMATION
-
-
-def closed_confirmations(conn: sqlite3.Connection) -> set[str]:
-    """The surveys whose confirmation side is closed (results sealed)."""
-    try:
-        rows = conn.execute("SELECT survey_id FROM confirmations WHERE sealed IS NOT NULL")
-        return {row[0] for row in rows}
-    except sqlite3.OperationalError:  # no confirmations table: nothing was ever sealed
-        return set()
-
-
-def _outcomes(
-    conn: sqlite3.Connection, rows: list[tuple], candidates: dict[int, list[int]]
-) -> list[int]:
-    """Per report row (report_id, survey_id, question_id, payload, ...): STORED if its id is
-    neither in the log nor earlier in ``rows``; else DUPLICATE if that report has the same
-    survey, question and payload, CONFLICT if not. ``candidates``: the log rows (``seq``) that
-    may hold the id of row i (IdIndex.candidates); an id with none is not in the log."""
-    wanted = {rows[i][0] for i in candidates}
-    seqs = sorted({seq for found in candidates.values() for seq in found})
-    seen = {
-        report_id: content
-        for report_id, content in _contents_at(conn, seqs).items()
-        if report_id in wanted
-    }
-    flags = []
-    for report_id, survey_id, question_id, payload, *_ in rows:
-        content = (survey_id, question_id, payload)
-        known = seen.setdefault(report_id, content)
-        if known is content:
-            flags.append(STORED)
-        else:
-            flags.append(DUPLICATE if known == content else CONFLICT)
-    return flags
-
-
-def _contents_at(
-    conn: sqlite3.Connection, seqs: Sequence[int]
-) -> dict[bytes, tuple[str, str, bytes]]:
-    """report_id -> (survey_id, question_id, payload) of the log rows ``seqs``."""
-    found: dict[bytes, tuple[str, str, bytes]] = {}
-    for start in range(0, len(seqs), _IN_CHUNK):
-        chunk = list(seqs[start : start + _IN_CHUNK])
-        marks = ",".join("?" * len(chunk))
-        sql = (
-            f"SELECT report_id, survey_id, question_id, payload FROM reports WHERE seq IN ({marks})"
-        )
-        found.update((row[0], (row[1], row[2], row[3])) for row in conn.execute(sql, chunk))
-    return found
-
-
-def read_statistics(
-    path: str | os.PathLike[str],
-    survey_id: str,
-    question_id: str,
-    side: int = 0,
-    group: str = "",
-) -> tuple[int, np.ndarray]:
-    """A question's committed (n, int64 sums) on ``side`` and of ``group`` ('': pooled), read
-    from the file on a connection of its own: any process may call it while another process's
-    ReportStore writes (WAL readers)."""
-    with closing(_read_only(os.fspath(path))) as conn:
-        n, sums = read_side(conn, survey_id, question_id, side, group)
-    return n, np.array(sums, dtype=np.int64)
-
-
-def read_stored_ids(path: str | os.PathLike[str], report_ids: Sequence[bytes]) -> set[bytes]:
-    """Which of ``report_ids`` the log in ``path`` holds (committed), from any process: one scan
-    of the log per 999 ids (the id index lives in the writer's memory)."""
-    with closing(_read_only(os.fspath(path))) as conn:
-        return _stored_ids(conn, report_ids)
-
-
-def _read_only(path: str) -> sqlite3.Connection:
-    conn = _connect(path)
-    conn.execute("PRAGMA query_only = ON")
-    return conn
-
-
-def run_in_transaction(
-    path: str | os.PathLike[str], fn: Callable[[sqlite3.Connection], Any]
-) -> Any:
-    """``fn(conn)`` in one write transaction of a connection of its own, for a process that does
-    not own the store's writer (a ``--workers`` server's worker). SQLite serializes it with the
-    writer's transactions; the writer sees a sealed survey by its ``data_version``."""
-    try:
-        with closing(_connect(os.fspath(path))) as conn, _transaction(conn):
-            return fn(conn)
-    except sqlite3.Error as exc:
-        busy = busy_error(exc)
-        if busy is None:
-            raise
-        raise busy from None
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA synchronous = FULL")
-    return conn
-
-
-def _stored_ids(conn: sqlite3.Connection, report_ids: Sequence[bytes]) -> set[bytes]:
-    found: set[bytes] = set()
-    for start in range(0, len(report_ids), _IN_CHUNK):
-        chunk = list(report_ids[start : start + _IN_CHUNK])
-        marks = ",".join("?" * len(chunk))
-        sql = f"SELECT report_id FROM reports WHERE report_id IN ({marks})"
-        found.update(row[0] for row in conn.execute(sql, chunk))
-    return found
-
-
-def _coarsen_arrival_times(conn: sqlite3.Connection) -> None:
-    """Schema 1 to 2: keep only the day of every stored arrival time."""
-    with _transaction(conn):
-        conn.execute(
-            "UPDATE reports SET received_at = received_at - received_at % ?",
-            (RECEIVED_RESOLUTION,),
-        )
-        conn.execute("PRAGMA user_version = 2")
-
-
-def _add_sides(conn: sqlite3.Connection) -> None:
-    """Schema 2 to 3: every stored report is of side 0 (surveys were not split before)."""
-    with _transaction(conn):
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(reports)")}
-        if "side" not in columns:
-            conn.execute("ALTER TABLE reports ADD COLUMN side INTEGER NOT NULL DEFAULT 0")
-        conn.execute(_SIDE_STATISTICS)
-        conn.execute("PRAGMA user_version = 3")
-
-
-def _add_groups(conn: sqlite3.Connection) -> None:
-    """Schema 3 to 4: every stored report has the empty group (no survey had a group label)."""
-    with _transaction(conn):
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(reports)")}
-        if "group_value" not in columns:
-            conn.execute("ALTER TABLE reports ADD COLUMN group_value TEXT NOT NULL DEFAULT ''")
-        conn.execute(_GROUP_STATISTICS)
-        conn.execute("PRAGMA user_version = 4")
-
-
-def _append_only_log(conn: sqlite3.Connection) -> None:
-    """Schema 4 to 5: the log keyed by report_id (a WITHOUT ROWID table) is copied, in one
-    transaction, into the log appended in ``seq`` order. The copy reads the old table in
-    report_id order, so ``seq`` says nothing of arrival for the reports stored before."""
-    with _transaction(conn):
-        (sql,) = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'reports'"
-        ).fetchone()
-        if "WITHOUT ROWID" in sql.upper():
-            conn.execute(_REPORTS.format(name="reports_by_arrival"))
-            conn.execute(
-                f"INSERT INTO reports_by_arrival ({_REPORT_COLUMNS})"
-                f" SELECT {_REPORT_COLUMNS} FROM reports ORDER BY report_id"
-            )
-            conn.execute("DROP TABLE reports")
-            conn.execute("ALTER TABLE reports_by_arrival RENAME TO reports")
-        conn.execute(_ID_INDEX)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-
-def _open_index(conn: sqlite3.Connection) -> tuple[IdIndex, int]:
-    """The id index of the log and the last ``seq`` its saved part covers: the index saved at
-    the last clean close or periodic save (``id_index``: part 0 its key and the last ``seq`` it
-    covers, parts 1... its runs), plus the log's rows appended after it; else built from the
-    whole log (covering nothing saved yet)."""
-    header = None
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'id_index'").fetchone():
-        header = conn.execute("SELECT secret, high_water FROM id_index WHERE part = 0").fetchone()
-    last = max(conn.execute("SELECT max(seq) FROM reports").fetchone()[0] or 0, 0)
-    if header is None or len(header[0] or b"") != SECRET_BYTES or header[1] > last:
-        index = IdIndex()
-        _index_log(conn, index)
-        return index, 0
-    index = IdIndex(header[0])
-    parts = conn.execute("SELECT hashes, seqs FROM id_index WHERE part > 0 ORDER BY part")
-    runs = [(np.frombuffer(h, dtype="<u8"), np.frombuffer(s, dtype="<i8")) for h, s in parts]
-    index.load(runs, header[1])
-    _index_log(conn, index, header[1])
-    return index, header[1]
-
-
-def _save_index(conn: sqlite3.Connection, index: IdIndex, covered: int) -> None:
-    """Keep ``index``'s entries of the log rows up to ``seq`` ``covered`` (the blocks before the
-    current one, which no longer change) for the next start (on a clean close), which reads
-    them and indexes the log's rows after them."""
-    with _transaction(conn):
-        conn.execute(_ID_INDEX)
-        conn.execute("DELETE FROM id_index")
-        conn.execute(
-            "INSERT INTO id_index (part, secret, high_water) VALUES (0, ?, ?)",
-            (index.secret, covered),
-        )
-        conn.executemany(
-            "INSERT INTO id_index (part, hashes, seqs) VALUES (?, ?, ?)",
-            (
-                (
-                    part,
-                    hashes[seqs <= covered].astype("<u8").tobytes(),
-                    seqs[seqs <= covered].astype("<i8").tobytes(),
-                )
-                for part, (hashes, seqs) in enumerate(index.export(), start=1)
-            ),
-        )
-
-
-def _save_index_entries(conn: sqlite3.Connection, index: IdIndex, saved: int, covered: int) -> None:
-    """Append ``index``'s entries of the log rows ``saved < seq <= covered`` to the saved index
-    as one more sorted part (the saved parts cover ``seq <= saved``), in one transaction."""
-    hashes, seqs = index.entries_between(saved, covered)
-    with _transaction(conn):
-        conn.execute(_ID_INDEX)
-        if saved == 0:  # nothing saved yet, or a save from an older start: begin afresh
-            conn.execute("DELETE FROM id_index")
-            conn.execute(
-                "INSERT INTO id_index (part, secret, high_water) VALUES (0, ?, 0)", (index.secret,)
-            )
-        conn.execute(
-            "INSERT INTO id_index (part, hashes, seqs) "
-            "SELECT coalesce(max(part), 0) + 1, ?, ? FROM id_index",
-            (hashes.astype("<u8").tobytes(), seqs.astype("<i8").tobytes()),
-        )
-        conn.execute("UPDATE id_index SET high_water = ? WHERE part = 0", (covered,))
-
-
-def _index_log(conn: sqlite3.Connection, index: IdIndex, after: int = 0) -> None:
-    """Add the log's rows past ``seq`` ``after`` to ``index`` (at start: all of them), 65,536 at
-    a time, each chunk's ids and seqs concatenated by SQLite (no Python object per row)."""
-    factory, conn.text_factory = conn.text_factory, bytes
-    try:
-        while True:
-            ids, seqs, count, last = conn.execute(_ID_CHUNK, (after, 1 << 16)).fetchone()
-            if not count:
-                return
-            if len(ids) != REPORT_ID_BYTES * count:
-                raise StoreError(f"the log holds a report id that is not {REPORT_ID_BYTES} bytes")
-            numbers = np.frombuffer(bytes.fromhex(seqs.decode()), dtype=">i8").astype(np.int64)
-            index.add(index.keys_of_joined(ids), numbers)
-            after = last
-    finally:
-        conn.text_factory = factory
-
-
-_ID_CHUNK = (
-    "SELECT group_concat(report_id, ''), group_concat(printf('%016x', seq), ''), count(*),"
-    " max(seq) FROM (SELECT seq, report_id FROM reports WHERE seq > ? ORDER BY seq LIMIT ?)"
-)
-
-
-@contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE ... COMMIT; on any error ROLLBACK, so nothing is half-written."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
 def _check_contribution(vector: object, k: int) -> None:
     if not isinstance(vector, np.ndarray) or vector.dtype != _INT64 or vector.shape != (k,):
         raise StoreError(f"contribution must be an int64 vector of length {k}")
-
-
-def read_side(
-    conn: sqlite3.Connection, survey_id: str, question_id: str, side: int = 0, group: str = ""
-) -> tuple[int, list[int]]:
-    """(n, sums) of a registered question on ``side``, of one ``group`` ('': all groups); a
-    side or group with no reports is (0, zeros)."""
-    key = (survey_id, question_id)
-    row = conn.execute(
-        "SELECT n, sums, k FROM statistics WHERE survey_id = ? AND question_id = ?", key
-    ).fetchone()
-    if row is None:
-        raise StoreError(f"unknown question {survey_id}/{question_id}")
-    if group:
-        sql = (
-            "SELECT n, sums FROM group_statistics WHERE survey_id = ? AND question_id = ?"
-            " AND side = ? AND group_value = ?"
-        )
-        found = conn.execute(sql, (*key, side, group)).fetchone()
-        if found is None:
-            return 0, [0] * row[2]
-        row = found
-    elif side:
-        sql = "SELECT n, sums FROM side_statistics WHERE survey_id = ? AND question_id = ?"
-        found = conn.execute(sql + " AND side = ?", (*key, side)).fetchone()
-        if found is None:
-            return 0, [0] * row[2]
-        row = found
-    return row[0], np.frombuffer(row[1], dtype="<i8").tolist()
-
-
-def _write_statistics(
-    conn: sqlite3.Connection,
-    survey_id: str,
-    question_id: str,
-    n: int,
-    sums: list[int],
-    side: int = 0,
-    group: str = "",
-) -> None:
-    try:
-        blob = np.array(sums, dtype="<i8").tobytes()
-    except OverflowError:
-        raise StoreError(f"sums of {survey_id}/{question_id} overflow int64") from None
-    if group:
-        conn.execute(
-            "INSERT OR REPLACE INTO group_statistics VALUES (?, ?, ?, ?, ?, ?)",
-            (survey_id, question_id, side, group, n, blob),
-        )
-        return
-    if side:
-        conn.execute(
-            "INSERT OR REPLACE INTO side_statistics VALUES (?, ?, ?, ?, ?)",
-            (survey_id, question_id, side, n, blob),
-        )
-        return
-    conn.execute(
-        "UPDATE statistics SET n = ?, sums = ? WHERE survey_id = ? AND question_id = ?",
-        (n, blob, survey_id, question_id),
-    )
-
-
-def _accumulate(n: int, sums: list[int], rows: np.ndarray) -> tuple[int, list[int]]:
-    """(n, sums) plus the rows of an (m, k) int64 matrix, exactly: numpy's int64 sums would wrap
-    silently on overflow, so huge values are summed as Python ints (and _write_statistics
-    rejects out-of-range sums)."""
-    bound = max(int(rows.max()), -int(rows.min())) if rows.size else 0  # no float copy
-    if bound * len(rows) < 2**62:
-        delta = rows.sum(axis=0).tolist()
-    else:
-        delta = [int(x) for x in rows.astype(object).sum(axis=0)]
-    return n + len(rows), [a + b for a, b in zip(sums, delta, strict=True)]

@@ -31,8 +31,9 @@ from aggregator.service.analyst.execution import (
     analysis_cost,
 )
 from aggregator.service.server.app import open_store
-from aggregator.store import confirmations, ingest
-from aggregator.store.sqlite.report_store import StoreBusyError, run_in_transaction
+from aggregator.store import ingest
+from aggregator.store.sqlite import confirmations
+from aggregator.store.sqlite.connection import StoreBusyError, run_in_transaction
 from aggregator.survey_file.config import load_surveys
 from client.device.transport import TransportError
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc

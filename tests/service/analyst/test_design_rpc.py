@@ -17,7 +17,8 @@ from cli_runner import run_cli
 from conftest import ServerThread
 from service.collector.test_design_service import SURVEYS, messages, write_survey
 
-from aggregator.store.contract import ReleasesDesigns, SqliteAnalysis
+from aggregator.store.contract import ReleasesDesigns
+from aggregator.store.sqlite.analysis import SqliteAnalysis
 from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 

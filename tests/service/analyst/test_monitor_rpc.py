@@ -22,9 +22,9 @@ from aggregator.stats.anytime import (
     sequential_homogeneity,
     sequential_independence,
 )
-from aggregator.store import releases
-from aggregator.store.sqlite import release_history
-from aggregator.store.sqlite.report_store import ReportStore, StoredReport
+from aggregator.store.model import StoredReport
+from aggregator.store.sqlite import release_history, releases
+from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 

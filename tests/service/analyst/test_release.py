@@ -24,8 +24,9 @@ from conftest import ServerThread
 
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate
-from aggregator.store import releases
-from aggregator.store.sqlite.report_store import ReportStore, StoredReport
+from aggregator.store.model import StoredReport
+from aggregator.store.sqlite import releases
+from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 

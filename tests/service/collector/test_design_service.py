@@ -26,7 +26,8 @@ from aggregator.stats.design.rao_scott import (
     design_independence,
     design_k_sample,
 )
-from aggregator.store import design_statistics, ingest
+from aggregator.store import ingest
+from aggregator.store.sqlite import design_statistics
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.design_key import DesignKeyChangedError
 from client.device.ledger import Budget

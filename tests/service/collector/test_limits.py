@@ -22,7 +22,7 @@ from aggregator.service.collector.limits import (
     limit_key,
     peer_host,
 )
-from aggregator.store.sqlite.report_store import StoredReport, batches_of
+from aggregator.store.model import StoredReport, batches_of
 from aggregator.survey_file.config import ConfigError, SurveyLimits, load_limits, load_surveys
 
 

@@ -20,7 +20,8 @@ from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate, goodness_of_fit, independence, power, sample_size
 from aggregator.store import ingest, shards
-from aggregator.store.definitions import DefinitionChangedError, register
+from aggregator.store.definitions import DefinitionChangedError
+from aggregator.store.sqlite.pins import register
 from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.ledger import Budget

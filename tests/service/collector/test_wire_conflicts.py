@@ -19,13 +19,8 @@ from cli_runner import run_cli
 from conftest import ServerThread
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from aggregator.store.sqlite.report_store import (
-    CONFLICT,
-    DUPLICATE,
-    STORED,
-    ReportStore,
-    StoredReport,
-)
+from aggregator.store.model import CONFLICT, DUPLICATE, STORED, StoredReport
+from aggregator.store.sqlite.report_store import ReportStore
 from client.device.keys import DeviceKey
 from client.device.ledger import Budget
 from client.device.reporter import Reporter

@@ -22,13 +22,10 @@ from cli_runner import run_cli
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aggregator.service.server.store_link import RemoteStore, serve_link
-from aggregator.store.sqlite.report_store import (
-    ReportBatch,
-    ReportStore,
-    StoreError,
-    StoreUnavailableError,
-    read_statistics,
-)
+from aggregator.store.errors import StoreError, StoreUnavailableError
+from aggregator.store.model import ReportBatch
+from aggregator.store.sqlite.report_store import ReportStore
+from aggregator.store.sqlite.statistics import read_statistics
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 START_SECONDS = 90  # spawning two workers that import numpy/scipy/grpc is slow on a busy CI box

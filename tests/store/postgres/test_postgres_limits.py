@@ -27,7 +27,7 @@ from cli_runner import run_cli
 from conftest import ServerThread
 
 from aggregator.service.server.app import start_server
-from aggregator.store.sqlite.report_store import StoreError
+from aggregator.store.errors import StoreError
 from aggregator.survey_file.config import load_limits, load_surveys
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
