@@ -38,7 +38,7 @@ from google.protobuf.message import DecodeError
 
 from aggregator.service.status import status_of
 from aggregator.store import ingest, shards
-from aggregator.store.ingest import Rejection, ReportRejectedError
+from aggregator.store.checks import Rejection, ReportRejectedError
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,

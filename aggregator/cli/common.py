@@ -27,8 +27,8 @@ from aggregator.remote import (
     read_token,
 )
 from aggregator.remote.monitoring import server_look
-from aggregator.store import ingest
-from aggregator.store.ingest import ReportRejectedError
+from aggregator.store import checks, ingest
+from aggregator.store.checks import ReportRejectedError
 from aggregator.store.sqlite import confirmations, pins
 from aggregator.store.sqlite.reader import StoreReader
 from aggregator.store.sqlite.report_store import ReportStore
@@ -284,7 +284,7 @@ def load_histogram(
             else server_surveys(args, analyst, args.survey)
         )
         try:
-            survey, question = ingest.find_question(surveys, args.survey, args.question)
+            survey, question = checks.find_question(surveys, args.survey, args.question)
         except ReportRejectedError as exc:
             raise UserError(exc.message) from None
         if test:

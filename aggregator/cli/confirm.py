@@ -26,9 +26,9 @@ from aggregator.cli.common import (
 )
 from aggregator.errors import InsufficientDataError
 from aggregator.remote import NotReleasedError
-from aggregator.store import ingest
+from aggregator.store import checks
+from aggregator.store.checks import ReportRejectedError
 from aggregator.store.confirmations import DEFAULT_HOLDOUT
-from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.sqlite import confirmations
 from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
@@ -196,7 +196,7 @@ def run_holdout(args: argparse.Namespace) -> int:
         return _holdout_remote(args, test)
     surveys = load_surveys(args.config)
     try:
-        _, question = ingest.find_question(surveys, args.survey, args.question)
+        _, question = checks.find_question(surveys, args.survey, args.question)
     except ReportRejectedError as exc:
         raise UserError(exc.message) from None
     p0 = null_distribution(args.p0, question) if args.p0 else None
@@ -233,7 +233,7 @@ def _holdout_remote(args: argparse.Namespace, test: str) -> int:
     with connect(args) as analyst:
         surveys = _server_survey(args, analyst)
         try:
-            _, question = ingest.find_question(surveys, args.survey, args.question)
+            _, question = checks.find_question(surveys, args.survey, args.question)
         except ReportRejectedError as exc:
             raise UserError(exc.message) from None
         p0 = null_distribution(args.p0, question) if args.p0 else None

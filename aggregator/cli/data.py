@@ -28,7 +28,7 @@ from aggregator.cli.common import (
     side_of,
 )
 from aggregator.store import definitions, ingest, shards
-from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.checks import ReportRejectedError
 from aggregator.store.model import CONFLICT, STORED, StoredReport
 from aggregator.store.sqlite import confirmations, design_statistics
 from aggregator.store.sqlite.design_import import import_question

@@ -39,7 +39,8 @@ from aggregator.jobs.inputs import ShardInput
 from aggregator.jobs.partial import Partial
 from aggregator.jobs.records import QuestionKey, QuestionRecords, classify
 from aggregator.jobs.results import RESULTS_FORMAT, RESULTS_VERSION, Analysis, question_result
-from aggregator.store.ingest import ReportRejectedError, decode_payloads
+from aggregator.store.checks import ReportRejectedError
+from aggregator.store.ingest import decode_payloads
 from aggregator.store.shards import ShardFormatError
 from client.survey import SurveySpec
 

@@ -18,13 +18,8 @@ from google.protobuf.message import DecodeError
 from numpy.lib.stride_tricks import sliding_window_view
 
 from aggregator.jobs.framing import Block
-from aggregator.store.ingest import (
-    REPORT_ID_BYTES,
-    Rejection,
-    ReportRejectedError,
-    check_group,
-    find_question,
-)
+from aggregator.store.checks import Rejection, ReportRejectedError, check_group, find_question
+from aggregator.store.ingest import REPORT_ID_BYTES
 from aggregator.store.shards import ShardFormatError
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2

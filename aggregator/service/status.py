@@ -2,7 +2,7 @@
 reason a report or a read is refused (docs/wire.md §8.2, §8.3), a reason cut to a bounded length,
 and an abort that says it never returns.
 
-Validation says why in transport-neutral terms (:class:`aggregator.store.ingest.Rejection`); the
+Validation says why in transport-neutral terms (:class:`aggregator.store.checks.Rejection`); the
 table here is the one place that turns a reason into gRPC."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import NoReturn
 
 import grpc
 
-from aggregator.store.ingest import Rejection
+from aggregator.store.checks import Rejection
 
 #: Reasons of REJECTED results, and messages quoting client-chosen ids, are cut to this length.
 MAX_REASON_CHARS = 160

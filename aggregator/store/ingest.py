@@ -1,131 +1,37 @@
-"""How a wire report becomes part of a question's statistics: validation with a typed reason for
-each failure (:class:`Rejection`; the service maps reasons to status codes), the report's integer
-contribution, and the histogram of a question from its stored integer sums. Requests are
+"""How a wire report becomes part of a question's statistics: validation by the checks of
+aggregator/store/checks.py (a typed reason for each failure), the report's integer contribution,
+and the histogram of a question from its stored integer sums. Requests are
 validated in bulk (numpy per question), into the per-question
 :class:`~aggregator.store.model.ReportBatch` form the store writes without building an object
 per report."""
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 
 from aggregator.histogram import Histogram
-from aggregator.store.model import ReportBatch, StoredReport
+from aggregator.store.checks import (
+    Rejection,
+    ReportRejectedError,
+    check_design_key,
+    check_digests,
+    check_group,
+    check_side,
+    find_question,
+)
+from aggregator.store.model import REPORT_ID_BYTES, ReportBatch, StoredReport, ValidatedUpload
 from client.mechanisms import ReportRangeError
-from client.survey import QuestionSpec, SurveyError, SurveySpec
+from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
 
-REPORT_ID_BYTES = 16
 #: The most report-by-category cells one upload may expand into for a mechanism whose statistic
 #: rows are wider than its payloads (``statistic_expands``: each report's contribution is a row of
 #: int64, 2^25 cells is 256 MiB). A Hadamard or local-hashing payload is a few bytes whatever k,
 #: so without it 10,000 tiny reports of a k = 65,536 question would ask for 5 GiB.
 MAX_SUPPORT_CELLS = 2**25
-
-
-class Rejection(enum.Enum):
-    """Why a report is refused, independent of any transport (docs/wire.md §8.2 gives each its
-    status code; ``aggregator/service/status.py`` holds the mapping)."""
-
-    UNKNOWN_SURVEY = "unknown survey"
-    UNKNOWN_QUESTION = "unknown question"
-    STALE_DEFINITION = "randomized under another definition of the question"
-    WRONG_SIDE = "a side that does not fit the survey"
-    WRONG_GROUP = "a group that does not fit the survey"
-    WRONG_DESIGN_KEY = "a design key that does not fit the survey's sampling frame"
-    MALFORMED = "a field or payload that does not parse"
-    REUSED_ID = "a report id reused for other content in the request"
-    OUT_OF_RANGE = "a value the mechanism cannot produce"
-    TOO_MANY_CELLS = "more report-by-category cells than one upload may expand into"
-    UNSIGNED = "an unsigned report for a survey that requires signatures"
-    ANSWERED_BEFORE = "a second report of a device for a question it has a report of"
-
-
-@dataclass
-class ReportRejectedError(Exception):
-    """A report failed validation: ``reason`` says why, ``message`` names the report."""
-
-    reason: Rejection
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def find_question(surveys: dict[str, SurveySpec], survey_id: str, question_id: str):
-    """The question, or a rejection (UNKNOWN_SURVEY, UNKNOWN_QUESTION)."""
-    survey = surveys.get(survey_id)
-    if survey is None:
-        raise ReportRejectedError(Rejection.UNKNOWN_SURVEY, f"unknown survey {survey_id!r}")
-    try:
-        return survey, survey.question(question_id)
-    except KeyError:
-        raise ReportRejectedError(
-            Rejection.UNKNOWN_QUESTION, f"survey {survey_id!r} has no question {question_id!r}"
-        ) from None
-
-
-def check_digests(question: QuestionSpec, digests: Iterable[bytes]) -> None:
-    """Refuse (STALE_DEFINITION) reports randomized under another definition of the question
-    than the one served and pinned; an empty digest (a device before 0.2) is taken as the
-    current definition, except for a household_shared question: only a device that knows the
-    tag (and so lets one respondent per household answer) commits to its digest."""
-    expected = question.digest
-    for digest in digests:
-        if not digest and question.household_shared:
-            raise ReportRejectedError(
-                Rejection.STALE_DEFINITION,
-                f"question {question.id!r} is household_shared: its reports must carry the "
-                "definition digest (a device that enforces one respondent per household)",
-            )
-        if digest and digest != expected:
-            raise ReportRejectedError(
-                Rejection.STALE_DEFINITION,
-                f"question {question.id!r} was randomized under definition {digest.hex()[:16]}, "
-                f"the aggregator holds {expected.hex()[:16]}: the definition changed; fetch the "
-                "survey again",
-            )
-
-
-def check_side(survey: SurveySpec, side: int) -> None:
-    """Refuse (WRONG_SIDE) a report whose side does not fit the survey: a split survey
-    needs EXPLORATION or CONFIRMATION, a survey that is not split SIDE_UNSPECIFIED. Either way
-    the device holds another definition of the survey than the one served: it fetches it again."""
-    if survey.split and side not in (ldp_pb2.EXPLORATION, ldp_pb2.CONFIRMATION):
-        raise ReportRejectedError(
-            Rejection.WRONG_SIDE,
-            f"survey {survey.id!r} is split into exploration and confirmation: a report must "
-            "carry its side; fetch the survey again",
-        )
-    if not survey.split and side != ldp_pb2.SIDE_UNSPECIFIED:
-        raise ReportRejectedError(
-            Rejection.WRONG_SIDE,
-            f"survey {survey.id!r} is not split: a report must not carry a side; fetch the "
-            "survey again",
-        )
-
-
-def check_group(survey: SurveySpec, group: str) -> None:
-    """Refuse (WRONG_GROUP) a report whose public group does not fit the survey: one of
-    its group values for a survey with a group label, empty otherwise."""
-    try:
-        survey.check_group(group)
-    except SurveyError as exc:
-        raise ReportRejectedError(Rejection.WRONG_GROUP, str(exc)) from None
-
-
-def check_design_key(survey: SurveySpec, key: str) -> None:
-    """Refuse (WRONG_DESIGN_KEY) a report whose design key does not fit the survey: a key of
-    its sampling frame for a survey with a design, empty otherwise."""
-    try:
-        survey.check_design_key(key)
-    except SurveyError as exc:
-        raise ReportRejectedError(Rejection.WRONG_DESIGN_KEY, str(exc)) from None
 
 
 @contextmanager
@@ -173,27 +79,6 @@ def validate(report: ldp_pb2.Report, surveys: dict[str, SurveySpec]) -> StoredRe
         group=report.group,
         design_key=report.design_key,
     )
-
-
-@dataclass(frozen=True)
-class ValidatedUpload:
-    """A valid request in bulk form: one batch per question (in order of first appearance),
-    the report ids in request order, and where each batch's reports sit in the request."""
-
-    report_ids: list[bytes]
-    batches: list[ReportBatch]
-    positions: list[list[int]]
-
-    def in_request_order(self, flags: list[int]) -> list[int]:
-        """Per-report flags given in batch order (as the store answers), in request order."""
-        if len(self.batches) == 1:
-            return flags
-        out = [0] * len(self.report_ids)
-        for position, flag in zip(
-            (p for positions in self.positions for p in positions), flags, strict=True
-        ):
-            out[position] = flag
-        return out
 
 
 def validate_upload(

@@ -1,7 +1,7 @@
 """What a report store keeps and answers, on every engine: one validated report
 (:class:`StoredReport`), one question's reports in bulk (:class:`ReportBatch`, the form every
-engine's writer consumes), the flags a submit resolves to, and the sizes and resolutions a
-stored report has."""
+engine's writer consumes), a validated request in that form (:class:`ValidatedUpload`), the
+flags a submit resolves to, and the sizes and resolutions a stored report has."""
 
 from __future__ import annotations
 
@@ -78,3 +78,24 @@ def batches_of(reports: Iterable[StoredReport]) -> list[ReportBatch]:
             )
         )
     return out
+
+
+@dataclass(frozen=True)
+class ValidatedUpload:
+    """A valid request in bulk form: one batch per question (in order of first appearance),
+    the report ids in request order, and where each batch's reports sit in the request."""
+
+    report_ids: list[bytes]
+    batches: list[ReportBatch]
+    positions: list[list[int]]
+
+    def in_request_order(self, flags: list[int]) -> list[int]:
+        """Per-report flags given in batch order (as the store answers), in request order."""
+        if len(self.batches) == 1:
+            return flags
+        out = [0] * len(self.report_ids)
+        for position, flag in zip(
+            (p for positions in self.positions for p in positions), flags, strict=True
+        ):
+            out[position] = flag
+        return out

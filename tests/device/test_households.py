@@ -20,9 +20,9 @@ from conftest import ServerThread
 
 from aggregator.errors import ClusteredReportsError
 from aggregator.service.status import status_of
-from aggregator.store import ingest
+from aggregator.store import checks
+from aggregator.store.checks import ReportRejectedError
 from aggregator.store.definitions import difference
-from aggregator.store.ingest import ReportRejectedError
 from aggregator.store.sqlite.reader import StoreReader
 from aggregator.survey_file.analyses import check_independent, load_analyses
 from aggregator.survey_file.config import ConfigError, load_surveys
@@ -200,9 +200,9 @@ def test_tag_is_in_the_digest_the_wire_and_the_survey_file(config):
 def test_empty_digest_is_refused_for_a_shared_question(config):
     question = load_surveys(config)["home"].question("dwelling")
     with pytest.raises(ReportRejectedError) as refused:
-        ingest.check_digests(question, [b""])
+        checks.check_digests(question, [b""])
     assert status_of(refused.value.reason) == grpc.StatusCode.FAILED_PRECONDITION
-    ingest.check_digests(question, [question.digest])
+    checks.check_digests(question, [question.digest])
 
 
 # --- one respondent per household, on one device and across devices --------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from aggregator.histogram import Histogram
 from aggregator.stats import estimate
-from aggregator.store import ingest
+from aggregator.store import checks, ingest
 from client.cli import main as cli
 from client.device import selftest
 from client.mechanisms import HadamardResponse, OptimizedUnaryEncoding
@@ -87,8 +87,8 @@ def _validate(survey: SurveySpec, payloads: list[bytes]) -> list[bool]:
         try:
             ingest.validate(report, {"s": survey})
             accepted.append(True)
-        except ingest.ReportRejectedError as exc:
-            assert exc.reason == ingest.Rejection.MALFORMED  # INVALID_ARGUMENT on the wire
+        except checks.ReportRejectedError as exc:
+            assert exc.reason == checks.Rejection.MALFORMED  # INVALID_ARGUMENT on the wire
             accepted.append(False)
     return accepted
 

@@ -12,7 +12,7 @@ from fuzz_support import FUZZ_SURVEYS, payload_verdict
 from aggregator.histogram import Histogram
 from aggregator.service.status import status_of
 from aggregator.store import ingest
-from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.checks import ReportRejectedError
 from client import mechanisms as m
 from client.survey import Attribute, QuestionSpec
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from aggregator.service.status import STATUS_OF, status_of
-from aggregator.store.ingest import Rejection
+from aggregator.store.checks import Rejection
 
 WIRE = (Path(__file__).resolve().parents[2] / "docs" / "wire.md").read_text()
 

@@ -31,8 +31,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aggregator.service.status import status_of
-from aggregator.store import ingest
-from aggregator.store.ingest import ReportRejectedError
+from aggregator.store import checks, ingest
+from aggregator.store.checks import ReportRejectedError
 from client.mechanisms import (
     FlipComponents,
     GaussianNoise,
@@ -215,7 +215,7 @@ def test_mechanism_decode(case: tuple[Mechanism, bytes]) -> None:
         question = QuestionSpec("q", "", (Attribute("q", ("a", "b")),), mech)
         accepted = payload_verdict(mech, payload)  # the service's range is narrower
         if not accepted.accepted:
-            with pytest.raises(ingest.ReportRejectedError) as error:
+            with pytest.raises(checks.ReportRejectedError) as error:
                 ingest.contribution(question, payload)
             assert status_of(error.value.reason) == accepted.code
             return

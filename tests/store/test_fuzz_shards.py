@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from aggregator.service.status import status_of
 from aggregator.store import ingest, shards
-from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.checks import ReportRejectedError
 from protos.ldp.v1 import ldp_pb2
 
 pytestmark = pytest.mark.slow  # hypothesis fuzzing (docs/fuzzing.md)

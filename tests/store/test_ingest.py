@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from aggregator.service.status import status_of
-from aggregator.store import ingest
+from aggregator.store import checks, ingest
 from aggregator.survey_file.config import load_surveys
 from protos.ldp.v1 import ldp_pb2
 
@@ -59,7 +59,7 @@ def test_first_bad_report_is_named(surveys, corrupt, code):
     victims = [i for i, r in enumerate(reports) if r.question_id == "rr"]
     for i in victims[1:3]:
         corrupt(reports[i])
-    with pytest.raises(ingest.ReportRejectedError) as info:
+    with pytest.raises(checks.ReportRejectedError) as info:
         ingest.validate_batch(reports, surveys)
     assert status_of(info.value.reason) == getattr(grpc.StatusCode, code)
     assert info.value.message.startswith(f"report[{victims[1]}]:")

@@ -17,9 +17,9 @@ from aggregator.service.analyst import confirm as confirm_rpcs
 from aggregator.service.analyst import release
 from aggregator.service.analyst.execution import AnalysisExecutor
 from aggregator.service.status import shortened, status_of
-from aggregator.store import ingest
+from aggregator.store import checks, ingest
+from aggregator.store.checks import ReportRejectedError
 from aggregator.store.contract import AnalysisStore
-from aggregator.store.ingest import ReportRejectedError
 from aggregator.survey_file.analyses import check_independent
 from client.survey import QuestionSpec, SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -58,9 +58,9 @@ class ReleasedReads:
         clustered by household (privacy-accounting spec §D.3). A group the survey does not
         declare is INVALID_ARGUMENT."""
         try:
-            survey, question = ingest.find_question(self.surveys, survey_id, question_id)
+            survey, question = checks.find_question(self.surveys, survey_id, question_id)
             if group:
-                ingest.check_group(survey, group)
+                checks.check_group(survey, group)
         except ReportRejectedError as exc:
             await context.abort(status_of(exc.reason), shortened(exc.message))
         if test:

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Protocol
 
 from aggregator.errors import LdpError
+from aggregator.store.checks import Rejection, ReportRejectedError
 from aggregator.store.device_counts import CountKey, Rate, Refusal
-from aggregator.store.ingest import Rejection, ReportRejectedError
 from aggregator.store.model import STORED, ReportBatch
 from aggregator.survey_file.config import SurveyLimits
 

@@ -35,6 +35,7 @@ from aggregator.service.collector.observe import INVALID_CODES, CallOutcome, Obs
 from aggregator.service.collector.streams import StreamBudget, StreamLimitError, StreamLimits
 from aggregator.service.status import abort, shortened, status_of
 from aggregator.store import ingest
+from aggregator.store.checks import Rejection, ReportRejectedError
 from aggregator.store.contract import Store
 from aggregator.store.errors import (
     ConfirmationClosedError,
@@ -42,7 +43,7 @@ from aggregator.store.errors import (
     StoreFailedError,
     StoreUnavailableError,
 )
-from aggregator.store.ingest import REPORT_ID_BYTES, Rejection, ReportRejectedError
+from aggregator.store.ingest import REPORT_ID_BYTES
 from aggregator.store.model import (
     CONFLICT,
     DUPLICATE,

@@ -26,7 +26,7 @@ from aggregator.stats.design.rao_scott import (
     design_independence,
     design_k_sample,
 )
-from aggregator.store import ingest
+from aggregator.store import checks, ingest
 from aggregator.store.sqlite import design_statistics
 from aggregator.survey_file.config import ConfigError, load_surveys
 from client.device.design_key import DesignKeyChangedError
@@ -279,9 +279,9 @@ def test_a_key_that_does_not_fit_is_refused(populated, survey, key, message):
     assert result.status == ldp_pb2.REJECTED and result.code == "INVALID_ARGUMENT"
     assert message in result.reason
     assert open_survey(config, server.db, "field", design=True)["rr"].design.n == before
-    with pytest.raises(ingest.ReportRejectedError) as rejected:
+    with pytest.raises(checks.ReportRejectedError) as rejected:
         ingest.validate(_one(survey, key), server.surveys)
-    assert rejected.value.reason is ingest.Rejection.WRONG_DESIGN_KEY
+    assert rejected.value.reason is checks.Rejection.WRONG_DESIGN_KEY
 
 
 # -- the survey file ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from conftest import ServerThread
 from aggregator.histogram import Histogram
 from aggregator.service.status import status_of
 from aggregator.stats import estimate, goodness_of_fit
-from aggregator.store import ingest, shards
+from aggregator.store import checks, ingest, shards
 from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
 from client.device.ledger import Budget
@@ -151,7 +151,7 @@ def test_an_upload_too_large_to_expand_is_refused(tmp_path: Path) -> None:
         for _ in range(allowed + 1)
     ]
     assert allowed == 512 and len(ingest.validate_batch(messages[:2], surveys)) == 2
-    with pytest.raises(ingest.ReportRejectedError) as refused:
+    with pytest.raises(checks.ReportRejectedError) as refused:
         ingest.validate_batch(messages, surveys)
     assert status_of(refused.value.reason) == grpc.StatusCode.RESOURCE_EXHAUSTED
 

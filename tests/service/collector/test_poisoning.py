@@ -13,7 +13,7 @@ from aggregator.histogram import Histogram
 from aggregator.service.status import status_of
 from aggregator.stats import estimate
 from aggregator.store import ingest
-from aggregator.store.ingest import ReportRejectedError
+from aggregator.store.checks import ReportRejectedError
 from client.mechanisms import GaussianNoise, LaplaceNoise
 from client.mechanisms.additive import HONEST_REJECTION
 from client.survey import Attribute, build_question
