@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 import grpc
@@ -17,7 +16,7 @@ import numpy as np
 
 from aggregator.analysis.monitor_answers import Look
 from aggregator.analysis.monitoring import store_look
-from aggregator.analysis.survey_data import below_release
+from aggregator.analysis.survey_data import SIDES, below_release
 from aggregator.histogram import Histogram
 from aggregator.remote import (
     AnalystCredentials,
@@ -42,11 +41,6 @@ from protos.ldp.v1 import ldp_pb2
 PROG = "ldp-aggregator"
 #: What ``add_subparsers`` returns: each command group adds its commands to it.
 Subcommands = argparse._SubParsersAction
-#: The sides of a split survey, by the name --side takes.
-SIDES: Mapping[str, int] = {
-    "exploration": ldp_pb2.EXPLORATION,
-    "confirmation": ldp_pb2.CONFIRMATION,
-}
 
 
 class UserError(Exception):
