@@ -1,10 +1,12 @@
 """The aggregator: it receives randomized reports, stores them durably, and turns them into
 estimates and local chi-square tests.
 
-``service/`` (gRPC) and ``store/`` (durable log, validation, shards) feed ``histogram.py``;
-``stats/`` reads only histograms; ``jobs/`` (Beam) reuses store and stats. Imports point one way:
-aggregator -> client -> protos; ``service`` never imports ``jobs``; ``stats`` never imports
-``service``, ``store`` or ``jobs``. See docs/architecture.md.
+``service/`` (gRPC: ``server/`` composing the ``collector/`` and ``analyst/`` rooms) and
+``store/`` (an engine-neutral contract and rules, the ``sqlite/`` and ``postgres/`` engines beside
+each other) feed ``histogram.py``; ``stats/`` reads only histograms; ``analysis/`` reads and
+analyses a survey for the command line, the service and the report alike; ``planning/`` needs no
+data; ``jobs/`` (Beam) reuses store and stats; ``cli/`` sits on top. Imports point one way:
+aggregator -> client -> protos, with no circle (docs/architecture.md, "Import rules").
 """
 
 from __future__ import annotations

@@ -9,5 +9,6 @@ and from a MonitorResponse).
 May import ``aggregator.store``, ``aggregator.stats``, ``aggregator.survey_file``,
 ``aggregator.histogram``, ``aggregator.errors`` and ``client``; never ``grpc``, ``protos``,
 ``aggregator.service``, ``aggregator.remote``, ``aggregator.jobs`` or ``aggregator.cli``: a local
-read is not a remote call, so a command on ``--db`` never loads the wire.
+read is not a remote call, so it builds no wire message and imports nothing of the service or
+of a server's client.
 """

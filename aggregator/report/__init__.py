@@ -7,7 +7,7 @@ family first (docs/reports.md). Rendered as one self-contained HTML page or as M
 May import ``aggregator.stats``, ``aggregator.histogram``, ``aggregator.survey_file``,
 ``aggregator.presentation``, ``aggregator.confirm.labels``, ``aggregator.errors``,
 ``aggregator.analysis.monitor_answers`` (the plain Monitor answers of the "as of n" section) and
-``client``; matplotlib (the ``[plot]`` extra) only in ``plots``. Never
+``client``, scipy; matplotlib (the ``[plot]`` extra) only in ``plots``. Never
 ``aggregator.service``, ``aggregator.store`` or ``aggregator.jobs``: the caller loads histograms.
 """
 

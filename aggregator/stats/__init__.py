@@ -1,7 +1,8 @@
 """Estimates, local chi-square tests and study planning, computed from sufficient statistics only.
 
-May import ``aggregator.histogram``, ``aggregator.errors``, ``client.mechanisms`` and scipy; never
-``aggregator.service``, ``aggregator.store`` or ``aggregator.jobs``.
+May import ``aggregator.histogram``, ``aggregator.errors``, ``aggregator.presentation``,
+``client.mechanisms`` and scipy; never a store, the service, the survey file layer or anything
+else above it.
 
 The public names load on first use (PEP 562): importing one module of the package (the command
 line's ``estimate`` imports ``stats.estimate``) does not load scipy.stats through the tests, which

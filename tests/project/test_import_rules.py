@@ -175,7 +175,7 @@ RULES: list[Rule] = [
             "protos",
         ),
         "reading and analysing a survey is the same for the command line, the service and the "
-        "report: a local read never loads the wire",
+        "report: a local read builds no wire message",
     ),
     Rule(
         ("aggregator.jobs",),
@@ -384,7 +384,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circles():
     """No module reaches itself through imports, lazy ones included: every room sits on the
-    rooms below it (docs/architecture.md, "Imports")."""
+    rooms below it (docs/architecture.md, "Import rules")."""
     graph = import_graph()
     # a package's __init__ importing its own modules is how a package exports names, not a circle
     for module in graph:
