@@ -450,7 +450,8 @@ def test_retries_are_resigned_and_resends_are_duplicates(tmp_path, auth_surveys,
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     reports = [report()]
-    transport = Transport(f"127.0.0.1:{port}", max_attempts=10, initial_backoff=0.2, max_backoff=1)
+    # attempts for about 40 s: the server starts 0.7 s in, later on a loaded machine
+    transport = Transport(f"127.0.0.1:{port}", max_attempts=40, initial_backoff=0.2, max_backoff=1)
     timer = threading.Timer(0.7, running.start, kwargs={"port": port})
     timer.start()
     try:
