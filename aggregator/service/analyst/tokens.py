@@ -5,7 +5,9 @@ shown once when minted (``ldp-aggregator analyst-token add``); the file holds on
 so a copy of the file does not let anyone call the Analyst. Tokens are random, not passwords, so
 an unsalted hash is enough. A presented token is compared with every stored hash in constant
 time. The file is written whole (a temporary file renamed over it) with mode 0600, and a running
-server rereads it when it changes: a revoked token stops working without a restart.
+server rereads it when it changes: a revoked token stops working without a restart. The server
+refuses a token file that others may read or write or that another user owns (at start, one line;
+running, by letting nobody in until it is mended): with a writable file anyone could add a token.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 from pathlib import Path
 
 from aggregator.errors import LdpError
+from aggregator.service.private_files import privacy_problem
 
 #: A token's name: what the audit log and the analysis limits know the analyst by.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
@@ -99,12 +102,13 @@ def revoke(path: str | os.PathLike[str], name: str) -> None:
 
 
 class TokenChecker:
-    """The tokens of one file, reread whenever the file changes (size, mtime or inode)."""
+    """The tokens of one file, reread whenever the file changes (size, mtime, inode, mode or
+    owner); a file others may read or write, or that another user owns, lets nobody in."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
         self._hashes: dict[str, bytes] = {}
         self._refresh()
 
@@ -113,13 +117,16 @@ class TokenChecker:
         nobody in (fail closed) and raises TokenFileError."""
         try:
             info = os.stat(self.path)
-            stamp = (info.st_size, info.st_mtime_ns, info.st_ino)
+            stamp = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_mode, info.st_uid)
         except FileNotFoundError:
-            stamp = (-1, 0, 0)
+            info, stamp = None, (-1, 0, 0, 0, 0)
         with self._lock:
             if stamp == self._stamp:
                 return
             try:
+                problem = info and privacy_problem(self.path, info, "the analyst token file")
+                if problem:
+                    raise TokenFileError(problem)
                 tokens = read_tokens(self.path)
             except TokenFileError:
                 self._stamp, self._hashes = None, {}

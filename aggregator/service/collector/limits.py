@@ -35,7 +35,6 @@ import hmac
 import logging
 import math
 import os
-import stat
 import threading
 import time
 from collections import Counter
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Protocol
 
 from aggregator.errors import LdpError
+from aggregator.service.private_files import privacy_problem
 from aggregator.store.checks import Rejection, ReportRejectedError
 from aggregator.store.device_counts import CountKey, Rate, Refusal
 from aggregator.store.model import STORED, ReportBatch
@@ -99,17 +99,15 @@ class KeyPseudonyms:
     @classmethod
     def beside(cls, db_path: str) -> KeyPseudonyms:
         """Use the secret in ``<db_path>.limits-secret``, creating it (mode 0600) on first use.
-        An existing secret that others may read or write is refused (SecretFileError)."""
+        An existing secret that others may read or write, or that another user owns, is refused
+        (SecretFileError)."""
         path = Path(f"{db_path}.limits-secret")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
-            mode = stat.S_IMODE(path.stat().st_mode)
-            if mode & 0o077:
-                raise SecretFileError(
-                    f"{path} has mode {mode:04o}: a secret must be private to its owner "
-                    f"(chmod 600 {path})"
-                ) from None
+            problem = privacy_problem(path, path.stat(), "a secret")
+            if problem is not None:
+                raise SecretFileError(problem) from None
             secret = path.read_bytes()
             if len(secret) != cls.SECRET_BYTES:
                 raise SecretFileError(f"{path} is not a {cls.SECRET_BYTES}-byte secret") from None

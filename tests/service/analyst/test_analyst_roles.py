@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import stat
 from pathlib import Path
 
 import grpc
 import pytest
 from aggregator_process import analyst_port, spawn_serve
-from cli_runner import run_cli
+from cli_runner import run_cli, run_process
 from confirm.test_confirm_flow import CONFIG, CONFIRMATION, MOOD, PLAN, fill, reports
 from conftest import ServerThread
 
 from aggregator.service.analyst.auth import CALLER, AnalystAccess
 from aggregator.service.analyst.execution import caller_of
+from aggregator.service.private_files import privacy_problem
 from aggregator.service.server import pki
 from aggregator.service.server.tls import server_credentials
 from aggregator.survey_file.config import load_surveys
@@ -184,6 +186,68 @@ def test_tokens_over_tls(tmp_path, config, certs):
         assert lines[1]["plan_sha256"] == registered.plan_sha256
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o666, 0o620])
+def test_serve_refuses_a_token_file_others_may_read_or_write(tmp_path, config, mode):
+    """A token file others may write lets them add a token of their own (issue 37: with 0666
+    another local user appended a hash and was an analyst 1.5 s later); one others may read
+    tells them who the analysts are. ``serve`` refuses both in one line."""
+    tokens = tmp_path / "t.tokens"
+    run_cli("agg", "analyst-token", "add", "alice", "--tokens", tokens, check=True)
+    tokens.chmod(mode)
+    db = tmp_path / "x.sqlite"
+    done = run_process(  # a process: a server that starts anyway fails the test at the timeout
+        "agg", "serve", "--config", config, "--db", db, "--port", "0", "--insecure",
+        "--analyst-tokens", tokens, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"has mode {mode:04o}" in lines[0] and "chmod 600" in lines[0]
+
+
+def test_a_token_file_opened_up_while_serving_lets_nobody_in(tmp_path, config, certs):
+    """chmod 0666 on a running server's token file: from the next call every token is refused
+    (UNAUTHENTICATED, saying why), a hash appended by someone else among them; mended (0600), the
+    file's tokens work again."""
+    tokens = tmp_path / "analysts.tokens"
+    token = run_cli("agg", "analyst-token", "add", "alice", "--tokens", tokens).stdout.strip()
+    intruder = "ldpa_" + "x" * 43
+    db = filled(tmp_path, config)
+    server = mtls_server(config, db, certs, tokens=tokens)
+    request = ldp_pb2.EstimateRequest(survey_id="split", question_id="mood")
+    try:
+        with channel_to(server.analyst_target, certs) as channel:
+            stub = ldp_pb2_grpc.AnalystStub(channel)
+            good = (("authorization", f"Bearer {token}"),)
+            bad = (("authorization", f"Bearer {intruder}"),)
+            assert raw_call(channel, "Estimate", good) != grpc.StatusCode.UNAUTHENTICATED
+            tokens.chmod(0o666)
+            with tokens.open("a") as out:  # what another local user could now do
+                out.write(f"mallory {hashlib.sha256(intruder.encode()).hexdigest()}\n")
+            for metadata in (good, bad):
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.Estimate(request, metadata=metadata, timeout=30)
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                assert "has mode 0666" in refused.value.details()
+            tokens.chmod(0o600)
+            assert raw_call(channel, "Estimate", good) != grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        server.stop()
+
+
+def test_a_secret_file_of_another_user_is_refused(tmp_path):
+    """Owned by another user, a private file is still not the server's own (the check needs no
+    root: it reads the owner from the file's status)."""
+    path = tmp_path / "t.tokens"
+    path.write_text("")
+    path.chmod(0o600)
+    info = path.stat()
+    assert privacy_problem(path, info, "the analyst token file") is None
+    fields = list(info)
+    fields[stat.ST_UID] = info.st_uid + 1
+    problem = privacy_problem(path, os.stat_result(fields), "the analyst token file")
+    assert problem is not None and f"belongs to uid {info.st_uid + 1}" in problem
 
 
 def test_the_audit_log_records_every_state_change_and_refusal(tmp_path, config):
