@@ -394,6 +394,9 @@ class GroupLabel:
 
 
 MAX_DESIGN_KEY_CHARS = 64
+#: The largest release threshold: more reports than any survey collects, and far inside the
+#: wire's uint64 (a larger one once started a server whose GetSurvey could not encode it).
+MAX_MIN_BATCH_SIZE = 10**9
 
 
 @dataclass(frozen=True)
@@ -473,6 +476,11 @@ class SurveySpec:
             raise SurveyError(f"survey {self.id}: question ids must be unique")
         if not isinstance(self.min_batch_size, int) or self.min_batch_size < 1:
             raise SurveyError(f"survey {self.id}: min_batch_size must be a positive integer")
+        if self.min_batch_size > MAX_MIN_BATCH_SIZE:
+            raise SurveyError(
+                f"survey {self.id}: min_batch_size must be at most {MAX_MIN_BATCH_SIZE:,}, "
+                f"got {self.min_batch_size:,}"
+            )
         if not isinstance(self.require_device_auth, bool):
             raise SurveyError(f"survey {self.id}: require_device_auth must be true or false")
         if not isinstance(self.household_members, bool):

@@ -59,6 +59,10 @@ from client.survey import (
 #: Release threshold of a survey that sets none: below ~100 reports the normal-approximation
 #: intervals are unreliable and one device's report moves an estimate visibly (docs/config.md).
 DEFAULT_MIN_BATCH_SIZE = 100
+#: The largest privacy parameters a survey file may declare. Past them a report keeps its true
+#: answer with probability 1 - e^-100 or more (no privacy left to spend), and the costs and
+#: budgets stay finite: epsilon = 1e308 once ended check-config with a traceback.
+MAX_PARAMETER = {"epsilon": 100.0, "rho": 10_000.0}
 
 _QUESTION_KEYS = {
     "id",
@@ -342,6 +346,10 @@ def _question(entry: dict, survey_id: object, repeat: object) -> QuestionSpec:
     key = "rho" if mechanism == "gaussian" else "epsilon"
     if key not in entry:
         raise SurveyError(f"{where}: mechanism {mechanism!r} needs '{key}'")
+    value = entry[key]
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if numeric and value > MAX_PARAMETER[key]:  # nan, inf and <= 0: the mechanism refuses them
+        raise SurveyError(f"{where}: {key} must be at most {MAX_PARAMETER[key]:g}, got {value:g}")
     return build_question(
         check_id("question", question_id),
         str(entry.get("text", "")),
