@@ -21,11 +21,17 @@ from aggregator.cli.common import (
     load_histogram,
     null_distribution,
 )
-from aggregator.cli.design import add_design_options, run_design_estimate, run_design_test
+from aggregator.cli.design import (
+    add_design_options,
+    design_based,
+    run_design_estimate,
+    run_design_test,
+)
 from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError
 from aggregator.presentation.numbers import interval, share
 from aggregator.survey_file.analyses import EXPLORATORY
+from aggregator.survey_file.design import IGNORES_DESIGN
 
 if TYPE_CHECKING:
     from aggregator.stats.estimate import Estimate
@@ -74,8 +80,8 @@ def add_commands(subparsers: Subcommands) -> None:
     test.add_argument(
         "kind",
         choices=["gof", "independence", "homogeneity"],
-        help="which test (homogeneity: across the survey's groups, with --design; without a "
-        "design use k-sample)",
+        help="which test (homogeneity: across the groups of a survey with a sampling design; "
+        "without a design use k-sample)",
     )
     add_side_option(test)
     add_group_option(test)
@@ -98,7 +104,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     # its own module, not aggregator.stats: the start-up stays under a second (docs/performance.md)
     from aggregator.stats.estimate import estimate
 
-    if args.design:
+    if design_based(args):
         return run_design_estimate(args)
     question, hist = load_histogram(args)
     est = estimate(hist, args.confidence, simultaneous=args.simultaneous, estimator=args.estimator)
@@ -160,9 +166,13 @@ def run_test(args: argparse.Namespace) -> int:
         raise UserError("--p0 is for gof; an independence test takes no null distribution")
     if args.kind == "gof" and not args.p0:
         raise UserError("gof needs --p0 (one probability per category, comma-separated)")
-    if args.kind == "homogeneity" and not args.design:
-        raise UserError("homogeneity is for --design; compare groups with k-sample otherwise")
-    if args.design:
+    designed = design_based(args)
+    if args.kind == "homogeneity" and not designed:
+        raise UserError(
+            "homogeneity is the design-based test across groups of a survey with a sampling "
+            "design; compare groups with k-sample otherwise"
+        )
+    if designed:
         return run_design_test(args)
     question, hist = load_histogram(args, test=True)
     try:
@@ -200,6 +210,8 @@ def _what_was_read(args: argparse.Namespace) -> dict:
     side: dict[str, object] = {"exploratory": True} if args.exploratory else {}
     if args.side == "confirmation":  # sealed (load_histogram checked): outside its family
         side = {"not_preregistered": True, "label": NOT_PREREGISTERED}
+    if getattr(args, "design_ignored", False):
+        side |= {"ignores_design": True, "design_label": IGNORES_DESIGN}
     return {**side, **args.groups}
 
 
@@ -209,6 +221,8 @@ def _print_what_was_read(args: argparse.Namespace) -> None:
         print(EXPLORATORY)
     if args.side == "confirmation":
         print(NOT_PREREGISTERED)
+    if getattr(args, "design_ignored", False):
+        print(IGNORES_DESIGN)
     groups = args.groups
     if not groups:
         return

@@ -1,7 +1,9 @@
-"""``estimate --design`` and ``test --design``: design-based estimates with design effects and
-Rao-Scott tests of one question of a survey with a sampling design, from the store's per design
-key statistics joined to the survey's frame (--db, read only), or as a running server's Analyst
-service answers them from its released design rows (--server; docs/designs.md)."""
+"""Design-based ``estimate`` and ``test``: estimates with design effects and Rao-Scott tests of
+one question of a survey with a sampling design, from the store's per design key statistics
+joined to the survey's frame (--db or --store, read only), or as a running server's Analyst
+service answers them from its released design rows (--server; docs/designs.md). A survey that
+declares a design is analysed this way by default; ``--ignore-design`` opts out, and the answer
+then says it ignores the sampling design."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import TypeVar
 
+import grpc
 import numpy as np
 
 from aggregator.analysis.design_answers import (
@@ -47,11 +50,20 @@ T = TypeVar("T")
 
 def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
     """--design and its options (variance method; for a test, the correction)."""
-    design = parser.add_argument_group("surveys with a sampling design (docs/designs.md)")
+    design = parser.add_argument_group(
+        "surveys with a sampling design: design-based by default (docs/designs.md)"
+    )
     design.add_argument(
         "--design",
         action="store_true",
-        help="design-based: weights, strata and PSUs from the survey's sampling frame",
+        help="design-based (weights, strata and PSUs from the survey's sampling frame): the "
+        "default for a survey that declares a design; given, a survey without one is refused",
+    )
+    design.add_argument(
+        "--ignore-design",
+        action="store_true",
+        help="analyse a survey with a sampling design as a simple random sample (the answer "
+        "says it ignores the sampling design)",
     )
     design.add_argument(
         "--variance",
@@ -75,8 +87,40 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
         )
 
 
+def design_based(args: argparse.Namespace) -> bool:
+    """Whether the answer is design-based: with --design, or by default when the survey declares
+    a sampling design, unless --ignore-design. Sets ``args.design_ignored`` (the answer then
+    says it ignores the design). An unknown survey is False here: the histogram's read names
+    it."""
+    if args.design and args.ignore_design:
+        raise UserError("--design and --ignore-design contradict each other: give one")
+    args.design_ignored = False
+    if args.design:
+        return True
+    survey = _declared_survey(args)
+    declared = survey is not None and survey.design is not None
+    args.design_ignored = declared and args.ignore_design
+    return declared and not args.ignore_design
+
+
+def _declared_survey(args: argparse.Namespace) -> SurveySpec | None:
+    """The survey --survey names as --config (or, without it, the server) defines it."""
+    if args.server is None or args.config is not None:
+        if args.config is None:
+            return None  # check_source names what is missing
+        return load_surveys(args.config).get(args.survey)
+    check_source(args)
+    with connect(args) as analyst:
+        try:
+            return analyst.survey(args.survey)
+        except RemoteError as exc:
+            if exc.code == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise UserError(str(exc)) from None
+
+
 def check_design_options(args: argparse.Namespace, *, test: bool = False) -> None:
-    """One-line UserError (exit 2) for an option --design does not take."""
+    """One-line UserError (exit 2) for an option a design-based answer does not take."""
     unused = [
         flag
         for flag, given in (
@@ -88,9 +132,12 @@ def check_design_options(args: argparse.Namespace, *, test: bool = False) -> Non
         if given
     ]
     if unused:
+        why = "" if args.design else f" (survey {args.survey} declares a sampling design)"
         raise UserError(
-            f"{unused[0]} is not for --design (its options: --variance, --replicates, --seed"
-            + (", --correction)" if test else ")")
+            f"{unused[0]} is not for a design-based answer{why}; its options: --variance, "
+            "--replicates, --seed"
+            + (", --correction" if test else "")
+            + ("; --ignore-design analyses it as a simple random sample" if why else "")
         )
 
 
@@ -101,7 +148,7 @@ def load_design(args: argparse.Namespace, *, test: bool = False) -> DesignData:
     check_design_options(args, test=test)
     shared = getattr(args, "store", None) is not None
     if args.config is None or (args.db is None and not shared):
-        raise UserError("--design needs --config and --db (or --store), or --server")
+        raise UserError("a design-based answer needs --config and --db (or --store), or --server")
     survey = load_surveys(args.config).get(args.survey)
     if survey is not None and survey.design is None:
         raise UserError(f"survey {survey.id} has no sampling design (design = {{ table = ... }})")

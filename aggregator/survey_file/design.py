@@ -258,12 +258,21 @@ def _number(text: str, name: str, at: str) -> float:
     return value
 
 
+#: The label of an answer that analyses a survey with a sampling design as a simple random
+#: sample because the user opted out (--ignore-design, design = false, design=False): CLI, JSON,
+#: reports and RPC trailers.
+IGNORES_DESIGN = (
+    "ignores the sampling design: analysed as a simple random sample of independent reports "
+    "(weights, strata and clusters unused; docs/designs.md)"
+)
+
+
 def design_refusal(survey_id: str) -> str:
     """Why a survey with a sampling design is not monitored: the sequences and e-processes treat
     reports as a simple random sample of independent devices, which weights and clusters are not
     (unweighted they are biased, clustered they are too narrow)."""
     return (
         f"survey {survey_id} declares a sampling design: anytime-valid monitoring assumes a "
-        "simple random sample of independent devices; use estimate/test --design at fixed n "
+        "simple random sample of independent devices; use estimate/test (design-based) at fixed n "
         "(docs/monitoring.md, Limits)"
     )

@@ -28,6 +28,9 @@ from protos.ldp.v1 import ldp_pb2
 POOLED_METADATA = ("ldp-groups", "pooled")
 #: Trailing metadata of a read of the confirmation side (after sealing): not in the sealed family.
 NOT_PREREGISTERED_METADATA = ("ldp-label", "not preregistered")
+#: Trailing metadata of an answer that analyses a survey with a sampling design as a simple
+#: random sample, as its caller asked (ignore_design).
+DESIGN_IGNORED_METADATA = ("ldp-design", "ignored")
 
 
 class ReleasedReads:
@@ -50,13 +53,15 @@ class ReleasedReads:
         group: str = "",
         *,
         test: bool = False,
+        design_ignored: bool = False,
     ) -> tuple[QuestionSpec, Histogram]:
         """The question's released histogram (aggregator/service/analyst/release.py) on the
         requested side (confirm_rpcs.read_side) and of one public ``group`` ('': all groups
         pooled: the sum of the groups released), once the survey's minimum batch size is
         reached (by the group); for a ``test``, FAILED_PRECONDITION if its reports may be
         clustered by household (privacy-accounting spec §D.3). A group the survey does not
-        declare is INVALID_ARGUMENT."""
+        declare is INVALID_ARGUMENT. ``design_ignored``: the caller analyses a survey with a
+        sampling design as a simple random sample, and the answer's trailer says so."""
         try:
             survey, question = checks.find_question(self.surveys, survey_id, question_id)
             if group:
@@ -74,6 +79,8 @@ class ReleasedReads:
         )
         released = await confirm_rpcs.answered(context, work)
         labels = [NOT_PREREGISTERED_METADATA] if side == ldp_pb2.CONFIRMATION else []
+        if design_ignored and survey.design is not None:
+            labels.append(DESIGN_IGNORED_METADATA)
         if released.groups is not None:  # every group pooled: say so, and which were summed
             labels += [POOLED_METADATA, released.groups_metadata()]
             if side == ldp_pb2.EXPLORATION:

@@ -55,10 +55,15 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         self.monitors = MonitorCache()  # Monitor's e-processes between calls
 
     async def Estimate(self, request, context):
-        if request.HasField("design"):  # design-based (aggregator/service/analyst/design.py)
+        if await self._design_based(context, request, request.survey_id):
             return await design_rpc.estimate(self._reads, request, context)
         question, hist = await self._reads.histogram(
-            context, request.survey_id, request.question_id, request.side, request.group
+            context,
+            request.survey_id,
+            request.question_id,
+            request.side,
+            request.group,
+            design_ignored=request.ignore_design,
         )
         confidence = request.confidence or 0.95
         est = await self._estimated(context, statistics.estimate, hist, confidence)
@@ -76,10 +81,16 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
 
     async def GoodnessOfFit(self, request, context):
-        if request.HasField("design"):
+        if await self._design_based(context, request, request.survey_id, tested=True):
             return await design_rpc.test(self._reads, request, context, "gof")
         _, hist = await self._reads.histogram(
-            context, request.survey_id, request.question_id, request.side, request.group, test=True
+            context,
+            request.survey_id,
+            request.question_id,
+            request.side,
+            request.group,
+            test=True,
+            design_ignored=request.ignore_design,
         )
         calibration, seed = _calibration(request)
         result = await self._tested(
@@ -96,10 +107,16 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         return test_response(result)
 
     async def Independence(self, request, context):
-        if request.HasField("design"):
+        if await self._design_based(context, request, request.survey_id, tested=True):
             return await design_rpc.test(self._reads, request, context, "independence")
         question, hist = await self._reads.histogram(
-            context, request.survey_id, request.question_id, request.side, request.group, test=True
+            context,
+            request.survey_id,
+            request.question_id,
+            request.side,
+            request.group,
+            test=True,
+            design_ignored=request.ignore_design,
         )
         if len(question.shape) != 2:
             await context.abort(
@@ -140,7 +157,7 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
 
     async def TwoSample(self, request, context):
-        if request.HasField("design"):
+        if await self._design_based(context, request, request.survey_a, tested=True):
             return await design_rpc.two_groups(self._reads, request, context)
         groups = (request.group_a, request.group_b)
         survey_b = request.survey_b or (request.survey_a if any(groups) else "")
@@ -151,11 +168,17 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         )
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        ignored = request.ignore_design
         spec_a, hist_a = await self._reads.histogram(
-            context, request.survey_a, request.question_a, group=request.group_a, test=True
+            context,
+            request.survey_a,
+            request.question_a,
+            group=request.group_a,
+            test=True,
+            design_ignored=ignored,
         )
         spec_b, hist_b = await self._reads.histogram(
-            context, survey_b, question_b, group=request.group_b, test=True
+            context, survey_b, question_b, group=request.group_b, test=True, design_ignored=ignored
         )
         names = (
             group_name(request.survey_a, request.question_a, request.group_a),
@@ -205,6 +228,37 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         """Anytime-valid monitoring over the release history
         (aggregator/service/analyst/monitor.py)."""
         return await monitor_rpc.monitor(self._reads, self.monitors, request, context)
+
+    async def _design_based(
+        self, context, request, survey_id: str, *, tested: bool = False
+    ) -> bool:
+        """Whether ``request`` is answered design-based: its ``design`` options present, or by
+        default for a survey that declares a sampling design, unless ``ignore_design``.
+        INVALID_ARGUMENT for both at once, and for a test's method or calibration sent where
+        the answer is design-based by default (it would go unused)."""
+        if request.HasField("design"):
+            if request.ignore_design:
+                await abort(
+                    context,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "design and ignore_design contradict each other: send one",
+                )
+            return True
+        survey = self._reads.surveys.get(survey_id)
+        if survey is None or survey.design is None or request.ignore_design:
+            return False
+        unused = [
+            name for name in ("method", "calibration") if tested and getattr(request, name, "")
+        ]
+        if unused:
+            await abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"survey {survey_id!r} declares a sampling design, so the answer is "
+                f"design-based, which takes no {unused[0]}; set ignore_design to analyse it as "
+                "a simple random sample",
+            )
+        return True
 
     async def _estimated(self, context, function: Callable[[*Args], T], *args: *Args) -> T:
         """``function(*args)`` (an estimate of aggregator/service/analyst/statistics.py) on the

@@ -192,20 +192,22 @@ class ListSurveysResponse(_message.Message):
     def __init__(self, surveys: _Optional[_Iterable[_Union[Survey, _Mapping]]] = ...) -> None: ...
 
 class EstimateRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "confidence", "side", "group", "design")
+    __slots__ = ("survey_id", "question_id", "confidence", "side", "group", "design", "ignore_design")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SIDE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     DESIGN_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     confidence: float
     side: Side
     group: str
     design: DesignOptions
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
+    ignore_design: bool
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ..., ignore_design: _Optional[bool] = ...) -> None: ...
 
 class DesignOptions(_message.Message):
     __slots__ = ("variance", "replicates", "seed", "correction")
@@ -260,7 +262,7 @@ class EstimateResponse(_message.Message):
     def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ..., interval_method: _Optional[str] = ..., deff: _Optional[_Iterable[float]] = ..., weighting_effect: _Optional[_Iterable[float]] = ..., clustering_effect: _Optional[_Iterable[float]] = ..., design: _Optional[str] = ..., variance: _Optional[str] = ..., design_df: _Optional[int] = ..., post_strata: _Optional[_Iterable[str]] = ..., population: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class GoodnessOfFitRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed", "side", "group", "design")
+    __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed", "side", "group", "design", "ignore_design")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     P0_FIELD_NUMBER: _ClassVar[int]
@@ -271,6 +273,7 @@ class GoodnessOfFitRequest(_message.Message):
     SIDE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     DESIGN_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     p0: _containers.RepeatedScalarFieldContainer[float]
@@ -281,10 +284,11 @@ class GoodnessOfFitRequest(_message.Message):
     side: Side
     group: str
     design: DesignOptions
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
+    ignore_design: bool
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., p0: _Optional[_Iterable[float]] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ..., ignore_design: _Optional[bool] = ...) -> None: ...
 
 class IndependenceRequest(_message.Message):
-    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed", "side", "group", "design")
+    __slots__ = ("survey_id", "question_id", "alpha", "method", "calibration", "seed", "side", "group", "design", "ignore_design")
     SURVEY_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +298,7 @@ class IndependenceRequest(_message.Message):
     SIDE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     DESIGN_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_id: str
     question_id: str
     alpha: float
@@ -303,10 +308,11 @@ class IndependenceRequest(_message.Message):
     side: Side
     group: str
     design: DesignOptions
-    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
+    ignore_design: bool
+    def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., alpha: _Optional[float] = ..., method: _Optional[str] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ..., ignore_design: _Optional[bool] = ...) -> None: ...
 
 class TwoSampleRequest(_message.Message):
-    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed", "group_a", "group_b", "design")
+    __slots__ = ("survey_a", "question_a", "survey_b", "question_b", "alpha", "calibration", "seed", "group_a", "group_b", "design", "ignore_design")
     SURVEY_A_FIELD_NUMBER: _ClassVar[int]
     QUESTION_A_FIELD_NUMBER: _ClassVar[int]
     SURVEY_B_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +323,7 @@ class TwoSampleRequest(_message.Message):
     GROUP_A_FIELD_NUMBER: _ClassVar[int]
     GROUP_B_FIELD_NUMBER: _ClassVar[int]
     DESIGN_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_DESIGN_FIELD_NUMBER: _ClassVar[int]
     survey_a: str
     question_a: str
     survey_b: str
@@ -327,7 +334,8 @@ class TwoSampleRequest(_message.Message):
     group_a: str
     group_b: str
     design: DesignOptions
-    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ...) -> None: ...
+    ignore_design: bool
+    def __init__(self, survey_a: _Optional[str] = ..., question_a: _Optional[str] = ..., survey_b: _Optional[str] = ..., question_b: _Optional[str] = ..., alpha: _Optional[float] = ..., calibration: _Optional[str] = ..., seed: _Optional[int] = ..., group_a: _Optional[str] = ..., group_b: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ..., ignore_design: _Optional[bool] = ...) -> None: ...
 
 class TestResponse(_message.Message):
     __slots__ = ("statistic", "pvalue", "dof", "method", "n", "alpha", "reject", "inconclusive", "reason", "expected", "observed", "mechanism", "calibration", "calibration_reason", "n_draws", "design", "pearson", "eigenvalues", "numerator_df", "denominator_df", "design_df")

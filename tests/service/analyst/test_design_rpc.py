@@ -258,3 +258,40 @@ def test_design_answers_on_a_workers_server(tmp_path):
     finally:
         status, stderr = stop(process)
     assert status == 0, stderr
+
+
+def test_the_wire_is_design_based_by_default(served):
+    """Without ``design`` a survey that declares one is answered design-based; ignore_design
+    answers as a simple random sample with the trailer ``ldp-design: ignored``; both at once,
+    or a method sent where the answer is design-based by default, are INVALID_ARGUMENT. The
+    command line over --server agrees without a flag."""
+    server, _, stub, config, _ = served
+    default = stub.Estimate(ldp_pb2.EstimateRequest(survey_id="field", question_id="rr"))
+    designed = stub.Estimate(
+        ldp_pb2.EstimateRequest(survey_id="field", question_id="rr", design=ldp_pb2.DesignOptions())
+    )
+    assert default == designed and default.design.startswith("stratified cluster design")
+    plain, call = stub.Estimate.with_call(
+        ldp_pb2.EstimateRequest(survey_id="field", question_id="rr", ignore_design=True)
+    )
+    assert not plain.design and plain.n == 600
+    assert ("ldp-design", "ignored") in tuple(call.trailing_metadata())
+    gof = ldp_pb2.GoodnessOfFitRequest(survey_id="field", question_id="rr", p0=[0.25] * 4)
+    assert "Rao-Scott" in stub.GoodnessOfFit(gof).method
+    gof.ignore_design = True
+    assert "Rao-Scott" not in stub.GoodnessOfFit(gof).method
+    refused = [
+        ldp_pb2.EstimateRequest(
+            survey_id="field", question_id="rr", design=ldp_pb2.DesignOptions(), ignore_design=True
+        ),
+        ldp_pb2.GoodnessOfFitRequest(
+            survey_id="field", question_id="rr", p0=[0.25] * 4, method="pearson"
+        ),
+    ]
+    for request in refused:
+        call = stub.Estimate if isinstance(request, ldp_pb2.EstimateRequest) else stub.GoodnessOfFit
+        with pytest.raises(grpc.RpcError) as caught:
+            call(request, timeout=30)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    remote, local = _both(server, config, "estimate", "--survey", "field", "--question", "rr")
+    assert remote == local and "design-based estimate" in remote

@@ -29,6 +29,7 @@ from aggregator.stats.design.rao_scott import (
 from aggregator.store import checks, ingest
 from aggregator.store.sqlite import design_statistics
 from aggregator.survey_file.config import ConfigError, load_surveys
+from aggregator.survey_file.design import IGNORES_DESIGN
 from client.device.design_key import DesignKeyChangedError
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
@@ -200,6 +201,29 @@ def test_design_tests_equal_the_decoded_reports_tests(populated):
     _close(json.loads(wald.stdout)["statistic"], expected.statistic)
 
 
+def test_a_survey_with_a_design_is_design_based_by_default(populated):
+    """Without a flag, estimate and test answer as --design does; --ignore-design answers as a
+    simple random sample and says, in text and JSON, that it ignores the sampling design."""
+    server, _, _, config = populated
+    where = ["--config", config, "--db", server.db, "--survey", "field", "--question", "rr"]
+    for command in (("estimate",), ("test", "gof", "--p0", "uniform")):
+        default = run_cli("agg", command[0], *where, *command[1:], "--json", check=True)
+        flagged = run_cli("agg", command[0], *where, *command[1:], "--design", "--json", check=True)
+        assert json.loads(default.stdout) == json.loads(flagged.stdout)
+        assert "design" in json.loads(default.stdout)
+        srs = run_cli(
+            "agg", command[0], *where, *command[1:], "--ignore-design", "--json", check=True
+        )
+        got = json.loads(srs.stdout)
+        assert got["ignores_design"] is True and got["design_label"] == IGNORES_DESIGN
+        assert "design" not in got
+        text = run_cli("agg", command[0], *where, *command[1:], "--ignore-design", check=True)
+        assert text.stdout.splitlines()[0] == IGNORES_DESIGN
+    plain = ["--config", config, "--db", server.db, "--survey", "plain", "--question", "rr"]
+    out = run_cli("agg", "estimate", *plain)  # no design: the simple answer (nothing released)
+    assert out.returncode == 3 and "design" not in out.stderr
+
+
 def test_open_survey_design_gives_the_cells(populated):
     server, _, sent, config = populated
     data = open_survey(config, server.db, "field", design=True)
@@ -217,11 +241,15 @@ def test_open_survey_design_gives_the_cells(populated):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (("estimate", "--simultaneous", "--design"), "--simultaneous is not for --design"),
-        (("estimate", "--estimator", "unbiased", "--design"), "is not for --design"),
+        (("estimate", "--simultaneous", "--design"), "--simultaneous is not for a design-based"),
+        (("estimate", "--estimator", "unbiased", "--design"), "is not for a design-based answer"),
         (("test", "gof", "--p0", "uniform", "--method", "pearson", "--design"), "--method is"),
         (("test", "independence", "--calibration", "monte-carlo", "--design"), "--calibration"),
-        (("test", "homogeneity"), "homogeneity is for --design"),
+        # design-based by default: the SRS options point to the opt-out
+        (("estimate", "--simultaneous"), "declares a sampling design); its options"),
+        (("test", "gof", "--p0", "uniform", "--method", "pearson"), "--ignore-design analyses"),
+        (("test", "homogeneity", "--ignore-design"), "homogeneity is the design-based test"),
+        (("estimate", "--design", "--ignore-design"), "contradict each other"),
     ],
 )
 def test_options_that_do_not_apply_are_one_line(populated, extra, message):
