@@ -5,7 +5,7 @@ sampling frame, as the design cells every design-based estimate and test reads
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,3 +163,16 @@ def design_data_of(
         stats = [stat for stat in stats if stat.group == group]
     groups = survey.group_label.values if survey.group_label else ("",)
     return DesignData(question, survey.design, tuple(stats), tuple(groups))
+
+
+def side_design_data(
+    survey: SurveySpec, stats: Mapping[str, Sequence[KeyStatistics]]
+) -> dict[str, DesignData]:
+    """Every question's design data (all groups kept apart) from the per key statistics a
+    store read of one side (a confirmation snapshot's ``designs``); {} without a design."""
+    if not isinstance(survey.design, SamplingFrame):
+        return {}
+    return {
+        question_id: design_data_of(survey, survey.question(question_id), rows, "")
+        for question_id, rows in stats.items()
+    }

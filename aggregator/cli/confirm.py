@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aggregator.analysis.design_data import side_design_data
 from aggregator.cli.common import (
     Subcommands,
     UserError,
@@ -28,10 +29,11 @@ from aggregator.errors import InsufficientDataError
 from aggregator.remote import NotReleasedError
 from aggregator.store import checks
 from aggregator.store.checks import ReportRejectedError
-from aggregator.store.confirmations import DEFAULT_HOLDOUT
+from aggregator.store.confirmations import DEFAULT_HOLDOUT, Snapshot
 from aggregator.store.sqlite import confirmations
 from aggregator.store.sqlite.report_store import ReportStore
 from aggregator.survey_file.config import load_surveys
+from aggregator.survey_file.design import IGNORES_DESIGN
 from client.survey import SurveySpec
 
 if TYPE_CHECKING:
@@ -71,6 +73,12 @@ def add_commands(subparsers: Subcommands) -> None:
     holdout.add_argument("--max-queries", type=positive, help="m, fixed by the first query: 20")
     holdout.add_argument("--max-rejections", type=positive, help="B, fixed by the first query: 3")
     holdout.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
+    holdout.add_argument(
+        "--ignore-design",
+        action="store_true",
+        help="a survey with a sampling design: test as a simple random sample (with --db; "
+        "by default the query is the design-based Rao-Scott test)",
+    )
     holdout.set_defaults(run=run_holdout)
 
 
@@ -156,8 +164,9 @@ def run_confirm(args: argparse.Namespace) -> int:
         return _print_sealed(args, record, already)
     surveys, survey, store, lock = _open_for_writing(args)
 
-    def compute(plan: str, histograms) -> dict:
-        return sealed_record(parse_plan(plan, surveys), survey, histograms, args.seed)
+    def compute(plan: str, snap: Snapshot) -> dict:
+        designs = side_design_data(survey, snap.designs)
+        return sealed_record(parse_plan(plan, surveys), survey, snap.histograms, args.seed, designs)
 
     try:
         sealed, already = confirmations.seal(store, survey, compute)
@@ -203,8 +212,12 @@ def run_holdout(args: argparse.Namespace) -> int:
     _, survey, store, lock = _open_for_writing(args)
     answer: list = []
 
-    def compute(held: dict, histograms) -> tuple[dict, bool, float]:
-        answer.append(holdout_answer(held, survey, histograms, question.id, test, p0, args.seed))
+    design = False if args.ignore_design else None
+
+    def compute(held: dict, snap: Snapshot) -> tuple[dict, bool, float]:
+        designs = side_design_data(survey, snap.designs)
+        query = (question.id, test, p0, args.seed, designs, design)
+        answer.append(holdout_answer(held, survey, snap.histograms, *query))
         return answer[0]
 
     try:
@@ -216,6 +229,8 @@ def run_holdout(args: argparse.Namespace) -> int:
         lock.release()
     _, reject, level = answer[0]
     print(holdout_text(state, reject, level, question.id, test))
+    if args.ignore_design and survey.design is not None:
+        print(IGNORES_DESIGN)
     return 0
 
 
@@ -225,10 +240,11 @@ def _holdout_remote(args: argparse.Namespace, test: str) -> int:
     from aggregator.confirm.display import holdout_text
 
     given = (args.alpha, args.max_queries, args.max_rejections)
-    if given != (None,) * 3 or args.seed != 0:
+    if given != (None,) * 3 or args.seed != 0 or args.ignore_design:
         raise UserError(
-            "--alpha, --max-queries, --max-rejections and --seed go with --db: a server opens "
-            "a holdout with alpha 0.05, m 20, B 3 and runs it with seed 0"
+            "--alpha, --max-queries, --max-rejections, --seed and --ignore-design go with "
+            "--db: a server opens a holdout with alpha 0.05, m 20, B 3 and runs it with seed 0 "
+            "(design-based for a survey with a sampling design)"
         )
     with connect(args) as analyst:
         surveys = _server_survey(args, analyst)

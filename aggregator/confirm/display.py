@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aggregator.confirm.sparse_validate import SparseValidate
+from aggregator.survey_file.design import IGNORES_DESIGN
 
 
 def sealed_text(record: dict, already: bool) -> str:
@@ -22,6 +23,11 @@ def sealed_text(record: dict, already: bool) -> str:
             f"  {r['title']:<{width}}  {r['n']:>7}  {r['statistic']:>10.4f}  {r['pvalue']:>9.3g}"
             f"  {r['adjusted']:>9.3g}  {decision}"
         )
+    designs = {r["design"] for r in record["results"] if r.get("design")}
+    for design in sorted(designs):
+        titles = ", ".join(r["title"] for r in record["results"] if r.get("design") == design)
+        said = design if design == IGNORES_DESIGN else f"design-based: {design}"
+        lines.append(f"  {titles}: {said}")
     return "\n".join(lines)
 
 

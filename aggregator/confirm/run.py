@@ -1,21 +1,27 @@
-"""What the commands and the Analyst RPCs run on the confirmation side's histograms (which the
-store hands over inside its sealing or holdout transaction): the sealed record of a plan, and
-one SparseValidate answer."""
+"""What the commands and the Analyst RPCs run on the confirmation side's histograms and design
+data (which the store hands over from its sealing or holdout snapshot): the sealed record of a
+plan, and one SparseValidate answer; design-based for a survey with a sampling design unless
+the plan's test (or the holdout's caller) opts out."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aggregator.confirm.family import run_family
+from aggregator.confirm.family import designed_data, designed_test, run_family
 from aggregator.confirm.plan import Plan
 from aggregator.confirm.sparse_validate import SparseValidate
 from aggregator.errors import ConfirmationError, InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats import goodness_of_fit, independence
 from aggregator.stats.montecarlo import minimum_draws
+from aggregator.survey_file.analyses import Analysis
 from client.survey import SurveySpec
+
+if TYPE_CHECKING:
+    from aggregator.analysis.design_data import DesignData
 
 #: Simulated calibrations at holdout level beta run at least this many times 1/beta draws.
 HOLDOUT_DRAW_FACTOR = 4
@@ -39,14 +45,16 @@ def sealed_record(
     survey: SurveySpec,
     histograms: Mapping[tuple[str, str], Histogram],
     seed: int = 0,
+    designs: Mapping[str, DesignData] | None = None,
 ) -> dict:
     """The record to seal: the family run once on the confirmation side (every tested
-    question, and every compared group, must have reached the survey's minimum batch size)."""
+    question, and every compared group, must have reached the survey's minimum batch size);
+    ``designs``: the questions' design data, for a survey with a sampling design."""
     histograms = pooled_as_released(survey, histograms)
     for analysis in plan.tests:
         for group in analysis.groups or ("",):
             _released(survey, analysis.question_id, histograms[analysis.question_id, group], group)
-    return run_family(plan, survey, histograms, seed)
+    return run_family(plan, survey, histograms, seed, designs)
 
 
 def pooled_as_released(
@@ -75,9 +83,12 @@ def holdout_answer(
     test: str,
     p0: Sequence[float] | np.ndarray | None = None,
     seed: int = 0,
+    designs: Mapping[str, DesignData] | None = None,
+    design: bool | None = None,
 ) -> tuple[dict, bool, float]:
     """Run one test at the holdout's next level: (new state, reject, level). A test that cannot
-    run (too little data, inconclusive) raises and uses no query."""
+    run (too little data, inconclusive) raises and uses no query. ``design`` (None: whether the
+    survey declares a sampling design): the design-based test of ``designs``."""
     validate = SparseValidate(**held)
     if validate.closed:
         raise ConfirmationError(f"survey {survey.id}: {validate.closed_reason()}")
@@ -93,15 +104,21 @@ def holdout_answer(
     # A simulated p-value is at least 1/(draws + 1): enough draws that it can fall well below
     # the (small) level, where the calibration is simulated at all.
     draws = HOLDOUT_DRAW_FACTOR * minimum_draws(level)
-    if test == "goodness_of_fit":
-        if p0 is None or len(p0) != question.k:
-            raise InvalidInputError(f"goodness_of_fit needs p0 with {question.k} probabilities")
+    if test == "goodness_of_fit" and (p0 is None or len(p0) != question.k):
+        raise InvalidInputError(f"goodness_of_fit needs p0 with {question.k} probabilities")
+    shape = question.table_shape
+    if test == "independence" and shape is None:
+        raise InvalidInputError(f"question {question_id!r}: independence needs 2 attributes")
+    if survey.design is not None if design is None else design:
+        declared = None if p0 is None else tuple(float(p) for p in p0)
+        analysis = Analysis(f"{test}: {question_id}", question_id, test, level, declared)
+        data = designed_data(analysis, survey, pooled_as_released(survey, histograms), designs)
+        result = designed_test(analysis, data, level, seed)
+    elif test == "goodness_of_fit":
         null = np.asarray(p0, dtype=float)
         result = goodness_of_fit(hist, null, level, rng=seed, n_draws=max(999, draws))
     else:
-        shape = question.table_shape
-        if shape is None:
-            raise InvalidInputError(f"question {question_id!r}: independence needs 2 attributes")
+        assert shape is not None
         result = independence(hist, shape, level, rng=seed, n_draws=max(199, draws))
     if result.inconclusive:
         raise InsufficientDataError(f"{question_id}: {result.reason}")

@@ -17,10 +17,11 @@ The statistics are computed by the caller (``compute``), since the store never i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aggregator.errors import ConfirmationError
 from aggregator.histogram import Histogram
+from aggregator.store.design_statistics import KeyStatistics
 from aggregator.store.errors import StoreError
 from client.survey import SurveySpec
 
@@ -29,6 +30,9 @@ DEFAULT_HOLDOUT = {"alpha": 0.05, "m": 20, "budget": 3}
 #: (question id, group value) -> its histogram on one side; group '' pools every group, and a
 #: survey with a group label also has each of its groups.
 Histograms = dict[tuple[str, str], Histogram]
+#: question id -> its per (group, design key) statistics on one side, of a survey with a
+#: sampling design (the design-based tests of a plan or a holdout read them).
+Designs = dict[str, list[KeyStatistics]]
 
 
 @dataclass(frozen=True)
@@ -82,12 +86,15 @@ def check_state_readable(survey: SurveySpec, current: Confirmation | None) -> No
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What a seal or a holdout query is computed from: the survey's confirmation state and its
-    confirmation-side histograms, read in one read transaction (one consistent snapshot), off
-    the store's writer."""
+    """What a seal or a holdout query is computed from: the survey's confirmation state, its
+    confirmation-side histograms and (a survey with a sampling design) per design key
+    statistics, read in one read transaction (one consistent snapshot), off the store's writer.
+    The design statistics are written with the reports they sum, so unchanged counts mean
+    unchanged design statistics too."""
 
     state: Confirmation | None
     histograms: Histograms
+    designs: Designs = field(default_factory=dict)
 
     def counts(self) -> dict[tuple[str, str], int]:
         """n of every (question, group) read: what a seal's commit checks is still current."""
@@ -138,7 +145,7 @@ def seal_with_retries(
     survey: SurveySpec,
     take: Callable[[], Snapshot],
     commit: Callable[[Snapshot, dict], tuple[Confirmation, bool]],
-    compute: Callable[[str, Histograms], dict],
+    compute: Callable[[str, Snapshot], dict],
     prepare: Callable[[], None] | None = None,
 ) -> tuple[Confirmation, bool]:
     """The seal loop every engine shares: ``take`` a snapshot, answer an already sealed survey
@@ -158,7 +165,7 @@ def seal_with_retries(
             assert snap.state is not None
             return snap.state, True
         try:
-            return commit(snap, compute(plan, snap.histograms))
+            return commit(snap, compute(plan, snap))
         except StateChangedError:
             if attempt == ATTEMPTS:
                 raise

@@ -16,6 +16,10 @@ Example (in a survey file)::
                                         # report's "as of n"): stop once the e-value passes
                                         # 1/alpha, or at max_n reports
     max_n = 20000                       # optional, sequential only: the planned maximum n
+    design = false                      # optional, a survey with a sampling design only: run
+                                        # it as a simple random sample (default true there:
+                                        # the design-based Rao-Scott test; the answer says
+                                        # when it ignores the design)
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from aggregator.survey_file.null_text import NullTextError, parse_null
 from client.survey import QuestionSpec, SurveySpec
 
 TESTS = ("goodness_of_fit", "independence", "two_sample")
-KEYS = frozenset({"title", "question", "test", "p0", "groups", "alpha"})
+KEYS = frozenset({"title", "question", "test", "p0", "groups", "alpha", "design"})
 #: What a survey file's analysis may add: the anytime-valid stopping rule (docs/monitoring.md).
 #: Not in KEYS: a confirmatory plan's tests are fixed-n.
 SEQUENTIAL_KEYS = frozenset({"sequential", "max_n"})
@@ -40,7 +44,8 @@ SEQUENTIAL_KEYS = frozenset({"sequential", "max_n"})
 @dataclass(frozen=True)
 class Analysis:
     """One declared test: which question, which test, its null (goodness of fit), the two
-    groups it compares (two-sample) and its level."""
+    groups it compares (two-sample), its level, and whether it is design-based (the default
+    for a survey with a sampling design)."""
 
     title: str
     question_id: str
@@ -50,6 +55,7 @@ class Analysis:
     groups: tuple[str, str] | None = None
     sequential: bool = False
     max_n: int | None = None
+    design: bool = False
 
 
 def check_independent(survey: SurveySpec, question: QuestionSpec) -> None:
@@ -141,9 +147,24 @@ def parse_analysis(
     sequential, max_n = _stopping_rule(entry, where)
     if sequential and survey.design is not None:
         raise ConfigError(f"{where}: sequential: {design_refusal(survey.id)}")
+    design = _design(entry, survey, where)
     return Analysis(
-        str(title), question.id, test, float(alpha), p0_values, groups, sequential, max_n
+        str(title), question.id, test, float(alpha), p0_values, groups, sequential, max_n, design
     )
+
+
+def _design(entry: dict, survey: SurveySpec, where: str) -> bool:
+    """Whether the test is design-based: ``design`` (a boolean), by default whether the survey
+    declares a sampling design; ``design = true`` without one is a mistake."""
+    declared = survey.design is not None
+    design = entry.get("design", declared)
+    if not isinstance(design, bool):
+        raise ConfigError(f"{where}: design must be true or false, got {design!r}")
+    if design and not declared:
+        raise ConfigError(
+            f"{where}: design = true, but survey {survey.id!r} declares no sampling design"
+        )
+    return design
 
 
 def _stopping_rule(entry: dict, where: str) -> tuple[bool, int | None]:

@@ -225,8 +225,8 @@ def test_a_seal_closes_the_confirmation_side(engine: Engine, tmp_path: Path) -> 
         assert engine.preregister(opened, survey, "plan text", "ab" * 32)[1] is False
         assert engine.preregister(opened, survey, "plan text", "ab" * 32)[1] is True
 
-        def compute(plan: str, histograms: dict) -> dict:
-            return {"plan": plan, "n": histograms["q", ""].n, "sealed_at": "now"}
+        def compute(plan: str, snap) -> dict:
+            return {"plan": plan, "n": snap.histograms["q", ""].n, "sealed_at": "now"}
 
         sealed, already = engine.seal(opened, survey, compute)
         assert not already and '"n": 10' in sealed.sealed_record()

@@ -126,7 +126,7 @@ async def confirm(
                     if plan is None:  # sealed before: its record is the answer
                         return snap.state, True
                     record = await executor.in_process(
-                        context, sealed_record, plan, surveys, survey.id, snap.histograms
+                        context, sealed_record, plan, surveys, survey.id, snap
                     )
                     try:
                         return await executor.in_thread(
@@ -165,7 +165,7 @@ async def holdout_test(
                 snap = await executor.in_thread(context, store.confirmation_snapshot, survey)
                 held = confirmations.holdout_state(snap, survey, None)
                 answer = await executor.in_process(
-                    context, holdout_answer, held, survey, snap.histograms, *query, p0
+                    context, holdout_answer, held, survey, snap, *query, p0
                 )
                 try:
                     state = await executor.in_thread(
@@ -197,18 +197,25 @@ async def holdout_test(
     )
 
 
-def sealed_record(plan: str, surveys, survey_id: str, histograms) -> dict:
-    """The record a seal stores (runs in an analysis worker process)."""
+def sealed_record(plan: str, surveys, survey_id: str, snap: confirmations.Snapshot) -> dict:
+    """The record a seal stores (runs in an analysis worker process): design-based for a
+    survey with a sampling design, as the plan says."""
+    from aggregator.analysis.design_data import side_design_data
     from aggregator.confirm.run import sealed_record as record_of
 
-    return record_of(_parse_plan(plan, surveys), surveys[survey_id], histograms)
+    survey = surveys[survey_id]
+    designs = side_design_data(survey, snap.designs)
+    return record_of(_parse_plan(plan, surveys), survey, snap.histograms, 0, designs)
 
 
-def holdout_answer(held, survey, histograms, question_id, test, p0):
-    """(new state, reject, level) of one holdout query (runs in an analysis worker process)."""
+def holdout_answer(held, survey, snap: confirmations.Snapshot, question_id, test, p0):
+    """(new state, reject, level) of one holdout query (runs in an analysis worker process):
+    design-based for a survey with a sampling design."""
+    from aggregator.analysis.design_data import side_design_data
     from aggregator.confirm.run import holdout_answer as answer_of
 
-    return answer_of(held, survey, histograms, question_id, test, p0)
+    designs = side_design_data(survey, snap.designs)
+    return answer_of(held, survey, snap.histograms, question_id, test, p0, 0, designs)
 
 
 def _parse_plan(text: str, surveys):

@@ -247,8 +247,11 @@ class Analyst(ldp_pb2_grpc.AnalystServicer):
         survey = self._reads.surveys.get(survey_id)
         if survey is None or survey.design is None or request.ignore_design:
             return False
+        fields = request.DESCRIPTOR.fields_by_name
         unused = [
-            name for name in ("method", "calibration") if tested and getattr(request, name, "")
+            name
+            for name in ("method", "calibration")
+            if tested and name in fields and getattr(request, name)
         ]
         if unused:
             await abort(

@@ -19,6 +19,7 @@ import psycopg
 from aggregator.errors import ConfirmationError
 from aggregator.store.confirmations import (
     Confirmation,
+    Designs,
     Histograms,
     Snapshot,
     check_counts_unchanged,
@@ -27,6 +28,7 @@ from aggregator.store.confirmations import (
 )
 from aggregator.store.ingest import histogram
 from aggregator.store.model import CONFIRMATION
+from aggregator.store.postgres import design
 from aggregator.store.postgres.confirmation_lock import lock_confirmation_side
 from aggregator.store.postgres.connection import Transactions
 from aggregator.store.postgres.statistics import read_side
@@ -89,11 +91,23 @@ def side_histograms(conn: psycopg.Connection, survey: SurveySpec, side: int) -> 
     return out
 
 
+def side_designs(conn: psycopg.Connection, survey: SurveySpec, side: int) -> Designs:
+    """Every question's per design key statistics on ``side`` (none without a design)."""
+    if survey.design is None:
+        return {}
+    return {q.id: design.read(conn, survey.id, q.id, side) for q in survey.questions}
+
+
 def snapshot(store: Transactions, survey: SurveySpec) -> Snapshot:
-    """The state and confirmation-side histograms from one REPEATABLE READ snapshot."""
+    """The state, confirmation-side histograms and design statistics from one REPEATABLE READ
+    snapshot."""
     with store.transaction() as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        return Snapshot(state(conn, survey.id), side_histograms(conn, survey, CONFIRMATION))
+        return Snapshot(
+            state(conn, survey.id),
+            side_histograms(conn, survey, CONFIRMATION),
+            side_designs(conn, survey, CONFIRMATION),
+        )
 
 
 def commit_seal(
@@ -150,7 +164,7 @@ def reopen_side(store: Transactions, survey: SurveySpec) -> None:
 
 
 def seal(
-    store: Transactions, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
+    store: Transactions, survey: SurveySpec, compute: Callable[[str, Snapshot], dict]
 ) -> tuple[Confirmation, bool]:
     """Run the registered plan once and seal its results; see confirmations.seal. Unlike the
     single-writer SQLite store, it first closes the confirmation side (:func:`close_side`), so

@@ -21,6 +21,7 @@ from aggregator.errors import ConfirmationError
 from aggregator.store.confirmations import (
     ATTEMPTS,
     Confirmation,
+    Designs,
     Histograms,
     Snapshot,
     StateChangedError,
@@ -32,6 +33,7 @@ from aggregator.store.confirmations import (
 )
 from aggregator.store.ingest import histogram
 from aggregator.store.model import CONFIRMATION
+from aggregator.store.sqlite import design_statistics
 from aggregator.store.sqlite.connection import has_table
 from aggregator.store.sqlite.file_kind import open_read_only
 from aggregator.store.sqlite.schema import STORE_KIND
@@ -127,6 +129,13 @@ def side_histograms(conn: sqlite3.Connection, survey: SurveySpec, side: int) -> 
     return out
 
 
+def side_designs(conn: sqlite3.Connection, survey: SurveySpec, side: int) -> Designs:
+    """Every question's per design key statistics on ``side`` (none without a design)."""
+    if survey.design is None:
+        return {}
+    return {q.id: design_statistics.read(conn, survey.id, q.id, side) for q in survey.questions}
+
+
 def preregister(store: Writer, survey: SurveySpec, plan: str, sha256: str) -> tuple:
     """Register the plan: (registered_at, already). The identical plan again is a no-op; any
     other plan, a plan after holdout use, or a survey that is not split is a ConfirmationError."""
@@ -167,7 +176,11 @@ def snapshot(path: str, survey: SurveySpec) -> Snapshot:
         conn.execute("BEGIN")  # one read transaction: the state and the histograms agree
         try:
             current = state(conn, survey.id)
-            return Snapshot(current, side_histograms(conn, survey, CONFIRMATION))
+            return Snapshot(
+                current,
+                side_histograms(conn, survey, CONFIRMATION),
+                side_designs(conn, survey, CONFIRMATION),
+            )
         finally:
             conn.execute("COMMIT")
 
@@ -203,9 +216,9 @@ def commit_seal(
 
 
 def seal(
-    store: Writer, survey: SurveySpec, compute: Callable[[str, Histograms], dict]
+    store: Writer, survey: SurveySpec, compute: Callable[[str, Snapshot], dict]
 ) -> tuple[Confirmation, bool]:
-    """Run the registered plan once: ``compute(plan text, confirmation histograms)`` gives the
+    """Run the registered plan once: ``compute(plan text, confirmation-side snapshot)`` gives the
     record (with its ``sealed_at``), computed from a read snapshot off the writer and stored
     with the confirmation side closed by :func:`commit_seal` (compare-and-set; computed again
     from a fresh snapshot after a concurrent change, up to ATTEMPTS times). (state, already): a
@@ -265,10 +278,10 @@ def holdout_query(
     survey: SurveySpec,
     parameters: dict | None,
     query: tuple[str, str],
-    compute: Callable[[dict, Histograms], tuple[dict, bool, float]],
+    compute: Callable[[dict, Snapshot], tuple[dict, bool, float]],
 ) -> dict:
-    """One SparseValidate query ``(question_id, test)``: ``compute(holdout state, confirmation
-    histograms)`` gives (new state, reject, level), computed from a read snapshot off the
+    """One SparseValidate query ``(question_id, test)``: ``compute(holdout state, confirmation-
+    side snapshot)`` gives (new state, reject, level), computed from a read snapshot off the
     writer and stored with the query by :func:`commit_holdout` (compare-and-set; computed again
     from a fresh snapshot after a concurrent query, up to ATTEMPTS times). The first query
     opens the holdout with ``parameters`` (alpha, m, budget; None: the defaults); later ones
@@ -279,7 +292,7 @@ def holdout_query(
         snap = snapshot(store.path, survey)
         held = holdout_state(snap, survey, parameters)
         try:
-            answer = compute(held, snap.histograms)
+            answer = compute(held, snap)
             return commit_holdout(store, survey, snap, held, query, answer)
         except StateChangedError:
             if attempt == ATTEMPTS:

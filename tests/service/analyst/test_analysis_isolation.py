@@ -74,12 +74,12 @@ def test_uploads_commit_while_a_seal_computes(filled):
     store = open_store(surveys, str(db))
     runs = []
 
-    def compute(plan, histograms):
-        runs.append(histograms["mood", ""].n)
+    def compute(plan, snap):
+        runs.append(snap.histograms["mood", ""].n)
         if len(runs) == 1:  # the writer is free: this upload commits now
             flags = store.submit_batches(one_report(surveys, 7)).result(timeout=WAIT)
             assert flags == [1]
-        return sealed_record(parse_plan(plan, surveys), survey, histograms)
+        return sealed_record(parse_plan(plan, surveys), survey, snap.histograms)
 
     try:
         confirmations.preregister(store, survey, PLAN, parse_plan(PLAN, surveys).sha256)
@@ -100,9 +100,9 @@ def test_two_concurrent_seals_give_one_answer(filled):
     store = open_store(surveys, str(db))
     both_computing = threading.Barrier(2, timeout=WAIT)
 
-    def compute(plan, histograms):
+    def compute(plan, snap):
         both_computing.wait()  # both read their snapshot before either commits
-        return sealed_record(parse_plan(plan, surveys), survey, histograms)
+        return sealed_record(parse_plan(plan, surveys), survey, snap.histograms)
 
     out: list = []
 
@@ -139,9 +139,9 @@ def _seal_in_process(config: str, db: str, start, answers) -> None:
     surveys = load_surveys(config)
     survey = surveys["split"]
 
-    def compute(plan, histograms):
+    def compute(plan, snap):
         start.wait(WAIT)
-        return sealed_record(parse_plan(plan, surveys), survey, histograms)
+        return sealed_record(parse_plan(plan, surveys), survey, snap.histograms)
 
     sealed, already = confirmations.seal(_WorkerStore(db), survey, compute)
     answers.put((already, sealed.sealed_record()))
@@ -178,10 +178,10 @@ def test_concurrent_holdout_queries_lose_no_update(filled):
     store = open_store(surveys, str(db))
     computing = threading.Barrier(3, timeout=WAIT)
 
-    def compute(held, histograms):
+    def compute(held, snap):
         if held["answered"] == 0:
             computing.wait()  # all three computed from the same (empty) state at first
-        return holdout_answer(held, survey, histograms, "mood", "goodness_of_fit", [0.25] * 4)
+        return holdout_answer(held, survey, snap.histograms, "mood", "goodness_of_fit", [0.25] * 4)
 
     def query():
         confirmations.holdout_query(store, survey, None, ("mood", "goodness_of_fit"), compute)

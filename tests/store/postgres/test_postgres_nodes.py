@@ -240,8 +240,8 @@ def test_a_seal_racing_uploads_on_two_nodes(nodes, postgres_url: str, config: Pa
             assert time.monotonic() < deadline and any(t.is_alive() for t in threads)
             time.sleep(0.01)
 
-        def compute(plan: str, histograms: dict) -> dict:
-            return {"n": histograms["q", ""].n, "sealed_at": "now"}
+        def compute(plan: str, snap) -> dict:
+            return {"n": snap.histograms["q", ""].n, "sealed_at": "now"}
 
         for _ in range(100):  # the uploads go on: a seal may find new counts and compute again
             try:
