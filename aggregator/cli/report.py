@@ -22,12 +22,12 @@ from aggregator.cli.common import (
     monitor_look,
     server_surveys,
 )
-from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.survey_file.analyses import load_analyses
 from aggregator.survey_file.config import load_surveys
 
 if TYPE_CHECKING:
     from aggregator.analysis.survey_data import SurveyData
+    from aggregator.remote import RemoteAnalyst
     from aggregator.report.content import SurveyReport
     from aggregator.report.sequential import SequentialSection
     from aggregator.survey_file.analyses import Analysis
@@ -47,6 +47,12 @@ def add_commands(subparsers: Subcommands) -> None:
     report.add_argument("--seed", type=int, default=0, help="seed of Monte Carlo p-values")
     add_side_option(report)
     add_group_option(report)
+    report.add_argument(
+        "--ignore-design",
+        action="store_true",
+        help="a survey with a sampling design: report it as a simple random sample (every "
+        "estimate and test then says it ignores the sampling design)",
+    )
     report.set_defaults(run=run_report)
 
 
@@ -55,13 +61,14 @@ def run_report(args: argparse.Namespace) -> int:
 
     check_source(args)
     if args.server is None:
-        designed = _has_design(args)
+        designed = _has_design(args) and not args.ignore_design
         return _write(
             args,
             lambda group: open_survey(
                 args.config, args.db, args.survey, args.side, group, design=designed
             ),
             lambda survey_id: _sealed_record(args.db, survey_id),
+            None,
         )
     survey_id = args.survey or _only_survey(args)
     with connect(args) as analyst:
@@ -73,48 +80,34 @@ def run_report(args: argparse.Namespace) -> int:
             args,
             lambda group: analyst.open_survey(survey_id, args.side, group),
             lambda survey_id: analyst.confirm(survey_id)[0],
+            analyst,
         )
 
 
 def _has_design(args: argparse.Namespace) -> bool:
-    """Whether the survey read from --db has a sampling design (its report then shows the
-    design-based estimate beside each released one)."""
+    """Whether the survey read from --db has a sampling design (its report is then
+    design-based: the design-based estimate is each released question's headline)."""
     surveys = load_surveys(args.config)
     only = next(iter(surveys.values())) if len(surveys) == 1 else None
     survey = surveys.get(args.survey) if args.survey else only
     return survey is not None and survey.design is not None
 
 
-def _designs(data: SurveyData, confidence: float) -> dict:
-    """Per released question of a survey read with its design, its design-based estimate
-    (or why there is none)."""
-    from aggregator.report.design import DesignSummary
-    from aggregator.stats.design.calibration import post_stratified_estimate
-    from aggregator.stats.design.estimate import design_estimate
-    from aggregator.stats.design.raking import RakingError, raked_estimate
+def _design_answers(
+    args: argparse.Namespace,
+    data: SurveyData,
+    analyses: list[Analysis],
+    analyst: RemoteAnalyst | None,
+) -> tuple[dict, dict]:
+    """The design-based estimates and tests of a survey with a sampling design (none without
+    one, or with --ignore-design)."""
+    from aggregator.cli.report_design import served_design_answers, stored_design_answers
 
-    out = {}
-    for question_id, item in data.items():
-        if item.stored_design is None or not item.released or item.withheld:
-            continue
-        design = item.stored_design
-        description = design.description()
-        try:
-            if design.post_strata:
-                cells = design.cells(by_post_stratum=True)
-                calibrated = post_stratified_estimate(cells, design.population())
-                out[question_id] = DesignSummary.post_stratified(
-                    calibrated, description, confidence
-                )
-            elif design.raking:  # raked: shown as a calibrated estimate (no design effects)
-                raked = raked_estimate(design.raking_cells(), design.margins())
-                out[question_id] = DesignSummary.post_stratified(raked, description, confidence)
-            else:
-                est = design_estimate(design.cells(), item.question.mechanism)
-                out[question_id] = DesignSummary.of(est, description, confidence)
-        except (InsufficientDataError, InvalidInputError, RakingError) as exc:
-            out[question_id] = DesignSummary(description, why=str(exc))
-    return out
+    if data.survey.design is None or args.ignore_design:
+        return {}, {}
+    if analyst is not None:
+        return served_design_answers(analyst, data, analyses, args.confidence)
+    return stored_design_answers(data, analyses, args.confidence, args.seed)
 
 
 def _only_survey(args: argparse.Namespace) -> str:
@@ -129,9 +122,12 @@ def _write(
     args: argparse.Namespace,
     read: Callable[[str | None], SurveyData],
     sealed_record: Callable[[str], dict],
+    analyst: RemoteAnalyst | None,
 ) -> int:
     """Build the report from what ``read(group)`` gives (one group, or None: all pooled) and
-    write it, with the full tables of large questions beside it."""
+    write it, with the full tables of large questions beside it; a survey with a sampling
+    design design-based (its estimates and tests from ``analyst`` over --server), unless
+    --ignore-design."""
     from aggregator.report import build_report, render_html, render_markdown
     from aggregator.report.large import csv_name, full_table_csv, is_large
 
@@ -141,6 +137,9 @@ def _write(
         if args.config is not None
         else []
     )
+    if args.ignore_design:
+        analyses = [dataclasses.replace(analysis, design=False) for analysis in analyses]
+    designs, design_tests = _design_answers(args, data, analyses, analyst)
     compared = {g for analysis in analyses for g in analysis.groups or ()}
     label = data.survey.group_label
     if label is not None and not data.group:  # a pooled report: a column per group
@@ -162,7 +161,9 @@ def _write(
         group=data.group,
         group_histograms=group_histograms,
         sealed=sealed_record(data.survey.id) if data.side == "confirmation" else None,
-        designs=_designs(data, args.confidence),
+        designs=designs,
+        design_tests=design_tests,
+        ignores_design=args.ignore_design and data.survey.design is not None,
     )
     report = _withheld_by_server(report, data, by_group)
     sequential = [analysis for analysis in analyses if analysis.sequential]

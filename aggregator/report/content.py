@@ -27,6 +27,7 @@ from aggregator.stats import (
     two_sample,
 )
 from aggregator.survey_file.analyses import EXPLORATORY, Analysis
+from aggregator.survey_file.design import IGNORES_DESIGN
 from client.budgeting import SurveyCost, survey_cost
 from client.survey import QuestionSpec, SurveySpec
 
@@ -43,12 +44,25 @@ class Marginal:
 
 
 @dataclass(frozen=True)
+class DesignTestAnswer:
+    """A declared test's design-based answer: the design it rests on and its result, or why it
+    could not run."""
+
+    design: str
+    result: TestResult | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class TestSection:
     """A declared test and its outcome (None when the question is not released)."""
 
     analysis: Analysis
     result: TestResult | None
     sentence: str
+    #: the design a design-based test rests on, or IGNORES_DESIGN for a test that opted out of
+    #: its survey's design ('' for a survey without one)
+    design: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,21 @@ class SurveyReport:
     sealed: SealedFamily | None = None  # the confirmation side's sealed family, shown first
     #: The survey file's sequential analyses "as of n" (aggregator/report/sequential.py).
     sequential: tuple[SequentialSection, ...] = ()
+    #: a survey with a sampling design reported as a simple random sample (--ignore-design)
+    ignores_design: bool = False
+
+    @property
+    def design_note(self) -> str:
+        """What the report says about the survey's sampling design (empty without one)."""
+        if self.ignores_design:
+            return IGNORES_DESIGN
+        if self.survey.design is not None:
+            return (
+                "design-based: every estimate and test uses the survey's sampling design "
+                "(weights, strata and clusters); the simple-random-sample estimate below each "
+                "ignores it (docs/designs.md)"
+            )
+        return ""
 
     @property
     def side_note(self) -> str:
@@ -125,6 +154,8 @@ def build_report(
     group_histograms: Mapping[tuple[str, str], Histogram] | None = None,
     sealed: Mapping | SealedFamily | None = None,
     designs: Mapping[str, DesignSummary] | None = None,
+    design_tests: Mapping[Analysis, DesignTestAnswer] | None = None,
+    ignores_design: bool = False,
 ) -> SurveyReport:
     """Estimate every question of ``survey`` from its histogram (a question without one has no
     reports yet) and run the declared ``analyses``; nothing is released below the survey's
@@ -133,8 +164,11 @@ def build_report(
     group label also shows a column per group for every question with any of them given (a
     group not given counts as empty). ``sealed`` is the confirmation side's sealed record
     (``confirm``'s JSON), shown as it was sealed. ``designs``: per question id the design-based
-    estimate shown beside a released estimate (a survey with a sampling design). ``seed``
-    fixes Monte Carlo and bootstrap draws, so a report is reproducible."""
+    estimate shown as the headline of a released question (a survey with a sampling design);
+    ``design_tests``: each design-based declared test's answer (its caller ran it on the
+    design data); a declared test of such a survey without one opted out (``design = false``)
+    and says it ignores the design. ``seed`` fixes Monte Carlo and bootstrap draws, so a report
+    is reproducible."""
     family = SealedFamily.from_record(sealed) if isinstance(sealed, Mapping) else sealed
     sections = []
     for question in survey.questions:
@@ -146,6 +180,9 @@ def build_report(
             for g in a.groups or ()
         }
         section = _section(survey, question, hist, declared, confidence, seed, groups)
+        section = replace(
+            section, tests=tuple(_designed(survey, t, design_tests or {}) for t in section.tests)
+        )
         if section.estimate is not None and survey.group_label is not None and not group:
             given = group_histograms or {}
             if any((question.id, g) in given for g in survey.group_label.values):
@@ -156,7 +193,17 @@ def build_report(
         sections.append(section)
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     cost = survey_cost(survey.questions)
-    return SurveyReport(survey, tuple(sections), cost, confidence, stamp, side, group, family)
+    return SurveyReport(
+        survey,
+        tuple(sections),
+        cost,
+        confidence,
+        stamp,
+        side,
+        group,
+        family,
+        ignores_design=ignores_design,
+    )
 
 
 def _section(
@@ -181,6 +228,29 @@ def _section(
             raise
         return QuestionSection(question, hist.n, threshold, None, (), tests, str(exc))
     return QuestionSection(question, hist.n, threshold, est, _marginals(question, est), tests)
+
+
+def _designed(
+    survey: SurveySpec, test: TestSection, answers: Mapping[Analysis, DesignTestAnswer]
+) -> TestSection:
+    """A declared test of a survey with a sampling design: its design-based answer (or why it
+    did not run), or the simple one labelled as ignoring the design."""
+    if survey.design is None:
+        return test
+    if not test.analysis.design:
+        return replace(test, design=IGNORES_DESIGN)
+    answer = answers.get(test.analysis)
+    if answer is None:  # not released (the same reason), or its design data was not read
+        if test.result is None:
+            return test
+        return TestSection(test.analysis, None, "not run: its design data was not read")
+    if answer.result is None:
+        return TestSection(test.analysis, None, f"not run: {answer.why}", answer.design)
+    names = [attribute.name for attribute in survey.question(test.analysis.question_id).attributes]
+    if test.analysis.test == "two_sample":
+        names = list(test.analysis.groups or ())
+    sentence = result_sentence(test.analysis.test, answer.result, names)
+    return TestSection(test.analysis, answer.result, sentence, answer.design)
 
 
 def _run(

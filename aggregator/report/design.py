@@ -1,6 +1,7 @@
 """The design-based estimate of a question of a survey with a sampling design, as the report
-shows it beside the simple-random-sample estimate: Hájek shares, their design standard errors
-and intervals, and the design effect split into weighting and clustering (docs/designs.md)."""
+shows it: the headline table and plot (Hájek shares, their design standard errors and
+intervals) with the design effect split into weighting and clustering beside, above the
+simple-random-sample estimate, which is labelled as ignoring the design (docs/designs.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from html import escape
 
 import numpy as np
 
+from aggregator.analysis.design_answers import DesignEstimateAnswer
 from aggregator.presentation.numbers import interval, share
-from aggregator.stats.design.estimate import DesignEstimate
 
 
 @dataclass(frozen=True)
@@ -30,34 +31,29 @@ class DesignSummary:
     why: str = ""
 
     @classmethod
-    def of(cls, est: DesignEstimate, description: str, confidence: float) -> DesignSummary:
-        low, high = est.intervals(confidence)
+    def of(cls, answer: DesignEstimateAnswer) -> DesignSummary:
+        """From a design-based estimate as --db and --server both give it (a post-stratified or
+        raked one has no design effects: they are not defined after calibration)."""
+        nan = np.full(len(answer.labels), np.nan)
+        weighting = answer.weighting_effect
         return cls(
-            description,
-            est.estimate[0],
-            est.standard_error[0],
-            low[0],
-            high[0],
-            est.deff[0],
-            float(est.weighting_effect[0]),
-            est.clustering_effect[0],
-            est.variance_method,
+            answer.design,
+            answer.estimate,
+            answer.standard_error,
+            answer.ci_low,
+            answer.ci_high,
+            nan if answer.deff is None else answer.deff,
+            float("nan") if weighting is None else float(weighting[0]),
+            nan if answer.clustering_effect is None else answer.clustering_effect,
+            answer.variance,
         )
-
-    @classmethod
-    def post_stratified(cls, est, description: str, confidence: float) -> DesignSummary:
-        """From a ``PostStratified`` estimate: no design effects (not defined after
-        calibration)."""
-        low, high = est.intervals(confidence)
-        k = len(est.estimate)
-        nan = np.full(k, np.nan)
-        return cls(
-            description, est.estimate, est.standard_error, low, high, nan, float("nan"), nan,
-            est.variance_method,
-        )  # fmt: skip
 
     def title(self) -> str:
         return f"Design-based estimate ({self.description}; variance: {self.variance})"
+
+    def plotted(self) -> bool:
+        """Whether the headline plot shows this estimate (there is one)."""
+        return self.estimate is not None
 
     def rows(self, labels: Sequence[str], shown: Sequence[int] | np.ndarray) -> list[list[str]]:
         """Per category shown: label, estimate, s.e., interval, deff, weighting, clustering."""

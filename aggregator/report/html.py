@@ -16,6 +16,7 @@ from aggregator.report.large import data_url, full_table_csv, is_large, shown, t
 from aggregator.report.plots import PLOT_EXTRA_HINT, interval_plot, plots_available
 from aggregator.report.sealed import SealedFamily
 from aggregator.report.sentences import calibration_text, p_text, result_p
+from aggregator.survey_file.design import IGNORES_DESIGN
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem;
@@ -59,6 +60,8 @@ def render_html(report: SurveyReport, full_tables: Mapping[str, str] | None = No
     ]
     if report.side_note:
         parts.append(f'<p class="note"><strong>{escape(report.side_note)}</strong></p>')
+    if report.design_note:
+        parts.append(f'<p class="note"><strong>{escape(report.design_note)}</strong></p>')
     if report.side == "confirmation":
         parts.append(_sealed(report.sealed))
     parts.append(_cost(report))
@@ -167,16 +170,33 @@ def _question(
             f'href="{escape(href)}" download="{escape(question.id)}.csv">download the full '
             f"table (CSV, {question.k:,} rows)</a>.</p>"
         )
-    body += [
-        '<div class="pair">',
-        _figure(
-            labels, est.frequencies[rows], est.ci_low[rows], est.ci_high[rows], title,
-            projected[rows], plots,
-        ),
-        _table(section, rows, projected),
-        "</div>",
-        design_html(section.design, question.labels, rows),
-    ]  # fmt: skip
+    design = section.design
+    if design is not None and design.plotted():  # the design-based estimate is the headline
+        assert design.estimate is not None and design.low is not None and design.high is not None
+        body += [
+            '<div class="pair">',
+            _figure(
+                labels, design.estimate[rows], design.low[rows], design.high[rows],
+                f"{question.id}: design-based estimate, {100 * confidence:g}% intervals", None,
+                plots,
+            ),
+            design_html(design, question.labels, rows),
+            "</div>",
+            "<h3>Simple-random-sample estimate</h3>",
+            f'<p class="unplanned">{escape(IGNORES_DESIGN)}</p>',
+            _table(section, rows, projected),
+        ]  # fmt: skip
+    else:
+        body += [
+            '<div class="pair">',
+            _figure(
+                labels, est.frequencies[rows], est.ci_low[rows], est.ci_high[rows], title,
+                projected[rows], plots,
+            ),
+            _table(section, rows, projected),
+            "</div>",
+            design_html(design, question.labels, rows),
+        ]  # fmt: skip
     for marginal in section.marginals:
         body += [f"<h3>Marginal: {escape(marginal.attribute)}</h3>", _marginal(marginal, plots)]
     body += [_test(test, label) for test in section.tests]
@@ -254,6 +274,10 @@ def _test(test: TestSection, label: str) -> str:
         f'<p class="unplanned">{escape(label)}</p>' if label else "",
         f"<p>{escape(test.sentence)}</p>",
     ]
+    if test.design == IGNORES_DESIGN:
+        parts.append(f'<p class="unplanned">{escape(IGNORES_DESIGN)}</p>')
+    elif test.design:
+        parts.append(f'<p class="note">design-based: {escape(test.design)}</p>')
     result = test.result
     if result is not None:
         dof = "Monte Carlo null" if result.dof is None else f"{result.dof} degrees of freedom"

@@ -12,6 +12,7 @@ from aggregator.report.groups import COMPLEMENT, COMPLEMENT_NOTE, GroupColumn
 from aggregator.report.large import is_large, shown, top_note
 from aggregator.report.sealed import SealedFamily
 from aggregator.report.sentences import p_text
+from aggregator.survey_file.design import IGNORES_DESIGN
 
 
 def render_markdown(report: SurveyReport, full_tables: Mapping[str, str] | None = None) -> str:
@@ -32,6 +33,8 @@ def render_markdown(report: SurveyReport, full_tables: Mapping[str, str] | None 
     ]
     if report.side_note:
         lines += ["", f"**{report.side_note}**"]
+    if report.design_note:
+        lines += ["", f"**{report.design_note}**"]
     if report.side == "confirmation":
         lines += _sealed(report.sealed)
     lines += [
@@ -94,8 +97,14 @@ def _question(section: QuestionSection, label: str, links: Mapping[str, str]) ->
     elif section.withheld:
         lines += ["", f"No estimate: {section.withheld}."]
     else:
-        lines += _estimate(section, links)
-        lines += design_markdown(section.design, section.question.labels, shown(section))
+        design = section.design
+        if design is not None and design.plotted():  # the design-based estimate first
+            lines += design_markdown(design, section.question.labels, shown(section))
+            lines += ["", "Simple-random-sample estimate:", "", f"*{IGNORES_DESIGN}*"]
+            lines += _estimate(section, links)
+        else:
+            lines += _estimate(section, links)
+            lines += design_markdown(design, section.question.labels, shown(section))
         for marginal in section.marginals:
             lines += [
                 "",
@@ -114,6 +123,10 @@ def _question(section: QuestionSection, label: str, links: Mapping[str, str]) ->
         if label:
             lines += [f"*{label}*", ""]
         lines.append(test.sentence)
+        if test.design == IGNORES_DESIGN:
+            lines += ["", f"*{IGNORES_DESIGN}*"]
+        elif test.design:
+            lines += ["", f"Design-based: {test.design}."]
     return lines
 
 
