@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from aggregator.cli.common import (
     Subcommands,
@@ -19,11 +20,16 @@ from aggregator.cli.common import (
     check_source,
     load_histogram,
 )
+from aggregator.cli.design import add_design_options, design_based, load_design
 from aggregator.confirm.labels import NOT_PREREGISTERED
-from aggregator.errors import InvalidInputError
+from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.presentation.numbers import fixed, interval, share
 from aggregator.survey_file.analyses import EXPLORATORY
 from aggregator.survey_file.config import load_scores, load_surveys
+from aggregator.survey_file.design import IGNORES_DESIGN
+
+if TYPE_CHECKING:
+    from aggregator.stats.summaries import MeanScore, TrendResult
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -63,6 +69,8 @@ def add_commands(subparsers: Subcommands) -> None:
     )
     ordinal.add_argument("--confidence", type=float, default=0.95, help="confidence level")
     ordinal.add_argument("--alpha", type=float, default=0.05, help="level of the trend test")
+    ordinal.add_argument("--seed", type=int, help="with --variance bootstrap: seed")
+    add_design_options(ordinal, test=False)
     add_json_option(ordinal)
     ordinal.set_defaults(run=run_ordinal)
 
@@ -154,6 +162,9 @@ def run_ordinal(args: argparse.Namespace) -> int:
             "1..k) or 'scores = [...]' to it in the survey file"
         )
     groups = args.groups or [args.group or ""]
+    if design_based(args):
+        designed, trend, design = _design_ordinal(args, scores)
+        return _print_ordinal(args, groups, list(designed), trend, args.exploratory, design)
     estimates = []
     for group in groups:
         one = argparse.Namespace(**{**vars(args), "group": group})
@@ -164,6 +175,57 @@ def run_ordinal(args: argparse.Namespace) -> int:
         trend = score_trend(estimates, scores, args.alpha) if len(groups) > 1 else None
     except InvalidInputError as exc:
         raise UserError(str(exc)) from None
+    ignored = IGNORES_DESIGN if args.design_ignored else None
+    return _print_ordinal(args, groups, means, trend, exploratory, ignored)
+
+
+def _design_ordinal(
+    args: argparse.Namespace, scores: tuple[float, ...] | None
+) -> tuple[tuple[MeanScore, ...], TrendResult | None, str]:
+    """The design-based mean scores (of the pooled reports, one --group, or each of --groups
+    as domains of one design) and their trend test; the design's description."""
+    from aggregator.analysis.design_data import DesignData
+    from aggregator.stats.design.estimate import design_estimate
+    from aggregator.stats.design.scores import design_mean_scores, design_score_trend
+
+    if args.server is not None:
+        raise UserError(
+            "a design-based mean score reads the design data of --db (or --store); over "
+            "--server give --ignore-design"
+        )
+    whole = argparse.Namespace(**{**vars(args), "group": None if args.groups else args.group})
+    data = load_design(whole)
+    if args.groups:
+        for group in args.groups:  # each group compared must be released on its own
+            load_histogram(argparse.Namespace(**{**vars(args), "group": group}))
+        keys = tuple(stat for stat in data.keys if stat.group in args.groups)
+        data = DesignData(data.question, data.frame, keys, tuple(args.groups))
+    options = (args.variance, args.replicates, args.seed or 0)
+    try:
+        cells = data.cells(by_group=bool(args.groups))
+        est = design_estimate(cells, data.question.mechanism, *options)
+        means = design_mean_scores(est, scores, args.confidence)
+        trend = (
+            design_score_trend(est, scores, args.alpha, args.confidence) if args.groups else None
+        )
+    except InsufficientDataError as exc:
+        raise UserError(str(exc), status=3) from None
+    except InvalidInputError as exc:
+        raise UserError(str(exc)) from None
+    args.exploratory = whole.exploratory
+    return means, trend, f"design-based: {data.description()}; variance: {args.variance}"
+
+
+def _print_ordinal(
+    args: argparse.Namespace,
+    groups: list[str],
+    means: list[MeanScore],
+    trend: TrendResult | None,
+    exploratory: bool,
+    design: str | None,
+) -> int:
+    """The mean scores and trend test as text or JSON, with what they rest on: the design, or
+    IGNORES_DESIGN for a survey with one read as a simple random sample."""
     if args.json:
         rows = [
             {
@@ -186,6 +248,10 @@ def run_ordinal(args: argparse.Namespace) -> int:
             out["exploratory"] = True
         if args.side == "confirmation":  # outside the sealed family
             out |= {"not_preregistered": True, "label": NOT_PREREGISTERED}
+        if design == IGNORES_DESIGN:
+            out |= {"ignores_design": True, "design_label": IGNORES_DESIGN}
+        elif design is not None:
+            out["design"] = design
         if trend is not None:
             out["trend"] = {
                 "statistic": trend.statistic,
@@ -201,6 +267,8 @@ def run_ordinal(args: argparse.Namespace) -> int:
         print(EXPLORATORY)
     if args.side == "confirmation":
         print(NOT_PREREGISTERED)
+    if design is not None:
+        print(design)
     listed = ", ".join(f"{s:g}" for s in means[0].scores)
     print(f"mean score of {args.survey}:{args.question} (scores {listed})")
     for group, m in zip(groups, means, strict=True):

@@ -143,7 +143,9 @@ def default_scores(k: int) -> tuple[float, ...]:
     return tuple(float(j) for j in range(1, k + 1))
 
 
-def _check_scores(scores: Sequence[float] | None, k: int) -> np.ndarray:
+def check_scores(scores: Sequence[float] | None, k: int) -> np.ndarray:
+    """The scores of k categories (default 1..k); InvalidInputError unless k finite numbers,
+    not all equal."""
     if scores is None:
         return np.array(default_scores(k))
     values = np.asarray(scores, dtype=float)
@@ -160,7 +162,7 @@ def mean_score(
     """The mean score sum_j s_j p_j of an ordinal question (default scores 1..k) with its Wald
     interval, clipped to the range of the scores. InvalidInputError when the plug-in variance is
     0 (too few reports to give any interval)."""
-    s = _check_scores(scores, est.frequencies.size)
+    s = check_scores(scores, est.frequencies.size)
     level = _check_confidence(est.confidence if confidence is None else confidence)
     mean = float(s @ est.frequencies)
     se = float(np.sqrt(max(float(s @ est.covariance @ s), 0.0)))
@@ -186,11 +188,17 @@ class TrendResult:
     alpha: float
     means: tuple[MeanScore, ...]
     method: str = TREND_LABEL
+    denominator_df: float | None = None  # a design-based test: F(dof, denominator_df)
 
     def summary(self) -> str:
         verdict = "reject" if self.reject else "do not reject"
+        law = (
+            f"chi2({self.dof})"
+            if self.denominator_df is None
+            else f"F({self.dof}, {self.denominator_df:g})"
+        )
         return (
-            f"{self.method}: chi2({self.dof}) = {self.statistic:.4g}, p = {self.pvalue:.4g} "
+            f"{self.method}: {law} = {self.statistic:.4g}, p = {self.pvalue:.4g} "
             f"-> {verdict} equal mean scores at alpha = {self.alpha:g}"
         )
 
