@@ -51,6 +51,10 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
     """Run the command; ``connect`` opens the transport the command line's flags describe."""
     if args.devices < 1 or args.batch < 1:
         raise SimulationError("--devices and --batch must be positive")
+    if not 0 <= args.icc < 1:  # also NaN
+        raise SimulationError(
+            f"--icc {args.icc:g}: the intra-cluster correlation must be in [0, 1)"
+        )
     keys = _keys(args)
     with connect() as transport:
         survey = transport.get_survey(args.survey)
@@ -231,9 +235,8 @@ def _frame(survey: SurveySpec, path: Path | None) -> SimulationFrame | None:
 
 
 def _icc(survey: SurveySpec, frame: SimulationFrame | None, icc: float) -> float:
-    """``--icc`` checked: 0 <= rho < 1, and rho > 0 only with a frame that names PSUs."""
-    if not 0 <= icc < 1:  # also NaN
-        raise SimulationError(f"--icc {icc:g}: the intra-cluster correlation must be in [0, 1)")
+    """``--icc`` (in [0, 1), checked before connecting) checked against the survey: rho > 0
+    only with a frame that names PSUs."""
     if icc > 0 and frame is None:
         raise SimulationError(
             f"--icc clusters answers by PSU: survey {survey.id} has no sampling design"

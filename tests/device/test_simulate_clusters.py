@@ -16,6 +16,7 @@ import shlex
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from aggregator.survey_file.config import load_surveys
 from client.cli.main import build_parser
@@ -330,3 +331,11 @@ def test_icc_flags_that_cannot_cluster_are_refused(simulate, survey, flags, fram
     keys = "" if frame is None else " --design-keys keys.csv"
     with pytest.raises(SimulationError, match=message):
         simulate(toml, survey, f"--devices 10{keys} {flags}", frame)
+
+
+def test_icc_out_of_range_ends_in_one_line_before_connecting():
+    base = ["simulate", "--server", "127.0.0.1:9", "--insecure", "--survey", "s", "--devices", "5"]
+    done = run_cli("client", *base, "--icc", "1")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "--icc 1: the intra-cluster correlation must be in [0, 1)" in lines[0]
