@@ -76,8 +76,8 @@ def read_frame(path: Path, label: GroupLabel | None) -> SimulationFrame:
         if not keys:
             raise FrameError(f"--design-keys {path} lists no keys")
         return SimulationFrame(keys)
-    rows = [row for row in rows[1:] if len(row) > header.index("key")]
-    rows = [row for row in rows if row[header.index("key")].strip()]
+    column = header.index("key")
+    rows = [row for row in rows[1:] if len(row) > column and row[column].strip()]
     if not rows:
         raise FrameError(f"--design-keys {path} lists no keys")
     keys = [_cell(row, header, "key") for row in rows]
