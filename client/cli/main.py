@@ -257,7 +257,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FRAME.csv",
         help="surveys with a sampling design: the frame (a CSV with a 'key' column, or one key "
-        "per line); each simulated device gets one of its keys at random",
+        "per line); each simulated device gets one of its keys at random, of its own group "
+        "where the frame implies groups (a column named after the group label, or strata "
+        "named by group values)",
+    )
+    sim.add_argument(
+        "--icc",
+        type=float,
+        default=0.0,
+        metavar="RHO",
+        help="intra-cluster correlation of the true answers, 0 <= RHO < 1: each PSU of the "
+        "--design-keys frame (its psu column) draws its own answer distribution around the "
+        "truth (a Dirichlet of concentration (1-RHO)/RHO), so a PSU of m devices has design "
+        'effect 1 + (m-1) RHO before local noise (docs/designs.md, "Simulating a design")',
     )
     sim.add_argument("--batch", type=int, default=1000, help="reports per upload (unsigned)")
     sim.add_argument(

@@ -5,20 +5,22 @@ Each simulated device draws its true answers from the given distributions (``--t
 from a file: client/simulate/truths.py), randomizes them with the question's mechanism (the same
 code a device runs) and uploads in batches. With ``--keys DIR`` (client/simulate/keys.py) each
 device signs its own upload with its enrolled key, as surveys with ``require_device_auth``
-demand. Kept out of client/cli/main.py so that a device's commands never load it
-(docs/architecture.md, "Packaging by role").
+demand. A survey with a sampling design gives each device a key of its frame
+(``--design-keys``, client/simulate/frame.py) and, with ``--icc RHO``, answers clustered by PSU
+(client/simulate/clusters.py). Kept out of client/cli/main.py so that a device's commands never
+load it (docs/architecture.md, "Packaging by role").
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,8 @@ import numpy as np
 from client.budgeting import survey_cost
 from client.cli.progress import bar
 from client.device.split import split_side
+from client.simulate.clusters import draw_answers
+from client.simulate.frame import FrameError, SimulationFrame, read_frame
 from client.simulate.truths import TruthError, read_truths
 from client.survey import SurveySpec
 from protos.ldp.v1 import ldp_pb2
@@ -47,6 +51,10 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
     """Run the command; ``connect`` opens the transport the command line's flags describe."""
     if args.devices < 1 or args.batch < 1:
         raise SimulationError("--devices and --batch must be positive")
+    if not 0 <= args.icc < 1:  # also NaN
+        raise SimulationError(
+            f"--icc {args.icc:g}: the intra-cluster correlation must be in [0, 1)"
+        )
     keys = _keys(args)
     with connect() as transport:
         survey = transport.get_survey(args.survey)
@@ -59,23 +67,8 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
             truths = read_truths(survey, args.truth)
         except TruthError as exc:
             raise SimulationError(str(exc)) from None
-        design_keys = _design_keys(survey, args.design_keys)
-        values, shares = _group_shares(survey, args.group_share)
-        by_group = _group_truths(survey, values, truths, args.truth_for)
-        rng = np.random.default_rng(args.seed)
-        groups = rng.choice(len(values), size=args.devices, p=shares)
-        # Only a survey with a design draws keys: the draws of every other survey's answers
-        # stay those of the same --seed before design keys existed.
-        device_keys = (
-            rng.choice(design_keys, size=args.devices).tolist()
-            if survey.design is not None
-            else design_keys * args.devices
-        )
-        answers = {q.id: np.zeros(args.devices, dtype=np.int64) for q in survey.questions}
-        for g, value in enumerate(values):
-            members = np.flatnonzero(groups == g)
-            for q in survey.questions:
-                answers[q.id][members] = rng.choice(q.k, size=members.size, p=by_group[value][q.id])
+        drawn = _draw(args, survey, truths)
+        values, groups, answers = drawn.values, drawn.groups, drawn.answers
         total = args.devices * len(survey.questions)
         batch: list[ldp_pb2.Report] = []
         started = time.perf_counter()
@@ -99,7 +92,7 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
                             definition_digest=question.digest,
                             side=side,
                             group=values[groups[device]],
-                            design_key=device_keys[device],
+                            design_key=drawn.keys[device],
                         )
                     )
                 # A signed upload carries one device's reports; unsigned ones fill --batch.
@@ -117,6 +110,7 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
         "devices": args.devices,
         "reports": total,
         **({"groups": devices_per_group} if devices_per_group is not None else {}),
+        **({"icc": drawn.icc, "psus": drawn.psus} if drawn.icc else {}),
         "seconds": elapsed,
         **counts,
         "epsilon": cost.epsilon,
@@ -134,7 +128,47 @@ def run_simulate(args: argparse.Namespace, connect: Callable[[], Transport]) -> 
         if devices_per_group is not None and survey.group_label is not None:
             counted = ", ".join(f"{v} {n:,}" for v, n in devices_per_group.items())
             print(f"devices per {survey.group_label.name}: {counted}")
+        if drawn.icc:
+            print(
+                f"true answers clustered in {drawn.psus} PSUs with intra-cluster correlation "
+                f"{drawn.icc:g}"
+            )
     return 0
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """What the simulated devices are: the group values, each device's group index, design key
+    ('' without a design) and true answer per question; the ICC and the PSUs with devices."""
+
+    values: list[str]
+    groups: np.ndarray
+    keys: list[str]
+    answers: dict[str, np.ndarray]
+    icc: float
+    psus: int
+
+
+def _draw(args: argparse.Namespace, survey: SurveySpec, truths: dict[str, np.ndarray]) -> _Drawn:
+    """Groups, then design keys (of the device's group where the frame implies groups), then
+    answers (clustered by PSU with --icc), all from one generator seeded by --seed."""
+    frame = _frame(survey, args.design_keys)
+    icc = _icc(survey, frame, args.icc)
+    values, shares = _group_shares(survey, args.group_share)
+    by_group = _group_truths(survey, values, truths, args.truth_for)
+    rng = np.random.default_rng(args.seed)
+    groups = rng.choice(len(values), size=args.devices, p=shares)
+    # Only a survey with a design draws keys: the draws of every other survey's answers
+    # stay those of the same --seed before design keys existed.
+    try:
+        keys = [""] * args.devices if frame is None else frame.draw(rng, groups, values)
+    except FrameError as exc:
+        raise SimulationError(str(exc)) from None
+    clusters = None if icc == 0 or frame is None else np.array(frame.psu_index(keys))
+    truth_of = [by_group[value] for value in values]
+    answers = draw_answers(rng, survey.questions, truth_of, groups, clusters, icc)
+    psus = 0 if clusters is None else int(np.unique(clusters).size)
+    return _Drawn(values, groups, keys, answers, icc, psus)
 
 
 class _Uploads:
@@ -180,33 +214,39 @@ class _Uploads:
             self._pool.shutdown(cancel_futures=True)
 
 
-def _design_keys(survey: SurveySpec, path: Path | None) -> list[str]:
-    """The design keys simulated devices are given: [''] for a survey without a design, else the
-    keys of ``path`` (a frame CSV with a 'key' column, or one key per line)."""
+def _frame(survey: SurveySpec, path: Path | None) -> SimulationFrame | None:
+    """The frame simulated devices take their design keys from: None for a survey without a
+    design, else the frame at ``path`` (client/simulate/frame.py)."""
     if survey.design is None:
         if path is not None:
             raise SimulationError(
                 f"survey {survey.id} has no sampling design; --design-keys is for one"
             )
-        return [""]
+        return None
     if path is None:
         raise SimulationError(
             f"survey {survey.id} has a sampling design: give the simulated devices keys with "
             "--design-keys FRAME.csv"
         )
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SimulationError(f"cannot read --design-keys {path}: {exc}") from None
-    rows = list(csv.reader(line for line in lines if line.strip()))
-    column = 0
-    if rows and "key" in [cell.strip() for cell in rows[0]]:  # a frame's header
-        column = [cell.strip() for cell in rows[0]].index("key")
-        rows = rows[1:]
-    keys = [row[column].strip() for row in rows if len(row) > column and row[column].strip()]
-    if not keys:
-        raise SimulationError(f"--design-keys {path} lists no keys")
-    return keys
+        return read_frame(path, survey.group_label)
+    except FrameError as exc:
+        raise SimulationError(str(exc)) from None
+
+
+def _icc(survey: SurveySpec, frame: SimulationFrame | None, icc: float) -> float:
+    """``--icc`` (in [0, 1), checked before connecting) checked against the survey: rho > 0
+    only with a frame that names PSUs."""
+    if icc > 0 and frame is None:
+        raise SimulationError(
+            f"--icc clusters answers by PSU: survey {survey.id} has no sampling design"
+        )
+    if icc > 0 and frame is not None and frame.psus is None:
+        raise SimulationError(
+            "--icc clusters answers by PSU: the --design-keys file has no psu column (give "
+            "the survey's frame, key,stratum,psu,weight)"
+        )
+    return icc
 
 
 def _group_shares(survey: SurveySpec, spec: str | None) -> tuple[list[str], np.ndarray]:
