@@ -87,15 +87,25 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
         )
 
 
+def add_ignore_design_option(parser: argparse.ArgumentParser) -> None:
+    """--ignore-design alone, for a command without a design-based version."""
+    parser.add_argument(
+        "--ignore-design",
+        action="store_true",
+        help="read a survey with a sampling design as a simple random sample (labelled so)",
+    )
+
+
 def design_based(args: argparse.Namespace) -> bool:
     """Whether the answer is design-based: with --design, or by default when the survey declares
     a sampling design, unless --ignore-design. Sets ``args.design_ignored`` (the answer then
     says it ignores the design). An unknown survey is False here: the histogram's read names
     it."""
-    if args.design and args.ignore_design:
+    explicit = getattr(args, "design", False)
+    if explicit and args.ignore_design:
         raise UserError("--design and --ignore-design contradict each other: give one")
     args.design_ignored = False
-    if args.design:
+    if explicit:
         return True
     survey = _declared_survey(args)
     declared = survey is not None and survey.design is not None
@@ -132,7 +142,11 @@ def check_design_options(args: argparse.Namespace, *, test: bool = False) -> Non
         if given
     ]
     if unused:
-        why = "" if args.design else f" (survey {args.survey} declares a sampling design)"
+        why = (
+            ""
+            if getattr(args, "design", False)
+            else f" (survey {args.survey} declares a sampling design)"
+        )
         raise UserError(
             f"{unused[0]} is not for a design-based answer{why}; its options: --variance, "
             "--replicates, --seed"
@@ -330,3 +344,52 @@ def _check_groups_released(args: argparse.Namespace, data: DesignData) -> None:
         withheld = below_release(survey, data.question, n, group)
         if withheld:
             raise UserError(withheld, status=3)
+
+
+def run_design_homogeneity(args: argparse.Namespace, groups: list[str]) -> int:
+    """``k-sample`` and ``two-sample --groups`` of a survey with a sampling design: the
+    Rao-Scott homogeneity test of ``groups`` (values of the survey's group label) as domains of
+    one design, each group released on its own (--db or --store; over --server two groups)."""
+    args.group = None
+    options = (args.alpha, args.correction, args.variance, args.replicates, args.seed or 0)
+    try:
+        if args.server is not None:
+            if len(groups) != 2:
+                raise UserError(
+                    f"over --server the design-based comparison takes two groups, not "
+                    f"{len(groups)}: read --db (or --store), or give two --groups"
+                )
+            first, second = groups
+            design, result = _remote(args, lambda analyst: analyst.design_test(
+                args.survey, args.question, "homogeneity", None, *options, side=args.side,
+                groups=(first, second),
+            ), test=True)  # fmt: skip
+        else:
+            data = load_design(args, test=True)
+            for group in groups:  # each compared group must be released on its own
+                load_histogram(argparse.Namespace(**{**vars(args), "group": group}), test=True)
+            keys = tuple(stat for stat in data.keys if stat.group in groups)
+            data = DesignData(data.question, data.frame, keys, tuple(groups))
+            design, result = data.description(), design_test(data, "homogeneity", None, *options)
+    except InsufficientDataError as exc:
+        raise UserError(str(exc), status=3) from None
+    except InvalidInputError as exc:
+        raise UserError(str(exc)) from None
+    if args.json:
+        where = {"survey": args.survey, "question": args.question, "groups": groups}
+        print(json.dumps({**where, "design": design, **result.to_dict()}))
+    else:
+        print(f"{args.survey}:{args.question} across {len(groups)} groups: {', '.join(groups)}")
+        print(design)
+        print(result.summary())
+    return 0
+
+
+def refuse_without_design_version(args: argparse.Namespace, what: str) -> None:
+    """For a command with no design-based version (yet): a survey with a sampling design is
+    read as a simple random sample only when asked (--ignore-design, and then labelled)."""
+    if design_based(args):
+        raise UserError(
+            f"survey {args.survey} declares a sampling design and {what} has no design-based "
+            "version: --ignore-design reads it as a simple random sample (labelled so)"
+        )

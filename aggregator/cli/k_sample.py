@@ -17,9 +17,11 @@ from aggregator.cli.common import (
     load_histogram,
     survey_definitions,
 )
+from aggregator.cli.design import add_design_options, design_based, run_design_homogeneity
 from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError
 from aggregator.survey_file.analyses import EXPLORATORY
+from aggregator.survey_file.design import IGNORES_DESIGN
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -42,6 +44,7 @@ def add_commands(subparsers: Subcommands) -> None:
     cmd.add_argument("--seed", type=int, help="seed for the Monte Carlo null")
     add_calibration_option(cmd, "docs/two-sample.md")
     add_side_option(cmd)
+    add_design_options(cmd, test=True)
     add_json_option(cmd)
     cmd.set_defaults(run=run_k_sample)
 
@@ -50,6 +53,8 @@ def run_k_sample(args: argparse.Namespace) -> int:
     from aggregator.stats import k_sample
 
     groups = _groups(args)
+    if design_based(args):
+        return run_design_homogeneity(args, groups)
     hists = []
     for group in groups:
         one = argparse.Namespace(**{**vars(args), "group": group})
@@ -64,6 +69,8 @@ def run_k_sample(args: argparse.Namespace) -> int:
         label: dict[str, object] = {"exploratory": True} if exploratory else {}
         if args.side == "confirmation":  # outside the sealed family
             label = {"not_preregistered": True, "label": NOT_PREREGISTERED}
+        if args.design_ignored:
+            label |= {"ignores_design": True, "design_label": IGNORES_DESIGN}
         where = {"survey": args.survey, "question": args.question, "groups": sizes}
         print(json.dumps({**where, **label, **result.to_dict()}))
     else:
@@ -71,6 +78,8 @@ def run_k_sample(args: argparse.Namespace) -> int:
             print(EXPLORATORY)
         if args.side == "confirmation":
             print(NOT_PREREGISTERED)
+        if args.design_ignored:
+            print(IGNORES_DESIGN)
         listed = ", ".join(f"{s['group']} (n = {s['n']})" for s in sizes)
         print(f"{args.survey}:{args.question} across {len(groups)} groups: {listed}")
         print(result.summary())

@@ -20,7 +20,13 @@ from aggregator.cli.common import (
     check_source,
     load_histogram,
 )
-from aggregator.cli.design import add_design_options, design_based, load_design
+from aggregator.cli.design import (
+    add_design_options,
+    add_ignore_design_option,
+    design_based,
+    load_design,
+    refuse_without_design_version,
+)
 from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.presentation.numbers import fixed, interval, share
@@ -48,6 +54,7 @@ def add_commands(subparsers: Subcommands) -> None:
         help="the attribute conditioned on (default: the question's second attribute)",
     )
     cond.add_argument("--confidence", type=float, default=0.95, help="confidence level")
+    add_ignore_design_option(cond)
     add_json_option(cond)
     cond.set_defaults(run=run_conditional)
 
@@ -79,6 +86,7 @@ def run_conditional(args: argparse.Namespace) -> int:
     from aggregator.stats import estimate
     from aggregator.stats.summaries import conditional
 
+    refuse_without_design_version(args, "conditional")
     question, hist = load_histogram(args)
     if len(question.attributes) != 2:
         raise UserError(
@@ -117,6 +125,8 @@ def run_conditional(args: argparse.Namespace) -> int:
         label: dict[str, object] = {"exploratory": True} if args.exploratory else {}
         if args.side == "confirmation":  # outside the sealed family
             label = {"not_preregistered": True, "label": NOT_PREREGISTERED}
+        if args.design_ignored:
+            label |= {"ignores_design": True, "design_label": IGNORES_DESIGN}
         print(
             json.dumps(
                 {
@@ -133,6 +143,8 @@ def run_conditional(args: argparse.Namespace) -> int:
         return 0
     if args.exploratory:
         print(EXPLORATORY)
+    if args.design_ignored:
+        print(IGNORES_DESIGN)
     if args.side == "confirmation":
         print(NOT_PREREGISTERED)
     level = f"{100 * cond.confidence:g}% CI (Fieller)"

@@ -16,9 +16,11 @@ from aggregator.cli.common import (
     add_source_options,
     load_histogram,
 )
+from aggregator.cli.design import add_design_options, design_based, run_design_homogeneity
 from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError
 from aggregator.survey_file.analyses import EXPLORATORY
+from aggregator.survey_file.design import IGNORES_DESIGN
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -42,6 +44,7 @@ def add_commands(subparsers: Subcommands) -> None:
     two.add_argument("--seed", type=int, help="seed for the Monte Carlo null")
     add_calibration_option(two, "docs/two-sample.md")
     add_side_option(two)
+    add_design_options(two, test=True)
     add_json_option(two)
     two.set_defaults(run=run_two_sample)
 
@@ -53,6 +56,9 @@ def run_two_sample(args: argparse.Namespace) -> int:
     # A split survey is read on one side (--side; exploration, labelled, by default), like
     # estimate and test; --side applies to both groups.
     groups = _two_sample_groups(args)
+    ignored = _design_choice(args, groups)
+    if ignored is None:
+        return run_design_homogeneity(groups[0], [g.group for g in groups])
     (question_a, hist_a), (question_b, hist_b) = (
         load_histogram(group, test=True) for group in groups
     )
@@ -70,15 +76,34 @@ def run_two_sample(args: argparse.Namespace) -> int:
         label: dict[str, object] = {"exploratory": True} if exploratory else {}
         if args.side == "confirmation":  # outside the sealed family
             label = {"not_preregistered": True, "label": NOT_PREREGISTERED}
+        if ignored:
+            label |= {"ignores_design": True, "design_label": IGNORES_DESIGN}
         print(json.dumps({"a": names[0], "b": names[1], **label, **result.to_dict()}))
     else:
         if exploratory:
             print(EXPLORATORY)
         if args.side == "confirmation":
             print(NOT_PREREGISTERED)
+        if ignored:
+            print(IGNORES_DESIGN)
         print(f"A = {names[0]} (n = {hist_a.n}), B = {names[1]} (n = {hist_b.n})")
         print(result.summary())
     return 0
+
+
+def _design_choice(args: argparse.Namespace, groups: list[argparse.Namespace]) -> bool | None:
+    """None: the design-based comparison (two groups of one question of a survey with a
+    sampling design); else whether the simple one ignores a declared design (--ignore-design).
+    Two questions of a survey with a design have no design-based comparison: one line."""
+    declared = [design_based(group) for group in groups]
+    if any(declared):
+        if groups[0].group and groups[1].group:
+            return None
+        raise UserError(
+            "a design-based comparison of two questions is not available: compare two groups "
+            "of one question (--survey, --question, --groups A B), or --ignore-design"
+        )
+    return any(group.design_ignored for group in groups)
 
 
 def _two_sample_groups(args: argparse.Namespace) -> list[argparse.Namespace]:

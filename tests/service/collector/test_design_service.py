@@ -50,6 +50,7 @@ id = "rr"
 categories = ["a", "b", "c", "d"]
 mechanism = "randomized_response"
 epsilon = 2.0
+ordinal = true
 
 [[survey.question]]
 id = "noise"
@@ -222,6 +223,46 @@ def test_a_survey_with_a_design_is_design_based_by_default(populated):
     plain = ["--config", config, "--db", server.db, "--survey", "plain", "--question", "rr"]
     out = run_cli("agg", "estimate", *plain)  # no design: the simple answer (nothing released)
     assert out.returncode == 3 and "design" not in out.stderr
+
+
+def test_every_command_is_design_based_or_says_it_ignores_the_design(populated):
+    """k-sample and two-sample --groups answer the Rao-Scott homogeneity test by default (the
+    same as test homogeneity), ordinal the design-based mean scores; conditional has no
+    design-based version and two questions no design-based comparison: one line, unless
+    --ignore-design, whose answer says it ignores the design."""
+    server, _, sent, config = populated
+    where = ["--config", config, "--db", server.db]
+    one = [*where, "--survey", "field", "--question", "rr"]
+    homogeneity = json.loads(
+        run_cli("agg", "test", *one, "homogeneity", "--json", check=True).stdout
+    )
+    k_sample = json.loads(run_cli("agg", "k-sample", *one, "--json", check=True).stdout)
+    two = run_cli("agg", "two-sample", *one, "--groups", "north", "south", "--json", check=True)
+    for answer in (k_sample, json.loads(two.stdout)):
+        assert answer["statistic"] == homogeneity["statistic"]
+        assert answer["design"] == homogeneity["design"] and "Rao-Scott" in answer["method"]
+    srs = json.loads(
+        run_cli("agg", "k-sample", *one, "--ignore-design", "--json", check=True).stdout
+    )
+    assert srs["ignores_design"] is True and "Rao-Scott" not in srs["method"]
+    mech = server.surveys["field"].question("rr").mechanism
+    expected = design_estimate(direct_cells(mech, sent["rr"], by_group=True), mech)
+    scores = np.arange(1.0, 5.0)
+    ordinal = run_cli("agg", "ordinal", *one, "--groups", "north", "south", "--json", check=True)
+    got = json.loads(ordinal.stdout)
+    assert got["design"].startswith("design-based: stratified cluster design")
+    _close([row["mean"] for row in got["mean_scores"]], expected.estimate @ scores)
+    assert "F(1, " in run_cli("agg", "ordinal", *one, "--groups", "north", "south").stdout
+    plain = run_cli("agg", "ordinal", *one, "--ignore-design", "--json", check=True)
+    assert json.loads(plain.stdout)["ignores_design"] is True
+    pair = [*where, "--survey", "field", "--question", "pair"]
+    refused = run_cli("agg", "conditional", *pair)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "--ignore-design" in refused.stderr
+    assert IGNORES_DESIGN in run_cli("agg", "conditional", *pair, "--ignore-design").stdout
+    questions = ["--a", "field:rr", "--b", "field:noise"]
+    refused = run_cli("agg", "two-sample", *where, *questions)
+    assert refused.returncode == 2 and "two questions is not available" in refused.stderr
 
 
 def test_open_survey_design_gives_the_cells(populated):
