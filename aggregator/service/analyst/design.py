@@ -4,8 +4,9 @@ groups of one question) with ``design`` set (docs/designs.md, docs/wire.md §8.4
 A call releases as every reading RPC does (ReleasedReads.histogram in
 aggregator/service/analyst/reads.py: the same checks, the same refusal below ``min_batch_size``,
 a due snapshot moves), then reads the design rows snapshotted with those releases
-(aggregator/store/sqlite/design_releases.py) and never the live per key statistics: its n is the
-released n, and its answer moves only when the release does. The analysis runs on the analysis
+(design_releases.py of aggregator/store/sqlite/ and aggregator/store/postgres/: every node of a
+shared store reads the same rows) and never the live per key statistics: its n is the released
+n, and its answer moves only when the release does. The analysis runs on the analysis
 executor like the others (an estimate on its threads, a test in a worker process), admitted for
 the caller and stopped at its deadline.
 """
@@ -37,8 +38,6 @@ from aggregator.survey_file.design import SamplingFrame
 from aggregator.survey_file.groups import two_sample_request_problem
 from protos.ldp.v1 import ldp_pb2
 
-#: Why a PostgreSQL-backed Analyst refuses (serve --store refuses design surveys at start).
-SQLITE_ONLY = "a survey with a sampling design is served from a SQLite store"
 #: The most bootstrap replicates one call may ask for (each recomputes the analysis).
 MAX_REPLICATES = 10_000
 
@@ -187,8 +186,7 @@ async def _released_design(
 ) -> DesignData:
     """The question's released design rows (of ``group``, or of every released group pooled),
     after the release and its checks (for a ``test``: those of a test). FAILED_PRECONDITION
-    for a survey without a design, a store that keeps no design statistics, or a release older
-    than design snapshots."""
+    for a survey without a design, or a release older than design snapshots."""
 
     survey = reads.surveys.get(survey_id)
     if survey is not None and not isinstance(survey.design, SamplingFrame):
@@ -201,8 +199,7 @@ async def _released_design(
         survey.design, SamplingFrame
     )  # reads.histogram checked
     store = reads.store
-    if not isinstance(store, ReleasesDesigns):
-        await abort(context, grpc.StatusCode.FAILED_PRECONDITION, SQLITE_ONLY)
+    assert isinstance(store, ReleasesDesigns)  # every engine's AnalysisStore
     side = (side or ldp_pb2.EXPLORATION) if survey.split else 0
     label = survey.group_label
     groups = tuple(label.values) if label is not None else ("",)

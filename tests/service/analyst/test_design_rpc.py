@@ -204,11 +204,11 @@ def test_a_release_older_than_design_snapshots_waits_for_the_next(served):
     assert stub.Estimate(request, timeout=30).n == stub.Estimate(request, timeout=30).n > 0
 
 
-def test_only_sqlite_releases_designs_and_plain_stores_are_unchanged(tmp_path):
+def test_both_engines_release_designs_and_plain_stores_are_unchanged(tmp_path):
     from aggregator.store.postgres.analysis import PostgresAnalysis
 
     assert issubclass(SqliteAnalysis, ReleasesDesigns)
-    assert not issubclass(PostgresAnalysis, ReleasesDesigns)  # its servicer: FAILED_PRECONDITION
+    assert issubclass(PostgresAnalysis, ReleasesDesigns)  # tests/store/postgres/: its answers
     server = ServerThread(write_survey(tmp_path), tmp_path / "store.sqlite").start()
     try:
         with grpc.insecure_channel(server.target) as channel:
