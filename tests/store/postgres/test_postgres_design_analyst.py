@@ -8,6 +8,7 @@ across the nodes).
   direct ``--design --store`` read at a release point, to 1e-12.
 * ``min_batch_size - 1`` more reports move the direct read, not the answer of either node; one
   more moves both nodes' answers together; below ``min_batch_size`` it is refused, exit 3.
+  A design ``TwoSample`` without groups (every group of the label) is the same on both nodes.
 * Releases racing uploads on both nodes store design rows whose n add up to the released n
   (they are read in one statement), so no answer is refused as older than design snapshots.
 Skipped without PostgreSQL, failed with LDP_REQUIRE_POSTGRES=1 (tests/postgres_server.py)."""
@@ -138,6 +139,16 @@ def test_both_nodes_answer_as_sqlite_and_hold_between_releases(cluster, postgres
     ):
         got = answers(config, nodes, single, url, *field, *test)
         assert 0 < got["pvalue"] < 1 and got["design_df"] == 15
+    every = ldp_pb2.TwoSampleRequest(
+        survey_a="field", question_a="rr", design=ldp_pb2.DesignOptions()
+    )  # no group: every group of the label, here north and south
+    homogeneity = []
+    for node in nodes:
+        with grpc.insecure_channel(node.analyst_target) as channel:
+            homogeneity.append(ldp_pb2_grpc.AnalystStub(channel).TwoSample(every, timeout=60))
+    want = cli(*field, "rr", "homogeneity", "--config", config, "--db", single.db)
+    assert homogeneity[0] == homogeneity[1] and homogeneity[0].n == want["n"] == 600
+    np.testing.assert_allclose(homogeneity[0].statistic, want["statistic"], rtol=1e-12)
 
     send(nodes, single, north(single, rng, MIN_BATCH - 1))  # the live sums move, not the release
     for node in nodes:
