@@ -76,8 +76,9 @@ class AnalysisStore(Protocol):
 
 @runtime_checkable
 class ReleasesDesigns(Protocol):
-    """An AnalysisStore that snapshots per design key statistics with its releases (SQLite's
-    sqlite/design_releases.py); PostgreSQL keeps no design statistics."""
+    """An AnalysisStore that snapshots per design key statistics with its releases, in the
+    transaction that moves each (sqlite/design_releases.py, postgres/design_releases.py):
+    ``design_release`` gives each released cell's n and those rows, for design-based answers."""
 
     def design_release(
         self, cells: Sequence[releases.Cell]

@@ -1,11 +1,13 @@
 """The Analyst's design-based answers: Estimate, GoodnessOfFit, Independence and TwoSample (two
-groups of one question) with ``design`` set (docs/designs.md, docs/wire.md §8.4).
+groups of one question, or every group of its survey's label) with ``design`` set
+(docs/designs.md, docs/wire.md §8.4).
 
 A call releases as every reading RPC does (ReleasedReads.histogram in
 aggregator/service/analyst/reads.py: the same checks, the same refusal below ``min_batch_size``,
 a due snapshot moves), then reads the design rows snapshotted with those releases
-(aggregator/store/sqlite/design_releases.py) and never the live per key statistics: its n is the
-released n, and its answer moves only when the release does. The analysis runs on the analysis
+(design_releases.py of aggregator/store/sqlite/ and aggregator/store/postgres/: every node of a
+shared store reads the same rows) and never the live per key statistics: its n is the released
+n, and its answer moves only when the release does. The analysis runs on the analysis
 executor like the others (an estimate on its threads, a test in a worker process), admitted for
 the caller and stopped at its deadline.
 """
@@ -24,7 +26,7 @@ from aggregator.analysis.design_data import DesignData
 from aggregator.service.analyst.answers import analysed, test_response
 from aggregator.service.analyst.execution import caller_of
 from aggregator.service.analyst.reads import ReleasedReads
-from aggregator.service.status import abort
+from aggregator.service.status import abort, shortened, status_of
 from aggregator.stats.design.options import (
     CORRECTIONS,
     DEFAULT_CORRECTION,
@@ -32,13 +34,13 @@ from aggregator.stats.design.options import (
     DEFAULT_VARIANCE,
     VARIANCES,
 )
+from aggregator.store import checks
+from aggregator.store.checks import ReportRejectedError
 from aggregator.store.contract import ReleasesDesigns
 from aggregator.survey_file.design import SamplingFrame
 from aggregator.survey_file.groups import two_sample_request_problem
 from protos.ldp.v1 import ldp_pb2
 
-#: Why a PostgreSQL-backed Analyst refuses (serve --store refuses design surveys at start).
-SQLITE_ONLY = "a survey with a sampling design is served from a SQLite store"
 #: The most bootstrap replicates one call may ask for (each recomputes the analysis).
 MAX_REPLICATES = 10_000
 
@@ -93,34 +95,55 @@ test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 async def two_groups(reads: ReleasedReads, request, context) -> ldp_pb2.TestResponse:
-    """The Rao-Scott homogeneity test of ``group_a`` and ``group_b`` of one question, each
-    group's released design rows a domain of one design."""
+    """The Rao-Scott homogeneity test of groups of one question, each group's released design
+    rows a domain of one design: ``group_a`` and ``group_b``, or, neither given, every group of
+    the survey's label (the k-sample test of ``test homogeneity --design --db``)."""
     variance, replicates, seed, correction = await _options(context, request.design)
+    groups = await _compared_groups(reads, request, context)
+    parts = [
+        await _released_design(reads, context, request.survey_a, request.question_a, 0, group)
+        for group in groups
+    ]
+    keys = tuple(key for part in parts for key in part.keys)
+    data = DesignData(parts[0].question, parts[0].frame, keys, groups)
+    options = (request.alpha or 0.05, correction, variance, replicates, seed)
+    return await _tested(reads, context, data, "homogeneity", None, options)
+
+
+async def _compared_groups(reads: ReleasedReads, request, context) -> tuple[str, ...]:
+    """The groups a design-based TwoSample compares, each to be released on its own: the two
+    named, or every value of the survey's group label. INVALID_ARGUMENT for one group, the same
+    group twice or two questions; FAILED_PRECONDITION for a survey without a group label."""
     a = (request.survey_a, request.question_a, request.group_a)
     b = (
         request.survey_b or request.survey_a,
         request.question_b or request.question_a,
         request.group_b,
     )
-    problem = (
-        "a design-based two-sample test compares group_a and group_b of one question"
-        if not (request.group_a and request.group_b)
-        else two_sample_request_problem(a, b)
-    )
-    if problem:
-        await abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
-    parts = [
-        await _released_design(reads, context, request.survey_a, request.question_a, 0, group)
-        for group in (request.group_a, request.group_b)
-    ]
-    data = DesignData(
-        parts[0].question,
-        parts[0].frame,
-        parts[0].keys + parts[1].keys,
-        (request.group_a, request.group_b),
-    )
-    options = (request.alpha or 0.05, correction, variance, replicates, seed)
-    return await _tested(reads, context, data, "homogeneity", None, options)
+    if request.group_a or request.group_b:
+        problem = two_sample_request_problem(a, b)
+        if problem:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, problem)
+        return request.group_a, request.group_b
+    if a[:2] != b[:2]:
+        await abort(
+            context,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "a design-based two-sample test compares groups of one question: survey and "
+            "question of B must be empty or equal to those of A",
+        )
+    try:
+        survey, _ = checks.find_question(reads.surveys, request.survey_a, request.question_a)
+    except ReportRejectedError as exc:
+        await abort(context, status_of(exc.reason), shortened(exc.message))
+    if survey.group_label is None:
+        await abort(
+            context,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"survey {survey.id!r} has no group label: a design-based homogeneity test "
+            "compares its groups",
+        )
+    return survey.group_label.values
 
 
 async def _tested(
@@ -187,8 +210,7 @@ async def _released_design(
 ) -> DesignData:
     """The question's released design rows (of ``group``, or of every released group pooled),
     after the release and its checks (for a ``test``: those of a test). FAILED_PRECONDITION
-    for a survey without a design, a store that keeps no design statistics, or a release older
-    than design snapshots."""
+    for a survey without a design, or a release older than design snapshots."""
 
     survey = reads.surveys.get(survey_id)
     if survey is not None and not isinstance(survey.design, SamplingFrame):
@@ -201,8 +223,7 @@ async def _released_design(
         survey.design, SamplingFrame
     )  # reads.histogram checked
     store = reads.store
-    if not isinstance(store, ReleasesDesigns):
-        await abort(context, grpc.StatusCode.FAILED_PRECONDITION, SQLITE_ONLY)
+    assert isinstance(store, ReleasesDesigns)  # every engine's AnalysisStore
     side = (side or ldp_pb2.EXPLORATION) if survey.split else 0
     label = survey.group_label
     groups = tuple(label.values) if label is not None else ("",)

@@ -1,13 +1,15 @@
 """The Analyst's state in the PostgreSQL store, shared by every node: released snapshots (the
-rule of aggregator/store/releases.py), the confirmation side's readability, plan, seal and
-reusable holdout (the rules of aggregator/store/confirmations.py). Any node's Analyst answers
-as any other's, and as a SQLite store holding the same reports.
+rule of aggregator/store/releases.py) with their history and design rows (design_releases.py),
+the confirmation side's readability, plan, seal and reusable holdout (the rules of
+aggregator/store/confirmations.py). Any node's Analyst answers as any other's, and as a SQLite
+store holding the same reports.
 
 A release reads the snapshots and statistics in one REPEATABLE READ snapshot; only when one is
 due does it write, in a transaction that takes each cell's advisory lock (in one order) and
 decides again on what is committed then (compare-and-set), so two nodes releasing at once store
-one snapshot, never two closer than ``step``. A holdout query commits with the survey's row held
-FOR UPDATE and checks its counters are the ones it computed from."""
+one snapshot, never two closer than ``step``; each snapshot written is read with its design
+rows in one statement and stored with them (design_releases.py). A holdout query commits with
+the survey's row held FOR UPDATE and checks its counters are the ones it computed from."""
 
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ from aggregator.store.confirmations import (
     StateChangedError,
     check_state_readable,
 )
+from aggregator.store.design_statistics import KeyStatistics
 from aggregator.store.model import CONFIRMATION
-from aggregator.store.postgres import confirm
+from aggregator.store.postgres import confirm, design_releases
 from aggregator.store.postgres.connection import Transactions
 from aggregator.store.postgres.statistics import read_side
 from aggregator.store.releases import Cell
@@ -55,7 +58,12 @@ class PostgresAnalysis:
                 lock = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
                 conn.execute(lock, (_RELEASE_LOCKS, key))
             snapshots, due = _decide(conn, cells, step)
-            for cell, (n, sums) in due.items():
+            moved: dict[Cell, Released] = {}
+            for cell in due:
+                # read again with its design rows, in one statement: released together (at
+                # least the reports decided on, so still due)
+                (n, sums), keys = design_releases.current(conn, cell)
+                moved[cell] = (n, sums)
                 conn.execute(
                     "INSERT INTO releases VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT"
                     " (survey_id, question_id, side, group_value) DO UPDATE"
@@ -63,7 +71,15 @@ class PostgresAnalysis:
                     (*cell, n, sums),
                 )
                 _append_history(conn, cell, snapshots[cell], n, sums)
-        return {**snapshots, **due}
+                design_releases.replace(conn, cell, keys)  # for design-based answers
+        return {**snapshots, **moved}
+
+    def design_release(self, cells: Sequence[Cell]) -> dict[Cell, tuple[int, list[KeyStatistics]]]:
+        """Of each released cell: its released n and design rows, from one snapshot
+        (design_releases.released)."""
+        with self._store.transaction() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            return design_releases.released(conn, cells)
 
     def release_history(self, cells: Sequence[Cell]) -> list[tuple[Cell, int, list[int]]]:
         """The released snapshots of ``cells`` in release order (release_history.read)."""

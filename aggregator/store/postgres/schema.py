@@ -12,10 +12,12 @@ question, side, group, key, shard), no pooled group (the keys of every group are
 ``confirmations.closed_at`` is set when a seal closes the confirmation side, before its
 results are computed (aggregator/store/postgres/confirm.py). ``releases`` and ``holdout_queries``
 keep the Analyst's released snapshots and the holdout's query log, as in SQLite
-(aggregator/store/postgres/analysis.py); ``device_counts`` and ``device_buckets`` the per-device
-limits every node shares, under keyed hashes (aggregator/store/postgres/device_limits.py), and
-``node_settings`` the fingerprint of the nodes' common hashing secret. They are added by
-``CREATE TABLE IF NOT EXISTS`` to a store made before them, so the schema version stays 1."""
+(aggregator/store/postgres/analysis.py), and ``design_releases`` the per key rows of each
+released snapshot, their shards summed (aggregator/store/postgres/design_releases.py);
+``device_counts`` and ``device_buckets`` the per-device limits every node shares, under keyed
+hashes (aggregator/store/postgres/device_limits.py), and ``node_settings`` the fingerprint of
+the nodes' common hashing secret. They are added by ``CREATE TABLE IF NOT EXISTS`` to a store
+made before them (the first node to start migrates it), so the schema version stays 1."""
 
 from __future__ import annotations
 
@@ -123,6 +125,17 @@ _TABLES = (
     group_value text NOT NULL,
     n bigint NOT NULL,
     sums bigint[] NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS design_releases (
+    survey_id text NOT NULL,
+    question_id text NOT NULL,
+    side smallint NOT NULL,
+    group_value text NOT NULL,
+    design_key text NOT NULL CHECK (design_key != ''),
+    n bigint NOT NULL,
+    sums bigint[] NOT NULL,
+    squares double precision[] NOT NULL,
+    PRIMARY KEY (survey_id, question_id, side, group_value, design_key)
 )""",
     "CREATE INDEX IF NOT EXISTS release_history_cell"
     " ON release_history (survey_id, question_id, side, group_value, seq)",

@@ -106,7 +106,8 @@ def test_server_equals_store_at_a_release_point_and_holds_between(served):
 
 
 def test_design_tests_over_the_server_equal_the_store(served):
-    server, _, _, config, _ = served
+    server, _, stub, config, _ = served
+    design = ldp_pb2.DesignOptions(variance="jackknife")
     gof = ["test", "--survey", "field", "--question", "rr", "gof", "--p0", "uniform", "--design"]
     for extra in ([], ["--correction", "wald", "--json"], ["--group", "south", "--json"]):
         remote, local = _both(server, config, *gof, *extra)
@@ -115,6 +116,11 @@ def test_design_tests_over_the_server_equal_the_store(served):
     for extra in ([], ["--correction", "wald", "--variance", "jackknife", "--json"]):
         remote, local = _both(server, config, *homogeneity, *extra)
         assert remote == local and "k-sample homogeneity" in remote
+    both = ldp_pb2.TwoSampleRequest(survey_a="field", question_a="rr", design=design)
+    named = ldp_pb2.TwoSampleRequest(
+        survey_a="field", question_a="rr", group_a="north", group_b="south", design=design
+    )
+    assert stub.TwoSample(both, timeout=60) == stub.TwoSample(named, timeout=60)  # no group: all
     pair = ["test", "--survey", "field", "--question", "pair", "independence", "--design"]
     remote, local = _both(server, config, *pair, "--correction", "second-order", "--json")
     assert remote == local and json.loads(remote)["design_df"] == 15
@@ -181,11 +187,79 @@ def test_refusals_are_status_codes_and_one_line(served):
         "agg", *homogeneity, "--question", "rr", "homogeneity", "--design", "--group", "north"
     )
     assert out.returncode == 2 and "(no --group)" in out.stderr
-    one_group = ldp_pb2.TwoSampleRequest(survey_a="field", question_a="rr", design=design)
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.TwoSample(one_group, timeout=30)
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "compares group_a and group_b" in caught.value.details()
+    for request, code, words in (
+        (ldp_pb2.TwoSampleRequest(survey_a="field", question_a="rr", group_a="north",
+                                  design=design),
+         grpc.StatusCode.INVALID_ARGUMENT, "give both groups or neither"),
+        (ldp_pb2.TwoSampleRequest(survey_a="field", question_a="rr", question_b="pair",
+                                  design=design),
+         grpc.StatusCode.INVALID_ARGUMENT, "compares groups of one question"),
+        (ldp_pb2.TwoSampleRequest(survey_a="lonely", question_a="rr", design=design),
+         grpc.StatusCode.FAILED_PRECONDITION, "has no group label"),
+        (ldp_pb2.TwoSampleRequest(survey_a="field", question_a="nope", design=design),
+         grpc.StatusCode.NOT_FOUND, "has no question"),
+    ):  # fmt: skip
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.TwoSample(request, timeout=30)
+        assert caught.value.code() == code and words in caught.value.details()
+
+
+TRIO = """
+[[survey]]
+id = "trio"
+min_batch_size = 50
+group_label = "site"
+group_values = ["west", "north", "east"]
+design = { table = "frame.csv" }
+
+[[survey.question]]
+id = "rr"
+categories = ["a", "b", "c", "d"]
+mechanism = "randomized_response"
+epsilon = 2.0
+"""
+
+
+def test_homogeneity_of_every_group_over_the_server_equals_the_store(tmp_path):
+    """TwoSample with a design and no groups: the k-sample test of every group of the label,
+    each released on its own (one below min_batch_size: refused), equal to ``test homogeneity
+    --design --db``."""
+    config = write_survey(tmp_path)
+    config.write_text(SURVEYS + TRIO)
+    server = ServerThread(config, tmp_path / "store.sqlite").start()
+    rng = np.random.default_rng(36)
+    batch, _ = messages(server.surveys["trio"], "rr", 900, rng)
+    sites = ["west"] * 300 + ["north"] * 300 + ["east"] * 300
+    for report, site in zip(batch, sites, strict=True):
+        report.group = site
+    design = ldp_pb2.DesignOptions(correction="second-order")
+    request = ldp_pb2.TwoSampleRequest(survey_a="trio", question_a="rr", design=design)
+    homogeneity = ["test", "--survey", "trio", "--question", "rr", "homogeneity", "--design"]
+    local = [*homogeneity, "--correction", "second-order", "--json", "--config", config]
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            collector = ldp_pb2_grpc.CollectorStub(channel)
+            collector.Upload(ldp_pb2.UploadRequest(reports=batch[:640]), timeout=30)  # east: 40
+            with grpc.insecure_channel(server.analyst_target) as analyst_channel:
+                stub = ldp_pb2_grpc.AnalystStub(analyst_channel)
+                with pytest.raises(grpc.RpcError) as caught:
+                    stub.TwoSample(request, timeout=60)
+                assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert "east" in caught.value.details()
+                assert run_cli("agg", *local, "--db", server.db).returncode == 3
+                collector.Upload(ldp_pb2.UploadRequest(reports=batch[640:]), timeout=30)
+                got = stub.TwoSample(request, timeout=60)
+        want = json.loads(run_cli("agg", *local, "--db", server.db, check=True).stdout)
+    finally:
+        server.stop()
+    assert got.n == want["n"] == 900 and got.design_df == want["design_df"] == 15
+    assert "k-sample homogeneity" in got.method and got.numerator_df == want["numerator_df"]
+    np.testing.assert_allclose(
+        [got.statistic, got.pvalue, got.pearson, *got.eigenvalues],
+        [want["statistic"], want["pvalue"], want["pearson"], *want["eigenvalues"]],
+        rtol=1e-12,
+    )
+    assert len(got.eigenvalues) == 2 * 3  # (k - 1) x (groups - 1)
 
 
 def test_a_release_older_than_design_snapshots_waits_for_the_next(served):
@@ -204,11 +278,11 @@ def test_a_release_older_than_design_snapshots_waits_for_the_next(served):
     assert stub.Estimate(request, timeout=30).n == stub.Estimate(request, timeout=30).n > 0
 
 
-def test_only_sqlite_releases_designs_and_plain_stores_are_unchanged(tmp_path):
+def test_both_engines_release_designs_and_plain_stores_are_unchanged(tmp_path):
     from aggregator.store.postgres.analysis import PostgresAnalysis
 
     assert issubclass(SqliteAnalysis, ReleasesDesigns)
-    assert not issubclass(PostgresAnalysis, ReleasesDesigns)  # its servicer: FAILED_PRECONDITION
+    assert issubclass(PostgresAnalysis, ReleasesDesigns)  # tests/store/postgres/: its answers
     server = ServerThread(write_survey(tmp_path), tmp_path / "store.sqlite").start()
     try:
         with grpc.insecure_channel(server.target) as channel:
