@@ -26,14 +26,16 @@ def open_survey(
     side: str | None = None,
     group: str | None = None,
     *,
-    design: bool = False,
+    design: bool | None = None,
 ) -> SurveyData:
     """Per question of a survey, its histogram and labels, read only from a report store:
     ``aggregator.open_survey("surveys.toml", "reports.sqlite")["mood"].histogram``; a split
     survey on one ``side``, a survey with a group label for one ``group`` (ConfigError for an
     unknown one). As on the command line, nothing is released below min_batch_size: such a
-    question's ``histogram`` raises InsufficientDataError. With ``design`` (a survey with a
-    sampling design) each question's ``design`` gives its design cells (docs/designs.md). See
+    question's ``histogram`` raises InsufficientDataError. A survey with a sampling design is
+    read design-based unless ``design=False``: each question's ``design`` gives its design
+    cells, and its ``estimate``, ``goodness_of_fit`` and ``independence`` are design-based
+    (docs/designs.md). See
     :func:`aggregator.analysis.survey_data.open_survey`."""
     from aggregator.analysis.survey_data import (
         open_survey as load,  # lazily: keeps `import aggregator` light

@@ -42,7 +42,10 @@ class QuestionData:
     stored: Histogram  # whatever its size: for callers that apply the release rule themselves
     released: bool  # n >= the survey's min_batch_size (what the CLI and the service release)
     withheld: str = ""  # set when reading for the analyst: why ``histogram`` is refused
-    stored_design: DesignData | None = None  # read with ``design=True``
+    stored_design: DesignData | None = None  # read with its design (open_survey's default)
+    #: read design-based (a survey with a sampling design, not opted out): ``estimate`` and the
+    #: tests are design-based
+    design_based: bool = False
 
     @property
     def design(self) -> DesignData:
@@ -50,11 +53,67 @@ class QuestionData:
         or InsufficientDataError when ``withheld``."""
         if self.stored_design is None:
             raise InvalidInputError(
-                f"{self.question.id}: read without its design; open_survey(..., design=True)"
+                f"{self.question.id}: no design data was read with it (a server's answers: "
+                "RemoteAnalyst.design_estimate and design_test)"
             )
         if self.withheld:
             raise InsufficientDataError(self.withheld)
         return self.stored_design
+
+    def estimate(self, confidence: float = 0.95, *, design: bool | None = None):
+        """The question's estimate: for a survey with a sampling design the design-based one
+        (a DesignEstimateAnswer; ``design=False``: aggregator.stats.estimate of the histogram,
+        which ignores the design), else aggregator.stats.estimate."""
+        if self._design_based(design):
+            from aggregator.analysis.design_answers import design_estimate_answer
+            from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
+
+            data = self.design
+            return design_estimate_answer(data, DEFAULT_VARIANCE, DEFAULT_REPLICATES, 0, confidence)
+        from aggregator.stats import estimate
+
+        return estimate(self.histogram, confidence)
+
+    def goodness_of_fit(self, p0, alpha: float = 0.05, *, design: bool | None = None):
+        """The goodness-of-fit test against ``p0``: the Rao-Scott test for a survey with a
+        sampling design (``design=False``: the simple one, which ignores the design)."""
+        import numpy as np
+
+        if self._design_based(design):
+            return self._design_test("gof", np.asarray(p0, dtype=float), alpha)
+        from aggregator.stats import goodness_of_fit
+
+        return goodness_of_fit(self.histogram, np.asarray(p0, dtype=float), alpha)
+
+    def independence(self, alpha: float = 0.05, *, design: bool | None = None):
+        """The independence test of a two-attribute question: Rao-Scott for a survey with a
+        sampling design (``design=False``: the simple one, which ignores the design)."""
+        if self._design_based(design):
+            return self._design_test("independence", None, alpha)
+        from aggregator.stats import independence
+
+        return independence(self.histogram, alpha=alpha)
+
+    def _design_test(self, kind: str, p0, alpha: float):
+        from aggregator.analysis.design_answers import design_test
+        from aggregator.stats.design.options import (
+            DEFAULT_CORRECTION,
+            DEFAULT_REPLICATES,
+            DEFAULT_VARIANCE,
+        )
+
+        options = (DEFAULT_CORRECTION, DEFAULT_VARIANCE, DEFAULT_REPLICATES, 0)
+        return design_test(self.design, kind, p0, alpha, *options)
+
+    def _design_based(self, design: bool | None) -> bool:
+        """``design`` (None: whether the survey declares one); InvalidInputError for
+        design=True on a survey without one."""
+        if design and not self.design_based:
+            raise InvalidInputError(
+                f"{self.question.id}: read without a sampling design (its survey declares "
+                "none, or it was opened with design=False)"
+            )
+        return self.design_based if design is None else design
 
     @property
     def histogram(self) -> Histogram:
@@ -111,7 +170,7 @@ def open_survey(
     group: str | None = None,
     *,
     withhold: bool = False,
-    design: bool = False,
+    design: bool | None = None,
 ) -> SurveyData:
     """Every question of ``survey`` (optional when the file defines one survey) with its
     histogram, read only from the store ``db``. Raises ConfigError for an invalid file or an
@@ -122,10 +181,12 @@ def open_survey(
     group label is read for one ``group`` (each question released from min_batch_size reports
     of that group; ConfigError for a value the label does not list), or with every group pooled
     (None). With ``withhold``, the histogram of a question below min_batch_size raises
-    InsufficientDataError with the command line's message. With ``design`` (a survey with a
-    sampling design only, ConfigError otherwise) each question also carries its per design key
-    statistics joined to the frame (``QuestionData.design``: cells for design_estimate and the
-    design tests)."""
+    InsufficientDataError with the command line's message. A survey with a sampling design is
+    read with its design (``design`` None, the default, or True; True for a survey without one
+    is a ConfigError): each question also carries its per design key statistics joined to the
+    frame (``QuestionData.design``: cells for design_estimate and the design tests), and its
+    ``estimate``, ``goodness_of_fit`` and ``independence`` are design-based; ``design=False``
+    reads it as a simple random sample."""
     surveys = load_surveys(config)
     if survey is None:
         if len(surveys) != 1:
@@ -147,6 +208,7 @@ def open_survey(
             raise ConfigError(str(exc)) from None
     if design and spec.design is None:
         raise ConfigError(f"survey {spec.id} has no sampling design (design = {{ table = ... }})")
+    design = spec.design is not None and design is not False
     number = SIDES.get(side, 0)
     questions = {}
     with StoreReader(db) as reader:
@@ -165,6 +227,6 @@ def open_survey(
 
                 keyed = read_design_data(reader.connection, spec, question, number, group or "")
             questions[question.id] = QuestionData(
-                question, hist, not why, why if withhold else "", keyed
+                question, hist, not why, why if withhold else "", keyed, design
             )
     return SurveyData(spec, questions, side, group or "")

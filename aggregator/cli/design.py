@@ -277,6 +277,7 @@ def run_design_test(args: argparse.Namespace) -> int:
     options = (args.alpha, args.correction, args.variance, args.replicates, args.seed or 0)
     try:
         if args.server is not None:
+            _check_every_group(args)
             design, result = _remote(args, lambda analyst: analyst.design_test(
                 args.survey,
                 args.question,
@@ -285,7 +286,6 @@ def run_design_test(args: argparse.Namespace) -> int:
                 *options,
                 side=args.side,
                 group=args.group,
-                groups=_two_groups(args, analyst),
             ), test=True)  # fmt: skip
         else:
             data = load_design(args, test=True)
@@ -317,23 +317,13 @@ def _remote_p0(args: argparse.Namespace, analyst: RemoteAnalyst) -> np.ndarray |
     return null_distribution(args.p0, analyst.question(args.survey, args.question))
 
 
-def _two_groups(args: argparse.Namespace, analyst: RemoteAnalyst) -> tuple[str, str] | None:
-    """The two groups a homogeneity test over --server compares: those of a group label with
-    exactly two values (the Analyst compares two groups; more reads --db)."""
-    if args.kind != "homogeneity":
-        return None
-    label = analyst.survey(args.survey).group_label
-    if label is None or getattr(args, "group", None):
+def _check_every_group(args: argparse.Namespace) -> None:
+    """A homogeneity test over --server compares every group of the survey's group label (the
+    server checks there is one); one line for --group."""
+    if args.kind == "homogeneity" and getattr(args, "group", None):
         raise UserError(
             "homogeneity compares the groups of a survey's group label: all of them (no --group)"
         )
-    if len(label.values) != 2:
-        raise UserError(
-            f"over --server homogeneity compares two groups; {label.name} has "
-            f"{len(label.values)}: read --db for all of them"
-        )
-    first, second = label.values
-    return first, second
 
 
 def _check_groups_released(args: argparse.Namespace, data: DesignData) -> None:
@@ -354,15 +344,10 @@ def run_design_homogeneity(args: argparse.Namespace, groups: list[str]) -> int:
     options = (args.alpha, args.correction, args.variance, args.replicates, args.seed or 0)
     try:
         if args.server is not None:
-            if len(groups) != 2:
-                raise UserError(
-                    f"over --server the design-based comparison takes two groups, not "
-                    f"{len(groups)}: read --db (or --store), or give two --groups"
-                )
-            first, second = groups
+            pair = _pair_or_every_group(args, groups)
             design, result = _remote(args, lambda analyst: analyst.design_test(
                 args.survey, args.question, "homogeneity", None, *options, side=args.side,
-                groups=(first, second),
+                groups=pair,
             ), test=True)  # fmt: skip
         else:
             data = load_design(args, test=True)
@@ -383,6 +368,21 @@ def run_design_homogeneity(args: argparse.Namespace, groups: list[str]) -> int:
         print(design)
         print(result.summary())
     return 0
+
+
+def _pair_or_every_group(args: argparse.Namespace, groups: list[str]) -> tuple[str, str] | None:
+    """What a design-based TwoSample over --server compares: two groups, or (None) every group
+    of the label; one line for another subset (read --db or --store)."""
+    survey = _declared_survey(args)
+    label = None if survey is None else survey.group_label
+    if label is not None and set(groups) == set(label.values):
+        return None
+    if len(groups) == 2:
+        return groups[0], groups[1]
+    raise UserError(
+        "over --server the design-based comparison takes two groups or every group of the "
+        "label: read --db (or --store) for another subset"
+    )
 
 
 def refuse_without_design_version(args: argparse.Namespace, what: str) -> None:

@@ -192,7 +192,8 @@ class RemoteAnalyst:
                 empty = Histogram.empty(question.mechanism)
                 questions[question.id] = QuestionData(question, empty, False, str(exc))
             else:
-                questions[question.id] = QuestionData(question, hist, True)
+                designed = spec.design is not None  # its answers: design_estimate, design_test
+                questions[question.id] = QuestionData(question, hist, True, "", None, designed)
         read = (side or "exploration") if spec.split else ""
         return SurveyData(spec, questions, read, group or "")
 
@@ -350,22 +351,22 @@ class RemoteAnalyst:
                     design=options,
                 ),
             )
-        elif kind == "homogeneity" and groups is not None:
+        elif kind == "homogeneity":
+            first, second = groups or ("", "")  # none: every group of the label
             answer = self._call(
                 self._stub.TwoSample,
                 ldp_pb2.TwoSampleRequest(
                     survey_a=survey_id,
                     question_a=question_id,
-                    group_a=groups[0],
-                    group_b=groups[1],
+                    group_a=first,
+                    group_b=second,
                     alpha=alpha,
                     design=options,
                 ),
             )
         else:
             raise InvalidInputError(
-                f"the server's design tests are gof, independence and homogeneity of two "
-                f"groups, not {kind}"
+                f"the server's design tests are gof, independence and homogeneity, not {kind}"
             )
         result = DesignTestResult(
             statistic=answer.statistic,

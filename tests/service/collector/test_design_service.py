@@ -18,6 +18,7 @@ from cli_runner import run_cli
 from conftest import ServerThread
 
 from aggregator import open_survey
+from aggregator.errors import InvalidInputError
 from aggregator.stats.design.calibration import post_stratified_estimate
 from aggregator.stats.design.cells import Design, contributions, design_cells
 from aggregator.stats.design.estimate import design_estimate
@@ -263,6 +264,32 @@ def test_every_command_is_design_based_or_says_it_ignores_the_design(populated):
     questions = ["--a", "field:rr", "--b", "field:noise"]
     refused = run_cli("agg", "two-sample", *where, *questions)
     assert refused.returncode == 2 and "two questions is not available" in refused.stderr
+
+
+def test_the_python_api_is_design_based_by_default(populated):
+    """open_survey reads a survey's design without being asked; a question's estimate and tests
+    are then design-based (equal to the command line's), design=False the simple ones."""
+    server, _, _, config = populated
+    data = open_survey(config, server.db, "field")
+    rr = data["rr"]
+    where = ["--config", config, "--db", server.db, "--survey", "field", "--question", "rr"]
+    cli = json.loads(run_cli("agg", "estimate", *where, "--json", check=True).stdout)
+    _close(rr.estimate().estimate, cli["estimate"])
+    assert rr.estimate().design == cli["design"]
+    gof = json.loads(
+        run_cli("agg", "test", *where, "gof", "--p0", "uniform", "--json", check=True).stdout
+    )
+    _close(rr.goodness_of_fit(np.full(4, 0.25)).statistic, gof["statistic"])
+    assert "Rao-Scott" in data["pair"].independence().method
+    simple = rr.estimate(design=False)
+    assert not hasattr(simple, "design") and simple.n == rr.n
+    plain = open_survey(config, server.db, "field", design=False)["rr"]
+    assert (
+        plain.stored_design is None
+        and "Rao-Scott" not in plain.goodness_of_fit(np.full(4, 0.25)).method
+    )
+    with pytest.raises(InvalidInputError, match="opened with design=False"):
+        plain.estimate(design=True)
 
 
 def test_open_survey_design_gives_the_cells(populated):
