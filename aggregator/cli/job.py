@@ -71,8 +71,14 @@ def add_commands(subparsers: Subcommands) -> None:
     job.add_argument(
         "--design",
         action="store_true",
-        help="add design-based estimates of surveys with a sampling design, from the exports' "
-        "design statistics (docs/beam-job.md)",
+        help="design-based estimates of surveys with a sampling design, from the exports' "
+        "design statistics: the default for such surveys (docs/beam-job.md)",
+    )
+    job.add_argument(
+        "--ignore-design",
+        action="store_true",
+        help="surveys with a sampling design as simple random samples (their results then say "
+        "they ignore the design)",
     )
     job.add_argument(
         "--variance",
@@ -106,6 +112,8 @@ def _ranges(text: str) -> int:
 
 
 def run_job(args: argparse.Namespace) -> int:
+    if args.design and args.ignore_design:
+        raise UserError("--design and --ignore-design contradict each other: give one")
     if args.store is not None:  # checked before Beam loads
         check_store_url(args.store)
         if args.design:
@@ -113,6 +121,12 @@ def run_job(args: argparse.Namespace) -> int:
         if args.survey is None:
             raise UserError("--store needs --survey: the job reads one survey from the store")
         survey = find_survey(load_surveys(args.config), args.survey, args.config)
+        if survey.design is not None and not args.ignore_design:
+            raise UserError(
+                f"survey {survey.id} declares a sampling design, and a direct read of the "
+                "store has no design statistics: export --store and run the job on the export "
+                "(design-based), or give --ignore-design"
+            )
         args.store_side = side_of(survey, args.side)
     elif args.survey is not None or args.side is not None:
         raise UserError("--survey and --side go with --store (shards name their survey)")

@@ -43,8 +43,9 @@ def run_job_command(args: argparse.Namespace) -> int:
         out=args.out,
         analysis=_analysis(args, surveys, found.sides),
         dedup_partitions=args.dedup_partitions if dedup else 0,
-        design=_design(args),
+        design=_design(args, surveys),
         designs=found.designs,
+        ignores_design=args.ignore_design,
     )
     options = _options(args)
     with shard_progress(args.runner, len(spec.shards)) as progress_dir:
@@ -75,6 +76,7 @@ def _run_on_store(args: argparse.Namespace, surveys: dict[str, SurveySpec]) -> i
             out=args.out,
             analysis=_analysis(args, surveys, sides),
             tables=ranges(args.store, snapshot, survey.id, side or None, args.ranges),
+            ignores_design=args.ignore_design,
         )
         document = _run(spec, options)
     _summary(document)
@@ -82,9 +84,11 @@ def _run_on_store(args: argparse.Namespace, surveys: dict[str, SurveySpec]) -> i
     return 0
 
 
-def _design(args: argparse.Namespace) -> DesignAnalysis | None:
-    """``--design``: design-based estimates with ``estimate --design``'s options."""
-    if not args.design:
+def _design(args: argparse.Namespace, surveys: dict[str, SurveySpec]) -> DesignAnalysis | None:
+    """Design-based estimates with ``estimate --design``'s options: with --design, or by
+    default when a survey declares a sampling design (not with --ignore-design)."""
+    declared = any(survey.design is not None for survey in surveys.values())
+    if args.ignore_design or not (args.design or declared):
         return None
     return DesignAnalysis(args.variance, args.replicates, args.seed or 0, args.confidence)
 

@@ -42,6 +42,7 @@ from aggregator.jobs.results import RESULTS_FORMAT, RESULTS_VERSION, Analysis, q
 from aggregator.store.checks import ReportRejectedError
 from aggregator.store.ingest import decode_payloads
 from aggregator.store.shards import ShardFormatError
+from aggregator.survey_file.design import IGNORES_DESIGN
 from client.survey import SurveySpec
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ class JobSpec:
     #: exports' design statistics files ``designs``.
     design: DesignAnalysis | None = None
     designs: tuple[DesignInput, ...] = ()
+    #: surveys with a sampling design read as simple random samples (--ignore-design): their
+    #: results say so
+    ignores_design: bool = False
 
 
 def run(spec: JobSpec, beam_args: list[str]) -> dict:
@@ -258,12 +262,16 @@ def write_results(results: list[dict], spec: JobSpec, designs: dict | None = Non
     """Write the results document: every question of each survey named by a manifest or seen in
     the shards (other configured surveys are left out), sorted by survey and question id; with
     ``designs`` (survey, question, group) -> design-based estimate, each released result of a
-    survey with a sampling design gets its ``design`` entry."""
-    if designs is not None:
-        for result in results:
-            if spec.surveys[result["survey"]].design is not None:
-                key = (result["survey"], result["question"], result.get("group", ""))
-                attach(result, designs.get(key))
+    survey with a sampling design gets its ``design`` entry; with ``spec.ignores_design`` each
+    result of such a survey says it ignores the design."""
+    for result in results:
+        if spec.surveys[result["survey"]].design is None:
+            continue
+        if designs is not None:
+            key = (result["survey"], result["question"], result.get("group", ""))
+            attach(result, designs.get(key))
+        elif spec.ignores_design:
+            result |= {"ignores_design": True, "design_label": IGNORES_DESIGN}
     seen = {r["survey"] for r in results if r["n"] or r["duplicates_dropped"]}
     wanted = seen | {s.survey for s in spec.shards if s.survey is not None}
     wanted |= {t.survey_id for t in spec.tables}

@@ -22,10 +22,8 @@ FIELDS = ("estimate", "standard_error", "ci_low", "ci_high", "deff", "weighting_
 
 
 def _job(config, out, *sources: str, extra: tuple[str, ...] = ()) -> dict:
-    done = run_cli(
-        "agg", "job", "--surveys", config, "--shards", *sources, "--out", out, "--design",
-        *extra,
-    )  # fmt: skip
+    """The job's results by (survey, question, group): design-based by default."""
+    done = run_cli("agg", "job", "--surveys", config, "--shards", *sources, "--out", out, *extra)
     assert done.returncode == 0, done.stderr
     document = json.loads(out.read_text())
     return {(r["survey"], r["question"], r.get("group", "")): r for r in document["results"]}
@@ -50,7 +48,9 @@ def test_job_design_equals_estimate_design_on_the_store(stores, tmp_path):  # no
     for group in ("north", "south"):
         got = results["field", "rr", group]["design"]
         _same(got, _estimate(config, dbs["whole"], "rr", "--group", group))
-    jackknife = _job(config, tmp_path / "jk.json", str(export), extra=("--variance", "jackknife"))
+    jackknife = _job(
+        config, tmp_path / "jk.json", str(export), extra=("--design", "--variance", "jackknife")
+    )
     expected = _estimate(config, dbs["whole"], "noise", "--variance", "jackknife")
     _same(jackknife["field", "noise", ""]["design"], expected)
 
@@ -74,3 +74,18 @@ def test_job_merges_the_keys_of_disjoint_exports(stores, tmp_path):  # noqa: F81
     result = overlapping["field", "rr", ""]
     assert result["duplicates_dropped"] == 500
     assert "repeat report ids" in result["design"]["error"]
+
+
+def test_ignore_design_says_so_in_every_result_of_the_survey(stores, tmp_path):  # noqa: F811
+    _, config, dbs = stores
+    export = _export(config, dbs["whole"], tmp_path / "export")
+    results = _job(config, tmp_path / "srs.json", str(export), extra=("--ignore-design",))
+    for (survey, _, _), result in results.items():
+        assert survey != "field" or (result["ignores_design"] and "design" not in result)
+    both = run_cli("agg", "job", "--surveys", config, "--shards", str(export), "--out",
+                   tmp_path / "x.json", "--design", "--ignore-design")  # fmt: skip
+    assert both.returncode == 2 and "contradict" in both.stderr
+    store = ["--store", "postgresql://nobody@127.0.0.1:9/none", "--survey", "field"]
+    direct = run_cli("agg", "job", "--config", config, *store, "--out", tmp_path / "y.json")
+    assert direct.returncode == 2 and "export --store" in direct.stderr
+    assert len(direct.stderr.strip().splitlines()) == 1
