@@ -114,12 +114,11 @@ def design_based(args: argparse.Namespace) -> bool:
 
 
 def _declared_survey(args: argparse.Namespace) -> SurveySpec | None:
-    """The survey --survey names as --config (or, without it, the server) defines it."""
-    if args.server is None or args.config is not None:
-        if args.config is None:
-            return None  # check_source names what is missing
-        return load_surveys(args.config).get(args.survey)
+    """The survey --survey names as --config (or, without it, the server) defines it, after
+    the checks of where to read (check_source: they come first)."""
     check_source(args)
+    if args.config is not None:
+        return load_surveys(args.config).get(args.survey)
     with connect(args) as analyst:
         try:
             return analyst.survey(args.survey)

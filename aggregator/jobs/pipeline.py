@@ -262,7 +262,7 @@ def write_results(results: list[dict], spec: JobSpec, designs: dict | None = Non
     """Write the results document: every question of each survey named by a manifest or seen in
     the shards (other configured surveys are left out), sorted by survey and question id; with
     ``designs`` (survey, question, group) -> design-based estimate, each released result of a
-    survey with a sampling design gets its ``design`` entry; with ``spec.ignores_design`` each
+    survey with a sampling design gets its ``design`` entry; with ``ignores_design`` set each
     result of such a survey says it ignores the design."""
     for result in results:
         if spec.surveys[result["survey"]].design is None:

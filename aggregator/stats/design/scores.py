@@ -2,8 +2,8 @@
 groups, the groups domains of one design: each mean score is the linear function ``s . pi_g``
 of a domain's Hajek estimate, its design variance ``s' C_gg s``, its interval t(design df)
 (clipped to the score range, as the simple one is); across groups an adjusted Wald F of the
-contrasts ``m_g - m_G`` with their joint design covariance ([Thomas1987]; R ``survey``'s
-``regTermTest`` uses the same F(q, df - q + 1))."""
+contrasts ``m_g - m_G`` with their joint design covariance, referred to F(q, df - q + 1)
+([Korn1990])."""
 
 from __future__ import annotations
 
