@@ -19,7 +19,7 @@ from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.stats.design.cells import DesignCells
 from aggregator.stats.design.estimate import mean, mean_jacobian
 from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
-from aggregator.stats.design.variance import covariance
+from aggregator.stats.design.variance import covariance, degrees_of_freedom
 
 
 @dataclass(frozen=True)
@@ -71,4 +71,4 @@ def post_stratified_estimate(
 
     sums = cells.columns().sum(axis=0)
     cov = covariance(cells, theta, jacobian, method, replicates, seed)
-    return PostStratified(theta(sums), cov, cells.degrees_of_freedom, method)
+    return PostStratified(theta(sums), cov, degrees_of_freedom(cells, method), method)

@@ -18,7 +18,7 @@ from aggregator.errors import InsufficientDataError
 from aggregator.stats.channel import project_simplex
 from aggregator.stats.design.cells import DesignCells, srs_covariance
 from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
-from aggregator.stats.design.variance import covariance
+from aggregator.stats.design.variance import covariance, degrees_of_freedom
 from client.mechanisms import Mechanism
 
 
@@ -113,7 +113,7 @@ def design_estimate(
         total_cov,
         counts,
         weight,
-        cells.degrees_of_freedom,
+        degrees_of_freedom(cells, method),
         method,
         deff,
         deff_model,

@@ -24,7 +24,7 @@ from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
 from aggregator.stats.design.cells import DesignCells
 from aggregator.stats.design.keys import keyed_cells
 from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
-from aggregator.stats.design.variance import covariance
+from aggregator.stats.design.variance import covariance, degrees_of_freedom
 
 
 class RakingError(LdpError):
@@ -195,7 +195,9 @@ def raked_estimate(
     sums = cells.columns().sum(axis=0)
     adjustment, iterations = factors(sums)
     cov = covariance(cells, theta, jacobian, method, replicates, seed)
-    return Raked(theta(sums), cov, cells.degrees_of_freedom, method, adjustment, iterations)
+    return Raked(
+        theta(sums), cov, degrees_of_freedom(cells, method), method, adjustment, iterations
+    )
 
 
 def _check_margins(margins: Sequence[np.ndarray], groups: int) -> list[np.ndarray]:
