@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from aggregator.stats.design.options import DEFAULT_INTERVAL
+
 if TYPE_CHECKING:
     from aggregator.analysis.design_data import DesignData
     from aggregator.stats.design.rao_scott import DesignTestResult
@@ -17,8 +19,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DesignEstimateAnswer:
-    """A design-based estimate of one question: per category the estimate, standard error and
-    interval, and (not for a post-stratified estimate) the design effects; which design,
+    """A design-based estimate of one question: per category the unbiased (Hajek) estimate,
+    which under local noise may lie outside [0, 1], its standard error and interval (inside
+    [0, 1] unless by "wald"; ``interval_method`` says how it was made, empty when a server did
+    not say), and (not for a post-stratified estimate) the design effects; which design,
     variance method and design degrees of freedom it rests on."""
 
     question: str
@@ -37,6 +41,7 @@ class DesignEstimateAnswer:
     weighting_effect: np.ndarray | None = None
     clustering_effect: np.ndarray | None = None
     post_strata: dict[str, float] = field(default_factory=dict)
+    interval_method: str = ""
 
     def to_dict(self) -> dict:
         """The JSON of ``estimate --design --json`` (and of the Beam job's design results):
@@ -63,33 +68,43 @@ class DesignEstimateAnswer:
             "n": self.n,
             "degrees_of_freedom": self.degrees_of_freedom,
             "confidence": self.confidence,
+            "interval_method": self.interval_method,
             "estimate": _floats(self.estimate),
             **{name: _floats(values) for name, values in columns.items()},
         }
 
 
 def design_estimate_answer(
-    data: DesignData, variance: str, replicates: int, seed: int, confidence: float
+    data: DesignData,
+    variance: str,
+    replicates: int,
+    seed: int,
+    confidence: float,
+    interval: str = DEFAULT_INTERVAL,
 ) -> DesignEstimateAnswer:
     """The design-based estimate of ``data`` (post-stratified when its frame has post-strata,
-    raked when it has margins). InsufficientDataError / InvalidInputError / RakingError as the
-    statistics raise them."""
+    raked when it has margins), its intervals by ``interval`` (``options.INTERVALS``).
+    InsufficientDataError / InvalidInputError / RakingError as the statistics raise them."""
     from aggregator.stats.design.calibration import post_stratified_estimate
     from aggregator.stats.design.estimate import design_estimate
+    from aggregator.stats.design.intervals import check_interval, interval_name, report_share
     from aggregator.stats.design.raking import raked_estimate
 
+    check_interval(interval)
     question = data.question
     labels, mechanism = list(question.labels), question.mechanism.describe()
     described = data.description()
+    share = report_share(question.mechanism)
     if data.post_strata or data.raking:
+        options = (variance, replicates, seed)
         post = (
             post_stratified_estimate(
-                data.cells(by_post_stratum=True), data.population(), variance, replicates, seed
+                data.cells(by_post_stratum=True), data.population(), *options, share=share
             )
             if data.post_strata
-            else raked_estimate(data.raking_cells(), data.margins(), variance, replicates, seed)
+            else raked_estimate(data.raking_cells(), data.margins(), *options, share=share)
         )
-        low, high = post.intervals(confidence)
+        low, high = post.intervals(confidence, interval)
         return DesignEstimateAnswer(
             question.id,
             labels,
@@ -104,9 +119,10 @@ def design_estimate_answer(
             ci_low=np.asarray(low),
             ci_high=np.asarray(high),
             post_strata=dict(data.frame.population),
+            interval_method=interval_name(interval, share, post.degrees_of_freedom),
         )
     est = design_estimate(data.cells(), question.mechanism, variance, replicates, seed)
-    low, high = est.intervals(confidence)
+    low, high = est.intervals(confidence, interval)
     return DesignEstimateAnswer(
         question.id,
         labels,
@@ -123,6 +139,7 @@ def design_estimate_answer(
         deff=est.deff[0],
         weighting_effect=np.full(len(question.labels), est.weighting_effect[0]),
         clustering_effect=est.clustering_effect[0],
+        interval_method=interval_name(interval, share, est.degrees_of_freedom),
     )
 
 

@@ -300,6 +300,7 @@ class RemoteAnalyst:
             weighting,
             clustering,
             post_strata=dict(zip(answer.post_strata, answer.population, strict=True)),
+            interval_method=answer.interval_method,
         )
 
     def design_test(

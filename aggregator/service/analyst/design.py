@@ -256,7 +256,7 @@ def estimate_response(answer: DesignEstimateAnswer) -> ldp_pb2.EstimateResponse:
         ci_high=answer.ci_high.tolist(),
         confidence=answer.confidence,
         mechanism=answer.mechanism,
-        interval_method=f"design-based: t({answer.degrees_of_freedom})",
+        interval_method=answer.interval_method,
         design=answer.design,
         variance=answer.variance,
         design_df=answer.degrees_of_freedom,

@@ -13,32 +13,49 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.stats.design.cells import DesignCells
 from aggregator.stats.design.estimate import mean, mean_jacobian
-from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
-from aggregator.stats.design.variance import covariance
+from aggregator.stats.design.intervals import ReportShare, design_intervals
+from aggregator.stats.design.options import (
+    DEFAULT_INTERVAL,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+)
+from aggregator.stats.design.variance import covariance, degrees_of_freedom
 
 
 @dataclass(frozen=True)
 class PostStratified:
-    """The post-stratified estimate (k,), its design covariance and degrees of freedom."""
+    """The post-stratified estimate (k,), its design covariance and degrees of freedom, the
+    number of reports ``n`` and the channel ``share`` to the reports' share (intervals)."""
 
     estimate: np.ndarray
     covariance: np.ndarray
     degrees_of_freedom: int
     variance_method: str
+    n: int
+    share: ReportShare | None
 
     @property
     def standard_error(self) -> np.ndarray:
         return np.sqrt(np.diag(self.covariance))
 
-    def intervals(self, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-        """Per category (low, high): estimate -/+ t quantile x SE."""
-        half = stats.t.ppf(0.5 + confidence / 2, self.degrees_of_freedom) * self.standard_error
-        return self.estimate - half, self.estimate + half
+    def intervals(
+        self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per category (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
+        "wald", estimate -/+ t quantile (design degrees of freedom) x SE."""
+        return design_intervals(
+            self.estimate,
+            self.standard_error,
+            self.degrees_of_freedom,
+            self.n,
+            self.share,
+            confidence,
+            method,
+        )
 
 
 def post_stratified_estimate(
@@ -47,9 +64,12 @@ def post_stratified_estimate(
     method: str = DEFAULT_VARIANCE,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
+    *,
+    share: ReportShare | None = None,
 ) -> PostStratified:
     """Post-stratify the domains of ``cells`` to ``population`` (known counts, or shares, one
-    per domain)."""
+    per domain). ``share``: the mechanism's ``intervals.report_share``, for intervals by
+    Korn-Graubard or logit (None: the t interval cut to [0, 1])."""
     groups, k = cells.total.shape[1:]
     population = np.asarray(population, dtype=float)
     if population.shape != (groups,) or not np.all(np.isfinite(population)):
@@ -71,4 +91,5 @@ def post_stratified_estimate(
 
     sums = cells.columns().sum(axis=0)
     cov = covariance(cells, theta, jacobian, method, replicates, seed)
-    return PostStratified(theta(sums), cov, cells.degrees_of_freedom, method)
+    df = degrees_of_freedom(cells, method)
+    return PostStratified(theta(sums), cov, df, method, cells.n, share)

@@ -20,6 +20,19 @@ from aggregator.errors import InvalidInputError
 from aggregator.stats.channel import check_signal
 from client.mechanisms import Mechanism
 
+#: A stratum whose PSU sampling fraction is within this of 1 was sampled completely (a
+#: certainty stratum): it adds no sampling variance (R ``survey``'s threshold in ``onestrat``).
+CERTAINTY = 1e-7
+#: The largest ratio of the largest to the smallest design weight. The variance's sums mix terms
+#: of both sizes, and rounding costs its SE about 2.2e-16 x the ratio of relative precision
+#: (measured: 1e-5 at 1e12): past 1e15 no digit is left and the SE, though finite, means
+#: nothing. 1e12 keeps four digits and is far outside real designs (trimmed survey weights
+#: rarely span more than 1e3 to 1e4).
+MAX_WEIGHT_RATIO = 1e12
+#: Design weights lie in [1 / MAX_WEIGHT, MAX_WEIGHT]: sums of squared weights times counts then
+#: neither overflow (1.8e308) nor underflow, so design effects and totals' variances stay finite.
+MAX_WEIGHT = 1e100
+
 
 @dataclass(frozen=True)
 class Design:
@@ -44,9 +57,7 @@ class Design:
                 raise InvalidInputError(
                     f"design {name} has {len(getattr(self, name))} entries, weights {n}"
                 )
-        weights = np.asarray(self.weights, dtype=float)
-        if weights.ndim != 1 or not np.all(np.isfinite(weights)) or not np.all(weights > 0):
-            raise InvalidInputError("design weights must be finite and positive")
+        check_weights(self.weights)
         if self.fpc is not None:
             fpc = np.asarray(self.fpc, dtype=float)
             if fpc.shape != (n,) or not np.all(np.isfinite(fpc)) or not np.all(fpc > 0):
@@ -91,6 +102,33 @@ class DesignCells:
 
     def psus_per_stratum(self) -> np.ndarray:
         return np.bincount(self.stratum, minlength=self.strata_count)
+
+    @property
+    def certainty(self) -> np.ndarray:
+        """(H,) whether each stratum was sampled completely (sampling fraction 1): it adds no
+        sampling variance, with one PSU as with many, and gets no replicates (R ``survey``)."""
+        return 1 - self.sampling_fraction < CERTAINTY
+
+
+def check_weights(weights: np.ndarray) -> None:
+    """InvalidInputError unless the design weights are finite, positive, inside
+    [1 / MAX_WEIGHT, MAX_WEIGHT] and within MAX_WEIGHT_RATIO of each other."""
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 1 or not np.all(np.isfinite(w)) or not np.all(w > 0):
+        raise InvalidInputError("design weights must be finite and positive")
+    if w.size == 0:
+        return
+    low, high = float(w.min()), float(w.max())
+    if high > MAX_WEIGHT or low < 1 / MAX_WEIGHT:
+        raise InvalidInputError(
+            f"design weights must lie in [{1 / MAX_WEIGHT:g}, {MAX_WEIGHT:g}], "
+            f"got {low:.3g} to {high:.3g}"
+        )
+    if high > MAX_WEIGHT_RATIO * low:
+        raise InvalidInputError(
+            f"design weights span a ratio of {high / low:.3g}, beyond {MAX_WEIGHT_RATIO:g}: "
+            "the variance would lose all precision (rescale or trim them)"
+        )
 
 
 def contributions(mechanism: Mechanism, decoded: np.ndarray) -> np.ndarray:

@@ -12,13 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from aggregator.errors import InsufficientDataError
 from aggregator.stats.channel import project_simplex
 from aggregator.stats.design.cells import DesignCells, srs_covariance
-from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
-from aggregator.stats.design.variance import covariance
+from aggregator.stats.design.intervals import ReportShare, design_intervals, report_share
+from aggregator.stats.design.options import (
+    DEFAULT_INTERVAL,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+)
+from aggregator.stats.design.variance import covariance, degrees_of_freedom
 from client.mechanisms import Mechanism
 
 
@@ -36,6 +40,8 @@ class DesignEstimate:
     noise, ``1 + (clustering - 1) / signal_share``, ``signal_share`` the answer's share of one
     contribution's variance. A design effect is NaN for a category without variance (answers
     seen directly, a category never or always chosen): it is undefined there.
+    ``share``: how the estimate maps to the share of reports supporting a category, for the
+    intervals (aggregator/stats/design/intervals.py; None for additive noise).
     """
 
     estimate: np.ndarray
@@ -52,6 +58,7 @@ class DesignEstimate:
     clustering_effect: np.ndarray
     signal_share: np.ndarray
     raw_clustering_effect: np.ndarray
+    share: ReportShare | None
 
     @property
     def n(self) -> int:
@@ -61,11 +68,20 @@ class DesignEstimate:
     def standard_error(self) -> np.ndarray:
         return np.sqrt(np.diag(self.covariance)).reshape(self.estimate.shape)
 
-    def intervals(self, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-        """Per-cell (low, high): estimate -/+ t quantile (design degrees of freedom) x SE."""
-        t = stats.t.ppf(0.5 + confidence / 2, self.degrees_of_freedom)
-        half = t * self.standard_error
-        return self.estimate - half, self.estimate + half
+    def intervals(
+        self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-cell (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
+        "wald", estimate -/+ t quantile (design degrees of freedom) x SE."""
+        return design_intervals(
+            self.estimate,
+            self.standard_error,
+            self.degrees_of_freedom,
+            self.counts[:, None],
+            self.share,
+            confidence,
+            method,
+        )
 
 
 def design_estimate(
@@ -113,7 +129,7 @@ def design_estimate(
         total_cov,
         counts,
         weight,
-        cells.degrees_of_freedom,
+        degrees_of_freedom(cells, method),
         method,
         deff,
         deff_model,
@@ -121,6 +137,7 @@ def design_estimate(
         clustering,
         share,
         raw,
+        report_share(mechanism),
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from aggregator.errors import InvalidInputError
-from aggregator.stats.design.cells import DesignCells
+from aggregator.stats.design.cells import DesignCells, check_weights
 
 
 def keyed_cells(
@@ -38,8 +38,7 @@ def keyed_cells(
         raise InvalidInputError(f"keyed statistics need {m} weights and ({m}, k) totals")
     if squares.shape != totals.shape or not np.all(np.isfinite(totals)):
         raise InvalidInputError("keyed totals and squares must be finite, of one shape")
-    if not np.all(np.isfinite(weights)) or not np.all(weights > 0):
-        raise InvalidInputError("design weights must be finite and positive")
+    check_weights(weights)
     group = np.zeros(m, dtype=np.int64) if domains is None else np.asarray(domains)
     labels, stratum_of = np.unique(np.asarray(strata, dtype=str), return_inverse=True)
     psu_of = np.unique(np.asarray(psus, dtype=str), return_inverse=True)[1]

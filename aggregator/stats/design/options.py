@@ -19,3 +19,13 @@ DEFAULT_REPLICATES = 200
 CORRECTIONS = ("F", "second-order", "first-order", "wald")
 #: The correction when none is asked for: Rao-Scott second order as an F.
 DEFAULT_CORRECTION = "F"
+
+BETA = "beta"
+LOGIT = "logit"
+WALD = "wald"
+#: How a design estimate's interval is made (aggregator/stats/design/intervals.py): Korn-Graubard
+#: ("beta") or logit on the share of reports supporting the category, inside [0, 1]; or "wald",
+#: estimate -/+ t(df) s.e. as R's ``svymean``, which may leave [0, 1].
+INTERVALS = (BETA, LOGIT, WALD)
+#: The interval when none is asked for (docs/designs.md, "Intervals").
+DEFAULT_INTERVAL = BETA

@@ -18,13 +18,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
 from aggregator.stats.design.cells import DesignCells
+from aggregator.stats.design.intervals import ReportShare, design_intervals
 from aggregator.stats.design.keys import keyed_cells
-from aggregator.stats.design.options import DEFAULT_REPLICATES, DEFAULT_VARIANCE
-from aggregator.stats.design.variance import covariance
+from aggregator.stats.design.options import (
+    DEFAULT_INTERVAL,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+)
+from aggregator.stats.design.variance import covariance, degrees_of_freedom
 
 
 class RakingError(LdpError):
@@ -47,7 +51,8 @@ class FrameKeys:
 @dataclass(frozen=True)
 class Raked:
     """The raked estimate (k,), its design covariance, and per domain the raking factor
-    ``adjustment`` (``iterations`` sweeps over the margins to reach them)."""
+    ``adjustment`` (``iterations`` sweeps over the margins to reach them); the number of
+    reports ``n`` and the channel ``share`` to the reports' share (intervals)."""
 
     estimate: np.ndarray
     covariance: np.ndarray
@@ -55,15 +60,27 @@ class Raked:
     variance_method: str
     adjustment: np.ndarray
     iterations: int
+    n: int
+    share: ReportShare | None
 
     @property
     def standard_error(self) -> np.ndarray:
         return np.sqrt(np.diag(self.covariance))
 
-    def intervals(self, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-        """Per category (low, high): estimate -/+ t quantile (design degrees of freedom) x SE."""
-        half = stats.t.ppf(0.5 + confidence / 2, self.degrees_of_freedom) * self.standard_error
-        return self.estimate - half, self.estimate + half
+    def intervals(
+        self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per category (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
+        "wald", estimate -/+ t quantile (design degrees of freedom) x SE."""
+        return design_intervals(
+            self.estimate,
+            self.standard_error,
+            self.degrees_of_freedom,
+            self.n,
+            self.share,
+            confidence,
+            method,
+        )
 
 
 def joint_domains(categories: np.ndarray, levels: Sequence[int]) -> np.ndarray:
@@ -161,11 +178,15 @@ def raked_estimate(
     seed: int = 0,
     tolerance: float = 1e-10,
     max_iterations: int = 1000,
+    *,
+    share: ReportShare | None = None,
 ) -> Raked:
     """Rake the cells' domains (the joint categories of the margins, row-major) to the known
     population ``margins`` (counts per category, one array per raking variable, all with the
     same total) and estimate the distribution. ``method``: linearization, jackknife or
-    bootstrap; the replicates repeat the raking."""
+    bootstrap; the replicates repeat the raking. ``share``: the mechanism's
+    ``intervals.report_share``, for intervals by Korn-Graubard or logit (None: the t interval
+    cut to [0, 1])."""
     margins = _check_margins(margins, cells.total.shape[1])
     k = cells.total.shape[2]
     indicators = _margin_indicators([len(m) for m in margins])
@@ -195,7 +216,8 @@ def raked_estimate(
     sums = cells.columns().sum(axis=0)
     adjustment, iterations = factors(sums)
     cov = covariance(cells, theta, jacobian, method, replicates, seed)
-    return Raked(theta(sums), cov, cells.degrees_of_freedom, method, adjustment, iterations)
+    df = degrees_of_freedom(cells, method)
+    return Raked(theta(sums), cov, df, method, adjustment, iterations, cells.n, share)
 
 
 def _check_margins(margins: Sequence[np.ndarray], groups: int) -> list[np.ndarray]:

@@ -7,10 +7,16 @@ An estimate here is ``theta(S)``, S the column sums of ``DesignCells.columns()``
   theta at S), centred within their stratum, ``V = sum_h (1 - f_h) n_h / (n_h - 1)
   sum_c (z_hc - z_h)(z_hc - z_h)^T``: the with-replacement PSU approximation, with the finite
   population correction where the design gives one (R ``survey``'s ``svyrecvar``,
-  [Lumley2010]);
+  [Lumley2010]); a certainty stratum (sampling fraction 1) adds nothing, with one PSU as with
+  many;
 * replicates: theta recomputed on reweighted cells, a delete-one-PSU jackknife (JKn; JK1 with one
   stratum) or the Rao-Wu rescaled bootstrap ([Rao1988]), spread around the replicates' mean
-  (R's default, ``survey.replicates.mse = FALSE``).
+  (R's default, ``survey.replicates.mse = FALSE``). A certainty stratum gets no replicates (the
+  jackknife) or is never resampled (the bootstrap), as R's ``survey.drop.replicates``.
+
+The design degrees of freedom (``degrees_of_freedom``) are R's ``degf``: PSUs minus strata for
+the linearization, and for the replicate methods the same without the certainty strata (R's
+rank of the JKn replicate weights minus 1).
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ def covariance(
     if method not in VARIANCES:
         raise InvalidInputError(f"variance method must be one of {', '.join(VARIANCES)}")
     factors, rscales, scale = replicate_factors(cells, method, replicates, seed)
+    if len(factors) == 0:  # every stratum sampled completely: a census, no sampling variance
+        size = np.atleast_1d(theta(columns.sum(axis=0))).size
+        return np.zeros((size, size))
     thetas = np.stack([np.atleast_1d(theta(f @ columns)) for f in factors])
     centred = thetas - thetas.mean(axis=0)
     return scale * (centred * rscales[:, None]).T @ centred
@@ -59,12 +68,24 @@ def linearized(cells: DesignCells, z: np.ndarray) -> np.ndarray:
     _check_psus(cells)
     v = np.zeros((z.shape[1], z.shape[1]))
     psus = cells.psus_per_stratum()
+    certainty = cells.certainty
     for h in range(cells.strata_count):
+        if certainty[h]:
+            continue
         zh = z[cells.stratum == h]
         centred = zh - zh.mean(axis=0)
         factor = (1 - cells.sampling_fraction[h]) * psus[h] / (psus[h] - 1)
         v += factor * centred.T @ centred
     return v
+
+
+def degrees_of_freedom(cells: DesignCells, method: str = DEFAULT_VARIANCE) -> int:
+    """R's ``degf``: PSUs minus strata (the linearization, every stratum counted), or for a
+    replicate method the same over the strata that get replicates (not the certainty ones)."""
+    if method == LINEARIZATION:
+        return cells.degrees_of_freedom
+    sampled = ~cells.certainty[cells.stratum]
+    return int(sampled.sum()) - int(np.unique(cells.stratum[sampled]).size)
 
 
 def replicate_factors(
@@ -73,21 +94,25 @@ def replicate_factors(
     """(R, m) cell multipliers, per-replicate scales and the overall scale of a method."""
     psus = cells.psus_per_stratum()
     m = len(cells.stratum)
+    certainty = cells.certainty
+    if certainty.all():  # a census: no replicates
+        return np.ones((0, m)), np.zeros(0), 1.0
     if method == JACKKNIFE:
-        factors = np.ones((m, m))
-        rscales = np.zeros(m)
-        for c in range(m):
+        deleted = np.flatnonzero(~certainty[cells.stratum])
+        factors = np.ones((len(deleted), m))
+        rscales = np.zeros(len(deleted))
+        for r, c in enumerate(deleted):
             h = cells.stratum[c]
             inside = cells.stratum == h
-            factors[c, inside] = psus[h] / (psus[h] - 1)
-            factors[c, c] = 0.0
-            rscales[c] = (psus[h] - 1) / psus[h] * (1 - cells.sampling_fraction[h])
+            factors[r, inside] = psus[h] / (psus[h] - 1)
+            factors[r, c] = 0.0
+            rscales[r] = (psus[h] - 1) / psus[h] * (1 - cells.sampling_fraction[h])
         return factors, rscales, 1.0
     if replicates < 2:
         raise InvalidInputError("the bootstrap needs at least 2 replicates")
     rng = np.random.default_rng(seed)
-    factors = np.zeros((replicates, m))
-    for h in range(cells.strata_count):
+    factors = np.ones((replicates, m))
+    for h in np.flatnonzero(~certainty):
         members = np.flatnonzero(cells.stratum == h)
         draws = rng.integers(0, len(members), size=(replicates, len(members) - 1))
         chosen = np.zeros((replicates, len(members)))
@@ -100,9 +125,9 @@ def _check_psus(cells: DesignCells) -> None:
     psus = cells.psus_per_stratum()
     if len(psus) == 0:
         raise InsufficientDataError("a design-based variance needs reports")
-    lonely = np.flatnonzero(psus < 2)
+    lonely = np.flatnonzero((psus < 2) & ~cells.certainty)
     if lonely.size:
         raise InsufficientDataError(
             f"{lonely.size} stratum(s) with a single PSU: its variance cannot be estimated "
-            "(merge it with a neighbouring stratum)"
+            "(merge it with a neighbouring stratum, or give fpc 1 if it was taken whole)"
         )
