@@ -37,8 +37,10 @@ from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
 from aggregator.stats.design.options import (
     CORRECTIONS,
     DEFAULT_CORRECTION,
+    DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
     DEFAULT_VARIANCE,
+    INTERVALS,
     VARIANCES,
 )
 from aggregator.store.sqlite.reader import StoreReader
@@ -77,6 +79,14 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
         default=DEFAULT_REPLICATES,
         help="with --variance bootstrap: replicates",
     )
+    if not test:
+        design.add_argument(
+            "--interval",
+            choices=INTERVALS,
+            default=DEFAULT_INTERVAL,
+            help="the design interval: beta (Korn-Graubard on the reports' share, inside [0, 1]),"
+            " logit, or wald (estimate +- t s.e., as R's confint(svymean))",
+        )
     if test:
         design.add_argument(
             "--correction",
@@ -202,12 +212,14 @@ def run_design_estimate(args: argparse.Namespace) -> int:
                 seed=args.seed or 0,
                 side=args.side,
                 group=args.group,
+                interval=args.interval,
             ))  # fmt: skip
         else:
             data = load_design(args)
             answer = design_estimate_answer(
-                data, args.variance, args.replicates, args.seed or 0, args.confidence
-            )
+                data, args.variance, args.replicates, args.seed or 0, args.confidence,
+                args.interval,
+            )  # fmt: skip
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None
     except InvalidInputError as exc:
@@ -243,7 +255,8 @@ def _estimate_text(answer: DesignEstimateAnswer) -> str:
     level = f"{100 * answer.confidence:g}% CI"
     lines = [
         f"design-based estimate [{answer.mechanism}], n = {answer.n}, {answer.design}; "
-        f"variance: {answer.variance}, {answer.degrees_of_freedom} design degrees of freedom"
+        f"variance: {answer.variance}, {answer.degrees_of_freedom} design degrees of freedom",
+        f"  intervals: {answer.interval_method}",
     ]
     deff, weighting, clustering = answer.deff, answer.weighting_effect, answer.clustering_effect
     if deff is None or weighting is None or clustering is None:

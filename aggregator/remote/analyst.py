@@ -19,7 +19,12 @@ from aggregator.errors import InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.remote.channel import AnalystCredentials, open_channel
 from aggregator.remote.errors import NotReleasedError, RemoteError, remote_error
-from aggregator.stats.design.options import DEFAULT_CORRECTION, DEFAULT_REPLICATES, DEFAULT_VARIANCE
+from aggregator.stats.design.options import (
+    DEFAULT_CORRECTION,
+    DEFAULT_INTERVAL,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+)
 from aggregator.survey_file.config import ConfigError
 from client.survey import QuestionSpec, SurveyError, SurveySpec
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
@@ -265,6 +270,7 @@ class RemoteAnalyst:
         seed: int = 0,
         side: str | None = None,
         group: str | None = None,
+        interval: str = DEFAULT_INTERVAL,
     ) -> DesignEstimateAnswer:
         """The design-based estimate of a survey with a sampling design, computed on the server
         from the design rows released with the question's histogram (docs/designs.md): at a
@@ -276,7 +282,9 @@ class RemoteAnalyst:
             confidence=confidence,
             side=_side_number(side),
             group=group or "",
-            design=ldp_pb2.DesignOptions(variance=variance, replicates=replicates, seed=seed),
+            design=ldp_pb2.DesignOptions(
+                variance=variance, replicates=replicates, seed=seed, interval=interval
+            ),
         )
         answer = self._call(self._stub.Estimate, request)
         deff, weighting, clustering = (

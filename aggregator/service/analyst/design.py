@@ -30,8 +30,10 @@ from aggregator.service.status import abort, shortened, status_of
 from aggregator.stats.design.options import (
     CORRECTIONS,
     DEFAULT_CORRECTION,
+    DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
     DEFAULT_VARIANCE,
+    INTERVALS,
     VARIANCES,
 )
 from aggregator.store import checks
@@ -49,6 +51,13 @@ async def estimate(reads: ReleasedReads, request, context) -> ldp_pb2.EstimateRe
     """The design-based estimate of the released design rows."""
 
     variance, replicates, seed, _ = await _options(context, request.design)
+    interval = request.design.interval or DEFAULT_INTERVAL
+    if interval not in INTERVALS:
+        await abort(
+            context,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"design interval must be one of {', '.join(INTERVALS)}, got {interval!r}",
+        )
     data = await _released_design(
         reads,
         context,
@@ -65,7 +74,7 @@ async def estimate(reads: ReleasedReads, request, context) -> ldp_pb2.EstimateRe
         from aggregator.stats.design.raking import RakingError
 
         async with executor.admitted(caller_of(context)):
-            args = (data, variance, replicates, seed, confidence)
+            args = (data, variance, replicates, seed, confidence, interval)
             try:
                 return await executor.in_thread(context, design_estimate_answer, *args)
             except RakingError as exc:  # the released sample cannot carry the margins

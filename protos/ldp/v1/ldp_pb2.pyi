@@ -210,16 +210,18 @@ class EstimateRequest(_message.Message):
     def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ..., ignore_design: _Optional[bool] = ...) -> None: ...
 
 class DesignOptions(_message.Message):
-    __slots__ = ("variance", "replicates", "seed", "correction")
+    __slots__ = ("variance", "replicates", "seed", "correction", "interval")
     VARIANCE_FIELD_NUMBER: _ClassVar[int]
     REPLICATES_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     CORRECTION_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
     variance: str
     replicates: int
     seed: int
     correction: str
-    def __init__(self, variance: _Optional[str] = ..., replicates: _Optional[int] = ..., seed: _Optional[int] = ..., correction: _Optional[str] = ...) -> None: ...
+    interval: str
+    def __init__(self, variance: _Optional[str] = ..., replicates: _Optional[int] = ..., seed: _Optional[int] = ..., correction: _Optional[str] = ..., interval: _Optional[str] = ...) -> None: ...
 
 class EstimateResponse(_message.Message):
     __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected", "interval_method", "deff", "weighting_effect", "clustering_effect", "design", "variance", "design_df", "post_strata", "population")

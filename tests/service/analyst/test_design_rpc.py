@@ -369,3 +369,26 @@ def test_the_wire_is_design_based_by_default(served):
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     remote, local = _both(server, config, "estimate", "--survey", "field", "--question", "rr")
     assert remote == local and "design-based estimate" in remote
+
+
+def test_the_interval_is_chosen_alike_over_the_server_and_the_store(served):
+    """--interval beta (the default, inside [0, 1]), logit and wald: the server answers what the
+    store answers, the answer names its interval; an unknown one is INVALID_ARGUMENT."""
+    server, _, stub, config, _ = served
+    where = ["estimate", "--survey", "field", "--question", "rr", "--json"]
+    answers = {}
+    for interval in ("beta", "logit", "wald"):
+        remote, local = _both(server, config, *where, "--interval", interval)
+        assert remote == local
+        answers[interval] = json.loads(remote)
+    assert answers["beta"] == json.loads(_both(server, config, *where)[0])
+    assert answers["beta"]["interval_method"].startswith("Korn-Graubard")
+    assert answers["beta"]["ci_low"] != answers["wald"]["ci_low"]
+    assert all(0 <= low for low in answers["beta"]["ci_low"])
+    bad = ldp_pb2.EstimateRequest(
+        survey_id="field", question_id="rr", design=ldp_pb2.DesignOptions(interval="exact")
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.Estimate(bad, timeout=30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "design interval must be one of" in caught.value.details()
