@@ -427,7 +427,17 @@ def run_submit(args: argparse.Namespace) -> int:
             _print_flush(result)
             if unreachable:
                 print("the report stays queued; run ldp-client flush when online")
+    if result is not None and result.refusals:
+        return _refused(result.refusals)
     return 0 if result is None or not result.error or unreachable else 1
+
+
+def _refused(refusals: tuple[str, ...]) -> int:
+    """Exit 1 with one line on stderr when reports were refused for good: they can never count
+    (the device keeps them in its dead-letter table; a wrong design key, group or answer)."""
+    more = f" (and {len(refusals) - 1} other reason(s))" if len(refusals) > 1 else ""
+    print(f"{PROG}: error: refused for good: {refusals[0]}{more}", file=sys.stderr)
+    return 1
 
 
 def _unreachable(error: str) -> bool:
@@ -445,6 +455,8 @@ def run_flush(args: argparse.Namespace) -> int:
         print(_dumps(vars(result)))
     else:
         _print_flush(result)
+    if result.refusals:
+        return _refused(result.refusals)
     return 0 if not result.error else 1
 
 

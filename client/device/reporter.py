@@ -63,6 +63,11 @@ class FlushResult:
     retry_after: float | None = None  # seconds the server asked to wait before the next flush
     refusals: tuple[str, ...] = ()  # why reports were rejected for good ("CODE: reason"), once each
 
+    @property
+    def ok(self) -> bool:
+        """Whether every report sent counts: no upload error and none refused for good."""
+        return not self.error and not self.rejected
+
 
 class Reporter:
     """One device: its survey cache, budget ledger, outbox and first answers (all in one SQLite

@@ -384,7 +384,7 @@ def test_the_interval_is_chosen_alike_over_the_server_and_the_store(served):
     assert answers["beta"] == json.loads(_both(server, config, *where)[0])
     assert answers["beta"]["interval_method"].startswith("Korn-Graubard")
     assert answers["beta"]["ci_low"] != answers["wald"]["ci_low"]
-    assert all(0 <= low for low in answers["beta"]["ci_low"])
+    assert all(low >= 0 for low in answers["beta"]["ci_low"])
     bad = ldp_pb2.EstimateRequest(
         survey_id="field", question_id="rr", design=ldp_pb2.DesignOptions(interval="exact")
     )

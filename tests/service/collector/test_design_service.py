@@ -666,3 +666,31 @@ def test_ldp_client_simulate_gives_devices_design_keys(tmp_path):
         run_cli("agg", *args, "--question", "noise", "--design", check=True)
     finally:
         server.stop()
+
+
+def test_a_report_refused_for_good_exits_non_zero(fresh, tmp_path):
+    """A design key not in the frame is refused by the server for good: submit and flush exit
+    1 with the reason in one line on stderr, the JSON carries it, and the Python result is not
+    ok (issue 40 item 1: submit exited 0)."""
+    server, _ = fresh
+    state = tmp_path / "d.sqlite"
+    base = ["--server", server.target, "--state", state, "--insecure"]
+    answer = ["--survey", "field", "--question", "rr", "--answer", "b", "--group", "south"]
+    out = run_cli("client", "submit", *base, *answer, "--budget", "10", "--design-key", "nope")
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused for good" in lines[0] and "design key" in lines[0]
+    assert "refused for good" in out.stdout
+    queued = run_cli(
+        "client", "submit", *base, *answer[:-2], "--group", "north", "--no-flush", "--json"
+    )
+    assert queued.returncode == 2  # the device's key is fixed by its first report
+    flushed = run_cli("client", "flush", *base, "--json")
+    assert flushed.returncode == 0 and json.loads(flushed.stdout)["rejected"] == 0
+    reporter = Reporter(Transport(server.target), tmp_path / "p.sqlite", Budget(10.0))
+    try:
+        reporter.answer("field", "rr", "a", group="north", design_key="missing")
+        result = reporter.flush()
+    finally:
+        reporter.close()
+    assert not result.ok and result.rejected == 1 and "design key" in result.refusals[0]
