@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,9 +202,56 @@ def device_ids(count: int) -> list[str]:
     return [f"device-{i:04d}" for i in range(1, count + 1)]
 
 
-def write_pki(out: Path, devices: int = 1, days: float = 365, analysts: int = 0) -> list[Path]:
-    """Create a CA, a server certificate and ``devices`` device certificates in ``out``, and
-    with ``analysts`` an analyst CA and that many analyst certificates.
+#: A DNS name a certificate may carry: dot-separated labels of letters, digits and inner
+#: hyphens, 1-63 characters each, 253 in all (RFC 1123).
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def server_names(hosts: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The DNS names and IP addresses a server certificate carries: ``localhost`` and
+    ``127.0.0.1`` and each of ``hosts`` (a name or an IPv4/IPv6 address, as devices dial it);
+    ValueError naming one that is neither."""
+    names, ips = list(SERVER_HOSTS), list(SERVER_IPS)
+    for host in hosts:
+        try:
+            ips.append(str(ipaddress.ip_address(host)))
+            continue
+        except ValueError:
+            pass
+        labels = host.rstrip(".").split(".")
+        if len(host) > 253 or not all(_LABEL.match(label) for label in labels):
+            raise ValueError(f"--host {host!r} is neither a DNS name nor an IP address")
+        names.append(host.rstrip(".").lower())
+    return tuple(dict.fromkeys(names)), tuple(dict.fromkeys(ips))
+
+
+def renew_server(
+    out: Path, ca_dir: Path, hosts: Sequence[str] = (), days: float = 365
+) -> list[Path]:
+    """A new server certificate signed by the CA in ``ca_dir`` (``ca.pem``, ``ca.key``), written
+    as ``server.pem``/``server.key`` into ``out`` (never overwriting): devices trust the CA, not
+    the certificate, so the server's certificate is replaced without any device noticing."""
+    cert = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
+    key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{ca_dir / 'ca.key'} is not the EC key of a CA made here")
+    names, ips = server_names(hosts)
+    issued = issue_server(Issued(key, cert), names, ips, days=days)
+    paths = (out / "server.pem", out / "server.key")
+    existing = [str(p) for p in paths if p.exists()]
+    if existing:
+        raise FileExistsError(f"refusing to overwrite {', '.join(existing)}")
+    out.mkdir(parents=True, exist_ok=True)
+    issued.write(*paths)
+    return list(paths)
+
+
+def write_pki(
+    out: Path, devices: int = 1, days: float = 365, analysts: int = 0, hosts: Sequence[str] = ()
+) -> list[Path]:
+    """Create a CA, a server certificate (for ``localhost``, ``127.0.0.1`` and ``hosts``) and
+    ``devices`` device certificates in ``out``, and with ``analysts`` an analyst CA and that
+    many analyst certificates.
 
     Files: ``ca.pem``/``ca.key``, ``server.pem``/``server.key``, ``<device id>.pem``/``.key``,
     ``analyst-ca.pem``/``.key``, ``<analyst name>.pem``/``.key``. Keys are unencrypted with mode
@@ -211,9 +259,10 @@ def write_pki(out: Path, devices: int = 1, days: float = 365, analysts: int = 0)
     """
     if devices < 0 or analysts < 0 or days <= 0:
         raise ValueError("devices and analysts must be >= 0 and days > 0")
+    names, ips = server_names(hosts)
     out.mkdir(parents=True, exist_ok=True)
     ca = new_ca(days=days)
-    issued = {"ca": ca, "server": issue_server(ca, days=days)}
+    issued = {"ca": ca, "server": issue_server(ca, names, ips, days=days)}
     for device_id in device_ids(devices):
         issued[device_id] = issue_device(ca, device_id, days=days)
     if analysts:

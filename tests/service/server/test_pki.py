@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import socket
+import ssl
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,87 @@ def test_script_user_errors(generated, tmp_path):
         [*script, "--out", str(tmp_path / "x"), "--days", "0"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def _handshake(cert: Path, key: Path, ca: Path, address: str) -> None:
+    """A real TLS handshake: a server on ``address`` with ``cert``, a client trusting ``ca``
+    that checks the name it dialled (as a device does)."""
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    client_context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_server((address, 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            try:
+                with server_context.wrap_socket(connection, server_side=True) as tls:
+                    tls.recv(1)
+            except (ssl.SSLError, OSError):
+                pass
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            with (
+                socket.create_connection((address, port), timeout=30) as raw,
+                client_context.wrap_socket(raw, server_hostname=address) as tls,
+            ):
+                tls.sendall(b"x")
+        finally:
+            thread.join(timeout=30)
+
+
+def test_host_names_and_addresses_devices_dial(tmp_path):
+    """--host puts the names and addresses devices reach the server by into its certificate
+    (issue 40 item 3: only localhost and 127.0.0.1 before, so a device dialling the server's
+    address failed hostname verification)."""
+    script = [sys.executable, str(ROOT / "scripts" / "gen_pki.py")]
+    out = tmp_path / "pki"
+    hosts = ["--host", "127.0.0.2", "--host", "Ingest-1.Example.org", "--host", "::1"]
+    done = subprocess.run([*script, "--out", str(out), *hosts], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    server = load(out / "server.pem")
+    san = extension(server, ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+    assert san.get_values_for_type(x509.DNSName) == ["localhost", "ingest-1.example.org"]
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == [
+        "127.0.0.1",
+        "127.0.0.2",
+        "::1",
+    ]
+    policy = PolicyBuilder().store(Store([load(out / "ca.pem")]))
+    policy.build_server_verifier(x509.DNSName("ingest-1.example.org")).verify(server, [])
+    _handshake(out / "server.pem", out / "server.key", out / "ca.pem", "127.0.0.2")
+    bad = subprocess.run(
+        [*script, "--out", str(tmp_path / "bad"), "--host", "no_underscores.example"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--host" in bad.stderr
+    assert not (tmp_path / "bad" / "ca.key").exists()
+
+
+def test_a_renewed_server_certificate_is_trusted_by_the_devices_as_they_are(tmp_path):
+    """--renew-server-from signs a new server certificate with the existing CA: a device that
+    trusts the old ca.pem completes the handshake with it, on the new address too."""
+    script = [sys.executable, str(ROOT / "scripts" / "gen_pki.py")]
+    old = tmp_path / "pki"
+    pki.write_pki(old, devices=1, days=2)
+    with pytest.raises(ssl.SSLCertVerificationError):  # the old one does not name 127.0.0.2
+        _handshake(old / "server.pem", old / "server.key", old / "ca.pem", "127.0.0.2")
+    new = tmp_path / "next"
+    renew = [*script, "--renew-server-from", str(old), "--out", str(new), "--host", "127.0.0.2"]
+    done = subprocess.run(renew, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in new.iterdir()) == ["server.key", "server.pem"]
+    assert stat.S_IMODE((new / "server.key").stat().st_mode) == 0o600
+    assert (new / "server.pem").read_bytes() != (old / "server.pem").read_bytes()
+    _handshake(new / "server.pem", new / "server.key", old / "ca.pem", "127.0.0.2")
+    again = subprocess.run(renew, capture_output=True, text=True)
+    assert again.returncode == 2 and "refusing to overwrite" in again.stderr
+    missing = subprocess.run(
+        [*script, "--renew-server-from", str(tmp_path / "none"), "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
