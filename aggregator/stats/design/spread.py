@@ -27,6 +27,18 @@ from aggregator.stats.design.cells import DesignCells
 def spread_degrees_of_freedom(cells: DesignCells, z: np.ndarray) -> float | None:
     """``(tr A)^2 / tr(A^2)`` from per-cell whitened linearized totals ``z`` (m, p), clipped to
     [1, p]; None when no term can be estimated (one stratum of fewer than 4 PSUs)."""
+    if cells.strata_count == 1 and cells.psus_per_stratum()[0] < 4:
+        return None
+    squared_trace, square_trace = spread_terms(cells, z)
+    p = z.shape[1]
+    if not square_trace > 0:
+        return float(p)
+    return float(np.clip(squared_trace / square_trace, 1.0, p))
+
+
+def spread_terms(cells: DesignCells, z: np.ndarray) -> tuple[float, float]:
+    """Estimates of ``(tr A)^2`` and ``tr(A^2)``, ``A = sum_h (1 - f_h) n_h Cov(z_hc)``, each
+    unbiased under the with-replacement model when every stratum has at least 4 PSUs."""
     psus = cells.psus_per_stratum()
     covariances, traces = [], []
     squared_trace = square_trace = 0.0
@@ -43,12 +55,7 @@ def spread_degrees_of_freedom(cells: DesignCells, z: np.ndarray) -> float | None
     total = np.sum(covariances, axis=0)
     squared_trace += sum(traces) ** 2 - sum(t**2 for t in traces)
     square_trace += float(np.sum(total * total)) - sum(float(np.sum(c * c)) for c in covariances)
-    if cells.strata_count == 1 and psus[0] < 4:
-        return None
-    p = z.shape[1]
-    if not square_trace > 0:
-        return float(p)
-    return float(np.clip(squared_trace / square_trace, 1.0, p))
+    return float(squared_trace), float(square_trace)
 
 
 def _within(centred: np.ndarray) -> tuple[float, float]:
