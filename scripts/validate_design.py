@@ -29,11 +29,17 @@ Power (``--tables power``): the predicted power of the design-based goodness-of-
 effects, diluted by the mechanism's signal share) against the simulated rejections of the
 default Rao-Scott F test, and the planned design effect against the mean estimated one.
 
-Usage: python scripts/validate_design.py [--tables design raking power] [--trials N]
-[--raking-trials N] [--seed S] (default: all three tables, 500 trials per setting, 200 for
-raking, whose jackknife repeats the raking once per PSU: about two minutes on one core).
-docs/validation.md's tables: ``--tables design --trials 2000`` and ``--tables raking power
---trials 1000 --raking-trials 300``.
+Large k (``--tables large-k``, issue 36 item 5): Type I at alpha = 0.05 of goodness of fit at
+k = 4, 16 and 64 with 14 and 60 PSUs (2 strata, weights, clustering) under randomized response
+and local hashing at epsilon 1 and optimized unary encoding at epsilon 2, by R's plug-in
+Rao-Scott F and by the default ``F-unbiased``; and independence in an 8 x 8 table under local
+hashing at epsilon 1 with 20 PSUs, where a noisy margin is estimated as 0 or below.
+
+Usage: python scripts/validate_design.py [--tables design raking power large-k] [--trials N]
+[--raking-trials N] [--large-k-trials N] [--seed S] (default: the first three tables, 500 trials
+per setting, 200 for raking, whose jackknife repeats the raking once per PSU: about two minutes
+on one core). docs/validation.md's tables: ``--tables design --trials 2000``, ``--tables raking
+power --trials 1000 --raking-trials 300`` and ``--tables large-k --large-k-trials 1000``.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from aggregator.stats import (
     design_cells,
     design_estimate,
     design_goodness_of_fit,
+    design_independence,
     design_k_sample,
     goodness_of_fit,
     raked_estimate,
@@ -64,7 +71,12 @@ from aggregator.stats.design.cells import contributions
 from aggregator.stats.design.power import DesignEffect, plan_goodness_of_fit
 from aggregator.stats.design.raking import joint_domains
 from aggregator.stats.design.simulation import TwoStageSetting
-from client.mechanisms import Mechanism, RandomizedResponse
+from client.mechanisms import (
+    LocalHashing,
+    Mechanism,
+    OptimizedUnaryEncoding,
+    RandomizedResponse,
+)
 
 ALPHA = 0.05
 SHARES = (0.4, 0.3, 0.2, 0.1)
@@ -304,6 +316,118 @@ def run_power(setting: PowerSetting, trials: int, seed: int) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class LargeKSetting:
+    """Goodness of fit (``rows`` 0) or independence in a ``rows`` x ``rows`` table."""
+
+    label: str
+    mechanism: Mechanism
+    plan: TwoStageSetting
+    rows: int = 0
+
+
+def large_k_plan(k: int, psus: int, psu_size: int) -> TwoStageSetting:
+    """2 strata (shares 0.6, 0.4) answering differently (probabilities rising with the category
+    in one, falling in the other), icc 0.25, log-normal PSU weights (sd 0.3)."""
+    rising = np.arange(1.0, k + 1)
+    return TwoStageSetting(
+        (0.6, 0.4),
+        (tuple(rising / rising.sum()), tuple(rising[::-1] / rising.sum())),
+        psus // 2,
+        psu_size,
+        3.0,
+        0.3,
+    )
+
+
+def independent_plan(psus: int, psu_size: int) -> TwoStageSetting:
+    """An 8 x 8 table of independent attributes with small margins (0.02 to 0.3), the same in
+    both strata (so the population is independent too), icc 0.25, log-normal PSU weights."""
+    margin = np.array([0.3, 0.2, 0.15, 0.1, 0.1, 0.08, 0.05, 0.02])
+    cells = tuple(np.outer(margin, margin[::-1]).reshape(-1))
+    return TwoStageSetting((0.6, 0.4), (cells, cells), psus // 2, psu_size, 3.0, 0.3)
+
+
+def _large_k_settings() -> tuple[LargeKSetting, ...]:
+    settings = []
+    for k, size in ((4, 20), (16, 20), (64, 40)):
+        for psus in (14, 60):
+            for name, mechanism in (
+                ("RR eps 1", RandomizedResponse(k=k, epsilon=1.0)),
+                ("LH eps 1", LocalHashing(k=k, epsilon=1.0)),
+                ("OUE eps 2", OptimizedUnaryEncoding(k=k, epsilon=2.0)),
+            ):
+                label = f"GOF k = {k}, {psus} PSUs of ~{size}, {name}"
+                settings.append(LargeKSetting(label, mechanism, large_k_plan(k, psus, size)))
+    for size in (50, 100):
+        settings.append(
+            LargeKSetting(
+                f"independence 8 x 8, 20 PSUs of ~{size}, LH eps 1",
+                LocalHashing(k=64, epsilon=1.0),
+                independent_plan(20, size),
+                8,
+            )
+        )
+    return tuple(settings)
+
+
+LARGE_K_SETTINGS = _large_k_settings()
+
+
+def run_large_k(setting: LargeKSetting, trials: int, seed: int) -> dict:
+    """One row of the large-k table: rejections of a true null by R's F and by F-unbiased on
+    the same samples, their mean numerator degrees of freedom, and how often the null fit of
+    an independence test has a zero margin."""
+    rng = np.random.default_rng(seed)
+    mech, p0 = setting.mechanism, setting.plan.population_distribution()
+    rejected, nus, sizes, zero = np.zeros(2), np.zeros(2), [], 0
+    for _ in range(trials):
+        sample = setting.plan.sample(mech, rng)
+        cells = design_cells(sample.x_hat, sample.design)
+        sizes.append(len(sample.x_hat))
+        for i, correction in enumerate(("F", "F-unbiased")):
+            if setting.rows:
+                result = design_independence(cells, mech, setting.rows, setting.rows, correction)
+                zero += i == 0 and bool(np.any(result.expected == 0))
+            else:
+                result = design_goodness_of_fit(cells, mech, p0, correction)
+            rejected[i] += result.reject
+            nus[i] += result.numerator_df
+    return {
+        "setting": setting.label,
+        "n": int(np.mean(sizes)),
+        "contrasts": (setting.rows - 1) ** 2 if setting.rows else setting.plan.k - 1,
+        "F": rejected[0] / trials,
+        "unbiased": rejected[1] / trials,
+        "nu F": nus[0] / trials,
+        "nu unbiased": nus[1] / trials,
+        "zero margin": zero / trials,
+    }
+
+
+def large_k_table(trials: int, seed: int) -> None:
+    low, high = band(trials)
+    print(
+        f"\nlarge k: {trials:,} trials per setting (seed {seed}), alpha {ALPHA}; 99% band "
+        f"[{low:.4f}, {high:.4f}]\n"
+    )
+    print(
+        "| setting | n | contrasts | Type I R's F | Type I F-unbiased "
+        "| mean nu R's F / F-unbiased | null fit with a zero margin |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for i, setting in enumerate(LARGE_K_SETTINGS):
+        r = run_large_k(setting, trials, seed + i)
+        flags = ["" if low <= r[key] <= high else " *" for key in ("F", "unbiased")]
+        zero = f"{r['zero margin']:.0%}" if setting.rows else "-"
+        print(
+            f"| {r['setting']} | {r['n']} | {r['contrasts']} | {r['F']:.3f}{flags[0]} | "
+            f"{r['unbiased']:.3f}{flags[1]} | {r['nu F']:.1f} / {r['nu unbiased']:.1f} | "
+            f"{zero} |",
+            flush=True,
+        )
+
+
 def band(trials: int, level: float = ALPHA, z: float = 2.576) -> tuple[float, float]:
     """The 99 % binomial band of a rejection rate whose true value is ``level``."""
     half = z * math.sqrt(level * (1 - level) / trials)
@@ -315,11 +439,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tables",
         nargs="+",
-        choices=("design", "raking", "power"),
+        choices=("design", "raking", "power", "large-k"),
         default=["design", "raking", "power"],
     )
     parser.add_argument("--trials", type=int, default=500, help="trials per setting")
     parser.add_argument("--raking-trials", type=int, default=200, help="trials per raking setting")
+    parser.add_argument(
+        "--large-k-trials", type=int, default=300, help="trials per large-k setting"
+    )
     parser.add_argument("--seed", type=int, default=29)
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -329,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         raking_table(args.raking_trials, args.seed)
     if "power" in args.tables:
         power_table(args.trials, args.seed)
+    if "large-k" in args.tables:
+        large_k_table(args.large_k_trials, args.seed)
     print(f"\n{time.perf_counter() - started:.0f} s")
     return 0
 

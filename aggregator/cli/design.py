@@ -92,7 +92,8 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
             "--correction",
             choices=CORRECTIONS,
             default=DEFAULT_CORRECTION,
-            help="with --design: Rao-Scott second order as F (default), second-order "
+            help="design-based tests: F-unbiased (default: Rao-Scott second order as F, its "
+            "degrees of freedom estimated without bias), F (as R's svychisq), second-order "
             "(Satterthwaite chi-square), first-order, or the adjusted Wald F",
         )
 

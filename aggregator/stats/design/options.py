@@ -16,9 +16,10 @@ DEFAULT_VARIANCE = LINEARIZATION
 DEFAULT_REPLICATES = 200
 
 #: The corrections of a Rao-Scott test (aggregator/stats/design/rao_scott.py).
-CORRECTIONS = ("F", "second-order", "first-order", "wald")
-#: The correction when none is asked for: Rao-Scott second order as an F.
-DEFAULT_CORRECTION = "F"
+CORRECTIONS = ("F-unbiased", "F", "second-order", "first-order", "wald")
+#: The correction when none is asked for: Rao-Scott second order as an F whose degrees of
+#: freedom are estimated without the plug-in bias that makes R's "F" conservative at large k.
+DEFAULT_CORRECTION = "F-unbiased"
 
 BETA = "beta"
 LOGIT = "logit"

@@ -11,6 +11,9 @@ Under the design, ``X2 -> sum_j delta_j Z_j^2`` with delta the eigenvalues of
 * ``second-order``: Satterthwaite, ``X2 / scale ~ chi2(nu)``, ``scale = sum delta^2 / sum
   delta``, ``nu = (sum delta)^2 / sum delta^2``;
 * ``F``: ``X2 / sum delta ~ F(nu, nu d)``, d the design degrees of freedom (R's default);
+* ``F-unbiased`` (the default): the same F with nu from unbiased estimates of ``(sum delta)^2``
+  and ``sum delta^2`` (aggregator/stats/design/spread.py), where the plug-in nu collapses when
+  the contrasts are many for the PSUs;
 * ``wald``: ``W = h^T Var_design(h)^-1 h``, ``(d - df + 1) W / (d df) ~ F(df, d - df + 1)``
   ([Korn1990]), unstable when d is small.
 
@@ -18,7 +21,10 @@ Goodness of fit: h is the residual ``(T - p0 N) / sqrt(N)`` on the sum-zero cont
 covariance linearized at the estimate. Independence and homogeneity: h is the log-linear
 interaction contrast ``C^T D^-1 (theta_hat - theta_null)`` of the joint table at the product of
 its margins, its design effects evaluated at the estimate for answers seen directly and at the
-null fit with local noise (where the estimate is noisy and may leave the simplex).
+null fit with local noise (where the estimate is noisy and may leave the simplex). Independence
+under local noise takes the interaction contrasts of ``theta_hat - row_hat x column_hat`` through
+the fit's Jacobian instead, which divide by no margin: the same test while every margin is
+positive, and one where a noisy margin is estimated as 0 or below.
 
 With answers seen directly (``mechanism`` None) these are R ``survey``'s ``svygofchisq``
 (Satterthwaite) and ``svychisq`` ("F", "Chisq", "adjWald") to rounding, and where a
@@ -28,6 +34,7 @@ equals R's on the privatized category (docs/designs.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,11 +49,13 @@ from aggregator.stats.design.options import (
     DEFAULT_REPLICATES,
     DEFAULT_VARIANCE,
 )
+from aggregator.stats.design.spread import spread_degrees_of_freedom
 from aggregator.stats.design.variance import Function, covariance
 from aggregator.stats.result import TestResult
 from client.mechanisms import Mechanism
 
 _CORRECTION_NAMES = {
+    "F-unbiased": "Rao-Scott second order, F, unbiased spread",
     "F": "Rao-Scott second order, F",
     "second-order": "Rao-Scott second order, Satterthwaite chi-square",
     "first-order": "Rao-Scott first order",
@@ -149,6 +158,7 @@ def design_goodness_of_fit(
         options,
         p0,
         sums[:k] / population,
+        lambda: cells.columns() @ residual_jacobian(sums).T,
     )
 
 
@@ -178,7 +188,7 @@ def design_independence(
     def null_covariance(theta: np.ndarray) -> np.ndarray:
         return srs_covariance(mechanism, theta)
 
-    table = _Table(rows, columns, cell, row_sum, column_sum, one, null_covariance)
+    table = _Table(rows, columns, cell, row_sum, column_sum, one, null_covariance, True)
     return _table_test("design-based independence", table, cells, options)
 
 
@@ -216,14 +226,15 @@ def design_k_sample(
         ]
         return linalg.block_diag(*second) - np.outer(theta, theta)
 
-    table = _Table(groups, k, cell, weight, column_sum, one, null_covariance)
+    table = _Table(groups, k, cell, weight, column_sum, one, null_covariance, False)
     return _table_test("design-based k-sample homogeneity", table, cells, options)
 
 
 @dataclass(frozen=True)
 class _Table:
     """A two-way table whose cells, row and column totals and grand total are linear in the
-    column sums S of the design cells (matrices acting on S)."""
+    column sums S of the design cells (matrices acting on S); ``margins_of_cells``: the row and
+    column totals are sums of the cells (independence; not so for groups' weights)."""
 
     rows: int
     columns: int
@@ -232,6 +243,7 @@ class _Table:
     column_sum: np.ndarray
     one: np.ndarray
     null_covariance: Function
+    margins_of_cells: bool
 
 
 def _table_test(
@@ -240,26 +252,34 @@ def _table_test(
     sums = cells.columns().sum(axis=0)
     grand = table.one @ sums
     theta = table.cell @ sums / grand
-    margins = [
-        project_simplex(table.row_sum @ sums / grand),
-        project_simplex(table.column_sum @ sums / grand),
-    ]
+    row, column = table.row_sum @ sums / grand, table.column_sum @ sums / grand
+    margins = [project_simplex(row), project_simplex(column)]
     null = np.outer(*margins).reshape(-1)
-    if np.any(null <= 0):
-        raise InsufficientDataError(f"{name}: a row or column margin is estimated as 0")
     contrasts = _interaction_basis(table.rows, table.columns)
-    g_null = contrasts.T / null
-    h = g_null @ (theta - null)
-    sigma0 = g_null @ table.null_covariance(null) @ g_null.T
     n = cells.n
-    pearson = float(n * h @ np.linalg.solve(sigma0, h))
-    # The design effects: at the estimate for answers seen directly, as R's svychisq; with local
-    # noise at the null fit (survey-design-and-monitoring spec D.3), where they do not move
-    # with the noisy estimate.
-    point = theta if options.mechanism is None else null
-    inverse = np.divide(1.0, point, out=np.zeros_like(point), where=point > 0)
-    g_point = contrasts.T * inverse
-    sigma_point = g_point @ table.null_covariance(point) @ g_point.T
+    if table.margins_of_cells and options.mechanism is not None:
+        # Local noise: the contrasts of theta - row x column through the fit's Jacobian at the
+        # null, dividing by no margin; the design effects at the null fit (spec D.3), where they
+        # do not move with the noisy estimate.
+        g_point = contrasts.T @ _fit_jacobian(*margins)
+        h = contrasts.T @ (theta - np.outer(row, column).reshape(-1))
+        sigma_point = g_point @ table.null_covariance(null) @ g_point.T
+        if not np.linalg.eigvalsh(sigma_point).min() > 0:
+            raise InsufficientDataError(f"{name}: the null fit's SRS covariance is singular")
+        pearson = float(n * h @ np.linalg.solve(sigma_point, h))
+    else:
+        if np.any(null <= 0):
+            raise InsufficientDataError(f"{name}: a row or column margin is estimated as 0")
+        g_null = contrasts.T / null
+        h = g_null @ (theta - null)
+        sigma0 = g_null @ table.null_covariance(null) @ g_null.T
+        pearson = float(n * h @ np.linalg.solve(sigma0, h))
+        # The design effects: at the estimate for answers seen directly, as R's svychisq; with
+        # local noise at the null fit.
+        point = theta if options.mechanism is None else null
+        inverse = np.divide(1.0, point, out=np.zeros_like(point), where=point > 0)
+        g_point = contrasts.T * inverse
+        sigma_point = g_point @ table.null_covariance(point) @ g_point.T
 
     def ratio(s: np.ndarray) -> np.ndarray:
         return table.cell @ s / (table.one @ s)
@@ -285,9 +305,24 @@ def _table_test(
         jac = table.cell - d_outer / total + np.outer(outer, table.one) / total**2
         return contrasts.T @ jac
 
+    def whitened() -> np.ndarray:
+        z = cells.columns() @ ratio_jacobian(sums).T
+        return z @ (_inverse_root(sigma_point) @ g_point).T
+
     wald = _wald_parts(cells, residual, residual_jacobian, options)
     df = (table.rows - 1) * (table.columns - 1)
-    return _result(name, pearson, delta, df, wald, cells, options, null, theta)
+    return _result(name, pearson, delta, df, wald, cells, options, null, theta, whitened)
+
+
+def _fit_jacobian(row: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """The Jacobian of ``theta - row(theta) x column(theta)`` (row-major cells) at margins
+    ``row`` and ``column``: what the interaction contrasts see of a change in theta."""
+    r, c = len(row), len(column)
+    row_sums = np.kron(np.eye(r), np.ones(c))
+    column_sums = np.kron(np.ones(r), np.eye(c))
+    fit = np.kron(np.eye(r), column[:, None]) @ row_sums
+    fit += np.kron(row[:, None], np.eye(c)) @ column_sums
+    return np.eye(r * c) - fit
 
 
 def _wald_parts(
@@ -314,7 +349,10 @@ def _result(
     options: _Options,
     expected: np.ndarray,
     observed: np.ndarray,
+    whitened: Callable[[], np.ndarray],
 ) -> DesignTestResult:
+    """The corrected test; ``whitened`` gives the per-cell linearized contrasts whitened by the
+    null's SRS covariance, whose spread the ``F-unbiased`` correction estimates."""
     design_df = cells.degrees_of_freedom
     total, square = float(delta.sum()), float(np.sum(delta**2))
     if not total > 0:
@@ -329,10 +367,12 @@ def _result(
         statistic = pearson * total / square
         pvalue = stats.chi2.sf(statistic, nu)
         numerator = nu
-    elif options.correction == "F":
+    elif options.correction in ("F", "F-unbiased"):
         _check_design_df(name, design_df, 1)
         statistic = pearson / total
-        numerator, denominator = nu, nu * design_df
+        spread = None if options.correction == "F" else spread_degrees_of_freedom(cells, whitened())
+        numerator = nu if spread is None else spread
+        denominator = numerator * design_df
         pvalue = stats.f.sf(statistic, numerator, denominator)
     else:
         _check_design_df(name, design_df, df)
