@@ -21,6 +21,11 @@ from aggregator.analysis.design_data import side_design_data
 from aggregator.confirm.plan import parse_plan
 from aggregator.confirm.run import holdout_answer
 from aggregator.errors import InvalidInputError
+from aggregator.stats.design.options import (
+    DEFAULT_CORRECTION,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+)
 from aggregator.store import ingest
 from aggregator.store.confirmations import DEFAULT_HOLDOUT
 from aggregator.store.sqlite import confirmations
@@ -190,7 +195,8 @@ def test_a_holdout_query_is_design_based(stores):
         holdout_answer(held, survey, *query)  # design-based by default: it needs them
     _, reject, level = holdout_answer(held, survey, *query, designs)
     data = designs["rr"]
-    expected = design_test(data, "gof", np.full(4, 0.25), level, "F", "linearization", 200, 0)
+    options = (DEFAULT_CORRECTION, DEFAULT_VARIANCE, DEFAULT_REPLICATES, 0)
+    expected = design_test(data, "gof", np.full(4, 0.25), level, *options)
     assert reject == expected.reject
     holdout_answer(held, survey, *query, None, False)  # opted out: no design data needed
     where = ["--config", str(config), "--db", str(db), "--survey", "field", "--question", "rr"]

@@ -18,6 +18,11 @@ from service.collector.test_design_service import SURVEYS, messages, write_surve
 
 from aggregator.analysis.design_answers import design_test
 from aggregator.analysis.survey_data import open_survey
+from aggregator.stats.design.options import (
+    DEFAULT_CORRECTION,
+    DEFAULT_REPLICATES,
+    DEFAULT_VARIANCE,
+)
 from aggregator.survey_file.design import IGNORES_DESIGN
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
@@ -86,7 +91,8 @@ def test_the_report_is_design_based_by_default_and_the_same_over_the_server(serv
     assert IGNORES_DESIGN in rr[ignoring:two]
     assert "Design-based: stratified cluster design" in rr[two:]
     data = open_survey(config, server.db, "field", design=True)["rr"].design
-    expected = design_test(data, "gof", np.full(4, 0.25), 0.05, "F", "linearization", 200, 0)
+    options = (DEFAULT_CORRECTION, DEFAULT_VARIANCE, DEFAULT_REPLICATES, 0)
+    expected = design_test(data, "gof", np.full(4, 0.25), 0.05, *options)
     assert f"(p = {expected.pvalue:.3f}; design-based goodness of fit" in rr[by_design:ignoring]
 
 

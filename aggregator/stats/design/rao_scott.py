@@ -259,8 +259,9 @@ def _table_test(
     n = cells.n
     if table.margins_of_cells and options.mechanism is not None:
         # Local noise: the contrasts of theta - row x column through the fit's Jacobian at the
-        # null, dividing by no margin; the design effects at the null fit (spec D.3), where they
-        # do not move with the noisy estimate.
+        # null, dividing by no margin; the design effects at the null fit
+        # (survey-design-and-monitoring spec D.3), where they do not move with the noisy
+        # estimate.
         g_point = contrasts.T @ _fit_jacobian(*margins)
         h = contrasts.T @ (theta - np.outer(row, column).reshape(-1))
         sigma_point = g_point @ table.null_covariance(null) @ g_point.T
