@@ -560,7 +560,11 @@ class SurveySpec:
                 return question
         raise KeyError(question_id)
 
-    def to_proto(self) -> ldp_pb2.Survey:
+    def to_proto(self, *, key_digests: bool = False) -> ldp_pb2.Survey:
+        """The survey on the wire; ``key_digests``: with its frame's design key digests, which
+        only devices need (Collector.GetSurvey, survey files, the device's cache: up to 800,000
+        bytes, so listings, analysts and shard manifests go without)."""
+        published = key_digests and self.design is not None
         return ldp_pb2.Survey(
             id=self.id,
             title=self.title,
@@ -576,7 +580,7 @@ class SurveySpec:
                 )
             ),
             design_key_required=self.design is not None,
-            design_key_digests=b"" if self.design is None else self.design.digest_blob,
+            design_key_digests=self.design.digest_blob if published else b"",
         )
 
     @classmethod
@@ -607,7 +611,9 @@ def survey_to_json(survey: SurveySpec) -> str:
 
     from google.protobuf import json_format
 
-    message = json_format.MessageToDict(survey.to_proto(), preserving_proto_field_name=True)
+    message = json_format.MessageToDict(
+        survey.to_proto(key_digests=True), preserving_proto_field_name=True
+    )
     return json.dumps({"format": SURVEY_FILE_FORMAT, "survey": message}, indent=2) + "\n"
 
 
