@@ -564,7 +564,7 @@ class SurveySpec:
         """The survey on the wire; ``key_digests``: with its frame's design key digests, which
         only devices need (Collector.GetSurvey, survey files, the device's cache: up to 800,000
         bytes, so listings, analysts and shard manifests go without)."""
-        published = key_digests and self.design is not None
+        digests = self.design.digest_blob if key_digests and self.design is not None else b""
         return ldp_pb2.Survey(
             id=self.id,
             title=self.title,
@@ -580,7 +580,7 @@ class SurveySpec:
                 )
             ),
             design_key_required=self.design is not None,
-            design_key_digests=self.design.digest_blob if published else b"",
+            design_key_digests=digests,
         )
 
     @classmethod
