@@ -11,6 +11,7 @@ import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from client.mechanisms import (
     DEFAULT_GRANULARITY_BITS,
@@ -394,20 +395,41 @@ class GroupLabel:
 
 
 MAX_DESIGN_KEY_CHARS = 64
+#: The most keys a sampling frame may list (the store keeps one row of statistics per key and
+#: question); also bounds the key digests a survey definition carries (800,000 bytes).
+MAX_DESIGN_KEYS = 100_000
+#: The first string of a design key's digest (docs/wire.md §3.12), and the digest's length.
+DESIGN_KEY_DIGEST_FORMAT = "ldp-design-key/1"
+DESIGN_KEY_DIGEST_BYTES = 8
 #: The largest release threshold: more reports than any survey collects, and far inside the
 #: wire's uint64 (a larger one once started a server whose GetSurvey could not encode it).
 MAX_MIN_BATCH_SIZE = 10**9
 
 
+def design_key_digest(key: str) -> bytes:
+    """The public digest of a design key (docs/wire.md §3.12): the first 8 bytes of SHA-256 over
+    the format string and the key, each UTF-8 with its length as u32be. A survey publishes its
+    frame's digests, not its rows, so a device can check its key before charging its ledger."""
+    encoded = b"".join(
+        len(data).to_bytes(4, "big") + data
+        for data in (DESIGN_KEY_DIGEST_FORMAT.encode(), key.encode())
+    )
+    return hashlib.sha256(encoded).digest()[:DESIGN_KEY_DIGEST_BYTES]
+
+
 @dataclass(frozen=True)
 class DesignKeys:
     """A survey with a sampling design (docs/designs.md): every report carries its device's
-    public design key, a row of the sampling frame the aggregator holds. A device knows only
-    that a key is required; the aggregator's frame (``aggregator/survey_file/design.py``)
-    extends this with the frame's rows and refuses keys it does not list."""
+    public design key, a row of the sampling frame the aggregator holds. A device knows the
+    frame's key digests (empty: not published, from an older server or definition; then the
+    aggregator alone checks membership); the aggregator's frame
+    (``aggregator/survey_file/design.py``) extends this with the frame's rows."""
+
+    digests: frozenset[bytes] = frozenset()
 
     def check_key(self, survey_id: str, key: str) -> str:
-        """``key`` if it can be a design key (1-64 printable characters), else SurveyError."""
+        """``key`` if it can be a design key (1-64 printable characters) whose digest is one of
+        the frame's (when published), else SurveyError."""
         if not key:
             raise SurveyError(f"survey {survey_id!r} has a sampling design: no design key given")
         if len(key) > MAX_DESIGN_KEY_CHARS or not key.isprintable():
@@ -415,7 +437,41 @@ class DesignKeys:
                 f"survey {survey_id!r}: a design key must be 1-{MAX_DESIGN_KEY_CHARS} printable "
                 f"characters, got {key[:80]!r}"
             )
+        if self.digests and design_key_digest(key) not in self.digests:
+            raise SurveyError(unknown_design_key(survey_id, key))
         return key
+
+    @cached_property
+    def digest_blob(self) -> bytes:
+        """The digests as ``Survey.design_key_digests``: concatenated in ascending order (kept:
+        a survey is served many times)."""
+        return b"".join(sorted(self.digests))
+
+    @classmethod
+    def from_proto(cls, survey_id: str, blob: bytes) -> DesignKeys:
+        """The keys of ``Survey.design_key_digests``; SurveyError for a blob that is not whole
+        digests or lists more than MAX_DESIGN_KEYS."""
+        size = DESIGN_KEY_DIGEST_BYTES
+        if len(blob) % size or len(blob) > MAX_DESIGN_KEYS * size:
+            raise SurveyError(
+                f"survey {survey_id!r}: design_key_digests must be at most {MAX_DESIGN_KEYS:,} "
+                f"digests of {size} bytes, got {len(blob):,} bytes"
+            )
+        return cls(frozenset(blob[i : i + size] for i in range(0, len(blob), size)))
+
+
+def _design_from_proto(message: ldp_pb2.Survey) -> DesignKeys | None:
+    """The survey's design keys on the wire; key digests without a design are a SurveyError."""
+    if message.design_key_required:
+        return DesignKeys.from_proto(message.id, message.design_key_digests)
+    if message.design_key_digests:
+        raise SurveyError(f"survey {message.id!r}: design_key_digests without a sampling design")
+    return None
+
+
+def unknown_design_key(survey_id: str, key: str) -> str:
+    """Why a key is refused, the same words on the device and on the aggregator."""
+    return f"survey {survey_id!r}: unknown design key {key[:80]!r} (not in its sampling frame)"
 
 
 @dataclass(frozen=True)
@@ -504,7 +560,11 @@ class SurveySpec:
                 return question
         raise KeyError(question_id)
 
-    def to_proto(self) -> ldp_pb2.Survey:
+    def to_proto(self, *, key_digests: bool = False) -> ldp_pb2.Survey:
+        """The survey on the wire; ``key_digests``: with its frame's design key digests, which
+        only devices need (Collector.GetSurvey, survey files, the device's cache: up to 800,000
+        bytes, so listings, analysts and shard manifests go without)."""
+        digests = self.design.digest_blob if key_digests and self.design is not None else b""
         return ldp_pb2.Survey(
             id=self.id,
             title=self.title,
@@ -520,6 +580,7 @@ class SurveySpec:
                 )
             ),
             design_key_required=self.design is not None,
+            design_key_digests=digests,
         )
 
     @classmethod
@@ -536,7 +597,7 @@ class SurveySpec:
                 if message.HasField("group_label")
                 else None
             ),
-            design=DesignKeys() if message.design_key_required else None,
+            design=_design_from_proto(message),
         )
 
 
@@ -550,7 +611,9 @@ def survey_to_json(survey: SurveySpec) -> str:
 
     from google.protobuf import json_format
 
-    message = json_format.MessageToDict(survey.to_proto(), preserving_proto_field_name=True)
+    message = json_format.MessageToDict(
+        survey.to_proto(key_digests=True), preserving_proto_field_name=True
+    )
     return json.dumps({"format": SURVEY_FILE_FORMAT, "survey": message}, indent=2) + "\n"
 
 

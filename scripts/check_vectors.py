@@ -6,11 +6,13 @@ protos/ldp/v1/testvectors.json and writes what it produced as JSON lines, one ob
     {"index": 0, "payload_hex": "01000000", "consumed": 9}
     {"signature": 0, "device_id": "dev-…", "signed_bytes_hex": "…", "signature_hex": "…"}
     {"digest": 0, "digest_hex": "…"}
+    {"design_key": 0, "digest_hex": "…"}
 
 ``index`` is the position in ``reports``, ``consumed`` the number of random bytes its sampler
 read; ``signature`` is the position in ``signatures``; ``digest`` the position in ``digests``
-(vectors version 2). This script compares them with the vectors and prints one line per
-difference (exit 0: all match; 1: differences; 2: unusable input).
+(vectors version 2); ``design_key`` the position in ``design_keys`` (vectors version 3). This
+script compares them with the vectors and prints one line per difference (exit 0: all match; 1:
+differences; 2: unusable input).
 
     python scripts/check_vectors.py device-outputs.jsonl
     python scripts/check_vectors.py --explain          # how to produce the outputs
@@ -55,6 +57,11 @@ For digest vector i (the list "digests"):
      order, and "encoded_hex" their encoding, for finding where you differ.
   3. Write {"digest": i, "digest_hex": <hex of the 32-byte digest>}.
 
+For design-key vector i (the list "design_keys"):
+  1. Compute the digest of "key" as a survey publishes it (docs/wire.md §3.12); "fields" lists
+     the strings it encodes and "encoded_hex" their encoding.
+  2. Write {"design_key": i, "digest_hex": <hex of the 8-byte digest>}.
+
 Then run: python scripts/check_vectors.py <your-outputs.jsonl>
 """
 
@@ -63,11 +70,13 @@ class InputError(Exception):
     """The outputs file cannot be read as the documented JSON lines."""
 
 
-KINDS = ("index", "signature", "digest")
+KINDS = ("index", "signature", "digest", "design_key")
+#: The vector lists of the output kinds checked by their digest alone, and their labels.
+_DIGEST_KINDS = (("digest", "digests"), ("design_key", "design_keys"))
 
 
-def read_outputs(path: Path) -> tuple[dict[int, dict], dict[int, dict], dict[int, dict]]:
-    """Report, signature and digest outputs by vector position."""
+def read_outputs(path: Path) -> dict[str, dict[int, dict]]:
+    """Outputs by kind (``KINDS``), each by vector position."""
     found: dict[str, dict[int, dict]] = {kind: {} for kind in KINDS}
     try:
         lines = path.read_text().splitlines()
@@ -86,20 +95,19 @@ def read_outputs(path: Path) -> tuple[dict[int, dict], dict[int, dict], dict[int
         target = found[kind]
         position = entry.get(kind)
         if isinstance(position, bool) or not isinstance(position, int):
-            raise InputError(f"{path}:{number}: needs an integer 'index', 'signature' or 'digest'")
+            raise InputError(
+                f"{path}:{number}: needs an integer 'index', 'signature', 'digest' or 'design_key'"
+            )
         if position in target:
             raise InputError(f"{path}:{number}: {kind} {position} appears twice")
         target[position] = entry
-    return found["index"], found["signature"], found["digest"]
+    return found
 
 
-def compare(
-    vectors: dict,
-    reports: dict[int, dict],
-    signatures: dict[int, dict],
-    digests: dict[int, dict] | None = None,
-) -> list[str]:
-    """One line per difference between the outputs and the vectors."""
+def compare(vectors: dict, outputs: dict[str, dict[int, dict]]) -> list[str]:
+    """One line per difference between the outputs (by kind, as :func:`read_outputs`) and the
+    vectors."""
+    reports, signatures = outputs.get("index", {}), outputs.get("signature", {})
     problems = []
     expected_reports = vectors["reports"]
     for i, vector in enumerate(expected_reports):
@@ -125,21 +133,29 @@ def compare(
             got = got if field == "device_id" else got.lower()
             if got != vector[field]:
                 problems.append(f"{label}: {field} differs")
-    digests = {} if digests is None else digests
-    for i, vector in enumerate(vectors.get("digests", [])):
-        label = f"digest {i} ({vector['question']['mechanism']} {vector['question']['id']})"
-        output = digests.get(i)
-        if output is None:
-            problems.append(f"{label}: missing")
-        elif str(output.get("digest_hex", "")).lower() != vector["digest_hex"]:
-            problems.append(f"{label}: digest_hex differs")
+    for kind, name in _DIGEST_KINDS:
+        given = outputs.get(kind, {})
+        for i, vector in enumerate(vectors.get(name, [])):
+            label = f"{kind.replace('_', ' ')} {i} ({_subject(vector)})"
+            output = given.get(i)
+            if output is None:
+                problems.append(f"{label}: missing")
+            elif str(output.get("digest_hex", "")).lower() != vector["digest_hex"]:
+                problems.append(f"{label}: digest_hex differs")
+        extra = sorted(set(given) - set(range(len(vectors.get(name, [])))))
+        problems += [f"{kind.replace('_', ' ')} {i}: no such vector" for i in extra]
     extra = sorted(set(reports) - set(range(len(expected_reports))))
     extra_signatures = sorted(set(signatures) - set(range(len(vectors["signatures"]))))
     problems += [f"report {i}: no such vector" for i in extra]
     problems += [f"signature {i}: no such vector" for i in extra_signatures]
-    extra_digests = sorted(set(digests) - set(range(len(vectors.get("digests", [])))))
-    problems += [f"digest {i}: no such vector" for i in extra_digests]
     return problems
+
+
+def _subject(vector: dict) -> str:
+    """What a digest vector is of: a question's mechanism and id, or a design key."""
+    if "question" in vector:
+        return f"{vector['question']['mechanism']} {vector['question']['id']}"
+    return repr(vector["key"])
 
 
 def python_outputs(vectors: dict) -> list[dict]:
@@ -152,7 +168,7 @@ def python_outputs(vectors: dict) -> list[dict]:
 
     from client.device import signature
     from client.device.keys import DeviceKey
-    from client.survey import QuestionSpec
+    from client.survey import QuestionSpec, design_key_digest
     from protos.ldp.v1 import ldp_pb2
 
     out: list[dict] = []
@@ -183,6 +199,8 @@ def python_outputs(vectors: dict) -> list[dict]:
         message = json_format.ParseDict(vector["question"], ldp_pb2.Question())
         digest = QuestionSpec.from_proto(message).digest
         out.append({"digest": i, "digest_hex": digest.hex()})
+    for i, vector in enumerate(vectors.get("design_keys", [])):
+        out.append({"design_key": i, "digest_hex": design_key_digest(vector["key"]).hex()})
     return out
 
 
@@ -210,14 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.outputs is None:
         parser.error("give the outputs file, --explain or --emit-python")
     try:
-        reports, signatures, digests = read_outputs(args.outputs)
+        outputs = read_outputs(args.outputs)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    problems = compare(vectors, reports, signatures, digests)
+    problems = compare(vectors, outputs)
     for problem in problems:
         print(problem)
-    total = len(vectors["reports"]) + len(vectors["signatures"]) + len(vectors.get("digests", []))
+    lists = ("reports", "signatures", *(name for _, name in _DIGEST_KINDS))
+    total = sum(len(vectors.get(name, [])) for name in lists)
     if problems:
         print(f"{len(problems)} difference(s) against {total} vectors", file=sys.stderr)
         return 1

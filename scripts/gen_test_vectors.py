@@ -6,7 +6,8 @@ optionally preceded by chosen bytes that force a rare branch (a rejection, a lie
 zero), and ``random_hex`` is exactly what the sampler consumed, in order. Another implementation
 fed those bytes must produce ``payload_hex``. Signature vectors sign fixed uploads with fixed
 Ed25519 keys (Ed25519 signatures are deterministic). Digest vectors give a question definition as
-served (``question``, protobuf JSON mapping) and its definition digest (docs/wire.md §2.1).
+served (``question``, protobuf JSON mapping) and its definition digest (docs/wire.md §2.1);
+design-key vectors a design key and its published digest (§3.12).
 Every integer that may exceed 2^53 is a decimal string (JSON parsers of other languages round
 larger numbers).
 
@@ -50,11 +51,20 @@ from client.mechanisms import (  # noqa: E402
     SubsetSelection,
 )
 from client.mechanisms.secure_random import SecureRandom, _isqrt_fraction  # noqa: E402
-from client.survey import Attribute, QuestionSpec, build_question  # noqa: E402
+from client.survey import (  # noqa: E402
+    DESIGN_KEY_DIGEST_BYTES,
+    DESIGN_KEY_DIGEST_FORMAT,
+    Attribute,
+    QuestionSpec,
+    build_question,
+    design_key_digest,
+)
 from protos.ldp.v1 import ldp_pb2  # noqa: E402
 
 VECTORS_PATH = ROOT / "protos" / "ldp" / "v1" / "testvectors.json"
-VERSION = 2  # 2: public_seed as a decimal string; digest vectors (wire document 1.1)
+#: 2: public_seed as a decimal string; digest vectors (wire document 1.1). 3: design-key
+#: vectors (wire document 1.2).
+VERSION = 3
 
 
 class RecordingRandom(SecureRandom):
@@ -565,6 +575,20 @@ def digest_vector(
     }
 
 
+#: The design-key vectors (docs/wire.md §3.12): a plain key, spaces and punctuation, UTF-8, one
+#: character and the longest key (64 characters).
+_DESIGN_KEYS = ["k000", "stratum 3 / PSU 17 / w2", "école-Ωmega-日本", "x", "K" * 64]
+
+
+def design_key_vector(key: str) -> dict:
+    """One design key, the strings its digest encodes and the digest a survey publishes."""
+    fields = [DESIGN_KEY_DIGEST_FORMAT, key]
+    encoded = b"".join(len(f.encode()).to_bytes(4, "big") + f.encode() for f in fields)
+    digest = hashlib.sha256(encoded).digest()[:DESIGN_KEY_DIGEST_BYTES]
+    assert digest == design_key_digest(key), "the generator disagrees"
+    return {"key": key, "fields": fields, "encoded_hex": encoded.hex(), "digest_hex": digest.hex()}
+
+
 def build_vectors() -> dict:
     """The whole vectors document."""
     return {
@@ -577,6 +601,7 @@ def build_vectors() -> dict:
         ],
         "splits": [split_vector(*case) for case in _SPLITS],
         "digests": [digest_vector(*case) for case in _DIGESTS],
+        "design_keys": [design_key_vector(key) for key in _DESIGN_KEYS],
     }
 
 

@@ -321,6 +321,13 @@ def digest(question: dict) -> str:
     return hashlib.sha256(encoded).hexdigest()
 
 
+def design_key(key: str) -> str:
+    """§3.12: the first 8 bytes of SHA-256 over the length-prefixed format string and key."""
+    fields = ["ldp-design-key/1", key]
+    encoded = b"".join(struct.pack(">I", len(f.encode())) + f.encode() for f in fields)
+    return hashlib.sha256(encoded).hexdigest()[:16]
+
+
 def main() -> None:
     vectors = json.loads(VECTORS.read_text())
     for i, vector in enumerate(vectors["reports"]):
@@ -330,6 +337,8 @@ def main() -> None:
         print(json.dumps({"signature": i, **signature(vector)}))
     for i, vector in enumerate(vectors["digests"]):
         print(json.dumps({"digest": i, "digest_hex": digest(vector["question"])}))
+    for i, vector in enumerate(vectors["design_keys"]):
+        print(json.dumps({"design_key": i, "digest_hex": design_key(vector["key"])}))
 
 
 if __name__ == "__main__":

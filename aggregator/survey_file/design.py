@@ -20,10 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client.survey import DesignKeys, QuestionSpec, SurveyError
+from client.survey import (
+    MAX_DESIGN_KEYS,
+    DesignKeys,
+    QuestionSpec,
+    SurveyError,
+    design_key_digest,
+    unknown_design_key,
+)
 
-#: The most keys a frame may list: the store keeps one row of statistics per key and question.
-MAX_DESIGN_KEYS = 100_000
 #: The most per-key sums one question may need (keys x statistic size; 16 bytes each: 1 GiB),
 #: so a large-domain question with a fine frame is refused on load, not by a full disk.
 MAX_DESIGN_CELLS = 2**26
@@ -47,8 +52,10 @@ class FrameRow:
 @dataclass(frozen=True)
 class SamplingFrame(DesignKeys):
     """The sampling frame of a survey, keyed by design key (the aggregator's side of
-    :class:`~client.survey.DesignKeys`)."""
+    :class:`~client.survey.DesignKeys`, whose digests it derives from its rows: what GetSurvey
+    publishes so that devices check their key before charging)."""
 
+    digests: frozenset[bytes] = field(init=False, default=frozenset())
     table: str = ""
     rows: dict[str, FrameRow] = field(default_factory=dict, compare=False)
     #: Known population count per post-stratum (empty: no post-stratification).
@@ -56,12 +63,14 @@ class SamplingFrame(DesignKeys):
     #: Known population count per category of each raking variable (empty: no raking).
     margins: dict[str, dict[str, float]] = field(default_factory=dict, compare=False)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digests", frozenset(map(design_key_digest, self.rows)))
+
     def check_key(self, survey_id: str, key: str) -> str:
+        """Membership of the rows themselves (a digest may collide, a row may not)."""
         super().check_key(survey_id, key)
         if key not in self.rows:
-            raise SurveyError(
-                f"survey {survey_id!r}: unknown design key {key[:80]!r} (not in its sampling frame)"
-            )
+            raise SurveyError(unknown_design_key(survey_id, key))
         return key
 
     @property

@@ -1,7 +1,10 @@
 """This device's public design key in each survey with a sampling design (docs/designs.md).
 
 The study gives each device its row of the sampling frame (a stratum x PSU x weight class key)
-when it samples it; the key is sent unrandomized with every report. A device keeps the first key
+when it samples it; the key is sent unrandomized with every report. The survey publishes its
+frame's key digests (docs/wire.md §3.12), so a key the frame lacks is refused here, before the
+ledger is charged; a definition without digests (an older server) leaves that check to the
+aggregator, which refuses such a report for good after it was charged. A device keeps the first key
 it reports in a survey and refuses another one later: a respondent is sampled once, from one
 PSU, and a key that changes would count one person in two PSUs.
 """
@@ -40,8 +43,9 @@ class DeviceDesignKeys:
 
     def resolve(self, survey: SurveySpec, key: str | None) -> str:
         """The key a new report of ``survey`` carries: ``key`` checked against the survey
-        (SurveyError) and against the device's fixed key (DesignKeyChangedError); None means
-        the fixed one. '' for a survey without a design. Nothing is recorded."""
+        (SurveyError, also for a key whose digest the survey's published frame lacks) and
+        against the device's fixed key (DesignKeyChangedError); None means the fixed one. ''
+        for a survey without a design. Nothing is recorded: the caller charges only after."""
         fixed = self.get(survey.id)
         if survey.design is None:
             return survey.check_design_key(key or "")

@@ -167,8 +167,7 @@ class Reporter:
         """Randomize one answer, given by its category label ('a|b' or one label per attribute
         for a joint question), and queue it; returns the report id. ``group``: the device's
         public group in a survey with a group label (None: the one it reported before);
-        ``design_key`` likewise its row of a survey's sampling frame (``DesignKeyChangedError``
-        for another key than the one it reported under).
+        ``design_key`` likewise its row of a survey's sampling frame.
 
         Raises ``SurveyError`` for an unknown label (the message lists the valid ones) and
         ``BudgetExceeded`` (before anything is randomized) if the device cannot afford the
@@ -176,7 +175,9 @@ class Reporter:
         household, ``AlreadyAnswered`` for a second answer racing the first and
         ``HouseholdBudgetExceeded`` over the household cap. A group that does not fit the
         survey is a ``SurveyError``, another group than the device reported before a
-        ``GroupChangedError``: both before anything is charged or randomized. A question
+        ``GroupChangedError``: both before anything is charged or randomized; so is a design
+        key the survey's published frame lacks (``SurveyError``) or another key than the
+        device reported under (``DesignKeyChangedError``). A question
         answered before raises ``AnsweredBefore`` (nothing charged or queued), or with
         memoization re-queues the first report and returns its id, at no new cost: the first
         answer stands.

@@ -8,9 +8,9 @@ the first real answer: ``ldp-client selftest`` or :func:`run`.
 
 Checked: every report vector (the mechanism's ``randomize_payload``, the path a real answer
 takes, fed the recorded random bytes must produce the payload and consume exactly those bytes),
-every definition digest, every upload signature and every split side. The vectors ship inside
-the package (``protos/ldp/v1/testvectors.json``). Replaying recorded bytes is for this check
-only: real answers always use the secure source.
+every definition digest, every upload signature, every split side and every design-key digest.
+The vectors ship inside the package (``protos/ldp/v1/testvectors.json``). Replaying recorded
+bytes is for this check only: real answers always use the secure source.
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ def run(vectors: str | Path | None = None) -> SelfTestResult:
         ("digests", _digest),
         ("signatures", _signature),
         ("splits", _split),
+        ("design_keys", _design_key),
     )
     for kind, check in checks:
         entries = document.get(kind, [])
@@ -166,4 +167,13 @@ def _split(vector: dict) -> str:
     side = split.split_side(secret, vector["survey_id"], vector["exploration_fraction"])
     if str(point) != vector["split_point"] or ldp_pb2.Side.Name(side) != vector["side"]:
         return f"survey {vector['survey_id']}: split point or side differs"
+    return ""
+
+
+def _design_key(vector: dict) -> str:
+    from client.survey import design_key_digest
+
+    digest = design_key_digest(vector["key"]).hex()
+    if digest != vector["digest_hex"]:
+        return f"design key {vector['key']!r}: digest {digest}, expected {vector['digest_hex']}"
     return ""

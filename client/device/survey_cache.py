@@ -65,7 +65,7 @@ class SurveyCache:
 
     def put(self, survey: SurveySpec, source: str) -> bool:
         """Store (or replace) a definition; whether it differs from the one cached before."""
-        blob = survey.to_proto().SerializeToString(deterministic=True)
+        blob = survey.to_proto(key_digests=True).SerializeToString(deterministic=True)
         with immediate(self._conn):
             row = self._conn.execute(
                 "SELECT definition FROM survey_cache WHERE survey_id = ?", (survey.id,)

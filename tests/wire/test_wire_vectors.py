@@ -49,7 +49,7 @@ def test_committed_vectors_equal_a_fresh_generation():
 
 
 def test_vectors_have_the_documented_format():
-    assert VECTORS["version"] == 2
+    assert VECTORS["version"] == 3
     mechanisms = {v["mechanism"] for v in VECTORS["reports"]}
     assert mechanisms == {
         "randomized_response",

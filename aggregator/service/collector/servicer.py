@@ -101,9 +101,11 @@ class Collector(ldp_pb2_grpc.CollectorServicer):
                 grpc.StatusCode.NOT_FOUND,
                 shortened(f"unknown survey {request.survey_id!r}"),
             )
-        return survey.to_proto()
+        return survey.to_proto(key_digests=True)  # a device checks its design key with them
 
     async def ListSurveys(self, request, context):
+        """Every survey, without design key digests (up to 800,000 bytes each: a listing of
+        several would not fit a message; a device fetches its survey with GetSurvey)."""
         return ldp_pb2.ListSurveysResponse(surveys=[s.to_proto() for s in self._surveys.values()])
 
     async def Upload(self, request, context, outcome: CallOutcome | None = None):

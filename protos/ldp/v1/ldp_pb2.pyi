@@ -94,7 +94,7 @@ class Question(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[Attribute, _Mapping]]] = ..., mechanism: _Optional[_Union[Mechanism, str]] = ..., epsilon: _Optional[float] = ..., rho: _Optional[float] = ..., granularity_bits: _Optional[int] = ..., household_shared: _Optional[bool] = ..., public_seed: _Optional[int] = ..., groups: _Optional[int] = ..., repeat: _Optional[_Union[RepeatPolicy, str]] = ...) -> None: ...
 
 class Survey(_message.Message):
-    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label", "design_key_required")
+    __slots__ = ("id", "title", "questions", "min_batch_size", "require_device_auth", "exploration_fraction", "group_label", "design_key_required", "design_key_digests")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     QUESTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,7 @@ class Survey(_message.Message):
     EXPLORATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
     GROUP_LABEL_FIELD_NUMBER: _ClassVar[int]
     DESIGN_KEY_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    DESIGN_KEY_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     questions: _containers.RepeatedCompositeFieldContainer[Question]
@@ -111,7 +112,8 @@ class Survey(_message.Message):
     exploration_fraction: float
     group_label: GroupLabel
     design_key_required: bool
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ..., exploration_fraction: _Optional[float] = ..., group_label: _Optional[_Union[GroupLabel, _Mapping]] = ..., design_key_required: _Optional[bool] = ...) -> None: ...
+    design_key_digests: bytes
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., min_batch_size: _Optional[int] = ..., require_device_auth: _Optional[bool] = ..., exploration_fraction: _Optional[float] = ..., group_label: _Optional[_Union[GroupLabel, _Mapping]] = ..., design_key_required: _Optional[bool] = ..., design_key_digests: _Optional[bytes] = ...) -> None: ...
 
 class GroupLabel(_message.Message):
     __slots__ = ("name", "values")

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from aggregator_process import free_port
 from cli_runner import run_cli
 from conftest import ServerThread
 
@@ -35,7 +36,7 @@ from client.device.design_key import DesignKeyChangedError
 from client.device.ledger import Budget
 from client.device.reporter import Reporter
 from client.device.transport import Transport
-from client.survey import SurveyError, SurveySpec
+from client.survey import SurveyError, SurveySpec, survey_to_json
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
 SURVEYS = """
@@ -426,10 +427,12 @@ def test_too_many_keys_are_refused(tmp_path, monkeypatch):
 
 def test_the_wire_says_a_key_is_required_and_keeps_it_out_of_the_digest(tmp_path):
     survey = load_surveys(write_survey(tmp_path))["field"]
-    message = survey.to_proto()
+    message = survey.to_proto(key_digests=True)
     assert message.design_key_required
     device = SurveySpec.from_proto(message)
-    assert device.design is not None and device.check_design_key("anything") == "anything"
+    assert device.design is not None and device.check_design_key("k000") == "k000"
+    with pytest.raises(SurveyError, match="unknown design key 'anything'"):
+        device.check_design_key("anything")  # the frame's key digests travel with the survey
     assert device.question("rr").digest == survey.question("rr").digest
     plain = write_survey(tmp_path)
     text = plain.read_text().replace('design = { table = "frame.csv" }\n', "")
@@ -669,27 +672,47 @@ def test_ldp_client_simulate_gives_devices_design_keys(tmp_path):
 
 
 def test_a_report_refused_for_good_exits_non_zero(fresh, tmp_path):
-    """A design key not in the frame is refused by the server for good: submit and flush exit
-    1 with the reason in one line on stderr, the JSON carries it, and the Python result is not
-    ok (issue 40 item 1: submit exited 0)."""
+    """A report the server refuses for good makes submit and flush exit 1 with the reason in one
+    line on stderr, the JSON carries it, and the Python result is not ok (issue 40 item 1: submit
+    exited 0). Here a design key not in the frame, answered offline under an older definition
+    without the frame's key digests: only the server can refuse it (issue 40 item 2)."""
     server, _ = fresh
-    state = tmp_path / "d.sqlite"
-    base = ["--server", server.target, "--state", state, "--insecure"]
+    older = SurveySpec.from_proto(server.surveys["field"].to_proto())  # no key digests
+    definition = tmp_path / "older.survey.json"
+    definition.write_text(survey_to_json(older))
+    offline = ["--server", f"127.0.0.1:{free_port()}", "--insecure", "--timeout", "1"]
     answer = ["--survey", "field", "--question", "rr", "--answer", "b", "--group", "south"]
-    out = run_cli("client", "submit", *base, *answer, "--budget", "10", "--design-key", "nope")
+    states = [tmp_path / "a.sqlite", tmp_path / "b.sqlite"]
+    for state in states:
+        run_cli("client", "install-survey", definition, "--state", state, check=True)
+        out = run_cli(
+            "client", "submit", *offline, "--state", state, *answer, "--budget", "10",
+            "--design-key", "nope",
+        )  # fmt: skip
+        assert out.returncode == 0 and "unreachable" in out.stdout, out.stderr
+    online = ["--server", server.target, "--insecure", "--state"]
+    flushed = run_cli("client", "flush", *online, states[0], "--json")
+    assert flushed.returncode == 1, flushed.stderr
+    lines = flushed.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused for good" in lines[0] and "unknown design key" in lines[0]
+    got = json.loads(flushed.stdout)
+    assert got["rejected"] == 1 and "unknown design key 'nope'" in got["refusals"][0]
+    plain = ["--survey", "plain", "--question", "rr", "--answer", "a"]
+    out = run_cli("client", "submit", *online, states[1], *plain)  # its flush sends both
     assert out.returncode == 1, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "refused for good" in lines[0] and "design key" in lines[0]
     assert "refused for good" in out.stdout
-    queued = run_cli(
-        "client", "submit", *base, *answer[:-2], "--group", "north", "--no-flush", "--json"
-    )
-    assert queued.returncode == 2  # the device's key is fixed by its first report
-    flushed = run_cli("client", "flush", *base, "--json")
-    assert flushed.returncode == 0 and json.loads(flushed.stdout)["rejected"] == 0
-    reporter = Reporter(Transport(server.target), tmp_path / "p.sqlite", Budget(10.0))
+    state = tmp_path / "p.sqlite"
+    reporter = Reporter(Transport(f"127.0.0.1:{free_port()}", max_attempts=1), state, Budget(10))
     try:
+        reporter.cache.put(older, str(definition))
         reporter.answer("field", "rr", "a", group="north", design_key="missing")
+        assert reporter.offline and reporter.ledger.spent()[0] > 0
+    finally:
+        reporter.close()
+    reporter = Reporter(Transport(server.target), state)
+    try:
         result = reporter.flush()
     finally:
         reporter.close()
