@@ -63,7 +63,7 @@ def psu_weights(cells: DesignCells, jacobian: np.ndarray, ratio: bool) -> PsuWei
     ``jacobian`` (p, G (k + 1)): its derivatives by the weighted contributions applied to the
     PSU's weights (a ratio of totals: means, post-stratified and raked estimates; ``ratio``
     False: totals, no share)."""
-    m, groups, k = cells.total.shape
+    groups, k = cells.total.shape[1:]
     by_total = jacobian.reshape(-1, groups, k + 1)[:, :, :k]  # (p, G, k)
     # Per estimate one derivative per domain: the categories of a domain weigh alike.
     derivative = by_total.sum(axis=2) / np.maximum((by_total != 0).sum(axis=2), 1)  # (p, G)
@@ -84,7 +84,7 @@ def intra_psu_correlation(cells: DesignCells) -> float:
         return 0.0
     safe = np.where(cells.weight > 0, cells.weight, 1.0)[:, :, None]
     within = float(np.sum(cells.square - cells.total**2 / safe))
-    stratum = np.zeros((cells.strata_count,) + cells.total.shape[1:])
+    stratum = np.zeros((cells.strata_count, *cells.total.shape[1:]))
     np.add.at(stratum, cells.stratum, cells.total)
     weight = np.zeros((cells.strata_count, cells.total.shape[1]))
     np.add.at(weight, cells.stratum, cells.weight)

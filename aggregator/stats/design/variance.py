@@ -34,13 +34,13 @@ import numpy as np
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.stats.design.cells import DesignCells
 from aggregator.stats.design.options import (
+    AS_R,
+    BELL_MCCAFFREY,
     DEFAULT_REPLICATES,
     DEFAULT_VARIANCE,
     JACKKNIFE,
     LINEARIZATION,
     VARIANCES,
-    AS_R,
-    BELL_MCCAFFREY,
 )
 from aggregator.stats.design.small_sample import (
     bias_reduced,

@@ -32,6 +32,7 @@ from aggregator.stats.design.intervals import (
     interval_name,
     report_share,
 )
+from aggregator.stats.design.options import AS_R, BELL_MCCAFFREY
 from client.mechanisms import GaussianNoise, RandomizedResponse
 
 __all__ = ["rscript"]  # the fixture of test_design_r, imported so that pytest finds it here
@@ -64,7 +65,9 @@ for (j in 0:3) {{
     )
     adjust = with_fpc if name == "finite" else (lambda d: d)
     method = "jackknife" if name == "jackknife" else "linearization"
-    est = design_estimate(design_cells(indicators(answers, 4), adjust(design)), None, method)
+    est = design_estimate(
+        design_cells(indicators(answers, 4), adjust(design)), None, method, small_sample=AS_R
+    )
     checks = [("beta", "beta", RTOL), ("wald", "wald", RTOL), ("logit", "xlogit", RTOL)]
     if method == "linearization":  # R's "logit" fits a logistic regression (to its IRLS
         # tolerance); on replicates it refits it per replicate, which the delta method is not
@@ -107,7 +110,9 @@ def test_a_census_and_additive_noise_have_intervals_inside_the_unit_interval():
     est = design_estimate(design_cells(contributions(noise, noise.simulate(x, rng)), design), noise)
     low, high = est.intervals()
     assert np.all(low >= 0) and np.all(high <= 1) and np.all(high > low)
-    assert interval_name("beta", est.share, est.degrees_of_freedom) == "Wald, t(9), cut to [0, 1]"
+    assert interval_name("beta", est.share, 9, AS_R) == "Wald, t(9), cut to [0, 1]"
+    named = interval_name("beta", est.share, float(est.interval_df[0, 0]), BELL_MCCAFFREY)
+    assert named == f"Wald, t({est.interval_df[0, 0]:.1f}, Bell-McCaffrey), cut to [0, 1]"
     # a census: no variance, an interval that is the estimate (or holds it, answers seen)
     census = Design(design.strata, design.clusters, design.weights, np.ones(60))
     whole = design_estimate(design_cells(indicators(x, 3), census), None)
