@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aggregator.stats.design.options import DEFAULT_INTERVAL
+from aggregator.stats.design.options import DEFAULT_INTERVAL, DEFAULT_SMALL_SAMPLE
 
 if TYPE_CHECKING:
     from aggregator.analysis.design_data import DesignData
@@ -23,7 +23,9 @@ class DesignEstimateAnswer:
     which under local noise may lie outside [0, 1], its standard error and interval (inside
     [0, 1] unless by "wald"; ``interval_method`` says how it was made, empty when a server did
     not say), and (not for a post-stratified estimate) the design effects; which design,
-    variance method and design degrees of freedom it rests on."""
+    variance method and design degrees of freedom (R's degf) it rests on; the small-sample
+    mode and the degrees of freedom of the intervals' t reference (``small_sample`` empty and
+    ``interval_df`` None when a server did not say; ``interval_method`` names both)."""
 
     question: str
     labels: list[str]
@@ -42,6 +44,8 @@ class DesignEstimateAnswer:
     clustering_effect: np.ndarray | None = None
     post_strata: dict[str, float] = field(default_factory=dict)
     interval_method: str = ""
+    small_sample: str = ""
+    interval_df: float | None = None
 
     def to_dict(self) -> dict:
         """The JSON of ``estimate --design --json`` (and of the Beam job's design results):
@@ -81,16 +85,20 @@ def design_estimate_answer(
     seed: int,
     confidence: float,
     interval: str = DEFAULT_INTERVAL,
+    small_sample: str = DEFAULT_SMALL_SAMPLE,
 ) -> DesignEstimateAnswer:
     """The design-based estimate of ``data`` (post-stratified when its frame has post-strata,
-    raked when it has margins), its intervals by ``interval`` (``options.INTERVALS``).
+    raked when it has margins), its intervals by ``interval`` (``options.INTERVALS``), its
+    variance and t reference by ``small_sample`` (``options.SMALL_SAMPLE``).
     InsufficientDataError / InvalidInputError / RakingError as the statistics raise them."""
     from aggregator.stats.design.calibration import post_stratified_estimate
     from aggregator.stats.design.estimate import design_estimate
     from aggregator.stats.design.intervals import check_interval, interval_name, report_share
     from aggregator.stats.design.raking import raked_estimate
+    from aggregator.stats.design.small_sample import check_small_sample
 
     check_interval(interval)
+    check_small_sample(small_sample)
     question = data.question
     labels, mechanism = list(question.labels), question.mechanism.describe()
     described = data.description()
@@ -99,10 +107,20 @@ def design_estimate_answer(
         options = (variance, replicates, seed)
         post = (
             post_stratified_estimate(
-                data.cells(by_post_stratum=True), data.population(), *options, share=share
+                data.cells(by_post_stratum=True),
+                data.population(),
+                *options,
+                share=share,
+                small_sample=small_sample,
             )
             if data.post_strata
-            else raked_estimate(data.raking_cells(), data.margins(), *options, share=share)
+            else raked_estimate(
+                data.raking_cells(),
+                data.margins(),
+                *options,
+                share=share,
+                small_sample=small_sample,
+            )
         )
         low, high = post.intervals(confidence, interval)
         return DesignEstimateAnswer(
@@ -119,9 +137,14 @@ def design_estimate_answer(
             ci_low=np.asarray(low),
             ci_high=np.asarray(high),
             post_strata=dict(data.frame.population),
-            interval_method=interval_name(interval, share, post.degrees_of_freedom),
+            interval_method=interval_name(interval, share, post.interval_df, small_sample),
+            small_sample=small_sample,
+            interval_df=post.interval_df,
         )
-    est = design_estimate(data.cells(), question.mechanism, variance, replicates, seed)
+    est = design_estimate(
+        data.cells(), question.mechanism, variance, replicates, seed, small_sample
+    )
+    interval_df = float(est.interval_df[0].min())
     low, high = est.intervals(confidence, interval)
     return DesignEstimateAnswer(
         question.id,
@@ -139,7 +162,9 @@ def design_estimate_answer(
         deff=est.deff[0],
         weighting_effect=np.full(len(question.labels), est.weighting_effect[0]),
         clustering_effect=est.clustering_effect[0],
-        interval_method=interval_name(interval, share, est.degrees_of_freedom),
+        interval_method=interval_name(interval, share, interval_df, small_sample),
+        small_sample=small_sample,
+        interval_df=interval_df,
     )
 
 

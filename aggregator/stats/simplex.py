@@ -51,7 +51,10 @@ def simplex_shift(unbiased: np.ndarray, projected: np.ndarray) -> float:
 
 
 def boundary_limits(
-    x: np.ndarray, z: float, variance_at_zero: np.ndarray, variance_at_one: np.ndarray
+    x: np.ndarray,
+    z: float | np.ndarray,
+    variance_at_zero: np.ndarray,
+    variance_at_one: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The likelihood-ratio interval's ends at the two boundaries, for x ~ N(p, v) restricted to
     p in [0, 1] with v the variance at that boundary: ``{p >= 0 : (x - p)^2 - (x - p_hat)^2 <=
@@ -67,7 +70,7 @@ def inside_unit(
     low: np.ndarray,
     high: np.ndarray,
     x: np.ndarray,
-    z: float,
+    z: float | np.ndarray,
     variance_at_zero: np.ndarray,
     variance_at_one: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:

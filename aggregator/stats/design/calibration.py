@@ -21,15 +21,19 @@ from aggregator.stats.design.intervals import ReportShare, design_intervals
 from aggregator.stats.design.options import (
     DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
+    DEFAULT_SMALL_SAMPLE,
     DEFAULT_VARIANCE,
 )
-from aggregator.stats.design.variance import covariance, degrees_of_freedom
+from aggregator.stats.design.small_sample import check_small_sample
+from aggregator.stats.design.variance import covariance, degrees_of_freedom, t_degrees_of_freedom
 
 
 @dataclass(frozen=True)
 class PostStratified:
-    """The post-stratified estimate (k,), its design covariance and degrees of freedom, the
-    number of reports ``n`` and the channel ``share`` to the reports' share (intervals)."""
+    """The post-stratified estimate (k,), its design covariance and degrees of freedom (R's
+    degf), the number of reports ``n``, the channel ``share`` to the reports' share and the
+    degrees of freedom ``interval_df`` of the intervals' t reference by ``small_sample``
+    (``options.SMALL_SAMPLE``)."""
 
     estimate: np.ndarray
     covariance: np.ndarray
@@ -37,6 +41,8 @@ class PostStratified:
     variance_method: str
     n: int
     share: ReportShare | None
+    small_sample: str
+    interval_df: float
 
     @property
     def standard_error(self) -> np.ndarray:
@@ -46,11 +52,11 @@ class PostStratified:
         self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per category (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
-        "wald", estimate -/+ t quantile (design degrees of freedom) x SE."""
+        "wald", estimate -/+ t quantile (``interval_df``) x SE."""
         return design_intervals(
             self.estimate,
             self.standard_error,
-            self.degrees_of_freedom,
+            self.interval_df,
             self.n,
             self.share,
             confidence,
@@ -66,10 +72,12 @@ def post_stratified_estimate(
     seed: int = 0,
     *,
     share: ReportShare | None = None,
+    small_sample: str = DEFAULT_SMALL_SAMPLE,
 ) -> PostStratified:
     """Post-stratify the domains of ``cells`` to ``population`` (known counts, or shares, one
     per domain). ``share``: the mechanism's ``intervals.report_share``, for intervals by
-    Korn-Graubard or logit (None: the t interval cut to [0, 1])."""
+    Korn-Graubard or logit (None: the t interval cut to [0, 1]); ``small_sample``:
+    "bell-mccaffrey" or "as-r" (``options.SMALL_SAMPLE``)."""
     groups, k = cells.total.shape[1:]
     population = np.asarray(population, dtype=float)
     if population.shape != (groups,) or not np.all(np.isfinite(population)):
@@ -90,6 +98,8 @@ def post_stratified_estimate(
         return combine @ mean_jacobian(s, k)
 
     sums = cells.columns().sum(axis=0)
-    cov = covariance(cells, theta, jacobian, method, replicates, seed)
+    check_small_sample(small_sample)
+    cov = covariance(cells, theta, jacobian, method, replicates, seed, small_sample=small_sample)
     df = degrees_of_freedom(cells, method)
-    return PostStratified(theta(sums), cov, df, method, cells.n, share)
+    interval_df = float(t_degrees_of_freedom(cells, jacobian, method, small_sample).min())
+    return PostStratified(theta(sums), cov, df, method, cells.n, share, small_sample, interval_df)

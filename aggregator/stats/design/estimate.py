@@ -20,9 +20,11 @@ from aggregator.stats.design.intervals import ReportShare, design_intervals, rep
 from aggregator.stats.design.options import (
     DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
+    DEFAULT_SMALL_SAMPLE,
     DEFAULT_VARIANCE,
 )
-from aggregator.stats.design.variance import covariance, degrees_of_freedom
+from aggregator.stats.design.small_sample import check_small_sample
+from aggregator.stats.design.variance import covariance, degrees_of_freedom, t_degrees_of_freedom
 from client.mechanisms import Mechanism
 
 
@@ -42,6 +44,9 @@ class DesignEstimate:
     seen directly, a category never or always chosen): it is undefined there.
     ``share``: how the estimate maps to the share of reports supporting a category, for the
     intervals (aggregator/stats/design/intervals.py; None for additive noise).
+    ``degrees_of_freedom`` is the design's (R's degf); ``interval_df`` (G, k) the t reference's
+    of each estimate by ``small_sample`` (``options.SMALL_SAMPLE``): R's degf "as-r", else
+    Bell-McCaffrey's, which with the bias-reduced linearization makes ``covariance``.
     """
 
     estimate: np.ndarray
@@ -59,6 +64,8 @@ class DesignEstimate:
     signal_share: np.ndarray
     raw_clustering_effect: np.ndarray
     share: ReportShare | None
+    small_sample: str
+    interval_df: np.ndarray
 
     @property
     def n(self) -> int:
@@ -72,11 +79,11 @@ class DesignEstimate:
         self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per-cell (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
-        "wald", estimate -/+ t quantile (design degrees of freedom) x SE."""
+        "wald", estimate -/+ t quantile (``interval_df``) x SE."""
         return design_intervals(
             self.estimate,
             self.standard_error,
-            self.degrees_of_freedom,
+            self.interval_df,
             self.counts[:, None],
             self.share,
             confidence,
@@ -90,21 +97,37 @@ def design_estimate(
     method: str = DEFAULT_VARIANCE,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
+    small_sample: str = DEFAULT_SMALL_SAMPLE,
 ) -> DesignEstimate:
     """Hajek estimates and design effects from the cells (``mechanism`` None: answers seen
-    directly). ``method``: linearization, jackknife or bootstrap (``replicates``, ``seed``)."""
+    directly). ``method``: linearization, jackknife or bootstrap (``replicates``, ``seed``);
+    ``small_sample``: "bell-mccaffrey" or "as-r" (``options.SMALL_SAMPLE``)."""
+    check_small_sample(small_sample)
     counts = cells.count.sum(axis=0)
     if np.any(counts < 2):
         raise InsufficientDataError("every domain needs at least 2 reports")
     groups, k = cells.total.shape[1:]
     sums = cells.columns().sum(axis=0)
     estimate = mean(sums, k).reshape(groups, k)
+    options = (method, replicates, seed)
     cov = covariance(
-        cells, lambda s: mean(s, k), lambda s: mean_jacobian(s, k), method, replicates, seed
+        cells,
+        lambda s: mean(s, k),
+        lambda s: mean_jacobian(s, k),
+        *options,
+        small_sample=small_sample,
     )
     total_cov = covariance(
-        cells, lambda s: total(s, k), lambda s: total_jacobian(s, k), method, replicates, seed
+        cells,
+        lambda s: total(s, k),
+        lambda s: total_jacobian(s, k),
+        *options,
+        small_sample=small_sample,
+        ratio=False,
     )
+    interval_df = t_degrees_of_freedom(
+        cells, lambda s: mean_jacobian(s, k), method, small_sample
+    ).reshape(groups, k)
     variance = np.diag(cov).reshape(groups, k)
     weight = cells.weight.sum(axis=0)
     spread = (
@@ -138,6 +161,8 @@ def design_estimate(
         share,
         raw,
         report_share(mechanism),
+        small_sample,
+        interval_df,
     )
 
 

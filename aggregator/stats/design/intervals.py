@@ -32,7 +32,7 @@ from scipy import special, stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.stats.channel import check_signal
-from aggregator.stats.design.options import BETA, INTERVALS, WALD
+from aggregator.stats.design.options import AS_R, BETA, INTERVALS, WALD
 from aggregator.stats.simplex import inside_unit
 from client.mechanisms import Mechanism
 
@@ -62,9 +62,16 @@ def check_interval(method: object) -> str:
     return str(method)
 
 
-def interval_name(method: str, share: ReportShare | None, degrees_of_freedom: int) -> str:
-    """What ``design_intervals`` did, for answers: e.g. "Korn-Graubard, t(17)"."""
-    t = f"t({degrees_of_freedom})"
+def interval_name(
+    method: str, share: ReportShare | None, degrees_of_freedom: float, small_sample: str
+) -> str:
+    """What ``design_intervals`` did, for answers: e.g. "Korn-Graubard, t(17)" as R, or
+    "Korn-Graubard, t(6.4, Bell-McCaffrey)" with the small-sample correction."""
+    t = (
+        f"t({degrees_of_freedom:.0f})"
+        if small_sample == AS_R
+        else f"t({degrees_of_freedom:.1f}, Bell-McCaffrey)"
+    )
     if method == WALD:
         return f"Wald, {t}"
     if share is None:
@@ -77,19 +84,21 @@ def interval_name(method: str, share: ReportShare | None, degrees_of_freedom: in
 def design_intervals(
     estimate: np.ndarray,
     standard_error: np.ndarray,
-    degrees_of_freedom: int,
+    degrees_of_freedom: float | np.ndarray,
     n: np.ndarray | int,
     share: ReportShare | None,
     confidence: float = 0.95,
     method: str = BETA,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per cell (low, high) of the unbiased estimates, their s.e. and the reports ``n`` behind
-    each (broadcast), by ``method`` (module docstring)."""
+    """Per cell (low, high) of the unbiased estimates, their s.e., the degrees of freedom of
+    their t reference and the reports ``n`` behind each (broadcast), by ``method`` (module
+    docstring)."""
     check_interval(method)
     p = np.asarray(estimate, dtype=float)
     se = np.broadcast_to(np.asarray(standard_error, dtype=float), p.shape)
+    df = np.broadcast_to(np.asarray(degrees_of_freedom, dtype=float), p.shape)
     alpha = 1 - confidence
-    t = _t(1 - alpha / 2, degrees_of_freedom)
+    t = _t(1 - alpha / 2, df)
     half = np.where(se > 0, t * se, 0.0)
     if method == WALD:
         return p - half, p + half
@@ -99,17 +108,16 @@ def design_intervals(
         q = share.offset + share.slope * p
         se_q = share.slope * se
         counts = np.broadcast_to(np.asarray(n, dtype=float), p.shape)
-        q_low, q_high = (_beta if method == BETA else _logit)(
-            q, se_q, counts, degrees_of_freedom, alpha
-        )
+        q_low, q_high = (_beta if method == BETA else _logit)(q, se_q, counts, df, alpha)
         low, high = (q_low - share.offset) / share.slope, (q_high - share.offset) / share.slope
     variance = np.where(se > 0, se**2, 0.0)
-    return inside_unit(low, high, p, t if np.isfinite(t) else 0.0, variance, variance)
+    return inside_unit(low, high, p, np.where(np.isfinite(t), t, 0.0), variance, variance)
 
 
-def _t(level: float, degrees_of_freedom: float) -> float:
-    """The t quantile, NaN without degrees of freedom (a census: no variance to scale)."""
-    return float(stats.t.ppf(level, degrees_of_freedom)) if degrees_of_freedom >= 1 else np.nan
+def _t(level: float, degrees_of_freedom: np.ndarray) -> np.ndarray:
+    """The t quantiles, NaN without a degree of freedom (a census: no variance to scale)."""
+    df = np.asarray(degrees_of_freedom, dtype=float)
+    return np.where(df >= 1, stats.t.ppf(level, np.maximum(df, 1.0)), np.nan)
 
 
 def _informative(q: np.ndarray, se_q: np.ndarray) -> np.ndarray:
@@ -118,7 +126,7 @@ def _informative(q: np.ndarray, se_q: np.ndarray) -> np.ndarray:
 
 
 def _effective_n(
-    q: np.ndarray, se_q: np.ndarray, n: np.ndarray, degrees_of_freedom: int, alpha: float
+    q: np.ndarray, se_q: np.ndarray, n: np.ndarray, degrees_of_freedom: np.ndarray, alpha: float
 ) -> np.ndarray:
     """Korn-Graubard's n*, as R's svyciprop(method = "beta"); n where it is undefined."""
     inside = _informative(q, se_q)
@@ -130,7 +138,7 @@ def _effective_n(
 
 
 def _beta(
-    q: np.ndarray, se_q: np.ndarray, n: np.ndarray, degrees_of_freedom: int, alpha: float
+    q: np.ndarray, se_q: np.ndarray, n: np.ndarray, degrees_of_freedom: np.ndarray, alpha: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Clopper-Pearson at n* successes n* q (q cut to [0, 1] first: a share of reports)."""
     q = np.clip(q, 0.0, 1.0)
@@ -143,7 +151,7 @@ def _beta(
 
 
 def _logit(
-    q: np.ndarray, se_q: np.ndarray, n: np.ndarray, degrees_of_freedom: int, alpha: float
+    q: np.ndarray, se_q: np.ndarray, n: np.ndarray, degrees_of_freedom: np.ndarray, alpha: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """expit(logit q -/+ t s.e. / (q (1 - q))) where defined, else the beta interval at n."""
     inside = _informative(q, se_q)

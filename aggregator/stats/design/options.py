@@ -30,3 +30,13 @@ WALD = "wald"
 INTERVALS = (BETA, LOGIT, WALD)
 #: The interval when none is asked for (docs/designs.md, "Intervals").
 DEFAULT_INTERVAL = BETA
+
+BELL_MCCAFFREY = "bell-mccaffrey"
+AS_R = "as-r"
+#: Small-sample corrections of a design estimate's variance and t reference
+#: (aggregator/stats/design/small_sample.py): "bell-mccaffrey", bias-reduced linearization with
+#: Satterthwaite degrees of freedom; "as-r", R ``survey``'s linearization and PSUs - strata.
+SMALL_SAMPLE = (BELL_MCCAFFREY, AS_R)
+#: The correction when none is asked for: R's intervals cover 0.90-0.93 with 10-14 PSUs
+#: (docs/designs.md, "Few PSUs").
+DEFAULT_SMALL_SAMPLE = BELL_MCCAFFREY

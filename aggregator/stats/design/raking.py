@@ -26,9 +26,11 @@ from aggregator.stats.design.keys import keyed_cells
 from aggregator.stats.design.options import (
     DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
+    DEFAULT_SMALL_SAMPLE,
     DEFAULT_VARIANCE,
 )
-from aggregator.stats.design.variance import covariance, degrees_of_freedom
+from aggregator.stats.design.small_sample import check_small_sample
+from aggregator.stats.design.variance import covariance, degrees_of_freedom, t_degrees_of_freedom
 
 
 class RakingError(LdpError):
@@ -52,7 +54,9 @@ class FrameKeys:
 class Raked:
     """The raked estimate (k,), its design covariance, and per domain the raking factor
     ``adjustment`` (``iterations`` sweeps over the margins to reach them); the number of
-    reports ``n`` and the channel ``share`` to the reports' share (intervals)."""
+    reports ``n``, the channel ``share`` to the reports' share and the degrees of freedom
+    ``interval_df`` of the intervals' t reference by ``small_sample`` (``degrees_of_freedom``:
+    the design's, R's degf)."""
 
     estimate: np.ndarray
     covariance: np.ndarray
@@ -62,6 +66,8 @@ class Raked:
     iterations: int
     n: int
     share: ReportShare | None
+    small_sample: str
+    interval_df: float
 
     @property
     def standard_error(self) -> np.ndarray:
@@ -71,11 +77,11 @@ class Raked:
         self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per category (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
-        "wald", estimate -/+ t quantile (design degrees of freedom) x SE."""
+        "wald", estimate -/+ t quantile (``interval_df``) x SE."""
         return design_intervals(
             self.estimate,
             self.standard_error,
-            self.degrees_of_freedom,
+            self.interval_df,
             self.n,
             self.share,
             confidence,
@@ -180,13 +186,14 @@ def raked_estimate(
     max_iterations: int = 1000,
     *,
     share: ReportShare | None = None,
+    small_sample: str = DEFAULT_SMALL_SAMPLE,
 ) -> Raked:
     """Rake the cells' domains (the joint categories of the margins, row-major) to the known
     population ``margins`` (counts per category, one array per raking variable, all with the
     same total) and estimate the distribution. ``method``: linearization, jackknife or
     bootstrap; the replicates repeat the raking. ``share``: the mechanism's
     ``intervals.report_share``, for intervals by Korn-Graubard or logit (None: the t interval
-    cut to [0, 1])."""
+    cut to [0, 1]); ``small_sample``: "bell-mccaffrey" or "as-r" (``options.SMALL_SAMPLE``)."""
     margins = _check_margins(margins, cells.total.shape[1])
     k = cells.total.shape[2]
     indicators = _margin_indicators([len(m) for m in margins])
@@ -215,9 +222,22 @@ def raked_estimate(
 
     sums = cells.columns().sum(axis=0)
     adjustment, iterations = factors(sums)
-    cov = covariance(cells, theta, jacobian, method, replicates, seed)
+    check_small_sample(small_sample)
+    cov = covariance(cells, theta, jacobian, method, replicates, seed, small_sample=small_sample)
     df = degrees_of_freedom(cells, method)
-    return Raked(theta(sums), cov, df, method, adjustment, iterations, cells.n, share)
+    interval_df = float(t_degrees_of_freedom(cells, jacobian, method, small_sample).min())
+    return Raked(
+        theta(sums),
+        cov,
+        df,
+        method,
+        adjustment,
+        iterations,
+        cells.n,
+        share,
+        small_sample,
+        interval_df,
+    )
 
 
 def _check_margins(margins: Sequence[np.ndarray], groups: int) -> list[np.ndarray]:

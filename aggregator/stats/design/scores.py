@@ -23,15 +23,16 @@ DESIGN_TREND_LABEL = "design-based test of equal mean scores (adjusted Wald F)"
 def design_mean_scores(
     est: DesignEstimate, scores: Sequence[float] | None, confidence: float
 ) -> tuple[MeanScore, ...]:
-    """Each domain's mean score with its design standard error and t(df) interval."""
+    """Each domain's mean score with its design standard error and t interval (the domain's
+    ``interval_df``: R's degf as R, Bell-McCaffrey's by default)."""
     groups, k = est.estimate.shape
     s = check_scores(scores, k)
-    df = est.degrees_of_freedom
-    if df < 1:
-        raise InsufficientDataError("the design has no degrees of freedom for an interval")
-    t = float(stats.t.ppf(0.5 + confidence / 2, df))
     out = []
     for g in range(groups):
+        df = float(est.interval_df[g].min())
+        if df < 1:
+            raise InsufficientDataError("the design has no degrees of freedom for an interval")
+        t = float(stats.t.ppf(0.5 + confidence / 2, df))
         block = est.covariance[g * k : (g + 1) * k, g * k : (g + 1) * k]
         mean = float(s @ est.estimate[g])
         se = float(np.sqrt(max(float(s @ block @ s), 0.0)))

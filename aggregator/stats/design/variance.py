@@ -17,6 +17,12 @@ An estimate here is ``theta(S)``, S the column sums of ``DesignCells.columns()``
 The design degrees of freedom (``degrees_of_freedom``) are R's ``degf``: PSUs minus strata for
 the linearization, and for the replicate methods the same without the certainty strata (R's
 rank of the JKn replicate weights minus 1).
+
+``small_sample`` (``options.SMALL_SAMPLE``): "as-r" is all of the above; "bell-mccaffrey"
+replaces the linearization by its bias-reduced form and the t reference's df by Satterthwaite's
+(``t_degrees_of_freedom``; aggregator/stats/design/small_sample.py). The building blocks here
+default to "as-r" (the Rao-Scott tests use them as R does); the estimates default to
+``options.DEFAULT_SMALL_SAMPLE``.
 """
 
 from __future__ import annotations
@@ -28,11 +34,19 @@ import numpy as np
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.stats.design.cells import DesignCells
 from aggregator.stats.design.options import (
+    AS_R,
+    BELL_MCCAFFREY,
     DEFAULT_REPLICATES,
     DEFAULT_VARIANCE,
     JACKKNIFE,
     LINEARIZATION,
     VARIANCES,
+)
+from aggregator.stats.design.small_sample import (
+    bias_reduced,
+    check_small_sample,
+    psu_weights,
+    satterthwaite,
 )
 
 Function = Callable[[np.ndarray], np.ndarray]
@@ -45,12 +59,21 @@ def covariance(
     method: str = DEFAULT_VARIANCE,
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
+    *,
+    small_sample: str = AS_R,
+    ratio: bool = True,
 ) -> np.ndarray:
-    """The design covariance of ``theta(S)`` by ``method`` (one of ``VARIANCES``)."""
+    """The design covariance of ``theta(S)`` by ``method`` (one of ``VARIANCES``), the
+    linearization bias-reduced when ``small_sample`` is "bell-mccaffrey" (``ratio``: theta is a
+    ratio of totals, a mean; False for totals)."""
+    check_small_sample(small_sample)
     columns = cells.columns()
     _check_psus(cells)
     if method == LINEARIZATION:
-        z = columns @ np.atleast_2d(jacobian(columns.sum(axis=0))).T
+        jac = np.atleast_2d(jacobian(columns.sum(axis=0)))
+        z = columns @ jac.T
+        if small_sample == BELL_MCCAFFREY:
+            return bias_reduced(cells, z, psu_weights(cells, jac, ratio).share)
         return linearized(cells, z)
     if method not in VARIANCES:
         raise InvalidInputError(f"variance method must be one of {', '.join(VARIANCES)}")
@@ -86,6 +109,28 @@ def degrees_of_freedom(cells: DesignCells, method: str = DEFAULT_VARIANCE) -> in
         return cells.degrees_of_freedom
     sampled = ~cells.certainty[cells.stratum]
     return int(sampled.sum()) - int(np.unique(cells.stratum[sampled]).size)
+
+
+def t_degrees_of_freedom(
+    cells: DesignCells,
+    jacobian: Function,
+    method: str = DEFAULT_VARIANCE,
+    small_sample: str = AS_R,
+    ratio: bool = True,
+) -> np.ndarray:
+    """(p,) degrees of freedom of the t reference of each estimate's interval: R's degf
+    ("as-r"), or Bell-McCaffrey's Satterthwaite df of the variance under the working model
+    (of the bias-reduced linearization; of R's quadratic form for a replicate method)."""
+    check_small_sample(small_sample)
+    columns = cells.columns()
+    jac = np.atleast_2d(jacobian(columns.sum(axis=0)))
+    if small_sample == AS_R:
+        return np.full(len(jac), float(degrees_of_freedom(cells, method)))
+    _check_psus(cells)
+    if cells.certainty.all():  # a census: no variance, no reference
+        return np.zeros(len(jac))
+    weights = psu_weights(cells, jac, ratio)
+    return satterthwaite(cells, weights, corrected=method == LINEARIZATION)
 
 
 def replicate_factors(

@@ -15,6 +15,7 @@ from stats.design.test_design_r import RTOL, data, rscript, run_r
 from aggregator.errors import InsufficientDataError
 from aggregator.stats.design.cells import Design, design_cells
 from aggregator.stats.design.estimate import design_estimate
+from aggregator.stats.design.options import AS_R
 from client.mechanisms import RandomizedResponse
 
 __all__ = ["rscript"]  # the fixture of test_design_r, imported so that pytest finds it here
@@ -53,7 +54,7 @@ out("replicates", ncol(jkc$repweights$weights))
     )
     cells = design_cells(x_hat, design)
     for method in ("linearization", "jackknife"):
-        est = design_estimate(cells, mechanism, method=method)
+        est = design_estimate(cells, mechanism, method=method, small_sample=AS_R)
         np.testing.assert_allclose(est.estimate[0], r[f"{method}.mean"], rtol=RTOL)
         np.testing.assert_allclose(est.covariance.ravel(), r[f"{method}.cov"], rtol=RTOL)
         assert est.degrees_of_freedom == r[f"{method}.df"][0]

@@ -21,6 +21,7 @@ import pytest
 from aggregator.stats.design.calibration import post_stratified_estimate
 from aggregator.stats.design.cells import Design, contributions, design_cells, indicators
 from aggregator.stats.design.estimate import design_estimate
+from aggregator.stats.design.options import AS_R
 from aggregator.stats.design.rao_scott import (
     design_goodness_of_fit,
     design_independence,
@@ -135,7 +136,9 @@ for (name in names(designs)) {
 """,
     )
     for name, (adjust, method) in DESIGNS.items():
-        est = design_estimate(design_cells(x_hat, adjust(design)), mechanism, method=method)
+        est = design_estimate(
+            design_cells(x_hat, adjust(design)), mechanism, method=method, small_sample=AS_R
+        )
         np.testing.assert_allclose(est.estimate[0], r[f"{name}.mean"], rtol=RTOL)
         np.testing.assert_allclose(est.covariance.ravel(), r[f"{name}.cov"], rtol=RTOL)
         np.testing.assert_allclose(est.total[0], r[f"{name}.total"], rtol=RTOL)
@@ -280,7 +283,7 @@ out("mean", coef(m)); out("cov", vcov(m))
     )
     adjust, method = DESIGNS[name]
     result = post_stratified_estimate(
-        design_cells(x_hat, adjust(design), band, 3), population, method=method
+        design_cells(x_hat, adjust(design), band, 3), population, method=method, small_sample=AS_R
     )
     np.testing.assert_allclose(result.estimate, r["mean"], rtol=RTOL)
     np.testing.assert_allclose(result.covariance.ravel(), r["cov"], rtol=RTOL)

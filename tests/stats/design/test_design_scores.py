@@ -16,6 +16,7 @@ from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.histogram import Histogram
 from aggregator.stats.design.cells import design_cells
 from aggregator.stats.design.estimate import design_estimate
+from aggregator.stats.design.options import AS_R
 from aggregator.stats.design.scores import design_mean_scores, design_score_trend
 from aggregator.stats.design.simulation import TwoStageSetting
 from aggregator.stats.estimate import estimate
@@ -35,7 +36,7 @@ def _sample(mechanism, seed: int, groups: int = 3):
 def test_mean_scores_equal_r_svyby(rscript, tmp_path):  # noqa: F811
     sample, domains = _sample(None, 5)
     cells = design_cells(sample.x_hat, sample.design, domains, 3)
-    est = design_estimate(cells, None)
+    est = design_estimate(cells, None, small_sample=AS_R)
     means = design_mean_scores(est, SCORES, 0.95)
     trend = design_score_trend(est, SCORES, 0.05)
     score = np.asarray(sample.x_hat) @ np.asarray(SCORES)
