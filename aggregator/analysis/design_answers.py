@@ -73,6 +73,8 @@ class DesignEstimateAnswer:
             "degrees_of_freedom": self.degrees_of_freedom,
             "confidence": self.confidence,
             "interval_method": self.interval_method,
+            "small_sample": self.small_sample,
+            "interval_df": self.interval_df,
             "estimate": _floats(self.estimate),
             **{name: _floats(values) for name, values in columns.items()},
         }

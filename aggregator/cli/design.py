@@ -39,8 +39,10 @@ from aggregator.stats.design.options import (
     DEFAULT_CORRECTION,
     DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
+    DEFAULT_SMALL_SAMPLE,
     DEFAULT_VARIANCE,
     INTERVALS,
+    SMALL_SAMPLE,
     VARIANCES,
 )
 from aggregator.store.sqlite.reader import StoreReader
@@ -86,6 +88,13 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
             default=DEFAULT_INTERVAL,
             help="the design interval: beta (Korn-Graubard on the reports' share, inside [0, 1]),"
             " logit, or wald (estimate +- t s.e., as R's confint(svymean))",
+        )
+        design.add_argument(
+            "--small-sample",
+            choices=SMALL_SAMPLE,
+            default=DEFAULT_SMALL_SAMPLE,
+            help="bell-mccaffrey: bias-reduced linearization and Satterthwaite degrees of freedom "
+            "(intervals that cover with few PSUs); as-r: R's linearization and degf",
         )
     if test:
         design.add_argument(
@@ -214,12 +223,13 @@ def run_design_estimate(args: argparse.Namespace) -> int:
                 side=args.side,
                 group=args.group,
                 interval=args.interval,
+                small_sample=args.small_sample,
             ))  # fmt: skip
         else:
             data = load_design(args)
             answer = design_estimate_answer(
                 data, args.variance, args.replicates, args.seed or 0, args.confidence,
-                args.interval,
+                args.interval, args.small_sample,
             )  # fmt: skip
     except InsufficientDataError as exc:
         raise UserError(str(exc), status=3) from None

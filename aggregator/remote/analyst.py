@@ -23,6 +23,7 @@ from aggregator.stats.design.options import (
     DEFAULT_CORRECTION,
     DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
+    DEFAULT_SMALL_SAMPLE,
     DEFAULT_VARIANCE,
 )
 from aggregator.survey_file.config import ConfigError
@@ -271,6 +272,7 @@ class RemoteAnalyst:
         side: str | None = None,
         group: str | None = None,
         interval: str = DEFAULT_INTERVAL,
+        small_sample: str = DEFAULT_SMALL_SAMPLE,
     ) -> DesignEstimateAnswer:
         """The design-based estimate of a survey with a sampling design, computed on the server
         from the design rows released with the question's histogram (docs/designs.md): at a
@@ -283,7 +285,11 @@ class RemoteAnalyst:
             side=_side_number(side),
             group=group or "",
             design=ldp_pb2.DesignOptions(
-                variance=variance, replicates=replicates, seed=seed, interval=interval
+                variance=variance,
+                replicates=replicates,
+                seed=seed,
+                interval=interval,
+                small_sample=small_sample,
             ),
         )
         answer = self._call(self._stub.Estimate, request)
@@ -309,6 +315,8 @@ class RemoteAnalyst:
             clustering,
             post_strata=dict(zip(answer.post_strata, answer.population, strict=True)),
             interval_method=answer.interval_method,
+            small_sample=answer.small_sample,
+            interval_df=answer.interval_df or None,
         )
 
     def design_test(

@@ -32,8 +32,10 @@ from aggregator.stats.design.options import (
     DEFAULT_CORRECTION,
     DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
+    DEFAULT_SMALL_SAMPLE,
     DEFAULT_VARIANCE,
     INTERVALS,
+    SMALL_SAMPLE,
     VARIANCES,
 )
 from aggregator.store import checks
@@ -58,6 +60,13 @@ async def estimate(reads: ReleasedReads, request, context) -> ldp_pb2.EstimateRe
             grpc.StatusCode.INVALID_ARGUMENT,
             f"design interval must be one of {', '.join(INTERVALS)}, got {interval!r}",
         )
+    small_sample = request.design.small_sample or DEFAULT_SMALL_SAMPLE
+    if small_sample not in SMALL_SAMPLE:
+        await abort(
+            context,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"design small_sample must be one of {', '.join(SMALL_SAMPLE)}, got {small_sample!r}",
+        )
     data = await _released_design(
         reads,
         context,
@@ -74,7 +83,7 @@ async def estimate(reads: ReleasedReads, request, context) -> ldp_pb2.EstimateRe
         from aggregator.stats.design.raking import RakingError
 
         async with executor.admitted(caller_of(context)):
-            args = (data, variance, replicates, seed, confidence, interval)
+            args = (data, variance, replicates, seed, confidence, interval, small_sample)
             try:
                 return await executor.in_thread(context, design_estimate_answer, *args)
             except RakingError as exc:  # the released sample cannot carry the margins
@@ -266,6 +275,8 @@ def estimate_response(answer: DesignEstimateAnswer) -> ldp_pb2.EstimateResponse:
         confidence=answer.confidence,
         mechanism=answer.mechanism,
         interval_method=answer.interval_method,
+        small_sample=answer.small_sample,
+        interval_df=answer.interval_df or 0.0,
         design=answer.design,
         variance=answer.variance,
         design_df=answer.degrees_of_freedom,

@@ -212,21 +212,23 @@ class EstimateRequest(_message.Message):
     def __init__(self, survey_id: _Optional[str] = ..., question_id: _Optional[str] = ..., confidence: _Optional[float] = ..., side: _Optional[_Union[Side, str]] = ..., group: _Optional[str] = ..., design: _Optional[_Union[DesignOptions, _Mapping]] = ..., ignore_design: _Optional[bool] = ...) -> None: ...
 
 class DesignOptions(_message.Message):
-    __slots__ = ("variance", "replicates", "seed", "correction", "interval")
+    __slots__ = ("variance", "replicates", "seed", "correction", "interval", "small_sample")
     VARIANCE_FIELD_NUMBER: _ClassVar[int]
     REPLICATES_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     CORRECTION_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    SMALL_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     variance: str
     replicates: int
     seed: int
     correction: str
     interval: str
-    def __init__(self, variance: _Optional[str] = ..., replicates: _Optional[int] = ..., seed: _Optional[int] = ..., correction: _Optional[str] = ..., interval: _Optional[str] = ...) -> None: ...
+    small_sample: str
+    def __init__(self, variance: _Optional[str] = ..., replicates: _Optional[int] = ..., seed: _Optional[int] = ..., correction: _Optional[str] = ..., interval: _Optional[str] = ..., small_sample: _Optional[str] = ...) -> None: ...
 
 class EstimateResponse(_message.Message):
-    __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected", "interval_method", "deff", "weighting_effect", "clustering_effect", "design", "variance", "design_df", "post_strata", "population")
+    __slots__ = ("n", "labels", "frequencies", "standard_errors", "ci_low", "ci_high", "confidence", "mechanism", "projected", "interval_method", "deff", "weighting_effect", "clustering_effect", "design", "variance", "design_df", "post_strata", "population", "small_sample", "interval_df")
     N_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FREQUENCIES_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +247,8 @@ class EstimateResponse(_message.Message):
     DESIGN_DF_FIELD_NUMBER: _ClassVar[int]
     POST_STRATA_FIELD_NUMBER: _ClassVar[int]
     POPULATION_FIELD_NUMBER: _ClassVar[int]
+    SMALL_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_DF_FIELD_NUMBER: _ClassVar[int]
     n: int
     labels: _containers.RepeatedScalarFieldContainer[str]
     frequencies: _containers.RepeatedScalarFieldContainer[float]
@@ -263,7 +267,9 @@ class EstimateResponse(_message.Message):
     design_df: int
     post_strata: _containers.RepeatedScalarFieldContainer[str]
     population: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ..., interval_method: _Optional[str] = ..., deff: _Optional[_Iterable[float]] = ..., weighting_effect: _Optional[_Iterable[float]] = ..., clustering_effect: _Optional[_Iterable[float]] = ..., design: _Optional[str] = ..., variance: _Optional[str] = ..., design_df: _Optional[int] = ..., post_strata: _Optional[_Iterable[str]] = ..., population: _Optional[_Iterable[float]] = ...) -> None: ...
+    small_sample: str
+    interval_df: float
+    def __init__(self, n: _Optional[int] = ..., labels: _Optional[_Iterable[str]] = ..., frequencies: _Optional[_Iterable[float]] = ..., standard_errors: _Optional[_Iterable[float]] = ..., ci_low: _Optional[_Iterable[float]] = ..., ci_high: _Optional[_Iterable[float]] = ..., confidence: _Optional[float] = ..., mechanism: _Optional[str] = ..., projected: _Optional[_Iterable[float]] = ..., interval_method: _Optional[str] = ..., deff: _Optional[_Iterable[float]] = ..., weighting_effect: _Optional[_Iterable[float]] = ..., clustering_effect: _Optional[_Iterable[float]] = ..., design: _Optional[str] = ..., variance: _Optional[str] = ..., design_df: _Optional[int] = ..., post_strata: _Optional[_Iterable[str]] = ..., population: _Optional[_Iterable[float]] = ..., small_sample: _Optional[str] = ..., interval_df: _Optional[float] = ...) -> None: ...
 
 class GoodnessOfFitRequest(_message.Message):
     __slots__ = ("survey_id", "question_id", "p0", "alpha", "method", "calibration", "seed", "side", "group", "design", "ignore_design")

@@ -372,8 +372,9 @@ def test_the_wire_is_design_based_by_default(served):
 
 
 def test_the_interval_is_chosen_alike_over_the_server_and_the_store(served):
-    """--interval beta (the default, inside [0, 1]), logit and wald: the server answers what the
-    store answers, the answer names its interval; an unknown one is INVALID_ARGUMENT."""
+    """--interval beta (the default, inside [0, 1]), logit and wald, and --small-sample
+    bell-mccaffrey (the default) or as-r: the server answers what the store answers, the answer
+    names its interval and degrees of freedom; an unknown one is INVALID_ARGUMENT."""
     server, _, stub, config, _ = served
     where = ["estimate", "--survey", "field", "--question", "rr", "--json"]
     answers = {}
@@ -392,3 +393,14 @@ def test_the_interval_is_chosen_alike_over_the_server_and_the_store(served):
         stub.Estimate(bad, timeout=30)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "design interval must be one of" in caught.value.details()
+    as_r, _ = _both(server, config, *where, "--small-sample", "as-r")
+    as_r = json.loads(as_r)
+    assert answers["beta"]["small_sample"] == "bell-mccaffrey" and as_r["small_sample"] == "as-r"
+    assert as_r["interval_df"] == as_r["degrees_of_freedom"] == 15
+    assert answers["beta"]["interval_df"] < 15 and as_r["ci_low"] != answers["beta"]["ci_low"]
+    bad = ldp_pb2.EstimateRequest(
+        survey_id="field", question_id="rr", design=ldp_pb2.DesignOptions(small_sample="exact")
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.Estimate(bad, timeout=30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
