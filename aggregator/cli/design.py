@@ -31,6 +31,7 @@ from aggregator.cli.common import (
     server_surveys,
     side_of,
 )
+from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.presentation.numbers import interval, share
 from aggregator.remote import NotReleasedError, RemoteAnalyst, RemoteError
@@ -46,6 +47,7 @@ from aggregator.stats.design.options import (
     VARIANCES,
 )
 from aggregator.store.sqlite.reader import StoreReader
+from aggregator.survey_file.analyses import EXPLORATORY
 from aggregator.survey_file.config import load_surveys
 from client.survey import QuestionSpec, SurveySpec
 
@@ -235,11 +237,32 @@ def run_design_estimate(args: argparse.Namespace) -> int:
         raise UserError(str(exc), status=3) from None
     except InvalidInputError as exc:
         raise UserError(str(exc)) from None
+    labels = _side_labels(args)
     if args.json:
-        print(json.dumps(answer.to_dict()))
+        print(json.dumps({**labels, **answer.to_dict()}))
     else:
+        _print_side_labels(labels)
         print(_estimate_text(answer))
     return 0
+
+
+def _side_labels(args: argparse.Namespace) -> dict[str, object]:
+    """The labels of a design-based answer on a split survey's side, as the simple answers
+    carry them: exploratory on the exploration side, not preregistered on the (sealed)
+    confirmation side."""
+    survey = _declared_survey(args)
+    if survey is None or not survey.split:
+        return {}
+    if args.side == "confirmation":
+        return {"not_preregistered": True, "label": NOT_PREREGISTERED}
+    return {"exploratory": True}
+
+
+def _print_side_labels(labels: dict[str, object]) -> None:
+    if labels.get("exploratory"):
+        print(EXPLORATORY)
+    if labels.get("not_preregistered"):
+        print(NOT_PREREGISTERED)
 
 
 def _remote(args: argparse.Namespace, call: Callable[[RemoteAnalyst], T], test: bool = False) -> T:
@@ -325,9 +348,11 @@ def run_design_test(args: argparse.Namespace) -> int:
         raise UserError(str(exc), status=3) from None
     except InvalidInputError as exc:
         raise UserError(str(exc)) from None
+    labels = _side_labels(args)
     if args.json:
-        print(json.dumps({"design": design, **result.to_dict()}))
+        print(json.dumps({**labels, "design": design, **result.to_dict()}))
     else:
+        _print_side_labels(labels)
         print(design)
         print(result.summary())
     return 0
@@ -383,10 +408,12 @@ def run_design_homogeneity(args: argparse.Namespace, groups: list[str]) -> int:
         raise UserError(str(exc), status=3) from None
     except InvalidInputError as exc:
         raise UserError(str(exc)) from None
+    labels = _side_labels(args)
     if args.json:
         where = {"survey": args.survey, "question": args.question, "groups": groups}
-        print(json.dumps({**where, "design": design, **result.to_dict()}))
+        print(json.dumps({**where, **labels, "design": design, **result.to_dict()}))
     else:
+        _print_side_labels(labels)
         print(f"{args.survey}:{args.question} across {len(groups)} groups: {', '.join(groups)}")
         print(design)
         print(result.summary())

@@ -15,6 +15,7 @@ from aggregator.cli.common import (
     add_group_option,
     add_json_option,
     add_question_options,
+    add_shared_store_option,
     add_side_option,
     add_source_options,
     check_source,
@@ -64,6 +65,7 @@ def add_commands(subparsers: Subcommands) -> None:
         "mean score of an ordinal question, and a trend test across groups (read only)",
     )
     add_source_options(ordinal)
+    add_shared_store_option(ordinal)
     add_question_options(ordinal)
     add_side_option(ordinal)
     where = ordinal.add_mutually_exclusive_group()

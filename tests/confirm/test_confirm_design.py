@@ -29,6 +29,7 @@ from aggregator.stats.design.options import (
 from aggregator.store import ingest
 from aggregator.store.confirmations import DEFAULT_HOLDOUT
 from aggregator.store.sqlite import confirmations
+from aggregator.survey_file.analyses import EXPLORATORY
 from aggregator.survey_file.config import ConfigError, load_surveys
 from aggregator.survey_file.design import IGNORES_DESIGN
 from protos.ldp.v1 import ldp_pb2
@@ -154,6 +155,11 @@ def test_the_sealed_family_is_design_based_unless_the_plan_opts_out(stores):
     assert by["statistic"] == pytest.approx(design_gof["statistic"], rel=1e-12)
     assert ignoring["pvalue"] == pytest.approx(srs_gof["pvalue"], rel=1e-12)
     assert by["pvalue"] != pytest.approx(ignoring["pvalue"], rel=1e-3)
+    assert design_gof["not_preregistered"] is True  # the design answers carry the side's label
+    explored = json.loads(_cli("estimate", *where, "--question", "rr", "--json"))
+    assert explored["exploratory"] is True and "design" in explored
+    text = _cli("estimate", *where, "--question", "rr").splitlines()
+    assert text[0] == EXPLORATORY and text[1].startswith("design-based estimate")
     text = _cli("confirm", *where)
     assert "sealed earlier" in text and "design-based: stratified cluster design" in text
     assert IGNORES_DESIGN in text
