@@ -258,6 +258,16 @@ class MergePartials(beam.CombineFn):
         return accumulator
 
 
+def _label_simple_answers(result: dict) -> None:
+    """The estimate and tests the job computes from a designed survey's histogram treat its
+    reports as a simple random sample: each says it ignores the design (the design-based
+    estimate is the result's ``design`` entry)."""
+    answers = [result.get("estimate"), *result.get("tests", {}).values()]
+    for answer in answers:
+        if isinstance(answer, dict) and "error" not in answer:
+            answer["ignores_design"] = True
+
+
 def write_results(results: list[dict], spec: JobSpec, designs: dict | None = None) -> None:
     """Write the results document: every question of each survey named by a manifest or seen in
     the shards (other configured surveys are left out), sorted by survey and question id; with
@@ -267,6 +277,7 @@ def write_results(results: list[dict], spec: JobSpec, designs: dict | None = Non
     for result in results:
         if spec.surveys[result["survey"]].design is None:
             continue
+        _label_simple_answers(result)
         if designs is not None:
             key = (result["survey"], result["question"], result.get("group", ""))
             attach(result, designs.get(key))

@@ -45,6 +45,8 @@ def test_job_design_equals_estimate_design_on_the_store(stores, tmp_path):  # no
             results["field", question_id, ""]["design"],
             _estimate(config, dbs["whole"], question_id),
         )
+        assert results["field", question_id, ""]["estimate"]["ignores_design"] is True
+    assert results["field", "pair", ""]["tests"]["independence"]["ignores_design"] is True
     for group in ("north", "south"):
         got = results["field", "rr", group]["design"]
         _same(got, _estimate(config, dbs["whole"], "rr", "--group", group))
