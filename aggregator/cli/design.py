@@ -54,8 +54,11 @@ from client.survey import QuestionSpec, SurveySpec
 T = TypeVar("T")
 
 
-def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
-    """--design and its options (variance method; for a test, the correction)."""
+def add_design_options(
+    parser: argparse.ArgumentParser, *, test: bool, intervals: bool = True
+) -> None:
+    """--design, --ignore-design and their options (variance method; for a test, the
+    correction; for an estimate with ``intervals``, its interval and small-sample mode)."""
     design = parser.add_argument_group(
         "surveys with a sampling design: design-based by default (docs/designs.md)"
     )
@@ -83,7 +86,7 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
         default=DEFAULT_REPLICATES,
         help="with --variance bootstrap: replicates",
     )
-    if not test:
+    if not test and intervals:
         design.add_argument(
             "--interval",
             choices=INTERVALS,
@@ -107,15 +110,6 @@ def add_design_options(parser: argparse.ArgumentParser, *, test: bool) -> None:
             "degrees of freedom estimated without bias), F (as R's svychisq), second-order "
             "(Satterthwaite chi-square), first-order, or the adjusted Wald F",
         )
-
-
-def add_ignore_design_option(parser: argparse.ArgumentParser) -> None:
-    """--ignore-design alone, for a command without a design-based version."""
-    parser.add_argument(
-        "--ignore-design",
-        action="store_true",
-        help="read a survey with a sampling design as a simple random sample (labelled so)",
-    )
 
 
 def design_based(args: argparse.Namespace) -> bool:
@@ -433,13 +427,3 @@ def _pair_or_every_group(args: argparse.Namespace, groups: list[str]) -> tuple[s
         "over --server the design-based comparison takes two groups or every group of the "
         "label: read --db (or --store) for another subset"
     )
-
-
-def refuse_without_design_version(args: argparse.Namespace, what: str) -> None:
-    """For a command with no design-based version (yet): a survey with a sampling design is
-    read as a simple random sample only when asked (--ignore-design, and then labelled)."""
-    if design_based(args):
-        raise UserError(
-            f"survey {args.survey} declares a sampling design and {what} has no design-based "
-            "version: --ignore-design reads it as a simple random sample (labelled so)"
-        )

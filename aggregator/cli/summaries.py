@@ -23,10 +23,8 @@ from aggregator.cli.common import (
 )
 from aggregator.cli.design import (
     add_design_options,
-    add_ignore_design_option,
     design_based,
     load_design,
-    refuse_without_design_version,
 )
 from aggregator.confirm.labels import NOT_PREREGISTERED
 from aggregator.errors import InsufficientDataError, InvalidInputError
@@ -36,7 +34,7 @@ from aggregator.survey_file.config import load_scores, load_surveys
 from aggregator.survey_file.design import IGNORES_DESIGN
 
 if TYPE_CHECKING:
-    from aggregator.stats.summaries import MeanScore, TrendResult
+    from aggregator.stats.summaries import Conditional, MeanScore, TrendResult
 
 
 def add_commands(subparsers: Subcommands) -> None:
@@ -55,7 +53,9 @@ def add_commands(subparsers: Subcommands) -> None:
         help="the attribute conditioned on (default: the question's second attribute)",
     )
     cond.add_argument("--confidence", type=float, default=0.95, help="confidence level")
-    add_ignore_design_option(cond)
+    cond.add_argument("--seed", type=int, help="with --variance bootstrap: seed")
+    add_design_options(cond, test=False, intervals=False)
+    add_shared_store_option(cond)
     add_json_option(cond)
     cond.set_defaults(run=run_conditional)
 
@@ -88,7 +88,7 @@ def run_conditional(args: argparse.Namespace) -> int:
     from aggregator.stats import estimate
     from aggregator.stats.summaries import conditional
 
-    refuse_without_design_version(args, "conditional")
+    designed = design_based(args)
     question, hist = load_histogram(args)
     if len(question.attributes) != 2:
         raise UserError(
@@ -102,9 +102,14 @@ def run_conditional(args: argparse.Namespace) -> int:
     given = names.index(given_name)
     outcome = question.attributes[1 - given]
     condition = question.attributes[given]
+    design = IGNORES_DESIGN if args.design_ignored else None
     try:
         size_rows, size_columns = question.shape
-        cond = conditional(estimate(hist, args.confidence), (size_rows, size_columns), given=given)
+        if designed:
+            cond, design = _design_conditional(args, (size_rows, size_columns), given)
+        else:
+            est = estimate(hist, args.confidence)
+            cond = conditional(est, (size_rows, size_columns), given=given)
     except InvalidInputError as exc:
         raise UserError(str(exc)) from None
     if args.json:
@@ -129,6 +134,8 @@ def run_conditional(args: argparse.Namespace) -> int:
             label = {"not_preregistered": True, "label": NOT_PREREGISTERED}
         if args.design_ignored:
             label |= {"ignores_design": True, "design_label": IGNORES_DESIGN}
+        elif design is not None:
+            label["design"] = design
         print(
             json.dumps(
                 {
@@ -145,10 +152,10 @@ def run_conditional(args: argparse.Namespace) -> int:
         return 0
     if args.exploratory:
         print(EXPLORATORY)
-    if args.design_ignored:
-        print(IGNORES_DESIGN)
     if args.side == "confirmation":
         print(NOT_PREREGISTERED)
+    if design is not None:
+        print(design)
     level = f"{100 * cond.confidence:g}% CI (Fieller)"
     print(f"P({outcome.name} | {given_name}) of {question.id}, n = {hist.n}")
     width = max(8, *(len(c) for c in outcome.categories))
@@ -160,6 +167,28 @@ def run_conditional(args: argparse.Namespace) -> int:
             ci = interval(cond.low[i, j], cond.high[i, j])
             print(f"  {category:<{width}}  {share(cond.shares[i, j]):>8}  {ci}")
     return 0
+
+
+def _design_conditional(
+    args: argparse.Namespace, shape: tuple[int, int], given: int
+) -> tuple[Conditional, str]:
+    """The design-based conditional distribution (--db or --store) and its design line."""
+    from aggregator.stats.design.conditional import design_conditional
+    from aggregator.stats.design.estimate import design_estimate
+
+    if args.server is not None:
+        raise UserError(
+            "a design-based conditional reads the design data of --db (or --store); over "
+            "--server give --ignore-design"
+        )
+    data = load_design(args)
+    options = (args.variance, args.replicates, args.seed or 0)
+    try:
+        est = design_estimate(data.cells(), data.question.mechanism, *options)
+    except InsufficientDataError as exc:
+        raise UserError(str(exc), status=3) from None
+    described = f"design-based: {data.description()}; variance: {args.variance}"
+    return design_conditional(est, shape, given, args.confidence), described
 
 
 def run_ordinal(args: argparse.Namespace) -> int:

@@ -89,18 +89,33 @@ def conditional(
     InvalidInputError
         A shape that does not match the estimate, or a ``given`` other than 0 or 1.
     """
+    level = _check_confidence(est.confidence if confidence is None else confidence)
+    z = float(stats.norm.isf((1 - level) / 2))
+    return conditional_of(est.frequencies, est.covariance, est.n, shape, given, level, z)
+
+
+def conditional_of(
+    p: np.ndarray,
+    cov: np.ndarray,
+    n: int,
+    shape: tuple[int, int],
+    given: int,
+    level: float,
+    quantile: float,
+) -> Conditional:
+    """:func:`conditional` of a joint estimate ``p`` with covariance ``cov``, its Fieller
+    intervals at the reference ``quantile`` (normal for a simple estimate, t(df) for a
+    design-based one)."""
     rows, columns = (int(v) for v in shape)
-    k = est.frequencies.size
+    k = p.size
     if rows * columns != k or rows < 2 or columns < 2:
         raise InvalidInputError(f"shape {shape} does not match a two-attribute estimate of {k}")
     if given not in (0, 1):
         raise InvalidInputError(f"given must be 0 (rows) or 1 (columns), got {given!r}")
-    level = _check_confidence(est.confidence if confidence is None else confidence)
-    z = float(stats.norm.isf((1 - level) / 2))
+    z = quantile
     index = np.arange(k).reshape(rows, columns)
     if given == 0:
         index = index.T  # outcome along axis 0, condition along axis 1
-    p, cov = est.frequencies, est.covariance
     conditions = index.shape[1]
     shares = np.empty(index.shape)
     low, high = np.empty(index.shape), np.empty(index.shape)
@@ -120,7 +135,7 @@ def conditional(
             v_ab = float(cov[cell, cells].sum())
             shares[i, j] = min(max(a / b, 0.0), 1.0) if b > 0 else 0.0
             low[i, j], high[i, j] = _fieller(a, b, v_aa, v_ab, v_bb, z, bool(bounded[j]))
-    return Conditional(shares, low, high, bounded, margin, level, est.n)
+    return Conditional(shares, low, high, bounded, margin, level, n)
 
 
 def _fieller(

@@ -229,8 +229,8 @@ def test_a_survey_with_a_design_is_design_based_by_default(populated):
 
 def test_every_command_is_design_based_or_says_it_ignores_the_design(populated):
     """k-sample and two-sample --groups answer the Rao-Scott homogeneity test by default (the
-    same as test homogeneity), ordinal the design-based mean scores; conditional has no
-    design-based version and two questions no design-based comparison: one line, unless
+    same as test homogeneity), ordinal the design-based mean scores, conditional the ratios of
+    the design-based shares; two questions have no design-based comparison: one line, unless
     --ignore-design, whose answer says it ignores the design."""
     server, _, sent, config = populated
     where = ["--config", config, "--db", server.db]
@@ -258,9 +258,18 @@ def test_every_command_is_design_based_or_says_it_ignores_the_design(populated):
     plain = run_cli("agg", "ordinal", *one, "--ignore-design", "--json", check=True)
     assert json.loads(plain.stdout)["ignores_design"] is True
     pair = [*where, "--survey", "field", "--question", "pair"]
-    refused = run_cli("agg", "conditional", *pair)
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
-    assert "--ignore-design" in refused.stderr
+    conditional = json.loads(run_cli("agg", "conditional", *pair, "--json", check=True).stdout)
+    assert conditional["design"].startswith("design-based: stratified cluster design")
+    joint = (
+        design_estimate(
+            direct_cells(server.surveys["field"].question("pair").mechanism, sent["pair"]),
+            server.surveys["field"].question("pair").mechanism,
+        )
+        .estimate[0]
+        .reshape(2, 3)
+    )
+    never = conditional["conditional"][0]["shares"]  # P(smoker | exercise = never)
+    _close([never["no"]["share"], never["yes"]["share"]], joint[:, 0] / joint[:, 0].sum())
     assert IGNORES_DESIGN in run_cli("agg", "conditional", *pair, "--ignore-design").stdout
     questions = ["--a", "field:rr", "--b", "field:noise"]
     refused = run_cli("agg", "two-sample", *where, *questions)
