@@ -377,9 +377,11 @@ async def serve_analyst(
     connections: ConnectionLimits | None = None,
 ) -> AnalystServer:
     """Serve the Analyst (and health) on ``address``, behind the gate of ``access``, recording
-    state-changing calls in ``audit_log``, with the device listener's per-connection limits.
-    Raises AnalystAccessError for settings that would expose it, AuditLogError for a log that
-    cannot be written."""
+    state-changing calls in ``audit_log``, with the device listener's per-connection limits;
+    it returns once the analysis worker processes have imported SciPy (at most
+    WARM_UP_SECONDS), so the server is not announced before its first test can run. Raises
+    AnalystAccessError for settings that would expose it, AuditLogError for a log that cannot
+    be written."""
     host, _, _ = address.rpartition(":")
     access.check(host.strip("[]"))
     audit = AuditLog(audit_log)
@@ -406,6 +408,9 @@ async def serve_analyst(
         await asyncio.to_thread(analyst.executor.close)
         audit.close()
         raise
+    # Ready means ready to answer: the first test must not wait for a worker to import SciPy.
+    if not await asyncio.to_thread(analyst.executor.warm):
+        log.warning("the analysis worker is still starting; the first test will wait for it")
     for name in ("", SERVICE_NAMES[1]):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("analyst listening on port %d", port)
