@@ -12,12 +12,14 @@ with a sampling frame: 3 strata x 6 PSUs). Then:
 2. **looks**: ``--looks`` batches of ``wide`` uploaded, a Monitor call (goodness of fit) after
    each: the seconds of each call (each one new look), and of a refresh with no new look;
 3. **baseline**: 20 cheap Estimates of ``small``, their median;
-4. **flood**: one more batch of ``wide``, then ``--monitors`` Monitor calls (each its own alpha:
-   nothing kept helps) and ``--designs`` design-based estimates (bootstrap, 10,000 replicates),
-   all at once, each with a 0.2 s deadline;
-5. **after**: 10 Estimates right after the last flood call returned (median, and its ratio to
-   the baseline), and the server's CPU (its process tree, analysis workers included) from 2 s
-   to 4 s after, in cores.
+4. **flood**: one more batch of ``wide`` (released by an Estimate), then ``--monitors`` Monitor
+   calls (each its own alpha, so nothing kept helps, and with the intervals at every look)
+   and ``--designs`` design-based estimates (bootstrap, 10,000 replicates), one after another,
+   each with a 0.2 s deadline;
+5. **after**: an Estimate right after the last flood call returned, then 10 more (median; the
+   ratio is the larger of the two to the baseline), and the server's CPU (its process tree,
+   analysis workers included, sampled every 0.1 s for 20 s): from 2 s to 4 s after, in cores,
+   and how long it stayed above 0.05 cores.
 
 Targets (docs/limits.md, "Analysis limits"): Estimate after the flood <= 2 x baseline, CPU
 < 0.05 cores 2 s after, first test <= 2 s after ready, one look at k = 4,096 <= 50 ms.
@@ -29,6 +31,7 @@ Usage: python scripts/bench_analyst_bounded.py [--k 4096] [--looks 2] [--per-loo
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -52,6 +55,8 @@ from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc  # noqa: E402
 
 DEADLINE = 0.2
 WAIT = 600.0
+IDLE_CORES = 0.05  # "idle": the server's process tree uses less than this share of a core
+SAMPLED_SECONDS = 20.0  # the server's CPU is watched this long after the flood
 #: 3 strata x 6 PSUs x 2 keys of the designed survey's frame.
 FRAME = {
     f"k{h}{c}{w}": (f"s{h}", f"p{h}{c}", 1.0 + h + 3.0 * w)
@@ -138,7 +143,8 @@ def estimates(analyst, count: int) -> float:
 
 
 def flood(analyst, k: int, monitors: int, designs: int) -> dict[str, int]:
-    """Every call at once, each with a DEADLINE second deadline; the status codes counted."""
+    """The calls one after another, each with a DEADLINE second deadline (the caller gives up and
+    sends the next); the status codes counted."""
     codes: list[str] = []
 
     def call(method, request) -> None:
@@ -157,6 +163,7 @@ def flood(analyst, k: int, monitors: int, designs: int) -> dict[str, int]:
                 analysis="goodness_of_fit",
                 p0=[1 / k] * k,
                 alpha=0.05 - 1e-4 * i,
+                with_path=True,
             ),
         )
         for i in range(monitors)
@@ -168,20 +175,33 @@ def flood(analyst, k: int, monitors: int, designs: int) -> dict[str, int]:
             ldp_pb2.EstimateRequest(survey_id="designed", question_id="q", design=options),
         )
     ] * designs
-    threads = [threading.Thread(target=call, args=c) for c in calls]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    for method, request in calls:
+        call(method, request)
     return {code: codes.count(code) for code in sorted(set(codes))}
 
 
-def cores_between(pid: int, start: float, end: float) -> float:
-    """The server's process tree's CPU from ``start`` to ``end`` (time.monotonic), in cores."""
-    time.sleep(max(0.0, start - time.monotonic()))
-    before = process_tree_cpu_seconds(pid)[0]
-    time.sleep(max(0.0, end - time.monotonic()))
-    return (process_tree_cpu_seconds(pid)[0] - before) / (end - start)
+def cpu_timeline(pid: int, seconds: float, samples: list[tuple[float, float]]) -> None:
+    """(time.monotonic, CPU seconds of the server's process tree) every 0.1 s for ``seconds``."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        samples.append((time.monotonic(), process_tree_cpu_seconds(pid)[0]))
+        time.sleep(0.1)
+
+
+def cores(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    """The CPU of the samples from ``start`` to ``end`` (time.monotonic), in cores."""
+    inside = [(t, c) for t, c in samples if start <= t <= end]
+    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    return (c1 - c0) / (t1 - t0)
+
+
+def busy_until(samples: list[tuple[float, float]], since: float) -> float:
+    """Seconds after ``since`` until the server last used more than IDLE_CORES."""
+    last = since
+    for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+        if t0 >= since and (c1 - c0) / (t1 - t0) > IDLE_CORES:
+            last = t1
+    return last - since
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -219,10 +239,18 @@ def run(args: argparse.Namespace) -> dict:
                 refresh = timed(lambda: analyst.Monitor(monitor, timeout=WAIT))
                 baseline = estimates(analyst, 20)
                 upload(collector, surveys, "wide", args.per_look, 99)
+                released = ldp_pb2.EstimateRequest(survey_id="wide", question_id="q")
+                analyst.Estimate(released, timeout=WAIT)  # the flood's calls compute at once
                 codes = flood(analyst, args.k, args.monitors, args.designs)
                 done = time.monotonic()
+                samples: list[tuple[float, float]] = []
+                sampler = threading.Thread(
+                    target=cpu_timeline, args=(process.pid, SAMPLED_SECONDS, samples)
+                )
+                sampler.start()
+                first_after = estimates(analyst, 1)  # what the next honest caller waits
                 after = estimates(analyst, 10)
-                cores = cores_between(process.pid, done + 2.0, done + 4.0)
+                sampler.join()
         finally:
             process.terminate()
             process.wait(60)
@@ -233,9 +261,11 @@ def run(args: argparse.Namespace) -> dict:
         "monitor_refresh_s": round(refresh, 3),
         "estimate_baseline_ms": round(1000 * baseline, 1),
         "flood": codes,
+        "first_estimate_after_flood_ms": round(1000 * first_after, 1),
         "estimate_after_flood_ms": round(1000 * after, 1),
-        "estimate_ratio": round(after / baseline, 2),
-        "cores_2_to_4_s_after": round(cores, 3),
+        "estimate_ratio": round(max(first_after, after) / baseline, 2),
+        "cores_2_to_4_s_after": round(cores(samples, done + 2.0, done + 4.0), 3),
+        "busy_after_flood_s": round(busy_until(samples, done), 1),
     }
 
 
@@ -259,7 +289,7 @@ def main() -> int:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     met = (
         result["estimate_ratio"] <= 2.0
-        and result["cores_2_to_4_s_after"] < 0.05
+        and result["cores_2_to_4_s_after"] < IDLE_CORES
         and result["first_test_after_ready_s"] <= 2.0
     )
     return 0 if met else 1
