@@ -355,7 +355,12 @@ class AnalysisExecutor:
         starting = [_spare() or _Worker(warm_up=True) for _ in range(missing)]
         ready = all([worker.started(timeout) for worker in starting])
         with self._lock:
-            self._idle += starting
+            closed = self._closed
+            if not closed:
+                self._idle += starting
+        if closed:  # closed while they started
+            for worker in starting:
+                worker.kill()
         return ready
 
     def workers(self) -> list[int]:
