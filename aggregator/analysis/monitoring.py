@@ -2,8 +2,9 @@
 looks are the question's released snapshots, read from the history, and each analysis's status
 at the latest look is computed from those looks alone (aggregator.stats.anytime.status), its
 Monitor kept between calls so a refresh costs one update per new release. The Analyst's Monitor
-RPC (aggregator/service/analyst/monitor.py) answers from it over the wire; ``watch --db`` and
-the report's "as of n" section read a local store through it directly (``store_look``)."""
+RPC (aggregator/service/analyst/monitor.py) answers from it over the wire, advancing the kept
+Monitor in an analysis worker process (``advanced``); ``watch --db`` and the report's "as of n"
+section read a local store through it directly (``store_look``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 
 #: Released snapshots in release order: (cell, n, sums), as release_history.read gives them.
 History = list[tuple[release_history.Cell, int, list[int]]]
+#: Every look so far, each one cumulative histogram per stream.
+Looks = list[list[Histogram]]
 
 #: Monitors a server keeps between calls (MonitorCache).
 CACHED_MONITORS = 256
@@ -45,80 +49,130 @@ def cells(
     return [(survey.id, question_id, side, value) for value in values]
 
 
-def from_history(
-    read_history: Callable[[Sequence[release_history.Cell]], History],
+@dataclass(frozen=True)
+class Monitored:
+    """One monitored analysis of a question over some streams (each a list of cells): what
+    builds its Monitor (in the process that advances it) and names it between calls."""
+
+    analysis: str
+    question: QuestionSpec
+    streams: tuple[tuple[release_history.Cell, ...], ...]
+    alpha: float = 0.05
+    p0: tuple[float, ...] | None = None
+    max_n: int | None = None
+    scores: tuple[float, ...] | None = None
+
+    @property
+    def key(self) -> tuple:
+        """What a Monitor of this analysis is kept under (MonitorCache)."""
+        args = (self.analysis, self.streams, self.alpha, self.p0, self.max_n, self.scores)
+        return (self.question.digest, *args)
+
+    def build(self) -> Monitor:
+        from aggregator.stats.anytime.status import Monitor  # SciPy: not at start
+
+        return Monitor(
+            self.analysis,
+            [self.question.mechanism] * len(self.streams),
+            self.alpha,
+            p0=None if self.p0 is None else list(self.p0),
+            shape=self.question.table_shape,
+            max_n=self.max_n,
+            scores=None if self.scores is None else list(self.scores),
+        )
+
+
+def monitored(
     analysis: str,
     question: QuestionSpec,
-    streams: list[list[release_history.Cell]],
+    streams: Sequence[Sequence[release_history.Cell]],
     *,
     alpha: float = 0.05,
-    p0: list[float] | None = None,
+    p0: Sequence[float] | None = None,
     max_n: int | None = None,
-    with_path: bool = False,
-    cache: MonitorCache | None = None,
-    scores: list[float] | None = None,
-) -> MonitorStatus:
-    """The analysis over the streams' release history, read by ``read_history`` (blocking),
-    continuing the ``cache``'s Monitor of the same analysis when there is one. Raises
-    InsufficientDataError when no release is recorded, InvalidInputError for bad arguments."""
-    history = read_history([cell for stream in streams for cell in stream])
-    looks = release_history.looks(history, streams, question.statistic_size)
+    scores: Sequence[float] | None = None,
+) -> Monitored:
+    """The Monitored of these arguments (sequences made tuples)."""
+    return Monitored(
+        analysis,
+        question,
+        tuple(tuple(stream) for stream in streams),
+        alpha,
+        None if p0 is None else tuple(p0),
+        max_n,
+        None if scores is None else tuple(scores),
+    )
+
+
+def history_looks(
+    read_history: Callable[[Sequence[release_history.Cell]], History], w: Monitored
+) -> Looks:
+    """Every look of ``w``'s streams over the release history read by ``read_history``
+    (blocking). Raises InsufficientDataError when no release is recorded."""
+    history = read_history([cell for stream in w.streams for cell in stream])
+    question = w.question
+    looks = release_history.looks(history, w.streams, question.statistic_size)
     if not looks:  # released before the store kept a history, and not moved since
         raise InsufficientDataError(
             f"{question.id}: no release recorded yet; looks start at the next release"
         )
-    histograms = [[_histogram(question, n, sums) for n, sums in look] for look in looks]
-    shape = question.table_shape
+    return [[_histogram(question, n, sums) for n, sums in look] for look in looks]
 
-    from aggregator.stats.anytime.status import Monitor  # SciPy: on the first call, not at start
 
-    def build() -> Monitor:
-        mechanisms = [question.mechanism] * len(streams)
-        return Monitor(analysis, mechanisms, alpha, p0=p0, shape=shape, max_n=max_n, scores=scores)
+def advanced(
+    w: Monitored, monitor: Monitor | None, looks: Looks, with_path: bool = False
+) -> tuple[Monitor, MonitorStatus]:
+    """``monitor`` (None: a new one, as also when ``looks`` do not continue its looks) advanced
+    to the last of ``looks``, and its status there: one update per look it has not seen. A
+    module-level function: the Monitor RPC runs it in an analysis worker process (where a
+    caller that goes away stops it), sending the kept Monitor and getting the advanced one
+    back. Raises InvalidInputError for bad arguments."""
+    if monitor is None or not monitor.continues(looks):
+        monitor = w.build()
+    return monitor, monitor.advance(looks, with_path=with_path)
 
-    if cache is None:
-        return build().advance(histograms, with_path=with_path)
-    null = None if p0 is None else tuple(p0)
-    scored = None if scores is None else tuple(scores)
-    key = (scored, question.digest, analysis, tuple(map(tuple, streams)), alpha, null, max_n)
-    lock, monitor = cache.get(key, build)
-    with lock:
-        if not monitor.continues(histograms):  # not this one's continuation: restart
-            monitor = cache.replace(key, build())
-        return monitor.advance(histograms, with_path=with_path)
+
+def from_history(
+    read_history: Callable[[Sequence[release_history.Cell]], History],
+    w: Monitored,
+    *,
+    with_path: bool = False,
+    cache: MonitorCache | None = None,
+) -> MonitorStatus:
+    """The status of ``w`` over the release history read by ``read_history`` (blocking), in
+    this thread, continuing the ``cache``'s Monitor of it when there is one."""
+    looks = history_looks(read_history, w)
+    monitor, status = advanced(w, None if cache is None else cache.get(w.key), looks, with_path)
+    if cache is not None:
+        cache.put(w.key, monitor)
+    return status
 
 
 class MonitorCache:
-    """Each analysis's Monitor between calls, keyed by question, cells and arguments (one cache
-    per store; the least recently used dropped beyond ``size``): a refresh with no new release
-    costs a read of the history, a new release one update of the e-process, not a rerun over
-    every look."""
+    """Each analysis's Monitor between calls, keyed by Monitored.key (one cache per store; the least
+    recently used dropped beyond ``size``): a refresh with no new release costs a read of the
+    history, a new release one update of the e-process, not a rerun over every look."""
 
     def __init__(self, size: int = CACHED_MONITORS) -> None:
         self._size = size
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple, tuple[threading.Lock, Monitor]] = OrderedDict()
+        self._entries: OrderedDict[tuple, Monitor] = OrderedDict()
 
-    def get(self, key: tuple, build: Callable[[], Monitor]) -> tuple[threading.Lock, Monitor]:
-        """The entry of ``key`` (its lock and Monitor), built on first use."""
+    def get(self, key: tuple) -> Monitor | None:
+        """The Monitor kept under ``key``, if any."""
         with self._lock:
-            entry = self._entries.get(key)
-        if entry is None:
-            fresh = (threading.Lock(), build())  # may raise: bad arguments are not kept
-            with self._lock:
-                entry = self._entries.setdefault(key, fresh)
+            monitor = self._entries.get(key)
+            if monitor is not None:
+                self._entries.move_to_end(key)
+            return monitor
+
+    def put(self, key: tuple, monitor: Monitor) -> None:
+        """Keep ``monitor`` under ``key`` (a later one replaces an earlier one)."""
         with self._lock:
+            self._entries[key] = monitor
             self._entries.move_to_end(key)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
-        return entry
-
-    def replace(self, key: tuple, monitor: Monitor) -> Monitor:
-        """Put a new Monitor under ``key`` (its lock held by the caller); return it."""
-        with self._lock:
-            lock = self._entries[key][0] if key in self._entries else threading.Lock()
-            self._entries[key] = (lock, monitor)
-        return monitor
 
 
 def _histogram(question: QuestionSpec, n: int, sums: list[int]) -> Histogram:
@@ -140,18 +194,15 @@ def store_look(db: Path, config: Path, survey: SurveySpec, side: int, group: str
         question = survey.question(w.question)
         groups = list(w.groups) if w.groups else [group or ""]
         streams = [cells(survey, question.id, side, g) for g in groups]
+        watched = monitored(
+            w.analysis, question, streams, alpha=w.alpha, p0=w.p0, max_n=w.max_n, scores=w.scores
+        )
         try:
             status = from_history(
                 functools.partial(release_history.read, str(db)),
-                w.analysis,
-                question,
-                streams,
-                alpha=w.alpha,
-                p0=None if w.p0 is None else list(w.p0),
-                max_n=w.max_n,
+                watched,
                 with_path=with_path,
                 cache=cache,
-                scores=None if w.scores is None else list(w.scores),
             )
         except InsufficientDataError as exc:
             return Waiting(one_line(str(exc)))

@@ -7,8 +7,8 @@ aggregator/service/analyst/reads.py: the same checks, the same refusal below ``m
 a due snapshot moves), then reads the design rows snapshotted with those releases
 (design_releases.py of aggregator/store/sqlite/ and aggregator/store/postgres/: every node of a
 shared store reads the same rows) and never the live per key statistics: its n is the released
-n, and its answer moves only when the release does. The analysis runs on the analysis
-executor like the others (an estimate on its threads, a test in a worker process), admitted for
+n, and its answer moves only when the release does. The analysis runs in an analysis worker
+process (a bootstrap or replicate variance may recompute it thousands of times), admitted for
 the caller and stopped at its deadline.
 """
 
@@ -85,7 +85,7 @@ async def estimate(reads: ReleasedReads, request, context) -> ldp_pb2.EstimateRe
         async with executor.admitted(caller_of(context)):
             args = (data, variance, replicates, seed, confidence, interval, small_sample)
             try:
-                return await executor.in_thread(context, design_estimate_answer, *args)
+                return await executor.in_process(context, design_estimate_answer, *args)
             except RakingError as exc:  # the released sample cannot carry the margins
                 await abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 

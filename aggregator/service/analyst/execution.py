@@ -8,13 +8,18 @@ every analysis in flight, globally and per caller, and refuses beyond the limits
 RESOURCE_EXHAUSTED and a ``retry-after-ms`` trailer; a test whose k × draws × n passes the
 ceiling is refused before it starts. An analysis stops when its caller goes away: the RPC's
 cancellation or deadline (or ``max_seconds``) interrupts the worker process running it, which
-is killed (and replaced for the next analysis) if it does not stop within a second.
+is killed (and replaced for the next analysis) if it does not stop within a second; work of
+the threads that has not started is dropped, and work already running there (which cannot be
+interrupted) stays counted against its caller's admission until it ends, so abandoned work
+never piles up. ``warm`` starts the worker processes and waits until they have imported SciPy,
+so the first test after start-up does not pay for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import multiprocessing
 import os
@@ -54,6 +59,9 @@ _KILL_WAIT_SECONDS = 2.0
 _SPARE: list[_Worker] = []
 _SPARE_LOCK = threading.Lock()
 _MAX_SPARE = 2
+#: The longest start-up waits for the worker processes to import SciPy (``warm``); past it the
+#: server serves anyway and the first test waits for the rest of the import.
+WARM_UP_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,21 @@ def caller_of(context: Any) -> str:
     return host or "unknown"
 
 
+class _Admission:
+    """One admitted analysis of ``caller``: counted while its block runs (``held`` starts at 1)
+    and while thread work its caller stopped waiting for still runs."""
+
+    def __init__(self, caller: str) -> None:
+        self.caller = caller
+        self.held = 1
+
+
+#: The admission of the analysis the current task runs (in_thread holds it for work it leaves).
+_ADMISSION: contextvars.ContextVar[_Admission | None] = contextvars.ContextVar(
+    "ldp_analysis_admission", default=None
+)
+
+
 class AnalysisExecutor:
     """The Analyst's own threads and worker processes, and its admission counts."""
 
@@ -125,18 +148,25 @@ class AnalysisExecutor:
         self._slots: asyncio.Semaphore | None = None
         self._lock = threading.Lock()
         self._inflight: Counter[str] = Counter()
+        self._running_threads = 0
         self._closed = False
         self.stopped = 0  # analyses stopped early (cancelled, deadline, max_seconds)
 
     @property
     def inflight(self) -> int:
-        """Analyses admitted and not finished."""
+        """Analyses admitted and not finished (work left running on the threads included)."""
         return sum(self._inflight.values())
+
+    @property
+    def running(self) -> int:
+        """Work running now: on the analysis threads, and in busy worker processes."""
+        return self._running_threads + len(self._busy)
 
     @contextlib.asynccontextmanager
     async def admitted(self, caller: str) -> AsyncIterator[None]:
-        """Count one analysis of ``caller`` while the block runs; AnalysisRefusedError (with a
-        retry hint) beyond the global or the per-caller limit."""
+        """Count one analysis of ``caller`` while the block runs, and while work of the threads
+        it started still runs; AnalysisRefusedError (with a retry hint) beyond the global or
+        the per-caller limit."""
         limits = self.limits
         with self._lock:
             if self._closed:
@@ -154,13 +184,28 @@ class AnalysisExecutor:
                     limits.retry_after_ms,
                 )
             self._inflight[caller] += 1
+        admission = _Admission(caller)
+        token = _ADMISSION.set(admission)
         try:
             yield
         finally:
-            with self._lock:
-                self._inflight[caller] -= 1
-                if not self._inflight[caller]:
-                    del self._inflight[caller]
+            _ADMISSION.reset(token)
+            self._release(admission)
+
+    def _hold(self, admission: _Admission) -> None:
+        with self._lock:
+            admission.held += 1
+
+    def _release(self, admission: _Admission) -> None:
+        """One holder of ``admission`` is done; the last one frees its count."""
+        with self._lock:
+            admission.held -= 1
+            if admission.held:
+                return
+            caller = admission.caller
+            self._inflight[caller] -= 1
+            if not self._inflight[caller]:
+                del self._inflight[caller]
 
     def check_cost(self, cost: float) -> None:
         """AnalysisRefusedError (no retry hint) for a test above the cost ceiling."""
@@ -182,15 +227,31 @@ class AnalysisExecutor:
         return max(0.0, min(float(remaining) + DEADLINE_SLACK_SECONDS, self.limits.max_seconds))
 
     async def in_thread(self, context: Any, function: Callable[[*Args], T], *args: *Args) -> T:
-        """``function(*args)`` on the analysis threads (cheap work: it is not killed, only no
-        longer waited for after the deadline)."""
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._threads, function, *args)
+        """``function(*args)`` on the analysis threads (cheap work: store reads, O(k)
+        estimates). When its caller goes away (cancellation, deadline or ``max_seconds``) work
+        not started is dropped; work already running cannot be interrupted, and keeps the
+        admission it runs under held until it ends."""
+        work = self._threads.submit(self._run_thread, function, args)
         try:
-            return await asyncio.wait_for(future, self.timeout(context))
+            async with asyncio.timeout(self.timeout(context)):
+                return await asyncio.wrap_future(work)
         except TimeoutError:
             self.stopped += 1
             raise AnalysisStoppedError("the analysis ran out of time") from None
+        finally:
+            admission = _ADMISSION.get()
+            if not work.cancel() and not work.done() and admission is not None:
+                self._hold(admission)
+                work.add_done_callback(lambda _: self._release(admission))
+
+    def _run_thread(self, function: Callable[..., T], args: tuple) -> T:
+        with self._lock:
+            self._running_threads += 1
+        try:
+            return function(*args)
+        finally:
+            with self._lock:
+                self._running_threads -= 1
 
     async def in_process(self, context: Any, function: Callable[[*Args], T], *args: *Args) -> T:
         """``function(*args)`` in a worker process (function and arguments are pickled: a
@@ -287,6 +348,21 @@ class AnalysisExecutor:
 
         receiving.add_done_callback(answered)
 
+    def warm(self, timeout: float = WARM_UP_SECONDS) -> bool:
+        """Start the worker processes (or take spares) and wait up to ``timeout`` seconds until
+        each has imported SciPy, so the first test does not wait for it; whether all did."""
+        missing = self.limits.processes - len(self._idle) - len(self._busy)
+        starting = [_spare() or _Worker(warm_up=True) for _ in range(missing)]
+        ready = all([worker.started(timeout) for worker in starting])
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._idle += starting
+        if closed:  # closed while they started
+            for worker in starting:
+                worker.kill()
+        return ready
+
     def workers(self) -> list[int]:
         """The process ids of the live worker processes (the benchmark watches their CPU)."""
         return [w.process.pid for w in (*self._idle, *self._busy) if w.process.pid is not None]
@@ -323,16 +399,19 @@ def _spare() -> _Worker | None:
 class _Worker:
     """One worker process and its end of the pipe."""
 
-    def __init__(self) -> None:
+    def __init__(self, warm_up: bool = False) -> None:
+        """``warm_up``: import SciPy at the server's priority, then lower it (a worker started
+        with the server, when uploads do not compete yet); otherwise lower it first."""
         ctx = multiprocessing.get_context("spawn")  # never fork a process running gRPC
         self.conn, child = ctx.Pipe()
         # Shared with the process: the task it runs (0: none), and the task to stop.
         self._running = ctx.RawValue("q", 0)
         self._stop = ctx.RawValue("q", 0)
         self._task = 0
+        self.ready = False  # it said it imported SciPy (it says so before any answer)
         self.process = ctx.Process(
             target=_worker_main,
-            args=(child, self._running, self._stop),
+            args=(child, self._running, self._stop, NICE if warm_up else 0),
             name="ldp-analysis",
             daemon=True,
         )
@@ -345,17 +424,28 @@ class _Worker:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         pid = self.process.pid
-        if pid is not None:  # lower its priority before it imports anything
+        if pid is not None and not warm_up:  # lower its priority before it imports anything
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, 0) + NICE)
 
     def alive(self) -> bool:
         return self.process.is_alive()
 
+    def started(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the worker to say it imported SciPy; whether it
+        did (if not, ``receive`` reads it before the first answer)."""
+        if not self.ready:
+            with contextlib.suppress(EOFError, OSError):
+                if self.conn.poll(timeout):
+                    self.ready = self.conn.recv() == ("ready", None)
+        return self.ready
+
     def receive(self) -> tuple[str, Any]:
         """The worker's answer: ("ok", result), ("error", exception), or ("dead", exception)
         when it died (killed) before answering."""
         try:
+            if not self.ready:
+                self.ready = self.conn.recv() == ("ready", None)
             return self.conn.recv()
         except (EOFError, OSError):
             return "dead", AnalysisStoppedError("the analysis worker stopped")
@@ -384,10 +474,10 @@ class _Worker:
         self.process.join(_KILL_WAIT_SECONDS)  # its pipe's other end closes: the waiter wakes
 
 
-def _worker_main(conn: Connection, running: Any, stop: Any) -> None:
-    """A worker process: run what arrives until the pipe closes (the server stopped or died).
-    ``running`` is the task it runs (0: none); the server sets ``stop`` to a task to abandon and
-    sends SIGUSR1."""
+def _worker_main(conn: Connection, running: Any, stop: Any, nice: int) -> None:
+    """A worker process: import SciPy, lower its priority by ``nice``, say "ready", then run
+    what arrives until the pipe closes (the server stopped or died). ``running`` is the task it
+    runs (0: none); the server sets ``stop`` to a task to abandon and sends SIGUSR1."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is for the server
 
     def interrupted(signum: int, frame: object) -> None:
@@ -401,7 +491,10 @@ def _worker_main(conn: Connection, running: Any, stop: Any) -> None:
     from aggregator import stats  # SciPy: imported once, before the first task
 
     stats.preload()
-
+    if nice:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    conn.send(("ready", None))
     while True:
         try:
             task, function, args = conn.recv()

@@ -3,10 +3,11 @@
 
 The call first releases as every reading RPC does (aggregator/service/analyst/release.py: a snapshot
 that is due moves, and is appended to the history in the same transaction), then reads the
-history of the cells it watches and computes the confidence sequence and the e-process from
-those looks alone (aggregator/analysis/monitoring.py), answered as a MonitorResponse. The looks
-are the snapshots every caller could have seen, so the answer is the same for every caller and
-reveals nothing below ``min_batch_size``.
+history of the cells it watches on the analysis threads and advances the kept Monitor of the
+analysis to the new looks in an analysis worker process (aggregator/analysis/monitoring.py:
+admitted for the caller, stopped when the caller goes away, the kept Monitor unchanged then),
+answered as a MonitorResponse. The looks are the snapshots every caller could have seen, so the
+answer is the same for every caller and reveals nothing below ``min_batch_size``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from typing import TYPE_CHECKING
 import grpc
 
 from aggregator.analysis.monitor_answers import MonitorAnswer, monitor_answer
-from aggregator.analysis.monitoring import MonitorCache, cells, from_history
+from aggregator.analysis.monitoring import (
+    MonitorCache,
+    advanced,
+    cells,
+    history_looks,
+    monitored,
+)
 from aggregator.service.analyst.answers import analysed
 from aggregator.service.analyst.execution import caller_of
 from aggregator.stats.anytime.names import ANALYSES, SEQUENCES_ONLY
@@ -81,27 +88,27 @@ async def monitor(
         )
     survey = reads.surveys[request.survey_id]
     streams = [cells(survey, question.id, request.side, group) for group in groups]
+    watched = monitored(
+        analysis,
+        question,
+        streams,
+        alpha=request.alpha or 0.05,
+        p0=list(request.p0) if analysis == "goodness_of_fit" else None,
+        max_n=request.max_n or None,
+        scores=list(request.scores) or None,
+    )
     executor = reads.executor
-    alpha, max_n = request.alpha or 0.05, request.max_n or None
-    p0 = list(request.p0) if analysis == "goodness_of_fit" else None
 
-    def work() -> MonitorStatus:
-        return from_history(
-            reads.store.release_history,
-            analysis,
-            question,
-            streams,
-            alpha=alpha,
-            p0=p0,
-            max_n=max_n,
-            with_path=request.with_path,
-            cache=monitors,
-            scores=list(request.scores) or None,
-        )
-
-    async def run():
+    async def run() -> MonitorStatus:
         async with executor.admitted(caller_of(context)):
-            return await executor.in_thread(context, work)
+            looks = await executor.in_thread(
+                context, history_looks, reads.store.release_history, watched
+            )
+            kept = monitors.get(watched.key)
+            args = (watched, kept, looks, request.with_path)
+            monitor, status = await executor.in_process(context, advanced, *args)
+            monitors.put(watched.key, monitor)
+            return status
 
     status = await analysed(context, run())
     return response(monitor_answer(status, question))

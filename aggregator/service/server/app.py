@@ -72,6 +72,16 @@ class AnalystServer:
     health: health.aio.HealthServicer
     analysis: AnalysisExecutor  # the Analyst's threads and worker processes
     audit: AuditLog
+    warming: asyncio.Future[bool]  # the worker processes importing SciPy (AnalysisExecutor.warm)
+
+    async def warmed(self) -> None:
+        """Wait until the analysis worker processes have imported SciPy (at most
+        WARM_UP_SECONDS), then report the Analyst SERVING: ready means a first test is
+        answered at once."""
+        if not await self.warming:
+            log.warning("the analysis worker is still starting; the first test will wait for it")
+        for name in ("", SERVICE_NAMES[1]):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace: float) -> None:
         await self.health.enter_graceful_shutdown()
@@ -316,7 +326,9 @@ async def serve(
     several processes listen on one port (SO_REUSEPORT; the kernel spreads connections over
     them); otherwise it is off, so a second server on a busy port fails instead of silently
     taking half its traffic. ``analyst`` is (address, access, audit log) of the Analyst's
-    listener (:func:`serve_analyst`); None serves no Analyst in this process."""
+    listener (:func:`serve_analyst`); None serves no Analyst in this process. It returns once
+    the Analyst's worker processes have imported SciPy (the device listener already serves
+    meanwhile), so whoever announces the server announces one ready for its first test."""
     guard = guard or UploadGuard({}, CapCounter())
     connections = connections or ConnectionLimits()
     server = grpc.aio.server(
@@ -361,6 +373,8 @@ async def serve(
         raise
     for name in ("", SERVICE_NAMES[0]):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    if analyst_server is not None:  # announced once ready to answer a test at once
+        await analyst_server.warmed()
     log.info("aggregator listening on port %d", port)
     running = RunningServer(server, port, store, health_servicer, analyst=analyst_server)
     running.watchdog = loop.create_task(_probe_store(store, store_failed))
@@ -378,8 +392,9 @@ async def serve_analyst(
 ) -> AnalystServer:
     """Serve the Analyst (and health) on ``address``, behind the gate of ``access``, recording
     state-changing calls in ``audit_log``, with the device listener's per-connection limits.
-    Raises AnalystAccessError for settings that would expose it, AuditLogError for a log that
-    cannot be written."""
+    Its health turns SERVING once its worker processes are warm (AnalystServer.warmed). Raises
+    AnalystAccessError for settings that would expose it, AuditLogError for a log that cannot
+    be written."""
     host, _, _ = address.rpartition(":")
     access.check(host.strip("[]"))
     audit = AuditLog(audit_log)
@@ -396,6 +411,8 @@ async def serve_analyst(
         ],
     )
     analyst = Analyst(surveys, store.analysis())
+    # While the listeners start: the worker processes import SciPy (AnalystServer.warmed).
+    warming = asyncio.ensure_future(asyncio.to_thread(analyst.executor.warm))
     add_analyst_to_server(analyst, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -406,10 +423,8 @@ async def serve_analyst(
         await asyncio.to_thread(analyst.executor.close)
         audit.close()
         raise
-    for name in ("", SERVICE_NAMES[1]):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("analyst listening on port %d", port)
-    return AnalystServer(server, port, health_servicer, analyst.executor, audit)
+    return AnalystServer(server, port, health_servicer, analyst.executor, audit, warming)
 
 
 def _bind(
