@@ -5,7 +5,7 @@ reads.py): nothing is released below a survey's minimum batch size, and tests re
 whose reports may be clustered by household. The design-based, confirmation and monitoring RPCs
 are answered by their own modules (design.py, confirm.py, monitor.py), which this one imports.
 The statistics (statistics.py) run on the analysis executor (execution.py), never on the threads
-that serve uploads: estimates on its threads, tests in its worker processes, each admitted
+that serve uploads: simple estimates on its threads, tests in its worker processes, each admitted
 against the concurrency and cost limits and stopped when its caller goes away.
 """
 
