@@ -373,11 +373,13 @@ async def serve(
         raise
     for name in ("", SERVICE_NAMES[0]):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    # The store's probe watches from the moment uploads are taken, not from the end of warm-up.
+    watchdog = loop.create_task(_probe_store(store, store_failed))
     if analyst_server is not None:  # announced once ready to answer a test at once
         await analyst_server.warmed()
     log.info("aggregator listening on port %d", port)
     running = RunningServer(server, port, store, health_servicer, analyst=analyst_server)
-    running.watchdog = loop.create_task(_probe_store(store, store_failed))
+    running.watchdog = watchdog
     return running
 
 

@@ -82,41 +82,43 @@ from aggregator.service.collector.metrics import PrometheusMetrics, start_export
 from aggregator.service.collector.observe import Observer
 from protos.ldp.v1 import ldp_pb2, ldp_pb2_grpc
 
-metrics = PrometheusMetrics(publish_every=0.2)
-server = ServerThread({config!r}, {db!r}, observer=Observer(metrics)).start()
-port = start_exporter("127.0.0.1", 0)
-question = server.surveys["panel"].question("mood")
+# the Analyst's worker processes are spawned: they import this file, so guard the server
+if __name__ == "__main__":
+    metrics = PrometheusMetrics(publish_every=0.2)
+    server = ServerThread({config!r}, {db!r}, observer=Observer(metrics)).start()
+    port = start_exporter("127.0.0.1", 0)
+    question = server.surveys["panel"].question("mood")
 
-def upload(count):
-    reports = [
-        ldp_pb2.Report(
-            report_id=os.urandom(16), survey_id="panel", question_id="mood",
-            payload=question.mechanism.encode(question.mechanism.randomize(i % 3)),
-            definition_digest=question.digest,
-        )
-        for i in range(count)
-    ]
-    with grpc.insecure_channel(server.target) as channel:
-        ldp_pb2_grpc.CollectorStub(channel).Upload(ldp_pb2.UploadRequest(reports=reports))
+    def upload(count):
+        reports = [
+            ldp_pb2.Report(
+                report_id=os.urandom(16), survey_id="panel", question_id="mood",
+                payload=question.mechanism.encode(question.mechanism.randomize(i % 3)),
+                definition_digest=question.digest,
+            )
+            for i in range(count)
+        ]
+        with grpc.insecure_channel(server.target) as channel:
+            ldp_pb2_grpc.CollectorStub(channel).Upload(ldp_pb2.UploadRequest(reports=reports))
 
-def scrape():
-    url = f"http://127.0.0.1:{{port}}/metrics"
-    page = urllib.request.urlopen(url, timeout=10).read().decode().splitlines()
-    wanted = ("ldp_reports_stored_total{{", "ldp_reports_total{{")
-    return [line for line in page if line.startswith(wanted)]
+    def scrape():
+        url = f"http://127.0.0.1:{{port}}/metrics"
+        page = urllib.request.urlopen(url, timeout=10).read().decode().splitlines()
+        wanted = ("ldp_reports_stored_total{{", "ldp_reports_total{{")
+        return [line for line in page if line.startswith(wanted)]
 
-upload(150)
-deadline = time.monotonic() + 30
-while not any("ldp_reports_stored_total" in line for line in scrape()):
-    assert time.monotonic() < deadline
-    time.sleep(0.05)
-before = scrape()
-upload(1)
-right_after = scrape()
-time.sleep(1.0)  # five publishing rounds
-later = scrape()
-server.stop()
-print(json.dumps({{"before": before, "right_after": right_after, "later": later}}))
+    upload(150)
+    deadline = time.monotonic() + 30
+    while not any("ldp_reports_stored_total" in line for line in scrape()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    before = scrape()
+    upload(1)
+    right_after = scrape()
+    time.sleep(1.0)  # five publishing rounds
+    later = scrape()
+    server.stop()
+    print(json.dumps({{"before": before, "right_after": right_after, "later": later}}))
 """
 
 
