@@ -411,6 +411,12 @@ async def _serve(
     from aggregator.service.server.app import start_server
 
     recorder = PrometheusMetrics() if args.metrics_port is not None else None
+    # Caught from the start: a SIGTERM while the server starts (or right after it is
+    # announced) drains it once up, instead of killing the process.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     running = await start_server(
         surveys,
         str(args.db),
@@ -430,10 +436,6 @@ async def _serve(
         per_node_limits=args.limits_per_node,
     )
     _announce(args, running.port, running.analyst_port, f"{len(surveys)} survey(s)")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     print(f"{PROG}: draining and shutting down", flush=True)
     await running.stop(grace=5.0)

@@ -169,6 +169,10 @@ def _serve_locked(
     store = open_store(load_surveys(settings.config), str(settings.db), on_commit=recorder.commit)
     grace = settings.grace
     procs: list[multiprocessing.process.BaseProcess] = []
+    # Caught from the start: a SIGTERM while the workers start (or right after the port is
+    # announced) stops the server cleanly once they are up, instead of killing this process.
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
     try:
         with _reserved_port(host, port) as bound:
             settings = dataclasses.replace(settings, address=f"{host}:{bound}")
@@ -182,7 +186,7 @@ def _serve_locked(
         for thread in threads:
             thread.start()
         on_serving(bound, ready[0][1])
-        dead = _wait_for_stop_or_death(procs)
+        dead = _wait_for_stop_or_death(procs, stop)
         _stop_workers(procs, grace)
         for thread in threads:
             thread.join(timeout=grace + 10)
@@ -191,6 +195,8 @@ def _serve_locked(
     finally:
         _stop_workers(procs, grace)
         store.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _spawn_worker(
@@ -243,20 +249,15 @@ def _reserved_port(host: str, port: int) -> Iterator[int]:
 
 
 def _wait_for_stop_or_death(
-    procs: list[multiprocessing.process.BaseProcess],
+    procs: list[multiprocessing.process.BaseProcess], stop: threading.Event
 ) -> multiprocessing.process.BaseProcess | None:
-    """Block until SIGTERM/SIGINT (None) or until a worker exits (that worker)."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
-    try:
-        while not stop.is_set():
-            ended = wait([proc.sentinel for proc in procs], timeout=0.2)
-            if ended:
-                return next(proc for proc in procs if proc.sentinel in ended)
-        return None
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    """Block until ``stop`` is set (SIGTERM/SIGINT: None) or until a worker exits (that
+    worker)."""
+    while not stop.is_set():
+        ended = wait([proc.sentinel for proc in procs], timeout=0.2)
+        if ended:
+            return next(proc for proc in procs if proc.sentinel in ended)
+    return None
 
 
 def _stop_workers(procs: list[multiprocessing.process.BaseProcess], grace: float) -> None:
