@@ -17,9 +17,8 @@ import numpy as np
 from aggregator.errors import InsufficientDataError, InvalidInputError
 from aggregator.stats.design.cells import DesignCells
 from aggregator.stats.design.estimate import mean, mean_jacobian
-from aggregator.stats.design.intervals import ReportShare, design_intervals
+from aggregator.stats.design.intervals import CalibratedIntervals, ReportShare
 from aggregator.stats.design.options import (
-    DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
     DEFAULT_SMALL_SAMPLE,
     DEFAULT_VARIANCE,
@@ -29,7 +28,7 @@ from aggregator.stats.design.variance import covariance, degrees_of_freedom, t_d
 
 
 @dataclass(frozen=True)
-class PostStratified:
+class PostStratified(CalibratedIntervals):
     """The post-stratified estimate (k,), its design covariance and degrees of freedom (R's
     degf), the number of reports ``n``, the channel ``share`` to the reports' share and the
     degrees of freedom ``interval_df`` of the intervals' t reference by ``small_sample``
@@ -43,25 +42,6 @@ class PostStratified:
     share: ReportShare | None
     small_sample: str
     interval_df: float
-
-    @property
-    def standard_error(self) -> np.ndarray:
-        return np.sqrt(np.diag(self.covariance))
-
-    def intervals(
-        self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per category (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
-        "wald", estimate -/+ t quantile (``interval_df``) x SE."""
-        return design_intervals(
-            self.estimate,
-            self.standard_error,
-            self.interval_df,
-            self.n,
-            self.share,
-            confidence,
-            method,
-        )
 
 
 def post_stratified_estimate(

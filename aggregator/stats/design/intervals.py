@@ -32,7 +32,7 @@ from scipy import special, stats
 
 from aggregator.errors import InvalidInputError
 from aggregator.stats.channel import check_signal
-from aggregator.stats.design.options import AS_R, BETA, INTERVALS, WALD
+from aggregator.stats.design.options import AS_R, BETA, DEFAULT_INTERVAL, INTERVALS, WALD
 from aggregator.stats.simplex import inside_unit
 from client.mechanisms import Mechanism
 
@@ -162,3 +162,33 @@ def _logit(
     low = np.where(inside, special.expit(centre - spread), fallback[0])
     high = np.where(inside, special.expit(centre + spread), fallback[1])
     return low, high
+
+
+class CalibratedIntervals:
+    """The standard errors and intervals of a calibrated (post-stratified or raked) estimate,
+    from its ``estimate``, ``covariance``, ``interval_df``, ``n`` and ``share``."""
+
+    estimate: np.ndarray
+    covariance: np.ndarray
+    interval_df: float
+    n: int
+    share: ReportShare | None
+
+    @property
+    def standard_error(self) -> np.ndarray:
+        return np.sqrt(np.diag(self.covariance))
+
+    def intervals(
+        self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per category (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
+        "wald", estimate -/+ t quantile (``interval_df``) x SE."""
+        return design_intervals(
+            self.estimate,
+            self.standard_error,
+            self.interval_df,
+            self.n,
+            self.share,
+            confidence,
+            method,
+        )

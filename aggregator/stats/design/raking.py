@@ -21,10 +21,9 @@ import numpy as np
 
 from aggregator.errors import InsufficientDataError, InvalidInputError, LdpError
 from aggregator.stats.design.cells import DesignCells
-from aggregator.stats.design.intervals import ReportShare, design_intervals
+from aggregator.stats.design.intervals import CalibratedIntervals, ReportShare
 from aggregator.stats.design.keys import keyed_cells
 from aggregator.stats.design.options import (
-    DEFAULT_INTERVAL,
     DEFAULT_REPLICATES,
     DEFAULT_SMALL_SAMPLE,
     DEFAULT_VARIANCE,
@@ -51,7 +50,7 @@ class FrameKeys:
 
 
 @dataclass(frozen=True)
-class Raked:
+class Raked(CalibratedIntervals):
     """The raked estimate (k,), its design covariance, and per domain the raking factor
     ``adjustment`` (``iterations`` sweeps over the margins to reach them); the number of
     reports ``n``, the channel ``share`` to the reports' share and the degrees of freedom
@@ -68,25 +67,6 @@ class Raked:
     share: ReportShare | None
     small_sample: str
     interval_df: float
-
-    @property
-    def standard_error(self) -> np.ndarray:
-        return np.sqrt(np.diag(self.covariance))
-
-    def intervals(
-        self, confidence: float = 0.95, method: str = DEFAULT_INTERVAL
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per category (low, high) by ``method`` (``options.INTERVALS``): inside [0, 1] unless
-        "wald", estimate -/+ t quantile (``interval_df``) x SE."""
-        return design_intervals(
-            self.estimate,
-            self.standard_error,
-            self.interval_df,
-            self.n,
-            self.share,
-            confidence,
-            method,
-        )
 
 
 def joint_domains(categories: np.ndarray, levels: Sequence[int]) -> np.ndarray:
